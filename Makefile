@@ -1,0 +1,72 @@
+# nerve — the two commands a new machine needs are `make demo` and `make test`.
+# Everything lands in .venv/ (Python) and build/ (native); both are disposable.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# Native test builds: host, sanitized host, and aarch64 under qemu.
+BUILD_HOST := build/host
+BUILD_ASAN := build/asan
+BUILD_ARM := build/aarch64
+BUILD_CUDA := build/cuda
+CMAKE := $(VENV)/bin/cmake
+CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja)
+
+.PHONY: all venv install demo test test-python test-native test-asan test-aarch64 cuda-build bench clean
+
+all: install
+
+# ---- environment: a venv with the build and test tools (CI and new users start bare)
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet "scikit-build-core>=0.10" cmake ninja "numpy>=1.22" "cffi>=1.15" "pytest>=7"
+	touch $@
+
+venv: $(VENV)/.stamp
+
+# ---- the Python package with libnerve inside (incremental: scikit-build-core keeps build/<wheel tag>)
+install: venv
+	$(PIP) install --quiet --no-build-isolation .
+
+# ---- the README's two commands
+demo: install
+	$(VENV)/bin/nerve info
+	$(VENV)/bin/nerve bench ops
+
+test: install test-native test-python
+
+test-python: install
+	$(PY) -m pytest -q tests/python
+
+test-native: venv
+	$(CMAKE) -S . -B $(BUILD_HOST) $(CMAKE_FLAGS) -DNERVE_BUILD_TESTS=ON -DNERVE_CUDA=OFF
+	$(CMAKE) --build $(BUILD_HOST) -j $(JOBS)
+	cd $(BUILD_HOST) && ../../$(VENV)/bin/ctest --output-on-failure
+
+# Native tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: venv
+	$(CMAKE) -S . -B $(BUILD_ASAN) $(CMAKE_FLAGS) -DNERVE_BUILD_TESTS=ON -DNERVE_CUDA=OFF \
+	  -DCMAKE_BUILD_TYPE=Debug -DNERVE_SANITIZE=address,undefined
+	$(CMAKE) --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ../../$(VENV)/bin/ctest --output-on-failure
+
+# Cross-compile for aarch64 and run the native tests under qemu-aarch64 (NEON executes).
+# Needs Debian's gcc-aarch64-linux-gnu and qemu-user-static.
+test-aarch64: venv
+	$(CMAKE) -S . -B $(BUILD_ARM) $(CMAKE_FLAGS) -DNERVE_BUILD_TESTS=ON -DNERVE_CUDA=OFF \
+	  -DCMAKE_TOOLCHAIN_FILE=$(abspath cmake/aarch64-linux-gnu.cmake)
+	$(CMAKE) --build $(BUILD_ARM) -j $(JOBS)
+	cd $(BUILD_ARM) && ../../$(VENV)/bin/ctest --output-on-failure -V
+
+# Compile the CUDA backend (needs nvcc; no GPU needed) and list the SASS it holds.
+cuda-build: venv
+	bash scripts/cuda-build.sh $(BUILD_CUDA)
+
+bench: install
+	$(VENV)/bin/nerve bench ops
+
+clean:
+	rm -rf build $(VENV)

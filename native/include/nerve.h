@@ -1,0 +1,335 @@
+/*
+ * nerve.h — the one public header of libnerve, the edge inference core.
+ *
+ * Conventions (hold for every function below unless its comment says otherwise):
+ *  - Names are nrv_<class>_<action>; opaque handles end in _t.
+ *  - Functions return nrv_status (NRV_OK == 0). On failure nothing the caller
+ *    passed as an output has been written, and nrv_last_error() holds a
+ *    thread-local message with context ("embedding: id[3] = 1000 out of range [0, 1000)").
+ *  - Shapes and sizes are int64_t; a negative or overflowing size is NRV_ERR_INVALID_ARG
+ *    or NRV_ERR_OVERFLOW, never undefined behaviour.
+ *  - Arrays are dense, row-major (C order) unless a leading dimension is given.
+ *  - Pointer arguments marked "may be NULL" accept NULL; all others must not be NULL
+ *    (a NULL gives NRV_ERR_INVALID_ARG naming the argument) unless the element count is 0.
+ *  - Thread safety: kernel entry points (nrv_embedding, nrv_linear, ...) and queries are
+ *    safe to call from any number of threads at once. A pool is NOT thread-safe: one
+ *    thread at a time per pool (a session owns its pools). Functions that change
+ *    process-wide settings (nrv_kernel_force, nrv_kernel_disable) must not race with
+ *    kernel calls: call them at start-up or in tests.
+ *  - Enums are append-only: values never change meaning between versions.
+ *
+ * This header is parsed by the Python binding (cffi, ABI mode) at import time: keep it
+ * to plain C declarations between the NRV_CDEF_BEGIN / NRV_CDEF_END markers (no
+ * preprocessor inside, enum values as plain integers, no inline functions).
+ */
+#ifndef NERVE_H
+#define NERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define NRV_API __declspec(dllexport)
+#else
+#define NRV_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* NRV_CDEF_BEGIN */
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum nrv_status {
+    NRV_OK = 0,
+    NRV_ERR_INVALID_ARG = 1,  /* NULL where not allowed, negative size, bad option */
+    NRV_ERR_INDEX = 2,        /* an index (e.g. an embedding id) outside its range */
+    NRV_ERR_SHAPE = 3,        /* shapes that do not fit together */
+    NRV_ERR_DTYPE = 4,        /* a dtype the call does not accept */
+    NRV_ERR_OUT_OF_MEMORY = 5,/* a pool is exhausted or the system allocator failed */
+    NRV_ERR_OVERFLOW = 6,     /* a size computation would overflow */
+    NRV_ERR_UNSUPPORTED = 7,  /* valid request this build/CPU/device cannot do */
+    NRV_ERR_DEVICE = 8,       /* an accelerator (CUDA) call failed */
+    NRV_ERR_IO = 9,           /* reading or writing a file failed */
+    NRV_ERR_FORMAT = 10,      /* a file or buffer is corrupted or of the wrong version */
+    NRV_ERR_STATE = 11,       /* call not valid in the object's current state (double release, closed pool) */
+    NRV_ERR_INTERNAL = 12     /* a bug in nerve: please report with nrv_last_error() */
+} nrv_status;
+
+/* Static name of a status ("NRV_ERR_INDEX"); "NRV_ERR_UNKNOWN" for values not listed. Never NULL. */
+NRV_API const char *nrv_status_str(nrv_status status);
+
+/* Message of the last failed call on this thread ("" if none). The pointer stays valid
+ * until the next nerve call on this thread. Thread-local: never NULL. */
+NRV_API const char *nrv_last_error(void);
+
+/* Clears this thread's last error message. */
+NRV_API void nrv_clear_error(void);
+
+/* ---------------------------------------------------------------- version */
+
+/* "MAJOR.MINOR.PATCH" of the library; static string, never NULL. */
+NRV_API const char *nrv_version(void);
+
+/* Version as MAJOR*10000 + MINOR*100 + PATCH, for compile-time vs run-time checks. */
+NRV_API int nrv_version_number(void);
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum nrv_dtype {
+    NRV_F32 = 0,
+    NRV_F16 = 1,
+    NRV_I8 = 2,
+    NRV_I32 = 3,
+    NRV_I64 = 4,
+    NRV_U8 = 5,
+    NRV_BOOL = 6,
+    NRV_F64 = 7
+} nrv_dtype;
+
+/* Static name ("f32", "f16", ...), "unknown" for others. */
+NRV_API const char *nrv_dtype_str(nrv_dtype dtype);
+
+/* Bytes per element, 0 for an unknown dtype. */
+NRV_API size_t nrv_dtype_size(nrv_dtype dtype);
+
+/* ---------------------------------------------------------------- capabilities */
+
+/* CPU feature bits, as detected at run time (cpuid/xgetbv on x86, getauxval(AT_HWCAP)
+ * on aarch64). Bits are append-only. */
+typedef enum nrv_cpu_feature {
+    NRV_CPU_NEON = 1,          /* aarch64 asimd */
+    NRV_CPU_ASIMDDP = 2,       /* aarch64 dot product (sdot/udot) */
+    NRV_CPU_FPHP = 4,          /* aarch64 half-precision arithmetic */
+    NRV_CPU_I8MM = 8,          /* aarch64 int8 matrix multiply */
+    NRV_CPU_SSE42 = 16,
+    NRV_CPU_AVX = 32,
+    NRV_CPU_AVX2 = 64,
+    NRV_CPU_FMA = 128,
+    NRV_CPU_F16C = 256,
+    NRV_CPU_AVX512F = 512,
+    NRV_CPU_AVX512BW = 1024,
+    NRV_CPU_AVX512VL = 2048,
+    NRV_CPU_AVX512DQ = 4096,
+    NRV_CPU_AVX512VNNI = 8192,
+    NRV_CPU_AVXVNNI = 16384
+} nrv_cpu_feature;
+
+/* Architecture the library was built for: "x86_64", "aarch64" or "other". Static string. */
+NRV_API const char *nrv_cpu_arch(void);
+
+/* Features the CPU and OS support (bit mask of nrv_cpu_feature), regardless of
+ * NERVE_DISABLE. Detected once; thread-safe. */
+NRV_API uint64_t nrv_cpu_features(void);
+
+/* Static lowercase name of a single feature bit ("avx2", "asimddp"); NULL if the value
+ * is not exactly one known bit. */
+NRV_API const char *nrv_cpu_feature_name(uint64_t feature);
+
+/* Number of logical CPUs online (>= 1). */
+NRV_API int nrv_cpu_count(void);
+
+/* ---------------------------------------------------------------- kernel dispatch
+ *
+ * Every op has a list of variants, the scalar reference "ref" always last. The chosen
+ * variant is the first one whose CPU features are present and which is not disabled.
+ * Disabling: the environment variable NERVE_DISABLE (read once, at first use) holds a
+ * comma-separated list of variant names or ISA groups ("neon", "avx512", "avx2", "x86",
+ * "all" = everything but ref); nrv_kernel_disable() replaces that list at run time.
+ * Op names: "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear",
+ * "layernorm_linear", "gemm", "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax".
+ */
+
+/* Number of ops in the dispatch table. */
+NRV_API int nrv_kernel_op_count(void);
+
+/* Static name of op i (0 <= i < nrv_kernel_op_count()), NULL otherwise. */
+NRV_API const char *nrv_kernel_op_name(int i);
+
+/* Number of variants compiled in for op (0 if the op is unknown). */
+NRV_API int nrv_kernel_variant_count(const char *op);
+
+/* Static name of variant i of op, NULL if out of range. */
+NRV_API const char *nrv_kernel_variant_name(const char *op, int i);
+
+/* 1 if variant i of op can run on this CPU (its features are present), else 0. */
+NRV_API int nrv_kernel_variant_runnable(const char *op, int i);
+
+/* Static name of the variant currently chosen for op, NULL if the op is unknown. */
+NRV_API const char *nrv_kernel_selected(const char *op);
+
+/* Forces op to use the named variant (for tests and benchmarks). variant NULL restores
+ * the automatic choice for that op. NRV_ERR_INVALID_ARG for an unknown op or variant,
+ * NRV_ERR_UNSUPPORTED if the variant cannot run on this CPU. Not thread-safe with
+ * concurrent kernel calls. */
+NRV_API nrv_status nrv_kernel_force(const char *op, const char *variant);
+
+/* Replaces the disable list (same syntax as NERVE_DISABLE; NULL or "" = none) and
+ * re-resolves every op that is not forced. Not thread-safe with concurrent kernel calls. */
+NRV_API nrv_status nrv_kernel_disable(const char *list);
+
+/* ---------------------------------------------------------------- kernels
+ *
+ * All float32, dense row-major. The caller owns every buffer; nothing is retained.
+ */
+
+/* Embedding lookup: out[i, :] = table[ids[i], :] (times row_scales[ids[i]] for an int8
+ * table). table: [rows, dim] of table_dtype NRV_F32, NRV_F16 or NRV_I8.
+ * row_scales: [rows] float32, required for NRV_I8, must be NULL otherwise.
+ * ids: [n_ids] of id_dtype NRV_I32 or NRV_I64.
+ * out: [n_ids, dim] float32.
+ * Every id is checked before anything is written: an id < 0 or >= rows returns
+ * NRV_ERR_INDEX naming its position and value, and out is left untouched. */
+NRV_API nrv_status nrv_embedding(const void *table, nrv_dtype table_dtype, int64_t rows, int64_t dim,
+                                 const float *row_scales, const void *ids, nrv_dtype id_dtype,
+                                 int64_t n_ids, float *out);
+
+/* Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * gamma + beta.
+ * x, y: [rows, dim] (y may equal x); gamma, beta: [dim] (beta may be NULL = zeros).
+ * eps must be >= 0 and finite. */
+NRV_API nrv_status nrv_layernorm(const float *x, int64_t rows, int64_t dim, const float *gamma,
+                                 const float *beta, float eps, float *y);
+
+/* Linear layer: y = x · Wᵀ + b. x: [rows, in]; w: [out, in]; b: [out] (may be NULL);
+ * y: [rows, out], must not overlap x or w. */
+NRV_API nrv_status nrv_linear(const float *x, int64_t rows, int64_t in, const float *w,
+                              const float *b, int64_t out, float *y);
+
+/* Fused layernorm + linear: y = layernorm(x; gamma, beta, eps) · Wᵀ + b, each row
+ * normalised once on the fly, with no normalised tensor written to memory.
+ * Shapes as for nrv_layernorm and nrv_linear; beta and b may be NULL. */
+NRV_API nrv_status nrv_layernorm_linear(const float *x, int64_t rows, int64_t in, const float *gamma,
+                                        const float *beta, float eps, const float *w, const float *b,
+                                        int64_t out, float *y);
+
+/* General matrix product: C = alpha · op(A) · op(B) + beta · C, op(X) = X or Xᵀ.
+ * op(A): [m, k], op(B): [k, n], C: [m, n]; lda/ldb/ldc are row strides in elements of
+ * the stored (untransposed) matrices. beta == 0 ignores C's prior contents (NaN included). */
+NRV_API nrv_status nrv_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                            const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                            float *c, int64_t ldc);
+
+typedef enum nrv_activation {
+    NRV_ACT_RELU = 0,
+    NRV_ACT_GELU = 1,      /* exact: x/2 · (1 + erf(x/√2)) */
+    NRV_ACT_SIGMOID = 2,
+    NRV_ACT_TANH = 3,
+    NRV_ACT_GELU_TANH = 4  /* tanh approximation, as in GPT-2 */
+} nrv_activation;
+
+/* Element-wise activation over n floats; y may equal x. */
+NRV_API nrv_status nrv_activate(nrv_activation act, const float *x, int64_t n, float *y);
+
+/* Softmax over the last dimension of [rows, dim]; y may equal x. */
+NRV_API nrv_status nrv_softmax(const float *x, int64_t rows, int64_t dim, float *y);
+
+/* ---------------------------------------------------------------- memory pools
+ *
+ * Three kinds, all carving 64-byte-aligned buffers out of one arena obtained at creation:
+ *  - STATIC: bump allocation for weights and fixed buffers; a released buffer's bytes come
+ *    back only with nrv_pool_reset (when no buffer is live) or when the pool is freed.
+ *  - DYNAMIC: per-session arena, best-fit over size-class free lists, neighbours
+ *    coalesced on release.
+ *  - STREAMING: a fixed ring of n equal chunks; acquiring takes the next free chunk in
+ *    ring order; it never allocates after creation.
+ * Every buffer carries a reference count (1 when allocated). nrv_buffer_retain adds a
+ * reference, nrv_buffer_release drops one; the bytes return to the pool at zero.
+ * nrv_pool_free may be called while buffers are still live: the pool is closed (no new
+ * allocations) and its arena is kept until the last buffer is released, so a borrower
+ * can outlive the owner safely.
+ * Counters are exact and kept by nerve: allocated = sum of requested sizes of live
+ * buffers; overhead = headers, alignment padding and (static pool) released bytes not
+ * yet reclaimed; free = capacity - allocated - overhead; peak = max of allocated.
+ * Thread safety: a pool and its buffers are used by one thread at a time.
+ */
+
+typedef struct nrv_pool nrv_pool_t;
+
+typedef enum nrv_pool_kind {
+    NRV_POOL_STATIC = 0,
+    NRV_POOL_DYNAMIC = 1,
+    NRV_POOL_STREAMING = 2
+} nrv_pool_kind;
+
+typedef struct nrv_pool_stats {
+    int32_t kind;            /* nrv_pool_kind */
+    int32_t closed;          /* 1 after nrv_pool_free while buffers are still live */
+    uint64_t capacity;       /* bytes of the arena */
+    uint64_t allocated;      /* sum of requested sizes of live buffers */
+    uint64_t overhead;       /* headers, padding, unreclaimed bytes */
+    uint64_t free;           /* capacity - allocated - overhead */
+    uint64_t peak;           /* high-water mark of allocated */
+    uint64_t largest_free;   /* largest single request that would succeed now */
+    uint64_t live_buffers;   /* buffers with a reference count > 0 */
+    uint64_t total_allocs;   /* successful allocations since creation */
+    uint64_t failed_allocs;  /* allocations refused (exhausted, too large) */
+    uint64_t chunk_size;     /* STREAMING: bytes per chunk; 0 otherwise */
+    uint64_t chunk_count;    /* STREAMING: chunks in the ring; 0 otherwise */
+} nrv_pool_stats;
+
+/* Creates a STATIC or DYNAMIC pool able to hold about `capacity` bytes (headers included).
+ * name (may be NULL) is copied and used in error messages. *out receives the pool,
+ * owned by the caller (free with nrv_pool_free). */
+NRV_API nrv_status nrv_pool_create(nrv_pool_kind kind, uint64_t capacity, const char *name,
+                                   nrv_pool_t **out);
+
+/* Creates a STREAMING pool of chunk_count chunks of chunk_size bytes each. */
+NRV_API nrv_status nrv_pool_create_streaming(uint64_t chunk_size, uint64_t chunk_count,
+                                             const char *name, nrv_pool_t **out);
+
+/* Drops the owner's reference: closes the pool and frees it now if no buffer is live,
+ * else when the last buffer is released. NULL is a no-op. */
+NRV_API void nrv_pool_free(nrv_pool_t *pool);
+
+/* Allocates size bytes (size > 0), 64-byte aligned, reference count 1. On exhaustion
+ * NRV_ERR_OUT_OF_MEMORY with a message naming the pool, the request and what is free;
+ * the pool is unchanged. STREAMING: size must be <= chunk_size. */
+NRV_API nrv_status nrv_pool_alloc(nrv_pool_t *pool, uint64_t size, void **out);
+
+/* Adds a reference to a live buffer from any pool. NRV_ERR_STATE if ptr is not a live
+ * nerve buffer (best-effort check by header magic). */
+NRV_API nrv_status nrv_buffer_retain(void *ptr);
+
+/* Drops a reference; at zero the bytes return to their pool (and a closed pool with no
+ * other live buffer is freed). NRV_ERR_STATE on a buffer already at zero. */
+NRV_API nrv_status nrv_buffer_release(void *ptr);
+
+/* Current reference count of a live buffer, 0 if ptr is not a live nerve buffer. */
+NRV_API int64_t nrv_buffer_refcount(const void *ptr);
+
+/* Requested size in bytes of a live buffer, 0 if ptr is not a live nerve buffer. */
+NRV_API uint64_t nrv_buffer_size(const void *ptr);
+
+/* Exact counters of a pool. */
+NRV_API nrv_status nrv_pool_stats_get(const nrv_pool_t *pool, nrv_pool_stats *out);
+
+/* Resets the peak counter to the current allocated bytes. */
+NRV_API nrv_status nrv_pool_reset_peak(nrv_pool_t *pool);
+
+/* STATIC and DYNAMIC: returns every byte to the pool. NRV_ERR_STATE if a buffer is live. */
+NRV_API nrv_status nrv_pool_reset(nrv_pool_t *pool);
+
+/* Test hook (failure injection): the next n-th system allocation made by nerve fails
+ * (n = 1: the very next one). n = 0 disables. Process-wide. */
+NRV_API void nrv_debug_fail_alloc_after(int64_t n);
+
+/* ---------------------------------------------------------------- CUDA backend
+ *
+ * The CUDA backend is a separate library (libnerve_cuda) loaded on first use from the
+ * directory of libnerve; a CPU-only build, or a machine without a GPU, simply reports
+ * zero devices.
+ */
+
+/* Number of usable CUDA devices (0 when the backend or a GPU is absent; the reason is
+ * then in nrv_last_error()). Thread-safe. */
+NRV_API int nrv_cuda_device_count(void);
+
+/* NRV_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NERVE_H */

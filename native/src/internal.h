@@ -1,0 +1,39 @@
+/* internal.h — helpers shared by libnerve's sources; not part of the public API. */
+#ifndef NERVE_INTERNAL_H
+#define NERVE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nerve.h"
+
+#if defined(__GNUC__)
+#define NRV_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#else
+#define NRV_PRINTF(fmt_idx, arg_idx)
+#endif
+
+/* Records a thread-local error message (printf format) and returns status, so a failing
+ * path reads `return nrv_fail(NRV_ERR_INDEX, "embedding: id[%lld] = ...", ...);`.
+ * The one choke point for error text inside the library. */
+nrv_status nrv_fail(nrv_status status, const char *fmt, ...) NRV_PRINTF(2, 3);
+
+/* Every system allocation made by nerve goes through these two, so failure injection
+ * (nrv_debug_fail_alloc_after) reaches all of them. Alignment must be a power of two
+ * >= sizeof(void *); size is rounded up to a multiple of alignment. NULL on failure. */
+void *nrv_sys_alloc(size_t alignment, size_t size);
+void nrv_sys_free(void *ptr);
+
+/* Overflow-checked size arithmetic: 0 on success, 1 if the result does not fit. */
+static inline int nrv_mul_overflow(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline int nrv_add_overflow(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+
+/* Checks that count elements of elem_size bytes fit in memory (count >= 0,
+ * count * elem_size <= PTRDIFF_MAX). Returns NRV_OK or an error naming `what`. */
+nrv_status nrv_check_extent(const char *fn, const char *what, int64_t count, size_t elem_size);
+
+#endif /* NERVE_INTERNAL_H */

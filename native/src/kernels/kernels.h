@@ -1,0 +1,135 @@
+/* kernels.h — internal kernel signatures and the variant-table types.
+ *
+ * A kernel is called only after the public entry point (native/src/ops.c) validated its
+ * arguments: sizes are > 0 and overflow-free, pointers are non-NULL (except the optional
+ * ones named below), ids are in range. Kernels never allocate on the heap, never fail,
+ * and keep stack use under 64 KiB. Every variant of an op must give the reference's
+ * result within the dtype tolerance (fp32: ~1e-5 relative) for every size, including the
+ * scalar tail: the vector loop and its tail live in one function.
+ */
+#ifndef NERVE_KERNELS_H
+#define NERVE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nerve.h"
+
+/* ids are int32 or int64; kernels read them through this helper (no converted copy). */
+static inline int64_t nrv_id_at(const void *ids, int ids_int64, int64_t i) {
+    return ids_int64 ? ((const int64_t *)ids)[i] : (int64_t)((const int32_t *)ids)[i];
+}
+
+/* out[i, :] = table[id_i, :] (· row_scales[id_i] for int8 tables; row_scales is NULL
+ * for f32/f16). table dtype is implied by the op (embedding / embedding_f16 / embedding_q8). */
+typedef void (*nrv_embedding_fn)(const void *table, const float *row_scales, int64_t dim,
+                                 const void *ids, int ids_int64, int64_t n_ids, float *out);
+
+/* y = (x - mean) * rsqrt(var + eps) * gamma + beta, per row; beta may be NULL; y may be x. */
+typedef void (*nrv_layernorm_fn)(const float *x, int64_t rows, int64_t dim, const float *gamma,
+                                 const float *beta, float eps, float *y);
+
+/* y[rows, out] = x[rows, in] · w[out, in]ᵀ + b; b may be NULL; y does not overlap x or w. */
+typedef void (*nrv_linear_fn)(const float *x, int64_t rows, int64_t in, const float *w,
+                              const float *b, int64_t out, float *y);
+
+/* y = layernorm(x) · wᵀ + b, normalising each row once on the fly (no normalised tensor in
+ * memory beyond a bounded stack block); beta and b may be NULL. */
+typedef void (*nrv_layernorm_linear_fn)(const float *x, int64_t rows, int64_t in,
+                                        const float *gamma, const float *beta, float eps,
+                                        const float *w, const float *b, int64_t out, float *y);
+
+/* C = alpha · op(A) · op(B) + beta · C (beta == 0: C is write-only). */
+typedef void (*nrv_gemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float beta, float *c, int64_t ldc);
+
+/* Element-wise y = f(x) over n floats; y may be x. */
+typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
+
+/* Row-wise softmax over [rows, dim]; y may be x. */
+typedef void (*nrv_softmax_fn)(const float *x, int64_t rows, int64_t dim, float *y);
+
+/* Ops of the dispatch table, in the order nrv_kernel_op_name lists them. */
+typedef enum nrv_op {
+    NRV_OP_EMBEDDING_F32 = 0,
+    NRV_OP_EMBEDDING_F16,
+    NRV_OP_EMBEDDING_Q8,
+    NRV_OP_LAYERNORM,
+    NRV_OP_LINEAR,
+    NRV_OP_LAYERNORM_LINEAR,
+    NRV_OP_GEMM,
+    NRV_OP_GELU,
+    NRV_OP_GELU_TANH,
+    NRV_OP_RELU,
+    NRV_OP_SIGMOID,
+    NRV_OP_TANH,
+    NRV_OP_SOFTMAX,
+    NRV_OP_COUNT
+} nrv_op;
+
+typedef union nrv_kernel_fn {
+    nrv_embedding_fn embedding;
+    nrv_layernorm_fn layernorm;
+    nrv_linear_fn linear;
+    nrv_layernorm_linear_fn layernorm_linear;
+    nrv_gemm_fn gemm;
+    nrv_unary_fn unary;
+    nrv_softmax_fn softmax;
+} nrv_kernel_fn;
+
+/* One compiled-in implementation of an op. `group` is the ISA family that
+ * NERVE_DISABLE names ("avx2", "avx512", "neon", "dotprod", "ref"); `requires` is the
+ * mask of nrv_cpu_feature bits it needs at run time. */
+typedef struct nrv_kernel_variant {
+    nrv_op op;
+    const char *name;
+    const char *group;
+    uint64_t requires;
+    nrv_kernel_fn fn;
+} nrv_kernel_variant;
+
+/* Each ISA module exports one table of its variants, terminated by an entry whose name
+ * is NULL. dispatch.c orders candidates: the module tables in the order listed below,
+ * best first within each, then the reference. */
+extern const nrv_kernel_variant nrv_variants_ref[];
+#if defined(__x86_64__)
+extern const nrv_kernel_variant nrv_variants_x86[];
+#endif /* __x86_64__ */
+#if defined(__aarch64__)
+extern const nrv_kernel_variant nrv_variants_neon[];
+#endif /* __aarch64__ */
+
+/* Scalar references (one file per op family in native/src/kernels/): always built, simple, obviously right. */
+void nrv_embedding_f32_ref(const void *table, const float *row_scales, int64_t dim,
+                           const void *ids, int ids_int64, int64_t n_ids, float *out);
+void nrv_embedding_f16_ref(const void *table, const float *row_scales, int64_t dim,
+                           const void *ids, int ids_int64, int64_t n_ids, float *out);
+void nrv_embedding_q8_ref(const void *table, const float *row_scales, int64_t dim,
+                          const void *ids, int ids_int64, int64_t n_ids, float *out);
+void nrv_layernorm_ref(const float *x, int64_t rows, int64_t dim, const float *gamma,
+                       const float *beta, float eps, float *y);
+void nrv_linear_ref(const float *x, int64_t rows, int64_t in, const float *w, const float *b,
+                    int64_t out, float *y);
+void nrv_layernorm_linear_ref(const float *x, int64_t rows, int64_t in, const float *gamma,
+                              const float *beta, float eps, const float *w, const float *b,
+                              int64_t out, float *y);
+void nrv_gemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                  int64_t ldc);
+void nrv_gelu_ref(const float *x, int64_t n, float *y);
+void nrv_gelu_tanh_ref(const float *x, int64_t n, float *y);
+void nrv_relu_ref(const float *x, int64_t n, float *y);
+void nrv_sigmoid_ref(const float *x, int64_t n, float *y);
+void nrv_tanh_ref(const float *x, int64_t n, float *y);
+void nrv_softmax_ref(const float *x, int64_t rows, int64_t dim, float *y);
+
+/* IEEE half -> float conversion shared by the reference kernels (exact, handles
+ * subnormals, inf and NaN). */
+float nrv_half_to_float(uint16_t h);
+uint16_t nrv_float_to_half(float f);
+
+/* Looks up the kernel currently chosen for op (resolving the table on first use). */
+nrv_kernel_fn nrv_kernel_get(nrv_op op);
+
+#endif /* NERVE_KERNELS_H */

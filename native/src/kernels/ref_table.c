@@ -1,0 +1,21 @@
+/* ref_table.c — the scalar references as dispatch candidates (always runnable, last). */
+#include "kernels.h"
+
+#define REF(op_, field_, fn_) {.op = (op_), .name = "ref", .group = "ref", .requires = 0, .fn.field_ = (fn_)}
+
+const nrv_kernel_variant nrv_variants_ref[] = {
+    REF(NRV_OP_EMBEDDING_F32, embedding, nrv_embedding_f32_ref),
+    REF(NRV_OP_EMBEDDING_F16, embedding, nrv_embedding_f16_ref),
+    REF(NRV_OP_EMBEDDING_Q8, embedding, nrv_embedding_q8_ref),
+    REF(NRV_OP_LAYERNORM, layernorm, nrv_layernorm_ref),
+    REF(NRV_OP_LINEAR, linear, nrv_linear_ref),
+    REF(NRV_OP_LAYERNORM_LINEAR, layernorm_linear, nrv_layernorm_linear_ref),
+    REF(NRV_OP_GEMM, gemm, nrv_gemm_ref),
+    REF(NRV_OP_GELU, unary, nrv_gelu_ref),
+    REF(NRV_OP_GELU_TANH, unary, nrv_gelu_tanh_ref),
+    REF(NRV_OP_RELU, unary, nrv_relu_ref),
+    REF(NRV_OP_SIGMOID, unary, nrv_sigmoid_ref),
+    REF(NRV_OP_TANH, unary, nrv_tanh_ref),
+    REF(NRV_OP_SOFTMAX, softmax, nrv_softmax_ref),
+    {.name = NULL},
+};
