@@ -240,8 +240,13 @@ NRV_API nrv_status nrv_softmax(const float *x, int64_t rows, int64_t dim, float 
  * allocations) and its arena is kept until the last buffer is released, so a borrower
  * can outlive the owner safely.
  * Counters are exact and kept by nerve: allocated = sum of requested sizes of live
- * buffers; overhead = headers, alignment padding and (static pool) released bytes not
- * yet reclaimed; free = capacity - allocated - overhead; peak = max of allocated.
+ * buffers; overhead = headers of live buffers, alignment padding and (static pool)
+ * released bytes not yet reclaimed; free = capacity - allocated - overhead (in a dynamic
+ * pool: the free blocks, their own headers included); peak = max of allocated;
+ * failed_allocs counts requests refused for their size or the pool's room (not NULL
+ * arguments, size 0 or a closed pool).
+ * After nrv_pool_free with buffers still live, the handle stays valid for
+ * nrv_pool_stats_get until the last buffer is released; then it is gone.
  * Thread safety: a pool and its buffers are used by one thread at a time.
  */
 
@@ -269,8 +274,9 @@ typedef struct nrv_pool_stats {
     uint64_t chunk_count;    /* STREAMING: chunks in the ring; 0 otherwise */
 } nrv_pool_stats;
 
-/* Creates a STATIC or DYNAMIC pool able to hold about `capacity` bytes (headers included).
- * name (may be NULL) is copied and used in error messages. *out receives the pool,
+/* Creates a STATIC or DYNAMIC pool able to hold about `capacity` bytes (headers included;
+ * rounded up to a multiple of 64, at least 128). name (may be NULL) is copied (at most
+ * 127 characters kept) and used in error messages. *out receives the pool,
  * owned by the caller (free with nrv_pool_free). */
 NRV_API nrv_status nrv_pool_create(nrv_pool_kind kind, uint64_t capacity, const char *name,
                                    nrv_pool_t **out);
@@ -308,11 +314,13 @@ NRV_API nrv_status nrv_pool_stats_get(const nrv_pool_t *pool, nrv_pool_stats *ou
 /* Resets the peak counter to the current allocated bytes. */
 NRV_API nrv_status nrv_pool_reset_peak(nrv_pool_t *pool);
 
-/* STATIC and DYNAMIC: returns every byte to the pool. NRV_ERR_STATE if a buffer is live. */
+/* STATIC and DYNAMIC: returns every byte to the pool. NRV_ERR_STATE if a buffer is live.
+ * STREAMING: NRV_ERR_INVALID_ARG (a chunk already returns to the ring on release). */
 NRV_API nrv_status nrv_pool_reset(nrv_pool_t *pool);
 
-/* Test hook (failure injection): the next n-th system allocation made by nerve fails
- * (n = 1: the very next one). n = 0 disables. Process-wide. */
+/* Test hook (failure injection): the n-th system allocation made by nerve from now on
+ * fails (n = 1: the very next one), once; later ones succeed again. n = 0 disables.
+ * Process-wide. */
 NRV_API void nrv_debug_fail_alloc_after(int64_t n);
 
 /* ---------------------------------------------------------------- CUDA backend
@@ -320,11 +328,80 @@ NRV_API void nrv_debug_fail_alloc_after(int64_t n);
  * The CUDA backend is a separate library (libnerve_cuda) loaded on first use from the
  * directory of libnerve; a CPU-only build, or a machine without a GPU, simply reports
  * zero devices.
+ * Loading (once per process, thread-safe): libnerve_cuda.so next to the libnerve that
+ * holds this code; if it is not there, the path in the environment variable
+ * NERVE_CUDA_LIBRARY (read once, at first use). The library needs only the NVIDIA driver.
+ * Every function below fails with NRV_ERR_UNSUPPORTED (nrv_cuda_device_count: returns 0),
+ * the reason in nrv_last_error(), when the backend or a GPU is absent; CUDA errors are
+ * NRV_ERR_DEVICE (NRV_ERR_OUT_OF_MEMORY when the device is out of memory) with the
+ * failing call, file and line in the message.
+ * Device pointers below are pointers to device memory (cudaMalloc, a nerve device pool,
+ * managed memory) of the device named by the call. Calls are synchronous: they return
+ * once the result is written or the error is known.
  */
 
 /* Number of usable CUDA devices (0 when the backend or a GPU is absent; the reason is
  * then in nrv_last_error()). Thread-safe. */
 NRV_API int nrv_cuda_device_count(void);
+
+/* Properties of a CUDA device. total_memory: bytes of device memory (on an integrated
+ * GPU such as Jetson, the memory shared with the CPU). */
+typedef struct nrv_cuda_device_info {
+    char name[256];               /* NUL-terminated, e.g. "Orin" */
+    int32_t cc_major;             /* compute capability, e.g. 8 and 7 for Orin */
+    int32_t cc_minor;
+    int32_t integrated;           /* 1: shares memory with the host (Jetson), 0: discrete */
+    int32_t sm_count;             /* streaming multiprocessors */
+    uint64_t total_memory;        /* bytes */
+    uint64_t shared_memory_per_sm;/* bytes of shared memory per SM */
+} nrv_cuda_device_info;
+
+/* Fills *out for device 0 <= device < nrv_cuda_device_count(); NRV_ERR_INVALID_ARG for
+ * another index. Thread-safe. */
+NRV_API nrv_status nrv_cuda_device_info_get(int device, nrv_cuda_device_info *out);
+
+/* Copies bytes between host and device memory or within device memory, the direction
+ * taken from the pointers (unified addressing); host memory may be pageable. Synchronous
+ * with the host (the legacy default stream). bytes == 0 is a no-op. Thread-safe. */
+NRV_API nrv_status nrv_cuda_copy(int device, void *dst, const void *src, uint64_t bytes);
+
+/* Embedding lookup on the GPU: as nrv_embedding (same shapes, dtypes and checks), but
+ * table, row_scales, ids and out are device pointers of `device`, and stream is a
+ * cudaStream_t of that device (NULL = the legacy default stream; work already queued on
+ * it runs first). Ids are checked on the device before anything is written: an id < 0 or
+ * >= rows returns NRV_ERR_INDEX naming the first bad position and its value, with out
+ * untouched. The calling thread's current CUDA device is restored on return.
+ * Thread-safe (calls on different streams may run at once). */
+NRV_API nrv_status nrv_cuda_embedding(int device, const void *table, nrv_dtype table_dtype, int64_t rows,
+                                      int64_t dim, const float *row_scales, const void *ids,
+                                      nrv_dtype id_dtype, int64_t n_ids, float *out, void *stream);
+
+/* Device memory pool: one arena of device memory (one cudaMalloc at creation), buffers
+ * carved out of it 256-byte aligned, best-fit with neighbours coalesced on release. The
+ * bookkeeping lives on the host, so the whole arena is usable. Counters are exact and
+ * kept by nerve (not cudaMemGetInfo), with nrv_pool_stats's meaning: kind is
+ * NRV_POOL_DYNAMIC, overhead is alignment padding, chunk fields are 0.
+ * Thread safety: a pool is used by one thread at a time. */
+typedef struct nrv_cuda_pool nrv_cuda_pool_t;
+
+/* Creates a pool of `capacity` bytes (rounded up to 256) on device. name (may be NULL) is
+ * copied for error messages. *out is owned by the caller: free with nrv_cuda_pool_free. */
+NRV_API nrv_status nrv_cuda_pool_create(int device, uint64_t capacity, const char *name,
+                                        nrv_cuda_pool_t **out);
+
+/* Frees the arena: every buffer of the pool becomes invalid. NULL is a no-op. The
+ * caller makes sure no queued GPU work still uses the pool's memory. */
+NRV_API void nrv_cuda_pool_free(nrv_cuda_pool_t *pool);
+
+/* *out = a device pointer to size bytes (size > 0), 256-byte aligned. On exhaustion
+ * NRV_ERR_OUT_OF_MEMORY naming the pool, the request and what is free; pool unchanged. */
+NRV_API nrv_status nrv_cuda_pool_alloc(nrv_cuda_pool_t *pool, uint64_t size, void **out);
+
+/* Returns a buffer of this pool; NRV_ERR_STATE if ptr is not a live buffer of it. */
+NRV_API nrv_status nrv_cuda_pool_release(nrv_cuda_pool_t *pool, void *ptr);
+
+/* Exact counters of a device pool. */
+NRV_API nrv_status nrv_cuda_pool_stats_get(const nrv_cuda_pool_t *pool, nrv_pool_stats *out);
 
 /* NRV_CDEF_END */
 

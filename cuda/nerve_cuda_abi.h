@@ -1,0 +1,71 @@
+/* nerve_cuda_abi.h — the C ABI between libnerve (native/src/cuda_loader.c) and the CUDA
+ * backend libnerve_cuda.so. Plain C, no CUDA headers: the loader includes it too.
+ *
+ * libnerve dlopen()s the backend and resolves every NRVC_SYM_* below with dlsym; these are
+ * the only symbols the backend exports. Rules:
+ *  - Every entry point but nrvc_abi_version/nrvc_last_error returns nrv_status. On
+ *    failure the backend's thread-local message (nrvc_last_error) says why, and the loader
+ *    copies it into libnerve's nrv_last_error.
+ *  - Arguments were validated by libnerve (sizes, dtypes, NULLs, overflow) before the call;
+ *    the backend checks only what needs the device (ids on the GPU, CUDA errors).
+ *  - Change a signature or a struct shared here => bump NRVC_ABI_VERSION; the loader
+ *    refuses a backend whose version differs (a stale libnerve_cuda.so next to a newer
+ *    libnerve).
+ */
+#ifndef NERVE_CUDA_ABI_H
+#define NERVE_CUDA_ABI_H
+
+#include <stdint.h>
+
+#include "nerve.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NRVC_ABI_VERSION 1
+
+/* Opaque device pool of the backend (cuda/nrvc_pool.cpp). */
+typedef struct nrvc_pool nrvc_pool;
+
+/* NRVC_ABI_VERSION the backend was built with. */
+typedef int (*nrvc_abi_version_fn)(void);
+/* This thread's last backend error message ("" if none); never NULL. */
+typedef const char *(*nrvc_last_error_fn)(void);
+/* *out = number of devices the runtime sees. Fails (driver missing, no device, ...) with
+ * the runtime's reason. */
+typedef nrv_status (*nrvc_device_count_fn)(int *out);
+typedef nrv_status (*nrvc_device_info_fn)(int device, nrv_cuda_device_info *out);
+/* cudaMemcpy(..., cudaMemcpyDefault) on `device`; see nrv_cuda_copy. */
+typedef nrv_status (*nrvc_copy_fn)(int device, void *dst, const void *src, uint64_t bytes);
+/* Embedding gather on device pointers; see nrv_cuda_embedding in nerve.h. ids64: ids are
+ * int64 (else int32). stream: a cudaStream_t of `device`, NULL = legacy default stream.
+ * Synchronous: returns once out is written, or once an out-of-range id is known (then
+ * out is untouched and the status is NRV_ERR_INDEX). */
+typedef nrv_status (*nrvc_embedding_fn)(int device, const void *table, nrv_dtype table_dtype, int64_t rows,
+                                        int64_t dim, const float *row_scales, const void *ids, int ids64,
+                                        int64_t n_ids, float *out, void *stream);
+typedef nrv_status (*nrvc_pool_create_fn)(int device, uint64_t capacity, const char *name, nrvc_pool **out);
+typedef void (*nrvc_pool_free_fn)(nrvc_pool *pool);
+typedef nrv_status (*nrvc_pool_alloc_fn)(nrvc_pool *pool, uint64_t size, void **out);
+typedef nrv_status (*nrvc_pool_release_fn)(nrvc_pool *pool, void *ptr);
+typedef nrv_status (*nrvc_pool_stats_fn)(const nrvc_pool *pool, nrv_pool_stats *out);
+
+/* Exported names, in the order the loader resolves them. */
+#define NRVC_SYM_ABI_VERSION "nrvc_abi_version"
+#define NRVC_SYM_LAST_ERROR "nrvc_last_error"
+#define NRVC_SYM_DEVICE_COUNT "nrvc_device_count"
+#define NRVC_SYM_DEVICE_INFO "nrvc_device_info"
+#define NRVC_SYM_COPY "nrvc_copy"
+#define NRVC_SYM_EMBEDDING "nrvc_embedding"
+#define NRVC_SYM_POOL_CREATE "nrvc_pool_create"
+#define NRVC_SYM_POOL_FREE "nrvc_pool_free"
+#define NRVC_SYM_POOL_ALLOC "nrvc_pool_alloc"
+#define NRVC_SYM_POOL_RELEASE "nrvc_pool_release"
+#define NRVC_SYM_POOL_STATS "nrvc_pool_stats"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NERVE_CUDA_ABI_H */

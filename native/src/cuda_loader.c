@@ -1,0 +1,335 @@
+/* cuda_loader.c — finds, loads and forwards to the CUDA backend (libnerve_cuda.so).
+ *
+ * libnerve itself never links CUDA: on first use (pthread_once) it dlopen()s the backend
+ *   1. from the directory that holds libnerve (dladdr on a libnerve object; for a program
+ *      linked with the static library, the program's own directory), then
+ *   2. from the path in NERVE_CUDA_LIBRARY (read once; ignored in setuid programs),
+ * resolves the nrvc_* entry points (cuda/nerve_cuda_abi.h) and checks the ABI version.
+ * The outcome, loaded or the reason it is not, is fixed for the life of the process; the
+ * state is written only inside the once-routine and only read afterwards (thread-safe).
+ * Errors: a backend call that fails leaves its message in the backend's thread-local
+ * buffer (nrvc_last_error); forward() copies it into nrv_last_error with nrv_fail, so the
+ * caller sees one message whichever library produced it.
+ * Plain C: no CUDA header, so a CPU-only build compiles and links this file as is.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "../../cuda/nerve_cuda_abi.h"
+
+#define NRV_CUDA_LIBRARY_NAME "libnerve_cuda.so"
+#define NRV_CUDA_ENV "NERVE_CUDA_LIBRARY"
+
+/* Entry points of a loaded backend. */
+struct nrv_cuda_backend {
+    nrvc_abi_version_fn abi_version;
+    nrvc_last_error_fn last_error;
+    nrvc_device_count_fn device_count;
+    nrvc_device_info_fn device_info;
+    nrvc_copy_fn copy;
+    nrvc_embedding_fn embedding;
+    nrvc_pool_create_fn pool_create;
+    nrvc_pool_free_fn pool_free;
+    nrvc_pool_alloc_fn pool_alloc;
+    nrvc_pool_release_fn pool_release;
+    nrvc_pool_stats_fn pool_stats;
+};
+
+static struct nrv_cuda_backend backend; /* all NULL until a backend loaded */
+static void *backend_handle;            /* NULL: not loaded, backend_reason says why */
+static char backend_path[PATH_MAX];
+static char backend_reason[1024];
+
+static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
+
+/* Any object inside libnerve: dladdr maps its address to the file that holds it. */
+static const char libnerve_anchor = 0;
+
+/* Directory of the file holding libnerve's code into dir (no trailing slash); 0 on success. */
+static int libnerve_dir(char *dir, size_t cap) {
+    Dl_info info;
+    char resolved[PATH_MAX];
+    const char *file = NULL;
+    if (dladdr(&libnerve_anchor, &info) && info.dli_fname && strchr(info.dli_fname, '/') &&
+        realpath(info.dli_fname, resolved))
+        file = resolved;
+    if (!file) {
+        /* Linked into the program (nerve_static): glibc names the program by argv[0],
+         * which may carry no directory; the kernel knows the real path. */
+        const ssize_t n = readlink("/proc/self/exe", resolved, sizeof resolved - 1);
+        if (n <= 0) return -1;
+        resolved[n] = '\0';
+        file = resolved;
+    }
+    const char *slash = strrchr(file, '/');
+    if (!slash) return -1;
+    const size_t len = slash == file ? 1 : (size_t)(slash - file);
+    if (len >= cap) return -1;
+    memcpy(dir, file, len);
+    dir[len] = '\0';
+    return 0;
+}
+
+/* snprintf that may truncate (long paths): the cut is fine for a message. */
+static void format_into(char *buf, size_t cap, const char *fmt, ...) NRV_PRINTF(3, 4);
+static void format_into(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* dlopen + resolve + ABI check of one candidate; on failure writes why into err and
+ * leaves the global state untouched. */
+static int try_load(const char *path, char *err, size_t cap) {
+    struct nrv_cuda_backend b;
+    dlerror();
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        format_into(err, cap, "%s could not be loaded: %s", path, e ? e : "unknown dlopen error");
+        return -1;
+    }
+    struct {
+        const char *name;
+        void **slot;
+    } syms[] = {
+        {NRVC_SYM_ABI_VERSION, (void **)&b.abi_version},
+        {NRVC_SYM_LAST_ERROR, (void **)&b.last_error},
+        {NRVC_SYM_DEVICE_COUNT, (void **)&b.device_count},
+        {NRVC_SYM_DEVICE_INFO, (void **)&b.device_info},
+        {NRVC_SYM_COPY, (void **)&b.copy},
+        {NRVC_SYM_EMBEDDING, (void **)&b.embedding},
+        {NRVC_SYM_POOL_CREATE, (void **)&b.pool_create},
+        {NRVC_SYM_POOL_FREE, (void **)&b.pool_free},
+        {NRVC_SYM_POOL_ALLOC, (void **)&b.pool_alloc},
+        {NRVC_SYM_POOL_RELEASE, (void **)&b.pool_release},
+        {NRVC_SYM_POOL_STATS, (void **)&b.pool_stats},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        /* POSIX guarantees a dlsym result converts to a function pointer; storing it
+         * through void ** avoids the object-to-function cast ISO C leaves undefined. */
+        void *sym = dlsym(h, syms[i].name);
+        if (!sym) {
+            format_into(err, cap, "%s lacks the entry point %s (a backend from another nerve version?)", path,
+                     syms[i].name);
+            dlclose(h);
+            return -1;
+        }
+        *syms[i].slot = sym;
+    }
+    const int abi = b.abi_version();
+    if (abi != NRVC_ABI_VERSION) {
+        format_into(err, cap, "%s has backend ABI %d, this libnerve needs %d (rebuild both together)", path, abi,
+                 NRVC_ABI_VERSION);
+        dlclose(h);
+        return -1;
+    }
+    backend = b;
+    backend_handle = h;
+    format_into(backend_path, sizeof backend_path, "%s", path);
+    return 0;
+}
+
+static void load_backend(void) {
+    char dir[PATH_MAX], next_to[PATH_MAX + sizeof NRV_CUDA_LIBRARY_NAME + 1];
+    char first_err[512] = "";
+    const int have_dir = libnerve_dir(dir, sizeof dir) == 0;
+    if (have_dir) {
+        format_into(next_to, sizeof next_to, "%s/%s", dir, NRV_CUDA_LIBRARY_NAME);
+        if (file_exists(next_to) && try_load(next_to, first_err, sizeof first_err) == 0) return;
+    }
+    const char *env = secure_getenv(NRV_CUDA_ENV);
+    if (env && env[0]) {
+        char env_err[512];
+        if (try_load(env, env_err, sizeof env_err) == 0) return;
+        format_into(backend_reason, sizeof backend_reason, "CUDA backend not loaded: %s=%s%s%s", NRV_CUDA_ENV, env_err,
+                 first_err[0] ? "; " : "", first_err);
+        return;
+    }
+    if (first_err[0])
+        format_into(backend_reason, sizeof backend_reason, "CUDA backend not loaded: %s", first_err);
+    else
+        format_into(backend_reason, sizeof backend_reason,
+                 "CUDA backend not built (%s not found next to libnerve in %s, and %s is not set)",
+                 NRV_CUDA_LIBRARY_NAME, have_dir ? dir : "(unknown directory)", NRV_CUDA_ENV);
+}
+
+static int backend_loaded(void) {
+    pthread_once(&backend_once, load_backend);
+    return backend_handle != NULL;
+}
+
+/* Copies the backend's message for a failed call, prefixed with fn unless it already is. */
+static nrv_status forward(const char *fn, nrv_status st) {
+    const char *msg = backend.last_error();
+    const size_t n = strlen(fn);
+    if (strncmp(msg, fn, n) == 0 && msg[n] == ':') return nrv_fail(st, "%s", msg);
+    return nrv_fail(st, "%s: %s", fn, msg);
+}
+
+/* NRV_OK when the backend is loaded and `device` exists; else NRV_ERR_UNSUPPORTED (no
+ * backend, no driver, no GPU) or NRV_ERR_INVALID_ARG (bad index), with the reason. */
+static nrv_status require_device(const char *fn, int device) {
+    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    int count = 0;
+    if (backend.device_count(&count) != NRV_OK) return forward(fn, NRV_ERR_UNSUPPORTED);
+    if (count == 0) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: the CUDA driver reports no device", fn);
+    if (device < 0 || device >= count)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: device %d out of range [0, %d)", fn, device, count);
+    return NRV_OK;
+}
+
+#define REQUIRE_ARG(fn, p)                                                                       \
+    do {                                                                                         \
+        if (!(p)) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, #p);       \
+    } while (0)
+
+#define CHECK(expr)                                                                              \
+    do {                                                                                         \
+        const nrv_status st_ = (expr);                                                           \
+        if (st_ != NRV_OK) return st_;                                                           \
+    } while (0)
+
+int nrv_cuda_device_count(void) {
+    if (!backend_loaded()) {
+        nrv_fail(NRV_ERR_UNSUPPORTED, "%s", backend_reason);
+        return 0;
+    }
+    int count = 0;
+    const nrv_status st = backend.device_count(&count);
+    if (st != NRV_OK) {
+        nrv_fail(st, "no usable CUDA device (backend %s): %s", backend_path, backend.last_error());
+        return 0;
+    }
+    if (count <= 0) {
+        nrv_fail(NRV_ERR_UNSUPPORTED, "no usable CUDA device (backend %s): the driver reports none", backend_path);
+        return 0;
+    }
+    return count;
+}
+
+nrv_status nrv_cuda_device_info_get(int device, nrv_cuda_device_info *out) {
+    static const char fn[] = "nrv_cuda_device_info_get";
+    REQUIRE_ARG(fn, out);
+    CHECK(require_device(fn, device));
+    nrv_cuda_device_info info;
+    const nrv_status st = backend.device_info(device, &info);
+    if (st != NRV_OK) return forward(fn, st);
+    *out = info;
+    return NRV_OK;
+}
+
+nrv_status nrv_cuda_copy(int device, void *dst, const void *src, uint64_t bytes) {
+    static const char fn[] = "nrv_cuda_copy";
+    if (bytes == 0) return NRV_OK;
+    REQUIRE_ARG(fn, dst);
+    REQUIRE_ARG(fn, src);
+    if (bytes > (uint64_t)PTRDIFF_MAX)
+        return nrv_fail(NRV_ERR_OVERFLOW, "%s: %llu bytes exceed the address space", fn, (unsigned long long)bytes);
+    CHECK(require_device(fn, device));
+    const nrv_status st = backend.copy(device, dst, src, bytes);
+    return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+/* rows x cols elements of elem bytes: non-negative, and the product fits in memory. */
+static nrv_status check_matrix(const char *fn, const char *what, int64_t rows, int64_t cols, size_t elem) {
+    if (rows < 0 || cols < 0)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: %s has negative shape [%lld, %lld]", fn, what,
+                        (long long)rows, (long long)cols);
+    uint64_t count;
+    if (nrv_mul_overflow((uint64_t)rows, (uint64_t)cols, &count) || count > (uint64_t)INT64_MAX)
+        return nrv_fail(NRV_ERR_OVERFLOW, "%s: %s shape [%lld, %lld] overflows", fn, what, (long long)rows,
+                        (long long)cols);
+    return nrv_check_extent(fn, what, (int64_t)count, elem);
+}
+
+nrv_status nrv_cuda_embedding(int device, const void *table, nrv_dtype table_dtype, int64_t rows, int64_t dim,
+                              const float *row_scales, const void *ids, nrv_dtype id_dtype, int64_t n_ids,
+                              float *out, void *stream) {
+    static const char fn[] = "nrv_cuda_embedding";
+    if (table_dtype != NRV_F32 && table_dtype != NRV_F16 && table_dtype != NRV_I8)
+        return nrv_fail(NRV_ERR_DTYPE, "%s: table dtype %s not supported (f32, f16 or i8 with row scales)", fn,
+                        nrv_dtype_str(table_dtype));
+    if (id_dtype != NRV_I32 && id_dtype != NRV_I64)
+        return nrv_fail(NRV_ERR_DTYPE, "%s: ids dtype %s not supported (i32 or i64)", fn, nrv_dtype_str(id_dtype));
+    if (table_dtype == NRV_I8 && !row_scales)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: an i8 table needs row_scales", fn);
+    if (table_dtype != NRV_I8 && row_scales)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: row_scales given for a %s table (only i8 tables take them)", fn,
+                        nrv_dtype_str(table_dtype));
+    CHECK(check_matrix(fn, "table", rows, dim, nrv_dtype_size(table_dtype)));
+    CHECK(check_matrix(fn, "out", n_ids, dim, sizeof(float)));
+    if (n_ids == 0 || dim == 0) return NRV_OK;
+    REQUIRE_ARG(fn, ids);
+    REQUIRE_ARG(fn, out);
+    if (rows > 0) REQUIRE_ARG(fn, table); /* rows == 0: every id is out of range, found on the device */
+    CHECK(require_device(fn, device));
+    const nrv_status st = backend.embedding(device, table, table_dtype, rows, dim, row_scales, ids,
+                                            id_dtype == NRV_I64, n_ids, out, stream);
+    return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+nrv_status nrv_cuda_pool_create(int device, uint64_t capacity, const char *name, nrv_cuda_pool_t **out) {
+    static const char fn[] = "nrv_cuda_pool_create";
+    REQUIRE_ARG(fn, out);
+    if (capacity == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: capacity is 0", fn);
+    CHECK(require_device(fn, device));
+    nrvc_pool *pool = NULL;
+    const nrv_status st = backend.pool_create(device, capacity, name, &pool);
+    if (st != NRV_OK) return forward(fn, st);
+    *out = (nrv_cuda_pool_t *)pool;
+    return NRV_OK;
+}
+
+void nrv_cuda_pool_free(nrv_cuda_pool_t *pool) {
+    /* A pool exists only if the backend created it, so the backend is loaded. */
+    if (pool && backend_loaded()) backend.pool_free((nrvc_pool *)pool);
+}
+
+nrv_status nrv_cuda_pool_alloc(nrv_cuda_pool_t *pool, uint64_t size, void **out) {
+    static const char fn[] = "nrv_cuda_pool_alloc";
+    REQUIRE_ARG(fn, pool);
+    REQUIRE_ARG(fn, out);
+    if (size == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: size is 0", fn);
+    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    void *p = NULL;
+    const nrv_status st = backend.pool_alloc((nrvc_pool *)pool, size, &p);
+    if (st != NRV_OK) return forward(fn, st);
+    *out = p;
+    return NRV_OK;
+}
+
+nrv_status nrv_cuda_pool_release(nrv_cuda_pool_t *pool, void *ptr) {
+    static const char fn[] = "nrv_cuda_pool_release";
+    REQUIRE_ARG(fn, pool);
+    REQUIRE_ARG(fn, ptr);
+    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    const nrv_status st = backend.pool_release((nrvc_pool *)pool, ptr);
+    return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+nrv_status nrv_cuda_pool_stats_get(const nrv_cuda_pool_t *pool, nrv_pool_stats *out) {
+    static const char fn[] = "nrv_cuda_pool_stats_get";
+    REQUIRE_ARG(fn, pool);
+    REQUIRE_ARG(fn, out);
+    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    nrv_pool_stats s;
+    const nrv_status st = backend.pool_stats((const nrvc_pool *)pool, &s);
+    if (st != NRV_OK) return forward(fn, st);
+    *out = s;
+    return NRV_OK;
+}
