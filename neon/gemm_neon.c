@@ -1,0 +1,161 @@
+/* gemm_neon.c — NEON GEMM, C = alpha·op(A)·op(B) + beta·C, blocked and packed.
+ *
+ * Classic three-level blocking: for each panel of GEMM_NC columns and each chunk of
+ * GEMM_KC k, op(B) is packed once (32 KiB); for each block of GEMM_MC rows op(A) is packed
+ * (16 KiB); then 8 × 8 register tiles run over the packed blocks. Packing turns every
+ * transpose / leading-dimension combination into one contiguous layout (8-wide slivers,
+ * k-major), zero-padded at the edges so the inner kernel never needs an edge case, and
+ * removes cache-set conflicts of power-of-two strides. Both pack buffers live on the stack:
+ * 48 KiB in all, under the 64 KiB kernel limit.
+ *
+ * The 8 × 8 tile keeps 16 accumulators (8 rows × 2 vectors) in registers; per k it loads
+ * 8 values of A and 8 of B (4 vector loads) and issues 16 FMAs, each broadcasting one A
+ * value from a register lane (vfmaq_laneq_f32), so A needs no separate broadcast loads.
+ */
+#include <arm_neon.h>
+#include <math.h>
+
+#include "neon_kernels.h"
+
+#define GEMM_MR 8   /* register tile rows (sliver width of packed A) */
+#define GEMM_NR 8   /* register tile columns (sliver width of packed B) */
+#define GEMM_KC 128 /* k per packed chunk */
+#define GEMM_MC 32  /* rows per packed A block: 32 × 128 floats = 16 KiB */
+#define GEMM_NC 64  /* columns per packed B panel: 128 × 64 floats = 32 KiB */
+
+/* Packs `width` indices of an operand into 8-wide slivers, k-major within each sliver:
+ * dst[s·8·kc + p·8 + l] = element (index s·8 + l, k p), zero for indices >= width.
+ * Element (i, p) is at src[i·ld + p] when k_contig (rows of A, or columns of Bᵀ), else at
+ * src[p·ld + i] (Aᵀ, or rows of B). */
+static void pack_slivers(const float *src, int64_t ld, int k_contig, int64_t width, int64_t kc, float *dst) {
+    for (int64_t s0 = 0; s0 < width; s0 += 8, dst += 8 * kc) {
+        const int64_t w = width - s0 < 8 ? width - s0 : 8;
+        if (!k_contig) {
+            /* The 8 indices of one k are contiguous: two vector copies per k. */
+            const float *base = src + s0;
+            if (w == 8) {
+                for (int64_t p = 0; p < kc; p++) {
+                    vst1q_f32(dst + p * 8, vld1q_f32(base + p * ld));
+                    vst1q_f32(dst + p * 8 + 4, vld1q_f32(base + p * ld + 4));
+                }
+            } else {
+                for (int64_t p = 0; p < kc; p++)
+                    for (int64_t l = 0; l < 8; l++) dst[p * 8 + l] = l < w ? base[p * ld + l] : 0.0f;
+            }
+        } else {
+            /* Each index is a contiguous run along k: load 4 k of each of 4 indices and
+             * transpose the 4 × 4 block in registers (trn1/trn2 on 32- then 64-bit lanes). */
+            const float *base = src + s0 * ld;
+            int64_t p = 0;
+            if (w == 8) {
+                for (; p + 4 <= kc; p += 4) {
+                    for (int h = 0; h < 2; h++) {
+                        const float *r = base + (int64_t)(4 * h) * ld + p;
+                        const float32x4_t r0 = vld1q_f32(r), r1 = vld1q_f32(r + ld);
+                        const float32x4_t r2 = vld1q_f32(r + 2 * ld), r3 = vld1q_f32(r + 3 * ld);
+                        const float32x4_t t0 = vtrn1q_f32(r0, r1), t1 = vtrn2q_f32(r0, r1);
+                        const float32x4_t t2 = vtrn1q_f32(r2, r3), t3 = vtrn2q_f32(r2, r3);
+                        const float64x2_t d0 = vreinterpretq_f64_f32(t0), d1 = vreinterpretq_f64_f32(t1);
+                        const float64x2_t d2 = vreinterpretq_f64_f32(t2), d3 = vreinterpretq_f64_f32(t3);
+                        float *o = dst + p * 8 + 4 * h;
+                        vst1q_f32(o, vreinterpretq_f32_f64(vtrn1q_f64(d0, d2)));      /* k = p */
+                        vst1q_f32(o + 8, vreinterpretq_f32_f64(vtrn1q_f64(d1, d3)));  /* k = p + 1 */
+                        vst1q_f32(o + 16, vreinterpretq_f32_f64(vtrn2q_f64(d0, d2))); /* k = p + 2 */
+                        vst1q_f32(o + 24, vreinterpretq_f32_f64(vtrn2q_f64(d1, d3))); /* k = p + 3 */
+                    }
+                }
+            }
+            for (; p < kc; p++)
+                for (int64_t l = 0; l < 8; l++) dst[p * 8 + l] = l < w ? base[l * ld + p] : 0.0f;
+        }
+    }
+}
+
+/* One 8 × 8 tile of C from a packed A sliver and a packed B sliver over kc. Only the
+ * top-left mr × nr part is stored (edge tiles). first: the first k chunk, which applies
+ * beta (beta == 0 writes C without reading it); later chunks add alpha·partial to C. */
+static inline void gemm_tile(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int64_t mr,
+                             int64_t nr, float alpha, float beta, int first) {
+    float32x4_t acc[GEMM_MR][2];
+    for (int r = 0; r < GEMM_MR; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+    for (int64_t p = 0; p < kc; p++, ap += GEMM_MR, bp += GEMM_NR) {
+        const float32x4_t a0 = vld1q_f32(ap), a1 = vld1q_f32(ap + 4);
+        const float32x4_t b0 = vld1q_f32(bp), b1 = vld1q_f32(bp + 4);
+        acc[0][0] = vfmaq_laneq_f32(acc[0][0], b0, a0, 0);
+        acc[0][1] = vfmaq_laneq_f32(acc[0][1], b1, a0, 0);
+        acc[1][0] = vfmaq_laneq_f32(acc[1][0], b0, a0, 1);
+        acc[1][1] = vfmaq_laneq_f32(acc[1][1], b1, a0, 1);
+        acc[2][0] = vfmaq_laneq_f32(acc[2][0], b0, a0, 2);
+        acc[2][1] = vfmaq_laneq_f32(acc[2][1], b1, a0, 2);
+        acc[3][0] = vfmaq_laneq_f32(acc[3][0], b0, a0, 3);
+        acc[3][1] = vfmaq_laneq_f32(acc[3][1], b1, a0, 3);
+        acc[4][0] = vfmaq_laneq_f32(acc[4][0], b0, a1, 0);
+        acc[4][1] = vfmaq_laneq_f32(acc[4][1], b1, a1, 0);
+        acc[5][0] = vfmaq_laneq_f32(acc[5][0], b0, a1, 1);
+        acc[5][1] = vfmaq_laneq_f32(acc[5][1], b1, a1, 1);
+        acc[6][0] = vfmaq_laneq_f32(acc[6][0], b0, a1, 2);
+        acc[6][1] = vfmaq_laneq_f32(acc[6][1], b1, a1, 2);
+        acc[7][0] = vfmaq_laneq_f32(acc[7][0], b0, a1, 3);
+        acc[7][1] = vfmaq_laneq_f32(acc[7][1], b1, a1, 3);
+    }
+    if (mr == GEMM_MR && nr == GEMM_NR) {
+        for (int r = 0; r < GEMM_MR; r++) {
+            float *cr = c + r * ldc;
+            for (int h = 0; h < 2; h++) {
+                float32x4_t v;
+                if (!first) v = vfmaq_n_f32(vld1q_f32(cr + 4 * h), acc[r][h], alpha);
+                else if (beta == 0.0f) v = vmulq_n_f32(acc[r][h], alpha);
+                else v = vfmaq_n_f32(vmulq_n_f32(vld1q_f32(cr + 4 * h), beta), acc[r][h], alpha);
+                vst1q_f32(cr + 4 * h, v);
+            }
+        }
+        return;
+    }
+    float tile[GEMM_MR][GEMM_NR];
+    for (int r = 0; r < GEMM_MR; r++) {
+        vst1q_f32(tile[r], acc[r][0]);
+        vst1q_f32(tile[r] + 4, acc[r][1]);
+    }
+    for (int64_t r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        for (int64_t j = 0; j < nr; j++) {
+            if (!first) cr[j] = fmaf(alpha, tile[r][j], cr[j]);
+            else if (beta == 0.0f) cr[j] = alpha * tile[r][j];
+            else cr[j] = fmaf(alpha, tile[r][j], beta * cr[j]);
+        }
+    }
+}
+
+void nrv_gemm_neon(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (k == 0) {
+        /* Empty product: the same expression as the reference with a zero sum, so NaN or
+         * infinite alpha behave identically; beta == 0 still never reads C. */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float *cij = &c[i * ldc + j];
+                *cij = beta == 0.0f ? alpha * 0.0f : alpha * 0.0f + beta * *cij;
+            }
+        return;
+    }
+    float apack[GEMM_MC * GEMM_KC] __attribute__((aligned(64)));
+    float bpack[GEMM_KC * GEMM_NC] __attribute__((aligned(64)));
+    for (int64_t jc = 0; jc < n; jc += GEMM_NC) {
+        const int64_t nc = n - jc < GEMM_NC ? n - jc : GEMM_NC;
+        for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
+            const int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
+            /* op(B)[p][j] is b[j·ldb + p] when transposed (contiguous along k), else b[p·ldb + j]. */
+            pack_slivers(trans_b ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, trans_b, nc, kc, bpack);
+            for (int64_t ic = 0; ic < m; ic += GEMM_MC) {
+                const int64_t mc = m - ic < GEMM_MC ? m - ic : GEMM_MC;
+                /* op(A)[i][p] is a[p·lda + i] when transposed, else a[i·lda + p] (contiguous along k). */
+                pack_slivers(trans_a ? a + pc * lda + ic : a + ic * lda + pc, lda, !trans_a, mc, kc, apack);
+                for (int64_t jr = 0; jr < nc; jr += GEMM_NR)
+                    for (int64_t ir = 0; ir < mc; ir += GEMM_MR)
+                        gemm_tile(kc, apack + ir * kc, bpack + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
+                                  mc - ir < GEMM_MR ? mc - ir : GEMM_MR, nc - jr < GEMM_NR ? nc - jr : GEMM_NR,
+                                  alpha, beta, pc == 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,40 @@
+/* neon_kernels.h — the NEON variants (baseline AArch64 Advanced SIMD) that neon_table.c
+ * offers to dispatch. Signatures and contracts are those of kernels.h: arguments arrive
+ * validated, kernels never allocate, never fail, and keep stack use under 64 KiB. */
+#ifndef NERVE_NEON_KERNELS_H
+#define NERVE_NEON_KERNELS_H
+
+#include "kernels.h"
+
+/* embedding_neon.c */
+void nrv_embedding_f32_neon(const void *table, const float *row_scales, int64_t dim, const void *ids,
+                            int ids_int64, int64_t n_ids, float *out);
+void nrv_embedding_f16_neon(const void *table, const float *row_scales, int64_t dim, const void *ids,
+                            int ids_int64, int64_t n_ids, float *out);
+void nrv_embedding_q8_neon(const void *table, const float *row_scales, int64_t dim, const void *ids,
+                           int ids_int64, int64_t n_ids, float *out);
+
+/* layernorm_neon.c */
+void nrv_layernorm_neon(const float *x, int64_t rows, int64_t dim, const float *gamma, const float *beta,
+                        float eps, float *y);
+
+/* linear_neon.c */
+void nrv_linear_neon(const float *x, int64_t rows, int64_t in, const float *w, const float *b, int64_t out,
+                     float *y);
+void nrv_layernorm_linear_neon(const float *x, int64_t rows, int64_t in, const float *gamma,
+                               const float *beta, float eps, const float *w, const float *b, int64_t out,
+                               float *y);
+
+/* gemm_neon.c */
+void nrv_gemm_neon(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* activation_neon.c */
+void nrv_relu_neon(const float *x, int64_t n, float *y);
+void nrv_gelu_neon(const float *x, int64_t n, float *y);
+void nrv_gelu_tanh_neon(const float *x, int64_t n, float *y);
+void nrv_sigmoid_neon(const float *x, int64_t n, float *y);
+void nrv_tanh_neon(const float *x, int64_t n, float *y);
+void nrv_softmax_neon(const float *x, int64_t rows, int64_t dim, float *y);
+
+#endif /* NERVE_NEON_KERNELS_H */
