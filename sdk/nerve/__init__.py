@@ -1,0 +1,130 @@
+"""nerve — edge inference SDK: Python binding of libnerve (cffi, ABI mode).
+
+Public API::
+
+    nerve.__version__          version of the loaded libnerve (= the package version)
+    nerve.info()               version, CPU, kernel dispatch table, CUDA devices
+    nerve.ops                  kernels on numpy arrays (embedding, layernorm_linear, ...)
+    nerve.kernels              inspect / force the kernel variants
+    nerve.memory               StaticPool, DynamicPool, StreamingPool
+    nerve.memory_report()      counters of every pool of this process
+    nerve.NerveError, InputError, ModelError, DeviceError, OutOfMemoryError, NativeError
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+from . import kernels, memory, ops
+from ._native import ffi as _ffi
+from ._native import lib as _lib
+from ._native import library_path as _library_path
+from ._native import to_str as _to_str
+from .errors import (
+    DeviceError,
+    InputError,
+    LibraryLoadError,
+    ModelError,
+    NativeError,
+    NerveError,
+    OutOfMemoryError,
+)
+from .memory import memory_report
+
+__version__: str = _to_str(_lib.nrv_version())
+
+__all__ = [
+    "__version__",
+    "info",
+    "cpu_features",
+    "cuda_device_count",
+    "ops",
+    "kernels",
+    "memory",
+    "memory_report",
+    "NerveError",
+    "InputError",
+    "ModelError",
+    "DeviceError",
+    "OutOfMemoryError",
+    "NativeError",
+    "LibraryLoadError",
+]
+
+
+def cpu_features() -> List[str]:
+    """Names of the CPU features libnerve detected ("avx2", "fma", "neon", "asimddp", ...),
+    in bit order; independent of NERVE_DISABLE."""
+    mask = int(_lib.nrv_cpu_features())
+    names = []
+    for bit in range(64):
+        if mask >> bit & 1:
+            names.append(_to_str(_lib.nrv_cpu_feature_name(1 << bit)) or f"bit{bit}")
+    return names
+
+
+def _cuda_devices(count: int) -> List[Dict[str, object]]:
+    try:
+        info_fn = _lib.nrv_cuda_device_info_get
+    except AttributeError:
+        return []
+    devices = []
+    for index in range(count):
+        raw = _ffi.new("nrv_cuda_device_info *")
+        if info_fn(index, raw) != 0:
+            continue
+        devices.append({
+            "index": index,
+            "name": _ffi.string(raw.name).decode("utf-8", errors="replace"),
+            "cc_major": int(raw.cc_major),
+            "cc_minor": int(raw.cc_minor),
+            "integrated": bool(raw.integrated),
+            "sm_count": int(raw.sm_count),
+            "total_memory": int(raw.total_memory),
+        })
+    return devices
+
+
+def _cuda() -> Dict[str, object]:
+    try:
+        count_fn = _lib.nrv_cuda_device_count
+    except AttributeError:
+        return {"devices": 0, "reason": "this libnerve has no CUDA entry point (nrv_cuda_device_count is not exported)"}
+    _lib.nrv_clear_error()
+    count = int(count_fn())
+    if count > 0:
+        return {"devices": count, "reason": "", "device_list": _cuda_devices(count)}
+    reason = _to_str(_lib.nrv_last_error()) or "no CUDA device found"
+    return {"devices": 0, "reason": reason}
+
+
+def cuda_device_count() -> int:
+    """Number of usable CUDA devices (0 without the CUDA backend or a GPU)."""
+    return int(_cuda()["devices"])
+
+
+def info() -> Dict[str, object]:
+    """What this installation of nerve is and does on this machine::
+
+        {'version': '0.1.0', 'version_number': 100, 'library': '/path/libnerve.so.0',
+         'cpu': {'arch': 'x86_64', 'features': ['sse4.2', 'avx', ...], 'count': 8},
+         'kernels': {'gemm': 'avx2', ...},                 # op -> variant chosen now
+         'variants': {'gemm': [{'name': 'avx2', 'runnable': True, 'selected': True}, ...]},
+         'cuda': {'devices': 0, 'reason': '...'}}
+    """
+    table = {op: kernels.variant_info(op) for op in kernels.ops()}
+    return {
+        "version": __version__,
+        "version_number": int(_lib.nrv_version_number()),
+        "library": str(_library_path),
+        "cpu": {
+            "arch": _to_str(_lib.nrv_cpu_arch()),
+            "features": cpu_features(),
+            "count": int(_lib.nrv_cpu_count()),
+        },
+        "kernels": {op: next((v["name"] for v in vs if v["selected"]), None) for op, vs in table.items()},
+        "variants": table,
+        "cuda": _cuda(),
+    }
+
+

@@ -1,0 +1,7 @@
+"""``python -m nerve`` runs the ``nerve`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,137 @@
+"""Exceptions raised by nerve.
+
+Every failure of the C library arrives as an ``nrv_status`` code plus the thread-local
+message of ``nrv_last_error()``; :func:`nerve._native.check` turns the pair into one of
+the classes below. Argument checks done in Python (dtype, shape, contiguity of ``out=``)
+raise the same classes with the status the C library would have used, so callers can
+catch one family of exceptions whatever layer noticed the problem.
+
+Hierarchy::
+
+    NerveError                      base of everything nerve raises
+    +-- InputError (ValueError)     NRV_ERR_INVALID_ARG, INDEX, SHAPE, DTYPE, OVERFLOW
+    +-- ModelError                  NRV_ERR_FORMAT, NRV_ERR_IO
+    +-- DeviceError                 NRV_ERR_DEVICE
+    +-- OutOfMemoryError (MemoryError)  NRV_ERR_OUT_OF_MEMORY
+    +-- NativeError                 anything else (STATE, UNSUPPORTED, INTERNAL, unknown)
+    +-- LibraryLoadError (ImportError)  libnerve or its header could not be loaded
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = [
+    "NerveError",
+    "InputError",
+    "ModelError",
+    "DeviceError",
+    "OutOfMemoryError",
+    "NativeError",
+    "LibraryLoadError",
+    "STATUS_NAMES",
+    "error_class_for",
+    "make_error",
+]
+
+# Mirrors enum nrv_status in nerve.h (append-only there, so stable here). Used only to name a
+# status raised from Python before any C call; statuses from C are named by nrv_status_str.
+STATUS_NAMES = {
+    0: "NRV_OK",
+    1: "NRV_ERR_INVALID_ARG",
+    2: "NRV_ERR_INDEX",
+    3: "NRV_ERR_SHAPE",
+    4: "NRV_ERR_DTYPE",
+    5: "NRV_ERR_OUT_OF_MEMORY",
+    6: "NRV_ERR_OVERFLOW",
+    7: "NRV_ERR_UNSUPPORTED",
+    8: "NRV_ERR_DEVICE",
+    9: "NRV_ERR_IO",
+    10: "NRV_ERR_FORMAT",
+    11: "NRV_ERR_STATE",
+    12: "NRV_ERR_INTERNAL",
+}
+_CODES = {name: code for code, name in STATUS_NAMES.items()}
+
+
+class NerveError(Exception):
+    """Base class of every error raised by nerve.
+
+    Attributes:
+        status: the ``nrv_status`` code (int), or None for errors with no C status.
+        status_name: its name (``"NRV_ERR_INDEX"``), or None.
+        message: the message without the status prefix (for C errors, ``nrv_last_error()``).
+    """
+
+    def __init__(self, message: str, status: Optional[int] = None, status_name: Optional[str] = None):
+        if status is not None and status_name is None:
+            status_name = STATUS_NAMES.get(status, "NRV_ERR_UNKNOWN")
+        self.status = status
+        self.status_name = status_name
+        self.message = message
+        text = f"{message} [{status_name}]" if status_name else message
+        super().__init__(text)
+
+
+class InputError(NerveError, ValueError):
+    """The arguments were wrong: a bad value or option, an index out of range, shapes that
+    do not fit, a dtype the call does not accept, or a size that overflows."""
+
+
+class ModelError(NerveError):
+    """A model or data file could not be read, or is corrupted / of the wrong version."""
+
+
+class DeviceError(NerveError):
+    """An accelerator (CUDA) call failed."""
+
+
+class OutOfMemoryError(NerveError, MemoryError):
+    """A pool is exhausted or the system allocator failed (the message names the pool)."""
+
+
+class NativeError(NerveError):
+    """Any other status from libnerve: invalid state, unsupported request, internal bug.
+
+    ``NativeError(code)`` is accepted as a shorthand: the message is then the status name.
+    """
+
+    def __init__(self, message="", status: Optional[int] = None, status_name: Optional[str] = None):
+        if isinstance(message, int) and status is None:
+            message, status = "", message
+        if not message and status is not None:
+            message = status_name or STATUS_NAMES.get(status, "NRV_ERR_UNKNOWN")
+        super().__init__(str(message), status, status_name)
+
+
+class LibraryLoadError(NerveError, ImportError):
+    """libnerve (or the nerve.h shipped next to it) could not be found or loaded.
+    The message names every path that was tried."""
+
+
+_CLASS_BY_NAME = {
+    "NRV_ERR_INVALID_ARG": InputError,
+    "NRV_ERR_INDEX": InputError,
+    "NRV_ERR_SHAPE": InputError,
+    "NRV_ERR_DTYPE": InputError,
+    "NRV_ERR_OVERFLOW": InputError,
+    "NRV_ERR_FORMAT": ModelError,
+    "NRV_ERR_IO": ModelError,
+    "NRV_ERR_DEVICE": DeviceError,
+    "NRV_ERR_OUT_OF_MEMORY": OutOfMemoryError,
+}
+
+
+def error_class_for(status: int) -> type:
+    """The exception class used for an ``nrv_status`` code."""
+    return _CLASS_BY_NAME.get(STATUS_NAMES.get(status, ""), NativeError)
+
+
+def make_error(status: int, message: str, status_name: Optional[str] = None) -> NerveError:
+    """Builds (does not raise) the exception for ``status`` with ``message``."""
+    return error_class_for(status)(message, status, status_name)
+
+
+def code(status_name: str) -> int:
+    """The integer value of a status name (``code("NRV_ERR_DTYPE") == 4``)."""
+    return _CODES[status_name]

@@ -1,0 +1,446 @@
+"""Every op, every variant this CPU can run, against float64 numpy references on fresh
+random inputs at awkward sizes. Tolerances follow the dtype: float32 results within ~1e-5
+relative, plus an absolute term for reductions that grows with sqrt(K) (K = length of the
+reduction) times the float32 unit roundoff times the magnitude of the summed terms."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import nerve
+from helpers import SIZES, U32, assert_within, forced, op_variant_params, variant_params
+from nerve import kernels, ops
+
+F32 = np.float32
+RTOL = 1e-5
+# Every op of the dispatch table must be exercised by a test below.
+COVERED_OPS = {
+    "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear", "layernorm_linear", "gemm",
+    "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax",
+}
+
+
+def rotate(i, by):
+    return SIZES[(i + by) % len(SIZES)]
+
+
+def test_every_op_of_the_dispatch_table_is_covered():
+    assert set(kernels.ops()) <= COVERED_OPS, f"ops without a variant test: {set(kernels.ops()) - COVERED_OPS}"
+    for op in kernels.ops():
+        names = kernels.variants(op)
+        assert names and names[-1] == "ref", f"{op}: the reference must be the last variant, got {names}"
+        assert "ref" in kernels.runnable_variants(op)
+
+
+# ------------------------------------------------------------------------- embedding
+
+def _ids(rng, rows, n, dtype):
+    ids = rng.integers(0, rows, n).astype(dtype)
+    ids[0] = rows - 1  # both ends of the table
+    ids[-1] = 0 if n > 1 else ids[-1]
+    return ids
+
+
+@pytest.mark.parametrize("id_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dim", SIZES)
+@pytest.mark.parametrize("variant", variant_params("embedding"))
+def test_embedding_f32(variant, dim, id_dtype, rng):
+    rows = 301
+    table = rng.standard_normal((rows, dim), dtype=F32)
+    ids = _ids(rng, rows, rotate(SIZES.index(dim), 3), id_dtype)
+    with forced("embedding", variant):
+        got = ops.embedding(table, ids)
+    assert got.dtype == F32 and got.shape == (ids.size, dim)
+    # a gather is exact: bit for bit
+    np.testing.assert_array_equal(got.view(np.uint32), table[ids].view(np.uint32))
+
+
+@pytest.mark.parametrize("dim", SIZES)
+@pytest.mark.parametrize("variant", variant_params("embedding_f16"))
+def test_embedding_f16_every_bit_pattern(variant, dim, rng):
+    # Random bit patterns: normals, subnormals, +-0, +-inf and NaNs all show up.
+    rows = 257
+    table = rng.integers(0, 1 << 16, (rows, dim), dtype=np.uint16).view(np.float16)
+    table[0, 0], table[-1, -1] = np.float16(6e-8), np.float16(-0.0)  # smallest subnormal, -0
+    ids = _ids(rng, rows, rotate(SIZES.index(dim), 2), np.int64)
+    with forced("embedding_f16", variant):
+        got = ops.embedding(table, ids)
+    expected = table[ids].astype(F32)  # numpy's conversion is exact
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), expected[~nan].view(np.uint32))
+
+
+@pytest.mark.parametrize("dim", SIZES)
+@pytest.mark.parametrize("variant", variant_params("embedding_q8"))
+def test_embedding_q8(variant, dim, rng):
+    rows = 199
+    table = rng.integers(-128, 128, (rows, dim), dtype=np.int8)
+    scales = (rng.random(rows, dtype=F32) * 0.05 + 1e-4).astype(F32)
+    ids = _ids(rng, rows, rotate(SIZES.index(dim), 4), np.int32)
+    with forced("embedding_q8", variant):
+        got = ops.embedding(table, ids, row_scales=scales)
+    ref = table[ids].astype(np.float64) * scales[ids].astype(np.float64)[..., None]
+    # q * scale is one rounding in float32: within one ulp.
+    assert_within(got, ref, 2 * U32 * np.abs(ref), "embedding_q8")
+
+
+@pytest.mark.parametrize(
+    "ids_shape", [(), (0,), (5,), (2, 3), (4, 0, 2), (2, 1, 3)], ids=lambda s: "x".join(map(str, s)) or "0d"
+)
+def test_embedding_ids_of_any_shape(ids_shape, rng):
+    table = rng.standard_normal((11, 7), dtype=F32)
+    ids = rng.integers(0, 11, ids_shape)
+    got = ops.embedding(table, ids)
+    assert got.shape == ids_shape + (7,)
+    np.testing.assert_array_equal(got, table[ids])
+    out = np.full(ids_shape + (7,), np.nan, F32)
+    assert ops.embedding(table, ids.astype(np.int32), out=out) is out
+    np.testing.assert_array_equal(out, table[ids])
+
+
+def test_embedding_python_ints_and_lists(rng):
+    table = rng.standard_normal((5, 3), dtype=F32)
+    np.testing.assert_array_equal(ops.embedding(table, 4), table[4])
+    np.testing.assert_array_equal(ops.embedding(table, [[0, 4], [2, 2]]), table[[[0, 4], [2, 2]]])
+    assert ops.embedding(table, []).shape == (0, 3)
+
+
+# ------------------------------------------------------------------------- layernorm
+
+def layernorm_ref(x, gamma, beta, eps):
+    """float64 layernorm and a per-element magnitude for the error bound."""
+    x = x.astype(np.float64)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    g = gamma.astype(np.float64)
+    b = np.zeros_like(g) if beta is None else beta.astype(np.float64)
+    y = (x - mean) * rstd * g + b
+    scale = (np.abs(x) + np.abs(mean)) * rstd * np.abs(g) + np.abs(b)
+    return y, scale
+
+
+@pytest.mark.parametrize("with_beta", [True, False], ids=["beta", "no-beta"])
+@pytest.mark.parametrize("dim", SIZES)
+@pytest.mark.parametrize("variant", variant_params("layernorm"))
+def test_layernorm(variant, dim, with_beta, rng):
+    rows = rotate(SIZES.index(dim), 2)
+    x = (rng.standard_normal((rows, dim)) * 2 + 0.5).astype(F32)
+    gamma = rng.standard_normal(dim, dtype=F32)
+    beta = rng.standard_normal(dim, dtype=F32) if with_beta else None
+    with forced("layernorm", variant):
+        got = ops.layernorm(x, gamma, beta, eps=1e-5)
+    ref, scale = layernorm_ref(x, gamma, beta, 1e-5)
+    assert_within(got, ref, RTOL * np.abs(ref) + 8 * math.sqrt(dim) * U32 * scale, "layernorm")
+
+
+@pytest.mark.parametrize("variant", variant_params("layernorm"))
+def test_layernorm_any_rank_and_in_place(variant, rng):
+    x = rng.standard_normal((2, 3, 4, 37), dtype=F32)
+    gamma, beta = rng.standard_normal(37, dtype=F32), rng.standard_normal(37, dtype=F32)
+    ref, scale = layernorm_ref(x, gamma, beta, 1e-3)
+    tol = RTOL * np.abs(ref) + 8 * math.sqrt(37) * U32 * scale
+    with forced("layernorm", variant):
+        assert_within(ops.layernorm(x, gamma, beta, eps=1e-3), ref, tol, "rank 4")
+        assert_within(ops.layernorm(x[1, 2, 3], gamma, beta, eps=1e-3), ref[1, 2, 3], tol[1, 2, 3], "rank 1")
+        assert ops.layernorm(x, gamma, beta, eps=1e-3, out=x) is x  # y may equal x
+    assert_within(x, ref, tol, "in place")
+
+
+def test_layernorm_constant_rows_give_beta(rng):
+    # var = 0: (x - mean) is exactly 0, so every output is beta, not NaN
+    x = np.full((3, 50), 7.25, F32)
+    gamma, beta = rng.standard_normal(50, dtype=F32), rng.standard_normal(50, dtype=F32)
+    for variant in kernels.runnable_variants("layernorm"):
+        with forced("layernorm", variant):
+            np.testing.assert_allclose(ops.layernorm(x, gamma, beta, eps=0.0 + 1e-6), np.broadcast_to(beta, x.shape),
+                                       rtol=1e-6, atol=1e-6, err_msg=variant)
+
+
+# ------------------------------------------------------------------------- linear
+
+LINEAR_SHAPES = [(SIZES[i], rotate(i, 3), rotate(i, 5)) for i in range(len(SIZES))]  # (rows, in, out)
+
+
+def linear_ref(x, W, b):
+    y = x.astype(np.float64) @ W.astype(np.float64).T
+    mag = np.abs(x.astype(np.float64)) @ np.abs(W.astype(np.float64)).T
+    if b is not None:
+        y = y + b
+        mag = mag + np.abs(b.astype(np.float64))
+    return y, mag
+
+
+@pytest.mark.parametrize("rows,n_in,n_out", LINEAR_SHAPES, ids=[f"{r}x{i}x{o}" for r, i, o in LINEAR_SHAPES])
+@pytest.mark.parametrize("variant", variant_params("linear"))
+def test_linear(variant, rows, n_in, n_out, rng):
+    x = rng.standard_normal((rows, n_in), dtype=F32)
+    W = rng.standard_normal((n_out, n_in), dtype=F32)
+    b = rng.standard_normal(n_out, dtype=F32) if rows % 2 else None
+    with forced("linear", variant):
+        got = ops.linear(x, W, b)
+    ref, mag = linear_ref(x, W, b)
+    assert_within(got, ref, RTOL * np.abs(ref) + 8 * math.sqrt(n_in) * U32 * mag, "linear")
+
+
+@pytest.mark.parametrize("variant", variant_params("linear"))
+def test_linear_leading_axes(variant, rng):
+    x = rng.standard_normal((2, 5, 33), dtype=F32)
+    W, b = rng.standard_normal((19, 33), dtype=F32), rng.standard_normal(19, dtype=F32)
+    ref, mag = linear_ref(x, W, b)
+    tol = RTOL * np.abs(ref) + 8 * math.sqrt(33) * U32 * mag
+    with forced("linear", variant):
+        assert_within(ops.linear(x, W, b), ref, tol, "rank 3")
+        assert_within(ops.linear(x[1, 4], W, b), ref[1, 4], tol[1, 4], "rank 1")
+        out = np.empty((2, 5, 19), F32)
+        assert ops.linear(x, W, b, out=out) is out
+    assert_within(out, ref, tol, "out=")
+
+
+@pytest.mark.parametrize("rows,n_in,n_out", LINEAR_SHAPES, ids=[f"{r}x{i}x{o}" for r, i, o in LINEAR_SHAPES])
+@pytest.mark.parametrize("variant", variant_params("layernorm_linear"))
+def test_layernorm_linear(variant, rows, n_in, n_out, rng):
+    x = (rng.standard_normal((rows, n_in)) * 1.5 - 0.25).astype(F32)
+    gamma, beta = rng.standard_normal(n_in, dtype=F32), rng.standard_normal(n_in, dtype=F32)
+    if rows % 3 == 0:
+        beta = None
+    W = rng.standard_normal((n_out, n_in), dtype=F32)
+    b = rng.standard_normal(n_out, dtype=F32) if rows % 2 else None
+    with forced("layernorm_linear", variant):
+        got = ops.layernorm_linear(x, gamma, beta, W, b, eps=1e-5)
+    normed, scale = layernorm_ref(x, gamma, beta, 1e-5)
+    ref = normed @ W.astype(np.float64).T + (0 if b is None else b)
+    mag = scale @ np.abs(W.astype(np.float64)).T + (0 if b is None else np.abs(b))
+    assert_within(got, ref, RTOL * np.abs(ref) + 16 * math.sqrt(n_in) * U32 * mag, "layernorm_linear")
+
+
+def test_layernorm_linear_equals_the_two_step_path(rng):
+    x = rng.standard_normal((4, 3, 64), dtype=F32)
+    gamma, beta = rng.standard_normal(64, dtype=F32), rng.standard_normal(64, dtype=F32)
+    W, b = rng.standard_normal((48, 64), dtype=F32), rng.standard_normal(48, dtype=F32)
+    fused = ops.layernorm_linear(x, gamma, beta, W, b, eps=1e-4)
+    two_step = ops.linear(ops.layernorm(x, gamma, beta, eps=1e-4), W, b)
+    assert fused.shape == (4, 3, 48)
+    np.testing.assert_allclose(fused, two_step, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------- gemm
+
+GEMM_SHAPES = [(SIZES[i], rotate(i, 2), rotate(i, 4)) for i in range(len(SIZES))]  # (m, n, k)
+
+
+def gemm_ref(a_op, b_op, alpha, beta, c):
+    a64, b64 = a_op.astype(np.float64), b_op.astype(np.float64)
+    ref = alpha * (a64 @ b64)
+    mag = abs(alpha) * (np.abs(a64) @ np.abs(b64))
+    if c is not None and beta != 0:
+        ref = ref + beta * c.astype(np.float64)
+        mag = mag + abs(beta) * np.abs(c.astype(np.float64))
+    return ref, mag
+
+
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B", "Bt"])
+@pytest.mark.parametrize("trans_a", [False, True], ids=["A", "At"])
+@pytest.mark.parametrize("m,n,k", GEMM_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in GEMM_SHAPES])
+@pytest.mark.parametrize("variant", variant_params("gemm"))
+def test_gemm(variant, m, n, k, trans_a, trans_b, rng):
+    # Stored (C-contiguous) matrices; the kernel sees them through the transpose flags.
+    a = rng.standard_normal((k, m) if trans_a else (m, k), dtype=F32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n), dtype=F32)
+    c = rng.standard_normal((m, n), dtype=F32)
+    alpha, beta = 0.75, -0.5
+    with forced("gemm", variant):
+        got = ops.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+    ref, mag = gemm_ref(a.T if trans_a else a, b.T if trans_b else b, alpha, beta, c)
+    assert_within(got, ref, RTOL * np.abs(ref) + 8 * math.sqrt(k) * U32 * mag, "gemm")
+
+
+@pytest.mark.parametrize("variant", variant_params("gemm"))
+def test_gemm_beta_zero_ignores_nan_in_c(variant, rng):
+    a, b = rng.standard_normal((13, 7), dtype=F32), rng.standard_normal((7, 9), dtype=F32)
+    c = np.full((13, 9), np.nan, F32)
+    with forced("gemm", variant):
+        got = ops.gemm(a, b, c, alpha=2.0, beta=0.0)
+        out = np.full((13, 9), np.nan, F32)
+        ops.gemm(a, b, out=out)  # no c at all: out's NaNs are not read either
+    ref, mag = gemm_ref(a, b, 2.0, 0.0, None)
+    assert_within(got, ref, RTOL * np.abs(ref) + 8 * math.sqrt(7) * U32 * mag, "beta=0")
+    assert_within(out, ref / 2, RTOL * np.abs(ref) + 8 * math.sqrt(7) * U32 * mag, "c=None")
+
+
+def _gemm_view_cases(rng):
+    big_a = rng.standard_normal((40, 50), dtype=F32)
+    big_b = rng.standard_normal((60, 40), dtype=F32)
+    return {  # name: (a [17, 30], b [30, 23])
+        "row-strided": (big_a[:17, 3:33], big_b[:30, 7:30]),
+        "F-contiguous": (np.ascontiguousarray(big_a[:30, :17]).T, np.ascontiguousarray(big_b[:23, :30]).T),
+        "transposed row-strided": (big_a[:30, :17].T, big_b[:23, :30].T),
+        "arbitrary strides": (big_a[::2, ::3][:17, :10].repeat(3, axis=1)[:, :30], big_b[::2, ::-1][:30, :23]),
+    }
+
+
+@pytest.mark.parametrize("case", ["row-strided", "F-contiguous", "transposed row-strided", "arbitrary strides"])
+def test_gemm_accepts_views(case, rng):
+    a, b = _gemm_view_cases(rng)[case]
+    assert a.shape == (17, 30) and b.shape == (30, 23)
+    ref, mag = gemm_ref(a, b, 1.0, 0.0, None)
+    tol = RTOL * np.abs(ref) + 8 * math.sqrt(30) * U32 * mag
+    assert_within(ops.gemm(a, b), ref, tol, case)
+    # the same views through the transpose flags: op(x) = x.T
+    assert_within(ops.gemm(b, a, trans_a=True, trans_b=True).T, ref, tol, case + " through the flags")
+
+
+def test_gemm_accumulates_in_place(rng):
+    a, b = rng.standard_normal((17, 30), dtype=F32), rng.standard_normal((30, 23), dtype=F32)
+    acc = rng.standard_normal((17, 23), dtype=F32)
+    ref, mag = gemm_ref(a, b, 1.5, 1.0, acc)
+    assert ops.gemm(a, b, acc, alpha=1.5, beta=1.0, out=acc) is acc  # c is out
+    assert_within(acc, ref, RTOL * np.abs(ref) + 8 * math.sqrt(30) * U32 * mag, "c is out")
+    c = rng.standard_normal((17, 23), dtype=F32)
+    c_before = c.copy()
+    out = np.empty((17, 23), F32)
+    ops.gemm(a, b, c, beta=-1.0, out=out)  # c is read, never written
+    np.testing.assert_array_equal(c, c_before)
+    ref, mag = gemm_ref(a, b, 1.0, -1.0, c)
+    assert_within(out, ref, RTOL * np.abs(ref) + 8 * math.sqrt(30) * U32 * mag, "c and out")
+
+
+@pytest.mark.parametrize("m,n", [(1, 1), (3, 4), (17, 33)])
+@pytest.mark.parametrize("variant", variant_params("gemm"))
+def test_gemm_with_k_zero_is_beta_times_c(variant, m, n, rng):
+    c = rng.standard_normal((m, n), dtype=F32)
+    a, b = np.zeros((m, 0), F32), np.zeros((0, n), F32)
+    with forced("gemm", variant):
+        got = ops.gemm(a, b, c, alpha=1.0, beta=2.0)
+        zeros = ops.gemm(a, b, np.full((m, n), np.nan, F32), beta=0.0)
+    np.testing.assert_array_equal(got, 2 * c)  # one exact multiplication per element
+    np.testing.assert_array_equal(zeros, np.zeros((m, n), F32))
+
+
+# ------------------------------------------------------------------------- activations
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+ACTIVATIONS = {
+    # op name in the dispatch table: (python call, float64 reference)
+    "relu": (lambda x, **kw: ops.relu(x, **kw), lambda x: np.maximum(x, 0.0)),
+    "sigmoid": (lambda x, **kw: ops.sigmoid(x, **kw), lambda x: 1.0 / (1.0 + np.exp(-x))),
+    "tanh": (lambda x, **kw: ops.tanh(x, **kw), np.tanh),
+    "gelu": (lambda x, **kw: ops.gelu(x, **kw), lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))),
+    "gelu_tanh": (
+        lambda x, **kw: ops.gelu(x, approximate="tanh", **kw),
+        lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    ),
+}
+SPECIALS = np.array(
+    [0.0, -0.0, 1e-30, -1e-30, 1e-3, -1e-3, 0.5, -0.5, 3.0, -3.0, 9.0, -9.0, 20.0, -20.0, 50.0, -50.0,
+     88.0, -88.0, 100.0, -100.0, 1e4, -1e4, 3e38, -3e38], dtype=F32)
+
+
+def _activation_tol(op, ref):
+    if op == "relu":
+        return np.zeros_like(ref)  # exact
+    return RTOL * np.abs(ref) + 1e-6
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op,variant", op_variant_params(ACTIVATIONS))
+def test_activation(op, variant, n, rng):
+    call, ref_fn = ACTIVATIONS[op]
+    x = (rng.standard_normal(n) * 4).astype(F32)
+    with forced(op, variant):
+        got = call(x)
+    ref = ref_fn(x.astype(np.float64))
+    assert got.shape == x.shape and got.dtype == F32
+    assert_within(got, ref, _activation_tol(op, ref), op)
+
+
+@pytest.mark.parametrize("op,variant", op_variant_params(ACTIVATIONS))
+def test_activation_extreme_inputs_stay_finite(op, variant, rng):
+    # Finite inputs must give finite, accurate outputs: no overflow to inf/inf = NaN.
+    x = np.concatenate([SPECIALS, rng.permutation(np.tile(SPECIALS, 40))]).astype(F32)  # vector body and tail
+    call, ref_fn = ACTIVATIONS[op]
+    with forced(op, variant):
+        got = call(x)
+    with np.errstate(over="ignore"):
+        ref = ref_fn(x.astype(np.float64))
+    assert np.isfinite(got).all(), f"{op}/{variant}: non-finite output for {x[~np.isfinite(got)][:5]}"
+    assert_within(got, ref, _activation_tol(op, ref), op)
+
+
+@pytest.mark.parametrize("op", sorted(ACTIVATIONS))
+def test_activation_any_shape_and_in_place(op, rng):
+    call, ref_fn = ACTIVATIONS[op]
+    for shape in [(), (0,), (4, 0), (2, 3, 5)]:
+        x = rng.standard_normal(shape).astype(F32)
+        ref = ref_fn(x.astype(np.float64))
+        got = call(x)
+        assert got.shape == shape
+        assert_within(got, ref, _activation_tol(op, ref), f"{op} {shape}")
+        assert call(x, out=x) is x  # y may equal x
+        assert_within(x, ref, _activation_tol(op, ref), f"{op} {shape} in place")
+
+
+# ------------------------------------------------------------------------- softmax
+
+def softmax_ref(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e4, -1e4], ids=["centered", "plus1e4", "minus1e4"])
+@pytest.mark.parametrize("dim", SIZES)
+@pytest.mark.parametrize("variant", variant_params("softmax"))
+def test_softmax(variant, dim, offset, rng):
+    rows = rotate(SIZES.index(dim), 3)
+    x = (rng.standard_normal((rows, dim)) * 5 + offset).astype(F32)
+    with forced("softmax", variant):
+        got = ops.softmax(x)
+    ref = softmax_ref(x)
+    assert_within(got, ref, (RTOL + 4 * math.sqrt(dim) * U32) * np.abs(ref) + 1e-12, "softmax")
+    np.testing.assert_allclose(got.sum(-1, dtype=np.float64), 1.0, rtol=0, atol=1e-5)
+
+
+def test_softmax_last_axis_of_any_rank_and_in_place(rng):
+    x = rng.standard_normal((2, 3, 17), dtype=F32)
+    ref = softmax_ref(x)
+    assert_within(ops.softmax(x), ref, 1e-5 * ref + 1e-12, "rank 3")
+    assert ops.softmax(x, out=x) is x
+    assert_within(x, ref, 1e-5 * ref + 1e-12, "in place")
+
+
+# ------------------------------------------------------------------------- threads
+
+def test_kernels_and_error_messages_from_many_threads(rng):
+    x = rng.standard_normal((64, 96), dtype=F32)
+    W, b = rng.standard_normal((80, 96), dtype=F32), rng.standard_normal(80, dtype=F32)
+    expected = ops.linear(x, W, b)
+    table = rng.standard_normal((10, 4), dtype=F32)
+    failures = []
+
+    def worker(k):
+        try:
+            for _ in range(20):
+                np.testing.assert_array_equal(ops.linear(x, W, b), expected)
+                try:
+                    ops.embedding(table, [0, 1, 10 + k])
+                except nerve.InputError as exc:
+                    # the message is thread-local: it names this thread's own bad id
+                    assert f"id[2] = {10 + k} " in str(exc), str(exc)
+                else:
+                    raise AssertionError("no error for an out-of-range id")
+        except BaseException as exc:  # collected, re-raised in the main thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
