@@ -193,13 +193,14 @@ NRV_API nrv_status nrv_layernorm(const float *x, int64_t rows, int64_t dim, cons
                                  const float *beta, float eps, float *y);
 
 /* Linear layer: y = x · Wᵀ + b. x: [rows, in]; w: [out, in]; b: [out] (may be NULL);
- * y: [rows, out], must not overlap x or w. */
+ * y: [rows, out], must not overlap x or w. in == 0 gives y = b (zeros without b). */
 NRV_API nrv_status nrv_linear(const float *x, int64_t rows, int64_t in, const float *w,
                               const float *b, int64_t out, float *y);
 
 /* Fused layernorm + linear: y = layernorm(x; gamma, beta, eps) · Wᵀ + b, each row
  * normalised once on the fly, with no normalised tensor written to memory.
- * Shapes as for nrv_layernorm and nrv_linear; beta and b may be NULL. */
+ * Shapes as for nrv_layernorm and nrv_linear; beta and b may be NULL; in == 0 is
+ * NRV_ERR_SHAPE (an empty row has no mean). */
 NRV_API nrv_status nrv_layernorm_linear(const float *x, int64_t rows, int64_t in, const float *gamma,
                                         const float *beta, float eps, const float *w, const float *b,
                                         int64_t out, float *y);

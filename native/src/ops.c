@@ -92,9 +92,13 @@ static nrv_status check_linear_shapes(const char *fn, int64_t rows, int64_t in, 
     CHECK(check_matrix(fn, "x", rows, in, sizeof(float)));
     CHECK(check_matrix(fn, "w", out, in, sizeof(float)));
     CHECK(check_matrix(fn, "y", rows, out, sizeof(float)));
-    if (in == 0 && rows > 0 && out > 0)
-        return nrv_fail(NRV_ERR_SHAPE, "%s: input width is 0", fn);
     return NRV_OK;
+}
+
+/* A product over an empty input width is all zeros: y is just the bias. */
+static void fill_bias_rows(int64_t rows, int64_t out, const float *b, float *y) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = 0; o < out; o++) y[r * out + o] = b ? b[o] : 0.0f;
 }
 
 nrv_status nrv_linear(const float *x, int64_t rows, int64_t in, const float *w, const float *b, int64_t out,
@@ -102,9 +106,13 @@ nrv_status nrv_linear(const float *x, int64_t rows, int64_t in, const float *w, 
     static const char fn[] = "nrv_linear";
     CHECK(check_linear_shapes(fn, rows, in, out));
     if (rows == 0 || out == 0) return NRV_OK;
+    REQUIRE_PTR(fn, y);
+    if (in == 0) {
+        fill_bias_rows(rows, out, b, y);
+        return NRV_OK;
+    }
     REQUIRE_PTR(fn, x);
     REQUIRE_PTR(fn, w);
-    REQUIRE_PTR(fn, y);
     nrv_kernel_get(NRV_OP_LINEAR).linear(x, rows, in, w, b, out, y);
     return NRV_OK;
 }
@@ -115,6 +123,7 @@ nrv_status nrv_layernorm_linear(const float *x, int64_t rows, int64_t in, const 
     CHECK(check_linear_shapes(fn, rows, in, out));
     CHECK(check_eps(fn, eps));
     if (rows == 0 || out == 0) return NRV_OK;
+    if (in == 0) return nrv_fail(NRV_ERR_SHAPE, "%s: cannot normalise rows of width 0", fn);
     REQUIRE_PTR(fn, x);
     REQUIRE_PTR(fn, gamma);
     REQUIRE_PTR(fn, w);

@@ -247,9 +247,16 @@ def test_shapes_that_do_not_fit(call, needle):
     assert info.value.status_name == "NRV_ERR_SHAPE"
 
 
-def test_zero_width_linear_is_a_shape_error_from_c():
-    with pytest.raises(nerve.InputError, match="width is 0"):
-        ops.linear(np.ones((2, 0), F32), np.ones((3, 0), F32))
+def test_zero_width_linear_is_the_bias():
+    b = np.array([1.5, -2.0, 3.25], F32)
+    y = ops.linear(np.ones((2, 0), F32), np.ones((3, 0), F32), b)
+    np.testing.assert_array_equal(y, np.broadcast_to(b, (2, 3)))
+    np.testing.assert_array_equal(ops.linear(np.ones((2, 0), F32), np.ones((3, 0), F32)), np.zeros((2, 3), F32))
+
+
+def test_zero_width_layernorm_linear_is_a_shape_error_from_c():
+    with pytest.raises(nerve.InputError, match="width 0"):
+        ops.layernorm_linear(np.ones((2, 0), F32), np.ones(0, F32), None, np.ones((3, 0), F32))
 
 
 # ------------------------------------------------------------------------- options

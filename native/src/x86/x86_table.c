@@ -1,6 +1,51 @@
-/* x86_table.c — AVX2 / AVX-512 kernel variants as dispatch candidates, best first. */
-#include "kernels.h"
+/* x86_table.c — AVX2 / AVX-512 kernel variants as dispatch candidates, best first.
+ *
+ * Each variant is named after its ISA group, so NERVE_DISABLE=avx512 falls back to the
+ * avx2 variant and NERVE_DISABLE=avx2,avx512 (or x86, or all) to the reference.
+ * .requires is every feature the variant's translation unit was compiled for:
+ *  - avx2: files built with -mavx2 -mfma -mf16c;
+ *  - avx512: files built with the AVX-512 F/BW/VL/DQ flags plus -mavx2 -mfma -mf16c. They
+ *    are also built with -mavx512vnni, but no kernel uses VNNI (all float), and the
+ *    compiler only emits VNNI for integer dot-product loops, which these files do not
+ *    contain, so the variant stays usable on AVX-512 CPUs without VNNI (Skylake-SP).
+ */
+#include "x86_kernels.h"
+
+#define X86_AVX2_FEATURES (NRV_CPU_AVX | NRV_CPU_AVX2 | NRV_CPU_FMA | NRV_CPU_F16C)
+#define X86_AVX512_FEATURES \
+    (X86_AVX2_FEATURES | NRV_CPU_AVX512F | NRV_CPU_AVX512BW | NRV_CPU_AVX512VL | NRV_CPU_AVX512DQ)
+
+#define AVX512(op_, field_, fn_) \
+    {.op = (op_), .name = "avx512", .group = "avx512", .requires = X86_AVX512_FEATURES, .fn.field_ = (fn_)}
+#define AVX2(op_, field_, fn_) \
+    {.op = (op_), .name = "avx2", .group = "avx2", .requires = X86_AVX2_FEATURES, .fn.field_ = (fn_)}
 
 const nrv_kernel_variant nrv_variants_x86[] = {
+    AVX512(NRV_OP_EMBEDDING_F32, embedding, nrv_embedding_f32_avx512),
+    AVX2(NRV_OP_EMBEDDING_F32, embedding, nrv_embedding_f32_avx2),
+    AVX512(NRV_OP_EMBEDDING_F16, embedding, nrv_embedding_f16_avx512),
+    AVX2(NRV_OP_EMBEDDING_F16, embedding, nrv_embedding_f16_avx2),
+    AVX512(NRV_OP_EMBEDDING_Q8, embedding, nrv_embedding_q8_avx512),
+    AVX2(NRV_OP_EMBEDDING_Q8, embedding, nrv_embedding_q8_avx2),
+    AVX512(NRV_OP_LAYERNORM, layernorm, nrv_layernorm_avx512),
+    AVX2(NRV_OP_LAYERNORM, layernorm, nrv_layernorm_avx2),
+    AVX512(NRV_OP_LINEAR, linear, nrv_linear_avx512),
+    AVX2(NRV_OP_LINEAR, linear, nrv_linear_avx2),
+    AVX512(NRV_OP_LAYERNORM_LINEAR, layernorm_linear, nrv_layernorm_linear_avx512),
+    AVX2(NRV_OP_LAYERNORM_LINEAR, layernorm_linear, nrv_layernorm_linear_avx2),
+    AVX512(NRV_OP_GEMM, gemm, nrv_gemm_avx512),
+    AVX2(NRV_OP_GEMM, gemm, nrv_gemm_avx2),
+    AVX512(NRV_OP_GELU, unary, nrv_gelu_avx512),
+    AVX2(NRV_OP_GELU, unary, nrv_gelu_avx2),
+    AVX512(NRV_OP_GELU_TANH, unary, nrv_gelu_tanh_avx512),
+    AVX2(NRV_OP_GELU_TANH, unary, nrv_gelu_tanh_avx2),
+    AVX512(NRV_OP_RELU, unary, nrv_relu_avx512),
+    AVX2(NRV_OP_RELU, unary, nrv_relu_avx2),
+    AVX512(NRV_OP_SIGMOID, unary, nrv_sigmoid_avx512),
+    AVX2(NRV_OP_SIGMOID, unary, nrv_sigmoid_avx2),
+    AVX512(NRV_OP_TANH, unary, nrv_tanh_avx512),
+    AVX2(NRV_OP_TANH, unary, nrv_tanh_avx2),
+    AVX512(NRV_OP_SOFTMAX, softmax, nrv_softmax_avx512),
+    AVX2(NRV_OP_SOFTMAX, softmax, nrv_softmax_avx2),
     {.name = NULL},
 };

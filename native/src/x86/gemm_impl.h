@@ -1,0 +1,289 @@
+/* gemm_impl.h — blocked single-precision GEMM, written once against the vector layer
+ * (gemm_avx2.c / gemm_avx512.c). Also the engine of linear and layernorm_linear for
+ * larger row counts (nrv_x86_gemm_driver_<isa>).
+ *
+ * Structure (the classic Goto/BLIS loop nest, cut down to a bounded stack):
+ *   for jc in n, step NC:                       columns of C and B
+ *     for pc in k, step KC:                     depth
+ *       pack B[pc:pc+KC, jc:jc+NC] -> bpack      KC x NC floats on the stack, in NR-wide
+ *                                                micro-panels, zero-padded to NR columns
+ *       for ir in m, step MR:                    rows of C and A
+ *         A rows ir..ir+MR: read in place (A not transposed), or packed k-major (A
+ *         transposed), or layer-normalised into a row-major MR x KC stack tile (fused op)
+ *         for jr in the panel, step NR:  micro-kernel: MR x NR tile of C in registers
+ * The micro-kernel keeps MR x NR/VL accumulators in vector registers and, per step of k,
+ * loads NR/VL vectors of B and broadcasts MR values of A: MR·NR/VL FMAs for
+ * NR/VL + MR loads. C is touched once per KC block: the first block writes
+ * alpha·AB + beta·C (beta == 0: C is never read, so NaN in C cannot leak), later blocks
+ * add alpha·AB. Tiles at the m and n edges are computed in full (A rows clamped to the
+ * last valid row, B padded with zeros) and stored only where valid.
+ *
+ * Stack: bpack KC·NC + apack MR·KC floats (+ layernorm statistics), under 48 KiB.
+ */
+#include "simd_math.h"
+#include "x86_kernels.h"
+
+#if VL == 8
+/* AVX2: 16 ymm registers = 12 accumulators (6 x 2) + 2 B vectors + 1 broadcast.
+ * KC x NC = 128 x 64 (32 KiB of packed B): KC = 256/NC = 32 and 192/48 measured the same
+ * on square products, but NC = 64 re-uses each A panel (packed when A is transposed or
+ * layer-normalised) for 4 micro-tiles instead of 2. */
+#ifndef GEMM_MR
+#define GEMM_MR 6
+#endif
+#ifndef GEMM_NRV
+#define GEMM_NRV 2
+#endif
+#ifndef GEMM_KC
+#define GEMM_KC 128
+#endif
+#ifndef GEMM_NC
+#define GEMM_NC 64
+#endif
+#else
+/* AVX-512: 32 zmm registers = 24 accumulators (6 x 4) + 4 B vectors + broadcasts.
+ * Measured against 12 x 32, 14 x 32, 8 x 48 and KC = 64: this was best or within noise
+ * on every shape of the bench. */
+#ifndef GEMM_MR
+#define GEMM_MR 6
+#endif
+#ifndef GEMM_NRV
+#define GEMM_NRV 4
+#endif
+#ifndef GEMM_KC
+#define GEMM_KC 128
+#endif
+#ifndef GEMM_NC
+#define GEMM_NC 64
+#endif
+#endif
+#define GEMM_NR (GEMM_NRV * VL)
+
+/* Rows whose layernorm statistics are kept at once (fused op): 2 floats each. */
+#define GEMM_LN_ROWS 256
+
+_Static_assert(GEMM_NC % GEMM_NR == 0, "NC must be a multiple of NR");
+_Static_assert((GEMM_KC * GEMM_NC + GEMM_MR * GEMM_KC + VL + 2 * GEMM_LN_ROWS) * 4 <= 48 * 1024,
+               "GEMM stack buffers must stay well under the 64 KiB kernel stack budget");
+
+/* ---------------------------------------------------------------- packing */
+
+/* 8x8 transpose of floats in eight 256-bit registers (AVX, available in both ISAs). */
+static inline void gemm_transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* bpack[strip][p][jj] = B(pc + p, jc + strip·NR + jj), zero beyond n. */
+static void gemm_pack_b(const nrv_x86_gemm_args *g, int64_t pc, int64_t kc, int64_t jc, int64_t nc, float *bpack) {
+    for (int64_t js = 0; js < nc; js += GEMM_NR) {
+        float *dst = bpack + js * kc;
+        const int64_t cols = nc - js < GEMM_NR ? nc - js : GEMM_NR;
+        if (!g->trans_b) {
+            /* rows of B are contiguous in j: copy NR-wide row pieces */
+            const float *src = g->b + pc * g->ldb + jc + js;
+            for (int64_t p = 0; p < kc; p++, src += g->ldb, dst += GEMM_NR) {
+                for (int64_t v = 0; v < GEMM_NRV; v++) {
+                    const int64_t c0 = v * VL;
+                    if (cols - c0 >= VL) vstore(dst + c0, vload(src + c0));
+                    else if (cols > c0) vstore(dst + c0, vload_tail(src + c0, vtail_mask(cols - c0)));
+                    else vstore(dst + c0, vzero());
+                }
+            }
+        } else {
+            /* B = stored^T: column j of B is row j of the stored matrix, contiguous in p.
+             * Transpose 8 rows x 8 depths at a time. */
+            const float *src = g->b + (jc + js) * g->ldb + pc;
+            for (int64_t j8 = 0; j8 < GEMM_NR; j8 += 8) {
+                const float *rows[8];
+                int valid[8];
+                for (int t = 0; t < 8; t++) {
+                    valid[t] = j8 + t < cols;
+                    rows[t] = src + (valid[t] ? (j8 + t) : 0) * g->ldb;
+                }
+                int64_t p = 0;
+                for (; p + 8 <= kc; p += 8) {
+                    __m256 r[8];
+                    for (int t = 0; t < 8; t++) r[t] = valid[t] ? _mm256_loadu_ps(rows[t] + p) : _mm256_setzero_ps();
+                    gemm_transpose8(r);
+                    for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (p + t) * GEMM_NR + j8, r[t]);
+                }
+                for (; p < kc; p++)
+                    for (int t = 0; t < 8; t++) dst[p * GEMM_NR + j8 + t] = valid[t] ? rows[t][p] : 0.0f;
+            }
+        }
+    }
+}
+
+/* A transposed (stored k x m): apack[p][i] = A(ir + i, pc + p), MR per step of k, zero
+ * rows beyond mr. The MR values of one step are contiguous in A: one masked vector load
+ * each (MR <= VL), stored as a full vector whose lanes past MR (zeros) are overwritten by
+ * the next step; apack has VL floats of slack for the last one. (A masked store would do
+ * too, but vmaskmovps stores are slow on AMD cores.) */
+_Static_assert(GEMM_MR <= VL, "k-major A packing loads one step of k as one vector");
+static void gemm_pack_a_kmajor(const nrv_x86_gemm_args *g, int64_t ir, int64_t mr, int64_t pc, int64_t kc,
+                               float *apack) {
+    const float *src = g->a + pc * g->lda + ir;
+    const vtail load_mask = vtail_mask(mr);
+    for (int64_t p = 0; p < kc; p++, src += g->lda, apack += GEMM_MR) vstore(apack, vload_tail(src, load_mask));
+}
+
+/* ---------------------------------------------------------------- micro-kernel */
+
+/* C[0:mr, 0:nr] (=|+=) alpha · A·Bp for one MR x NR tile over kc steps of k.
+ * kmajor: A(i, p) = a[p·MR + i]; else A(i, p) = a[i·lda + p] for i < mr (rows past mr
+ * read row mr-1 and are discarded). first: the first KC block (beta and bias apply). */
+static inline __attribute__((always_inline)) void gemm_micro(int kmajor, int64_t kc, const float *a, int64_t lda,
+                                                             int64_t mr, const float *bp, float *c, int64_t ldc,
+                                                             int64_t nr, float alpha, float beta, int first,
+                                                             const float *bias) {
+    vf acc[GEMM_MR][GEMM_NRV];
+    for (int i = 0; i < GEMM_MR; i++)
+        for (int v = 0; v < GEMM_NRV; v++) acc[i][v] = vzero();
+    if (kmajor) {
+        for (int64_t p = 0; p < kc; p++, a += GEMM_MR, bp += GEMM_NR) {
+            vf b[GEMM_NRV];
+            for (int v = 0; v < GEMM_NRV; v++) b[v] = vload(bp + v * VL);
+            for (int i = 0; i < GEMM_MR; i++) {
+                const vf ai = vset1(a[i]);
+                for (int v = 0; v < GEMM_NRV; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
+            }
+        }
+    } else {
+        const float *ar[GEMM_MR];
+        for (int i = 0; i < GEMM_MR; i++) ar[i] = a + (i < mr ? i : mr - 1) * lda;
+        for (int64_t p = 0; p < kc; p++, bp += GEMM_NR) {
+            vf b[GEMM_NRV];
+            for (int v = 0; v < GEMM_NRV; v++) b[v] = vload(bp + v * VL);
+            for (int i = 0; i < GEMM_MR; i++) {
+                const vf ai = vset1(ar[i][p]);
+                for (int v = 0; v < GEMM_NRV; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
+            }
+        }
+    }
+    const vf va = vset1(alpha), vb = vset1(beta);
+    for (int i = 0; i < GEMM_MR; i++) {
+        if (i >= mr) break;
+        float *ci = c + i * ldc;
+        for (int v = 0; v < GEMM_NRV; v++) {
+            const int64_t c0 = v * VL;
+            if (c0 >= nr) break;
+            vf r = vmul(acc[i][v], va);
+            if (nr - c0 >= VL) {
+                if (!first) r = vadd(r, vload(ci + c0));
+                else {
+                    if (beta != 0.0f) r = vfmadd(vb, vload(ci + c0), r);
+                    if (bias) r = vadd(r, vload(bias + c0));
+                }
+                vstore(ci + c0, r);
+            } else {
+                const vtail t = vtail_mask(nr - c0);
+                if (!first) r = vadd(r, vload_tail(ci + c0, t));
+                else {
+                    if (beta != 0.0f) r = vfmadd(vb, vload_tail(ci + c0, t), r);
+                    if (bias) r = vadd(r, vload_tail(bias + c0, t));
+                }
+                vstore_tail(ci + c0, t, r);
+            }
+        }
+    }
+}
+
+static void gemm_micro_rows(int64_t kc, const float *a, int64_t lda, int64_t mr, const float *bp, float *c,
+                            int64_t ldc, int64_t nr, float alpha, float beta, int first, const float *bias) {
+    gemm_micro(0, kc, a, lda, mr, bp, c, ldc, nr, alpha, beta, first, bias);
+}
+
+static void gemm_micro_kmajor(int64_t kc, const float *a, int64_t mr, const float *bp, float *c, int64_t ldc,
+                              int64_t nr, float alpha, float beta, int first, const float *bias) {
+    gemm_micro(1, kc, a, 0, mr, bp, c, ldc, nr, alpha, beta, first, bias);
+}
+
+/* ---------------------------------------------------------------- driver */
+
+/* k == 0: C = beta·C (+ bias), alpha·(empty sum) contributing 0. */
+static void gemm_scale_c(const nrv_x86_gemm_args *g) {
+    for (int64_t i = 0; i < g->m; i++) {
+        float *ci = g->c + i * g->ldc;
+        for (int64_t j = 0; j < g->n; j++) {
+            const float v = g->beta == 0.0f ? 0.0f : g->beta * ci[j];
+            ci[j] = g->bias ? v + g->bias[j] : v;
+        }
+    }
+}
+
+void X86FN(nrv_x86_gemm_driver)(const nrv_x86_gemm_args *g) {
+    if (g->k == 0) {
+        gemm_scale_c(g);
+        return;
+    }
+    _Alignas(64) float bpack[GEMM_KC * GEMM_NC];
+    _Alignas(64) float apack[GEMM_MR * GEMM_KC + VL];
+    float ln_mean[GEMM_LN_ROWS], ln_rstd[GEMM_LN_ROWS];
+    const int layernorm = g->ln_gamma != NULL;
+    /* Without layernorm all of m is one chunk; with it, chunks of GEMM_LN_ROWS rows
+     * whose statistics are computed once and reused for every (jc, pc) tile. */
+    const int64_t m_chunk = layernorm ? GEMM_LN_ROWS : g->m;
+
+    for (int64_t mc = 0; mc < g->m; mc += m_chunk) {
+        const int64_t mlen = g->m - mc < m_chunk ? g->m - mc : m_chunk;
+        if (layernorm)
+            for (int64_t i = 0; i < mlen; i++)
+                v_row_stats(g->a + (mc + i) * g->lda, g->k, g->ln_eps, &ln_mean[i], &ln_rstd[i]);
+        for (int64_t jc = 0; jc < g->n; jc += GEMM_NC) {
+            const int64_t nc = g->n - jc < GEMM_NC ? g->n - jc : GEMM_NC;
+            for (int64_t pc = 0; pc < g->k; pc += GEMM_KC) {
+                const int64_t kc = g->k - pc < GEMM_KC ? g->k - pc : GEMM_KC;
+                const int first = pc == 0;
+                gemm_pack_b(g, pc, kc, jc, nc, bpack);
+                for (int64_t ir = 0; ir < mlen; ir += GEMM_MR) {
+                    const int64_t i0 = mc + ir;
+                    const int64_t mr = mlen - ir < GEMM_MR ? mlen - ir : GEMM_MR;
+                    float *crow = g->c + i0 * g->ldc + jc;
+                    const float *bias = g->bias ? g->bias + jc : NULL;
+                    if (layernorm) {
+                        /* normalise the MR x kc block of x once, reuse it for the panel */
+                        for (int64_t i = 0; i < mr; i++)
+                            v_normalise_row(g->a + (i0 + i) * g->lda + pc, kc, ln_mean[ir + i], ln_rstd[ir + i],
+                                            g->ln_gamma + pc, g->ln_beta ? g->ln_beta + pc : NULL,
+                                            apack + i * GEMM_KC);
+                        for (int64_t jr = 0; jr < nc; jr += GEMM_NR)
+                            gemm_micro_rows(kc, apack, GEMM_KC, mr, bpack + jr * kc, crow + jr, g->ldc,
+                                            nc - jr, g->alpha, g->beta, first, bias ? bias + jr : NULL);
+                    } else if (g->trans_a) {
+                        gemm_pack_a_kmajor(g, i0, mr, pc, kc, apack);
+                        for (int64_t jr = 0; jr < nc; jr += GEMM_NR)
+                            gemm_micro_kmajor(kc, apack, mr, bpack + jr * kc, crow + jr, g->ldc, nc - jr, g->alpha,
+                                              g->beta, first, bias ? bias + jr : NULL);
+                    } else {
+                        const float *arow = g->a + i0 * g->lda + pc;
+                        for (int64_t jr = 0; jr < nc; jr += GEMM_NR)
+                            gemm_micro_rows(kc, arow, g->lda, mr, bpack + jr * kc, crow + jr, g->ldc, nc - jr,
+                                            g->alpha, g->beta, first, bias ? bias + jr : NULL);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    const nrv_x86_gemm_args g = {.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k, .alpha = alpha,
+                                 .a = a, .lda = lda, .b = b, .ldb = ldb, .beta = beta, .c = c, .ldc = ldc};
+    X86FN(nrv_x86_gemm_driver)(&g);
+}

