@@ -119,7 +119,9 @@ def layernorm_ref(x, gamma, beta, eps):
     g = gamma.astype(np.float64)
     b = np.zeros_like(g) if beta is None else beta.astype(np.float64)
     y = (x - mean) * rstd * g + b
-    scale = (np.abs(x) + np.abs(mean)) * rstd * np.abs(g) + np.abs(b)
+    # The computed mean's rounding error scales with the row's mean |x| (a sum's forward
+    # error bound), not with |mean|, which cancellation can make arbitrarily small.
+    scale = (np.abs(x) + np.abs(x).mean(-1, keepdims=True)) * rstd * np.abs(g) + np.abs(b)
     return y, scale
 
 

@@ -3,20 +3,21 @@
  *
  * Few rows (the decode step of a model: 1-16 tokens) make a linear layer a pass over W,
  * which is [out, in] row-major: every output is a dot product of a row of x with a row
- * of W, both contiguous. The dot kernel takes four rows of W (16 KiB for in = 1024:
- * stays in L1) and runs them against every block of DOT_R rows of x before moving on, so
- * W streams from memory exactly once per call whatever the row count; x (rows · in
- * floats, L1/L2) is what gets re-read. Per step of k: 4 W vectors + DOT_R x vectors
- * feed 4·DOT_R FMAs into 4·DOT_R independent accumulators; the four sums of a row are
- * reduced together at the end (vhsum4).
+ * of W, both contiguous. The dot kernel takes DOT_O rows of W (12-16 KiB for in = 1024:
+ * they stay in L1) and runs them against every block of DOT_R rows of x before moving
+ * on, so W streams from memory exactly once per call whatever the row count; x
+ * (rows · in floats, L1/L2) is what gets re-read. Per step of k: DOT_O W vectors + DOT_R
+ * x vectors feed DOT_O·DOT_R FMAs into as many independent accumulators; the sums of a
+ * row are reduced together at the end (vhsum4).
  *
  * Many rows: the blocked GEMM (gemm_impl.h, shared driver) with W as a transposed B and
  * the bias folded into its first store, re-using each packed W panel for every row.
  *
- * Fused layernorm + linear, few rows: each block of rows is normalised once into an
- * L1-sized stack block (a k-chunk at a time if the rows are long), and the dot kernel
- * reads it from there; no normalised tensor is written to memory, W is still read once
- * per row block, and for more rows the GEMM driver normalises the rows while packing them.
+ * Fused layernorm + linear, few rows: each block of up to 16 rows is normalised once into
+ * a 32 KiB (L1) stack block, a k-chunk at a time when the rows are long, and the dot
+ * kernel reads it from there (later chunks add to y); no normalised tensor is written to
+ * memory and W is still read once per call for <= 16 rows. Many rows: the GEMM driver
+ * normalises each MR x KC tile of x while packing it.
  */
 #include "simd_math.h"
 #include "x86_kernels.h"
@@ -130,8 +131,8 @@ static void dot_rows(int64_t rows, const float *x, int64_t ldx, const float *w, 
     }
 }
 
-/* y[rows, out] (=|+=) x[rows, :kc] · w[out, :kc]ᵀ (+ bias): for each group of 4 outputs,
- * every block of DOT_R rows. */
+/* y[rows, out] (=|+=) x[rows, :kc] · w[out, :kc]ᵀ (+ bias): for each group of DOT_O
+ * outputs, every block of DOT_R rows. */
 static void dot_all(const float *x, int64_t ldx, int64_t rows, const float *w, int64_t ldw, int64_t out,
                     int64_t kc, const float *bias, int accumulate, float *y, int64_t ldy) {
     for (int64_t o = 0; o < out; o += DOT_O) {
@@ -156,15 +157,12 @@ void X86FN(nrv_linear)(const float *x, int64_t rows, int64_t in, const float *w,
     X86FN(nrv_x86_gemm_driver)(&g);
 }
 
-void X86FN(nrv_layernorm_linear)(const float *x, int64_t rows, int64_t in, const float *gamma, const float *beta,
-                                 float eps, const float *w, const float *b, int64_t out, float *y) {
-    if (rows >= LINEAR_GEMM_MIN_ROWS) {
-        const nrv_x86_gemm_args g = {.trans_a = 0, .trans_b = 1, .m = rows, .n = out, .k = in, .alpha = 1.0f,
-                                     .a = x, .lda = in, .b = w, .ldb = in, .beta = 0.0f, .c = y, .ldc = out,
-                                     .bias = b, .ln_gamma = gamma, .ln_beta = beta, .ln_eps = eps};
-        X86FN(nrv_x86_gemm_driver)(&g);
-        return;
-    }
+/* The fused op for few rows: blocks of rows normalised into an L1-sized stack block, then
+ * the dot kernel. Kept out of line so its 32 KiB block is on the stack only on this path,
+ * never under the GEMM driver's own buffers (the two together would pass 64 KiB). */
+static __attribute__((noinline)) void fused_few_rows(const float *x, int64_t rows, int64_t in, const float *gamma,
+                                                     const float *beta, float eps, const float *w, const float *b,
+                                                     int64_t out, float *y) {
     _Alignas(64) float xn[FUSED_BLOCK_FLOATS];
     float mean[FUSED_MAX_ROWS], rstd[FUSED_MAX_ROWS];
     for (int64_t r0 = 0; r0 < rows; r0 += FUSED_MAX_ROWS) {
@@ -181,4 +179,16 @@ void X86FN(nrv_layernorm_linear)(const float *x, int64_t rows, int64_t in, const
             dot_all(xn, kc, rb, w + pc, in, out, kc, b, pc > 0, y + r0 * out, out);
         }
     }
+}
+
+void X86FN(nrv_layernorm_linear)(const float *x, int64_t rows, int64_t in, const float *gamma, const float *beta,
+                                 float eps, const float *w, const float *b, int64_t out, float *y) {
+    if (rows < LINEAR_GEMM_MIN_ROWS) {
+        fused_few_rows(x, rows, in, gamma, beta, eps, w, b, out, y);
+        return;
+    }
+    const nrv_x86_gemm_args g = {.trans_a = 0, .trans_b = 1, .m = rows, .n = out, .k = in, .alpha = 1.0f,
+                                 .a = x, .lda = in, .b = w, .ldb = in, .beta = 0.0f, .c = y, .ldc = out,
+                                 .bias = b, .ln_gamma = gamma, .ln_beta = beta, .ln_eps = eps};
+    X86FN(nrv_x86_gemm_driver)(&g);
 }
