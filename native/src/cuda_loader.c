@@ -193,16 +193,6 @@ static nrv_status require_device(const char *fn, int device) {
     return NRV_OK;
 }
 
-#define REQUIRE_ARG(fn, p)                                                                       \
-    do {                                                                                         \
-        if (!(p)) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, #p);       \
-    } while (0)
-
-#define CHECK(expr)                                                                              \
-    do {                                                                                         \
-        const nrv_status st_ = (expr);                                                           \
-        if (st_ != NRV_OK) return st_;                                                           \
-    } while (0)
 
 int nrv_cuda_device_count(void) {
     if (!backend_loaded()) {
@@ -224,8 +214,8 @@ int nrv_cuda_device_count(void) {
 
 nrv_status nrv_cuda_device_info_get(int device, nrv_cuda_device_info *out) {
     static const char fn[] = "nrv_cuda_device_info_get";
-    REQUIRE_ARG(fn, out);
-    CHECK(require_device(fn, device));
+    NRV_REQUIRE_PTR(fn, out);
+    NRV_TRY(require_device(fn, device));
     nrv_cuda_device_info info;
     const nrv_status st = backend.device_info(device, &info);
     if (st != NRV_OK) return forward(fn, st);
@@ -236,48 +226,25 @@ nrv_status nrv_cuda_device_info_get(int device, nrv_cuda_device_info *out) {
 nrv_status nrv_cuda_copy(int device, void *dst, const void *src, uint64_t bytes) {
     static const char fn[] = "nrv_cuda_copy";
     if (bytes == 0) return NRV_OK;
-    REQUIRE_ARG(fn, dst);
-    REQUIRE_ARG(fn, src);
+    NRV_REQUIRE_PTR(fn, dst);
+    NRV_REQUIRE_PTR(fn, src);
     if (bytes > (uint64_t)PTRDIFF_MAX)
         return nrv_fail(NRV_ERR_OVERFLOW, "%s: %llu bytes exceed the address space", fn, (unsigned long long)bytes);
-    CHECK(require_device(fn, device));
+    NRV_TRY(require_device(fn, device));
     const nrv_status st = backend.copy(device, dst, src, bytes);
     return st == NRV_OK ? NRV_OK : forward(fn, st);
-}
-
-/* rows x cols elements of elem bytes: non-negative, and the product fits in memory. */
-static nrv_status check_matrix(const char *fn, const char *what, int64_t rows, int64_t cols, size_t elem) {
-    if (rows < 0 || cols < 0)
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: %s has negative shape [%lld, %lld]", fn, what,
-                        (long long)rows, (long long)cols);
-    uint64_t count;
-    if (nrv_mul_overflow((uint64_t)rows, (uint64_t)cols, &count) || count > (uint64_t)INT64_MAX)
-        return nrv_fail(NRV_ERR_OVERFLOW, "%s: %s shape [%lld, %lld] overflows", fn, what, (long long)rows,
-                        (long long)cols);
-    return nrv_check_extent(fn, what, (int64_t)count, elem);
 }
 
 nrv_status nrv_cuda_embedding(int device, const void *table, nrv_dtype table_dtype, int64_t rows, int64_t dim,
                               const float *row_scales, const void *ids, nrv_dtype id_dtype, int64_t n_ids,
                               float *out, void *stream) {
     static const char fn[] = "nrv_cuda_embedding";
-    if (table_dtype != NRV_F32 && table_dtype != NRV_F16 && table_dtype != NRV_I8)
-        return nrv_fail(NRV_ERR_DTYPE, "%s: table dtype %s not supported (f32, f16 or i8 with row scales)", fn,
-                        nrv_dtype_str(table_dtype));
-    if (id_dtype != NRV_I32 && id_dtype != NRV_I64)
-        return nrv_fail(NRV_ERR_DTYPE, "%s: ids dtype %s not supported (i32 or i64)", fn, nrv_dtype_str(id_dtype));
-    if (table_dtype == NRV_I8 && !row_scales)
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: an i8 table needs row_scales", fn);
-    if (table_dtype != NRV_I8 && row_scales)
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: row_scales given for a %s table (only i8 tables take them)", fn,
-                        nrv_dtype_str(table_dtype));
-    CHECK(check_matrix(fn, "table", rows, dim, nrv_dtype_size(table_dtype)));
-    CHECK(check_matrix(fn, "out", n_ids, dim, sizeof(float)));
+    NRV_TRY(nrv_check_embedding_args(fn, table_dtype, rows, dim, row_scales, id_dtype, n_ids));
     if (n_ids == 0 || dim == 0) return NRV_OK;
-    REQUIRE_ARG(fn, ids);
-    REQUIRE_ARG(fn, out);
-    if (rows > 0) REQUIRE_ARG(fn, table); /* rows == 0: every id is out of range, found on the device */
-    CHECK(require_device(fn, device));
+    NRV_REQUIRE_PTR(fn, ids);
+    NRV_REQUIRE_PTR(fn, out);
+    if (rows > 0) NRV_REQUIRE_PTR(fn, table); /* rows == 0: every id is out of range, found on the device */
+    NRV_TRY(require_device(fn, device));
     const nrv_status st = backend.embedding(device, table, table_dtype, rows, dim, row_scales, ids,
                                             id_dtype == NRV_I64, n_ids, out, stream);
     return st == NRV_OK ? NRV_OK : forward(fn, st);
@@ -285,9 +252,9 @@ nrv_status nrv_cuda_embedding(int device, const void *table, nrv_dtype table_dty
 
 nrv_status nrv_cuda_pool_create(int device, uint64_t capacity, const char *name, nrv_cuda_pool_t **out) {
     static const char fn[] = "nrv_cuda_pool_create";
-    REQUIRE_ARG(fn, out);
+    NRV_REQUIRE_PTR(fn, out);
     if (capacity == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: capacity is 0", fn);
-    CHECK(require_device(fn, device));
+    NRV_TRY(require_device(fn, device));
     nrvc_pool *pool = NULL;
     const nrv_status st = backend.pool_create(device, capacity, name, &pool);
     if (st != NRV_OK) return forward(fn, st);
@@ -302,8 +269,8 @@ void nrv_cuda_pool_free(nrv_cuda_pool_t *pool) {
 
 nrv_status nrv_cuda_pool_alloc(nrv_cuda_pool_t *pool, uint64_t size, void **out) {
     static const char fn[] = "nrv_cuda_pool_alloc";
-    REQUIRE_ARG(fn, pool);
-    REQUIRE_ARG(fn, out);
+    NRV_REQUIRE_PTR(fn, pool);
+    NRV_REQUIRE_PTR(fn, out);
     if (size == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: size is 0", fn);
     if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
     void *p = NULL;
@@ -315,8 +282,8 @@ nrv_status nrv_cuda_pool_alloc(nrv_cuda_pool_t *pool, uint64_t size, void **out)
 
 nrv_status nrv_cuda_pool_release(nrv_cuda_pool_t *pool, void *ptr) {
     static const char fn[] = "nrv_cuda_pool_release";
-    REQUIRE_ARG(fn, pool);
-    REQUIRE_ARG(fn, ptr);
+    NRV_REQUIRE_PTR(fn, pool);
+    NRV_REQUIRE_PTR(fn, ptr);
     if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
     const nrv_status st = backend.pool_release((nrvc_pool *)pool, ptr);
     return st == NRV_OK ? NRV_OK : forward(fn, st);
@@ -324,8 +291,8 @@ nrv_status nrv_cuda_pool_release(nrv_cuda_pool_t *pool, void *ptr) {
 
 nrv_status nrv_cuda_pool_stats_get(const nrv_cuda_pool_t *pool, nrv_pool_stats *out) {
     static const char fn[] = "nrv_cuda_pool_stats_get";
-    REQUIRE_ARG(fn, pool);
-    REQUIRE_ARG(fn, out);
+    NRV_REQUIRE_PTR(fn, pool);
+    NRV_REQUIRE_PTR(fn, out);
     if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
     nrv_pool_stats s;
     const nrv_status st = backend.pool_stats((const nrvc_pool *)pool, &s);

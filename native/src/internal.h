@@ -36,4 +36,26 @@ static inline int nrv_add_overflow(uint64_t a, uint64_t b, uint64_t *out) {
  * count * elem_size <= PTRDIFF_MAX). Returns NRV_OK or an error naming `what`. */
 nrv_status nrv_check_extent(const char *fn, const char *what, int64_t count, size_t elem_size);
 
+/* Checks a [rows, cols] array of elem_size bytes: both non-negative, the product
+ * addressable. Returns NRV_OK or an error naming fn and `what`. */
+nrv_status nrv_check_matrix(const char *fn, const char *what, int64_t rows, int64_t cols, size_t elem_size);
+
+/* Everything about an embedding lookup that does not need to read the ids: dtypes,
+ * row_scales given exactly for i8 tables, shapes of table and out. Shared by the CPU
+ * entry point and the CUDA one, so both refuse the same inputs with the same words. */
+nrv_status nrv_check_embedding_args(const char *fn, nrv_dtype table_dtype, int64_t rows, int64_t dim,
+                                    const float *row_scales, nrv_dtype id_dtype, int64_t n_ids);
+
+/* Return-on-error helpers for the public entry points. */
+#define NRV_TRY(expr)                                \
+    do {                                             \
+        const nrv_status nrv_try_s_ = (expr);        \
+        if (nrv_try_s_ != NRV_OK) return nrv_try_s_; \
+    } while (0)
+
+#define NRV_REQUIRE_PTR(fn, p)                                                                 \
+    do {                                                                                       \
+        if (!(p)) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, #p);  \
+    } while (0)
+
 #endif /* NERVE_INTERNAL_H */

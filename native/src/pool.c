@@ -36,11 +36,6 @@
 #define NRV_NAME_KEEP 127    /* longest name copied into a pool (longer names are truncated) */
 #define NRV_LABEL_CAP (NRV_NAME_KEEP + 32) /* "<kind> pool '<name>'" */
 
-#define CHECK(expr)                                   \
-    do {                                              \
-        nrv_status check_s_ = (expr);                 \
-        if (check_s_ != NRV_OK) return check_s_;      \
-    } while (0)
 
 /* ---------------------------------------------------------------- layout */
 
@@ -222,7 +217,7 @@ static uint64_t bump_largest(const nrv_pool_t *pool) {
 
 static nrv_status bump_alloc(nrv_pool_t *pool, uint64_t size, nrv_block **out) {
     uint64_t need = 0; /* set by request_extent on success */
-    CHECK(request_extent(pool, size, &need));
+    NRV_TRY(request_extent(pool, size, &need));
     if (need > pool->capacity - pool->u.bump.top) return fail_exhausted(pool, size);
     nrv_block *b = block_at(pool, pool->u.bump.top);
     b->bytes = need;
@@ -336,7 +331,7 @@ static void fit_split(nrv_pool_t *pool, nrv_block *b, uint64_t need) {
 
 static nrv_status fit_alloc(nrv_pool_t *pool, uint64_t size, nrv_block **out) {
     uint64_t need = 0; /* set by request_extent on success */
-    CHECK(request_extent(pool, size, &need));
+    NRV_TRY(request_extent(pool, size, &need));
     nrv_block *b = fit_find(pool, need);
     if (!b) return fail_exhausted(pool, size);
     bin_remove(pool, b);
@@ -482,7 +477,7 @@ nrv_status nrv_pool_create(nrv_pool_kind kind, uint64_t capacity, const char *na
                         capacity);
     if (arena_bytes < MIN_BLOCK) arena_bytes = MIN_BLOCK;
     nrv_pool_t *pool;
-    CHECK(pool_new(kind, arena_bytes, label, &pool));
+    NRV_TRY(pool_new(kind, arena_bytes, label, &pool));
     pool_clear(pool);
     *out = pool;
     return NRV_OK;
@@ -502,7 +497,7 @@ nrv_status nrv_pool_create_streaming(uint64_t chunk_size, uint64_t chunk_count, 
                         "-byte header) overflow",
                         fn, label, chunk_count, chunk_size, HDR);
     nrv_pool_t *pool;
-    CHECK(pool_new(NRV_POOL_STREAMING, arena_bytes, label, &pool));
+    NRV_TRY(pool_new(NRV_POOL_STREAMING, arena_bytes, label, &pool));
     pool->u.ring.chunk_size = chunk_size;
     pool->u.ring.stride = stride;
     pool->u.ring.count = chunk_count;
@@ -520,7 +515,7 @@ void nrv_pool_free(nrv_pool_t *pool) {
 
 nrv_status nrv_pool_alloc(nrv_pool_t *pool, uint64_t size, void **out) {
     static const char fn[] = "nrv_pool_alloc";
-    CHECK(check_pool(pool, fn));
+    NRV_TRY(check_pool(pool, fn));
     if (!out) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: %s: argument 'out' is NULL", fn, pool->label);
     if (size == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: cannot allocate 0 bytes (size must be > 0)", pool->label);
     if (pool->closed)
@@ -548,7 +543,7 @@ nrv_status nrv_pool_alloc(nrv_pool_t *pool, uint64_t size, void **out) {
 
 nrv_status nrv_pool_stats_get(const nrv_pool_t *pool, nrv_pool_stats *out) {
     static const char fn[] = "nrv_pool_stats_get";
-    CHECK(check_pool(pool, fn));
+    NRV_TRY(check_pool(pool, fn));
     if (!out) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: %s: argument 'out' is NULL", fn, pool->label);
     nrv_pool_stats s;
     memset(&s, 0, sizeof s);
@@ -572,7 +567,7 @@ nrv_status nrv_pool_stats_get(const nrv_pool_t *pool, nrv_pool_stats *out) {
 }
 
 nrv_status nrv_pool_reset_peak(nrv_pool_t *pool) {
-    CHECK(check_pool(pool, "nrv_pool_reset_peak"));
+    NRV_TRY(check_pool(pool, "nrv_pool_reset_peak"));
     pool->peak = pool->allocated;
     return NRV_OK;
 }
@@ -581,7 +576,7 @@ nrv_status nrv_pool_reset_peak(nrv_pool_t *pool) {
  * ring on release, so there is nothing to reclaim and the call is a mistake of pool kind. */
 nrv_status nrv_pool_reset(nrv_pool_t *pool) {
     static const char fn[] = "nrv_pool_reset";
-    CHECK(check_pool(pool, fn));
+    NRV_TRY(check_pool(pool, fn));
     if (pool->kind == NRV_POOL_STREAMING)
         return nrv_fail(NRV_ERR_INVALID_ARG,
                         "%s: %s: only static and dynamic pools are reset (a chunk returns to the ring on release)", fn,
@@ -620,7 +615,7 @@ static nrv_status require_live(void *ptr, const char *fn, nrv_block **out) {
 
 nrv_status nrv_buffer_retain(void *ptr) {
     nrv_block *b;
-    CHECK(require_live(ptr, "nrv_buffer_retain", &b));
+    NRV_TRY(require_live(ptr, "nrv_buffer_retain", &b));
     if (b->refcount == INT64_MAX)
         return nrv_fail(NRV_ERR_OVERFLOW, "nrv_buffer_retain: buffer %p of %s: reference count overflows", ptr,
                         b->pool->label);
@@ -630,7 +625,7 @@ nrv_status nrv_buffer_retain(void *ptr) {
 
 nrv_status nrv_buffer_release(void *ptr) {
     nrv_block *b;
-    CHECK(require_live(ptr, "nrv_buffer_release", &b));
+    NRV_TRY(require_live(ptr, "nrv_buffer_release", &b));
     if (--b->refcount > 0) return NRV_OK;
     nrv_pool_t *pool = b->pool;
     switch (pool->kind) {

@@ -90,6 +90,17 @@ nrv_status nrv_check_extent(const char *fn, const char *what, int64_t count, siz
     return NRV_OK;
 }
 
+nrv_status nrv_check_matrix(const char *fn, const char *what, int64_t rows, int64_t cols, size_t elem_size) {
+    if (rows < 0 || cols < 0)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: %s has negative shape [%lld, %lld]", fn, what,
+                        (long long)rows, (long long)cols);
+    uint64_t n;
+    if (nrv_mul_overflow((uint64_t)rows, (uint64_t)cols, &n) || n > (uint64_t)INT64_MAX)
+        return nrv_fail(NRV_ERR_OVERFLOW, "%s: %s shape [%lld, %lld] overflows", fn, what,
+                        (long long)rows, (long long)cols);
+    return nrv_check_extent(fn, what, (int64_t)n, elem_size);
+}
+
 /* ---- system allocation choke point */
 
 static _Atomic int64_t fail_countdown = 0;
