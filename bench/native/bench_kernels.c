@@ -174,7 +174,7 @@ static void *alloc_pages(size_t bytes, int huge) {
 static void bench_embedding_pages(int huge) {
     const size_t table_bytes = quick ? ((size_t)64 << 20) : ((size_t)512 << 20);
     const size_t out_bytes = quick ? ((size_t)16 << 20) : ((size_t)64 << 20);
-    const int reps = quick ? 5 : 21;
+    const int reps = quick ? 5 : 31;
     printf("\n== embedding, %s: random rows of a %zu MiB table -> %zu MiB output, GB/s of output "
            "(memcpy: same bytes, same run)\n",
            huge ? "transparent huge pages" : "4 KiB pages", table_bytes >> 20, out_bytes >> 20);
@@ -194,7 +194,7 @@ static void bench_embedding_pages(int huge) {
         int elem;
     } dts[] = {{NRV_F32, "f32", "embedding", 4}, {NRV_F16, "f16", "embedding_f16", 2}, {NRV_I8, "i8", "embedding_q8", 1}};
     printf("%-6s %-8s %10s %-7s %10s %22s %10s\n", "table", "out row", "ids", "variant", "GB/s", "[min..max]",
-           "vs memcpy");
+           "vs memcpy (median of per-repeat ratios)");
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         for (size_t r = 0; r < sizeof row_out_bytes / sizeof row_out_bytes[0]; r++) {
             const int64_t dim = row_out_bytes[r] / 4;
@@ -204,22 +204,51 @@ static void bench_embedding_pages(int huge) {
             for (int64_t i = 0; i < n_ids; i++) ids[i] = (int64_t)(rnd() % (uint64_t)rows);
             emb_ctx c = {table, dts[d].dt, rows, dim, dts[d].dt == NRV_I8 ? scales : NULL, ids, n_ids, out,
                          table + table_bytes / 2, out_bytes};
-            const timing mc = time_it(run_memcpy, &c, reps, 0.002);
-            const double mc_gbs = (double)out_bytes / mc.median / 1e9;
-            printf("%-6s %6lld B %10lld %-7s %10.2f [%8.2f..%8.2f] %9s\n", dts[d].name, (long long)row_out_bytes[r],
-                   (long long)n_ids, "memcpy", mc_gbs, (double)out_bytes / mc.max / 1e9,
-                   (double)out_bytes / mc.min / 1e9, "1.00");
-            for (int v = 0; v < nrv_kernel_variant_count(dts[d].op); v++) {
-                const char *vn = nrv_kernel_variant_name(dts[d].op, v);
-                if (!nrv_kernel_variant_runnable(dts[d].op, v)) continue;
-                check(nrv_kernel_force(dts[d].op, vn), "force");
-                const timing t = time_it(run_embedding, &c, strcmp(vn, "ref") ? reps : 3, 0.002);
-                const double gbs = (double)out_bytes / t.median / 1e9;
-                printf("%-6s %6lld B %10lld %-7s %10.2f [%8.2f..%8.2f] %9.2f\n", dts[d].name,
-                       (long long)row_out_bytes[r], (long long)n_ids, vn, gbs, (double)out_bytes / t.max / 1e9,
-                       (double)out_bytes / t.min / 1e9, gbs / mc_gbs);
-                check(nrv_kernel_force(dts[d].op, NULL), "unforce");
+            /* Interleaved: each repeat times one memcpy and one call of every variant back to
+             * back, and the ratio is taken per repeat (the memory bandwidth a shared
+             * machine leaves us drifts by tens of percent over seconds). The reference,
+             * up to 20x slower, is timed on its own, a few times. */
+            const char *names[8];
+            int nv = 0;
+            for (int v = 0; v < nrv_kernel_variant_count(dts[d].op) && nv < 8; v++)
+                if (nrv_kernel_variant_runnable(dts[d].op, v) && strcmp(nrv_kernel_variant_name(dts[d].op, v), "ref"))
+                    names[nv++] = nrv_kernel_variant_name(dts[d].op, v);
+            double t_mc[64], t_v[8][64], ratio[8][64];
+            run_memcpy(&c);
+            /* The order rotates from repeat to repeat: whatever runs right after the 64 MiB
+             * memcpy pays for writing back the lines it left dirty. */
+            for (int k = 0; k < reps; k++) {
+                for (int slot = 0; slot <= nv; slot++) {
+                    const int item = (slot + k) % (nv + 1); /* 0: memcpy, 1..nv: variants */
+                    if (item > 0) check(nrv_kernel_force(dts[d].op, names[item - 1]), "force");
+                    const double t0 = now_s();
+                    if (item == 0) run_memcpy(&c);
+                    else run_embedding(&c);
+                    const double t = now_s() - t0;
+                    if (item == 0) t_mc[k] = t;
+                    else t_v[item - 1][k] = t;
+                }
+                for (int v = 0; v < nv; v++) ratio[v][k] = t_mc[k] / t_v[v][k];
             }
+            check(nrv_kernel_force(dts[d].op, "ref"), "force");
+            const timing tr = time_it(run_embedding, &c, 3, 0.002);
+            check(nrv_kernel_force(dts[d].op, NULL), "unforce");
+            qsort(t_mc, (size_t)reps, sizeof(double), cmp_double);
+            const double mc_gbs = (double)out_bytes / t_mc[reps / 2] / 1e9;
+            printf("%-6s %6lld B %10lld %-7s %10.2f [%8.2f..%8.2f] %9s\n", dts[d].name, (long long)row_out_bytes[r],
+                   (long long)n_ids, "memcpy", mc_gbs, (double)out_bytes / t_mc[reps - 1] / 1e9,
+                   (double)out_bytes / t_mc[0] / 1e9, "1.00");
+            for (int v = 0; v < nv; v++) {
+                qsort(t_v[v], (size_t)reps, sizeof(double), cmp_double);
+                qsort(ratio[v], (size_t)reps, sizeof(double), cmp_double);
+                printf("%-6s %6lld B %10lld %-7s %10.2f [%8.2f..%8.2f] %9.2f\n", dts[d].name,
+                       (long long)row_out_bytes[r], (long long)n_ids, names[v],
+                       (double)out_bytes / t_v[v][reps / 2] / 1e9, (double)out_bytes / t_v[v][reps - 1] / 1e9,
+                       (double)out_bytes / t_v[v][0] / 1e9, ratio[v][reps / 2]);
+            }
+            printf("%-6s %6lld B %10lld %-7s %10.2f %22s %9.2f\n", dts[d].name, (long long)row_out_bytes[r],
+                   (long long)n_ids, "ref", (double)out_bytes / tr.median / 1e9, "",
+                   t_mc[reps / 2] / tr.median);
             free(ids);
         }
     }
@@ -253,13 +282,13 @@ static void run_unfused(void *p) {
 }
 
 static void bench_fused(void) {
-    const int reps = quick ? 5 : 31;
     static const int64_t shapes[][2] = {{384, 1536}, {1024, 1024}};
     static const int64_t rowsv[] = {1, 4, 16, 64};
     printf("\n== fused layernorm_linear vs layernorm + linear (selected variants: %s / %s + %s), W warm in "
            "cache, us per call\n",
            nrv_kernel_selected("layernorm_linear"), nrv_kernel_selected("layernorm"), nrv_kernel_selected("linear"));
-    printf("%6s %6s %5s %12s %12s %18s\n", "in", "out", "rows", "fused us", "unfused us", "unfused/fused");
+    printf("%6s %6s %5s %12s %12s %14s %s\n", "in", "out", "rows", "fused us", "unfused us", "unfused/fused",
+           "(median of paired ratios [quartiles])");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t in = shapes[s][0], out = shapes[s][1];
         for (size_t r = 0; r < sizeof rowsv / sizeof rowsv[0]; r++) {
@@ -276,16 +305,31 @@ static void bench_fused(void) {
             c.y = xmalloc((size_t)(rows * out) * 4);
             c.tmp = xmalloc((size_t)(rows * in) * 4);
             c.rows = rows, c.in = in, c.out = out;
-            /* alternate the two so both see the same machine state */
-            double tf[9], tu[9];
-            for (int k = 0; k < 9; k++) {
-                tf[k] = time_it(run_fused, &c, reps / 3 + 1, 0.002).median;
-                tu[k] = time_it(run_unfused, &c, reps / 3 + 1, 0.002).median;
+            /* Paired measurements: each pair times a batch of fused calls and a batch of
+             * unfused calls back to back (order alternating), and the ratio is taken per
+             * pair, so the slow drifts of a shared machine cancel; median over the pairs. */
+            const int pairs = quick ? 7 : 41;
+            double tf[64], tu[64], ratio[64];
+            const int iters = (int)(4e7 / (double)(rows * in * out)) + 1; /* ~2 ms batches */
+            run_fused(&c);
+            run_unfused(&c);
+            for (int k = 0; k < pairs; k++) {
+                for (int half = 0; half < 2; half++) {
+                    const int fused_now = (half == 0) == (k % 2 == 0);
+                    const double t0 = now_s();
+                    for (int i = 0; i < iters; i++) (fused_now ? run_fused : run_unfused)(&c);
+                    const double t = (now_s() - t0) / iters;
+                    if (fused_now) tf[k] = t;
+                    else tu[k] = t;
+                }
+                ratio[k] = tu[k] / tf[k];
             }
-            qsort(tf, 9, sizeof(double), cmp_double);
-            qsort(tu, 9, sizeof(double), cmp_double);
-            printf("%6lld %6lld %5lld %12.1f %12.1f %18.3f\n", (long long)in, (long long)out, (long long)rows,
-                   tf[4] * 1e6, tu[4] * 1e6, tu[4] / tf[4]);
+            qsort(tf, (size_t)pairs, sizeof(double), cmp_double);
+            qsort(tu, (size_t)pairs, sizeof(double), cmp_double);
+            qsort(ratio, (size_t)pairs, sizeof(double), cmp_double);
+            printf("%6lld %6lld %5lld %12.1f %12.1f %14.3f [%.3f..%.3f]\n", (long long)in, (long long)out,
+                   (long long)rows, tf[pairs / 2] * 1e6, tu[pairs / 2] * 1e6, ratio[pairs / 2], ratio[pairs / 4],
+                   ratio[3 * pairs / 4]);
             free(x), free(g), free(bt), free(w), free(b), free(c.y), free(c.tmp);
         }
     }

@@ -28,9 +28,12 @@
         }                                                                          \
     }
 
+#if VL == 8
+/* relu is one max per element: memory-bound, so only the AVX2 build defines it (the
+ * AVX-512 one measured no faster; see x86_table.c). */
 static inline vf v_relu(vf x) { return vmax(x, vzero()); }
-
 NRV_DEFINE_UNARY(nrv_relu, v_relu)
+#endif
 NRV_DEFINE_UNARY(nrv_sigmoid, v_sigmoid)
 NRV_DEFINE_UNARY(nrv_tanh, v_tanh)
 NRV_DEFINE_UNARY(nrv_gelu, v_gelu_erf)

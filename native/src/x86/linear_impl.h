@@ -13,11 +13,12 @@
  * Many rows: the blocked GEMM (gemm_impl.h, shared driver) with W as a transposed B and
  * the bias folded into its first store, re-using each packed W panel for every row.
  *
- * Fused layernorm + linear, few rows: each block of up to 16 rows is normalised once into
- * a 32 KiB (L1) stack block, a k-chunk at a time when the rows are long, and the dot
- * kernel reads it from there (later chunks add to y); no normalised tensor is written to
- * memory and W is still read once per call for <= 16 rows. Many rows: the GEMM driver
- * normalises each MR x KC tile of x while packing it.
+ * Fused layernorm + linear, few rows: each block of rows is normalised once into a 32 KiB
+ * (L1) stack block, and the dot kernel reads it from there; no normalised tensor is
+ * written to memory. Many rows: the GEMM driver normalises each MR x KC tile of x while
+ * packing it. What fusing saves is the layernorm pass and its output tensor; at the shapes
+ * of a decode step (rows <= 16, W of MBs) that is < 1% of the time, which is dominated by
+ * the same dot kernel as nrv_linear (measured: bench/native, fused section).
  */
 #include "simd_math.h"
 #include "x86_kernels.h"
@@ -53,8 +54,7 @@
 #define LINEAR_GEMM_MIN_ROWS 48
 #endif
 #endif
-/* Stack block of normalised rows for the fused op: 32 KiB (L1), and at most this many rows
- * per block so a block spans >= 512 columns of every row. */
+/* Stack block of normalised rows for the fused op: 32 KiB (L1), up to 16 rows. */
 #ifndef FUSED_BLOCK_FLOATS
 #define FUSED_BLOCK_FLOATS 8192
 #endif
@@ -165,8 +165,16 @@ static __attribute__((noinline)) void fused_few_rows(const float *x, int64_t row
                                                      int64_t out, float *y) {
     _Alignas(64) float xn[FUSED_BLOCK_FLOATS];
     float mean[FUSED_MAX_ROWS], rstd[FUSED_MAX_ROWS];
-    for (int64_t r0 = 0; r0 < rows; r0 += FUSED_MAX_ROWS) {
-        const int64_t rb = rows - r0 < FUSED_MAX_ROWS ? rows - r0 : FUSED_MAX_ROWS;
+    /* Rows per block: as many whole rows as the block holds (up to FUSED_MAX_ROWS), so a
+     * row's dot products run over all of k at once; only rows longer than the block are
+     * cut into k-chunks. Splitting k instead would cost a second reduction and a
+     * read-modify-write of y per chunk (~8% at 16 rows x 1024), more than re-reading W
+     * for a second block of rows. */
+    int64_t rows_per_block = FUSED_BLOCK_FLOATS / in;
+    if (rows_per_block < 1) rows_per_block = 1;
+    if (rows_per_block > FUSED_MAX_ROWS) rows_per_block = FUSED_MAX_ROWS;
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block) {
+        const int64_t rb = rows - r0 < rows_per_block ? rows - r0 : rows_per_block;
         for (int64_t r = 0; r < rb; r++) v_row_stats(x + (r0 + r) * in, in, eps, &mean[r], &rstd[r]);
         /* widest k-chunk of all rb rows that fits the block, a whole number of vectors */
         int64_t kmax = (FUSED_BLOCK_FLOATS / rb) / VL * VL;

@@ -2,9 +2,15 @@
  * statistics, written once against the vector layer (include simd_avx2.h or
  * simd_avx512.h first).
  *
- * Accuracy: see ACCURACY below (measured against double-precision libm on a dense sweep
- * of the float range). inf saturates correctly, NaN propagates (no clamp drops it: every
- * min/max below puts x as the second operand, see vmin/vmax).
+ * Accuracy, measured against double-precision libm on 4M evenly spaced inputs over
+ * [-100, 100], [-20, 20] and [-1, 1] (max relative error, AVX2 and AVX-512 alike):
+ *   sigmoid 2.0e-7, tanh 1.4e-7, gelu (erf) 6.7e-7 (3.8e-7 on [-13, -5], where the
+ *   reference, 1 + erff, has no correct bit left), gelu_tanh 2.0e-6 for x >= -5, growing
+ *   in the far negative tail with |u|·ulp (1.4e-5 at x = -10, a value of 1e-37): the
+ *   float rounding of the argument u itself, which a float-only evaluation keeps.
+ * Results below FLT_MIN are within 1e-45 absolute. inf saturates correctly, NaN
+ * propagates (no clamp drops it: every min/max below puts x as the second operand, see
+ * vmin/vmax).
  *
  * Polynomial coefficients: our own near-minimax fits (iteratively reweighted least
  * squares, Lawson's method, on 3000-4000 Chebyshev nodes, reference values from mpmath at

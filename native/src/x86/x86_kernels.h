@@ -1,6 +1,13 @@
 /* x86_kernels.h — the AVX2 and AVX-512 kernel variants (defined in the files of this
  * directory ending _avx2.c and _avx512.c, listed as dispatch candidates in x86_table.c)
- * and the blocked GEMM driver that gemm, linear and layernorm_linear share within one ISA. */
+ * and the blocked GEMM driver that gemm, linear and layernorm_linear share within one ISA.
+ *
+ * Layout: each op family is written once against a small vector vocabulary in a
+ * *_impl.h template (simd_avx2.h: 8 lanes, simd_avx512.h: 16 lanes, simd_math.h: exp,
+ * tanh, erf, sigmoid, row statistics) and instantiated by a two-line *_avx2.c / *_avx512.c
+ * file, which CMake builds with that ISA's flags. The tuning constants in the templates
+ * are #ifndef-guarded only so a tuning harness can compile variants of them side by side
+ * with -D; the library build never overrides them. */
 #ifndef NRV_X86_KERNELS_H
 #define NRV_X86_KERNELS_H
 
@@ -27,13 +34,8 @@ typedef struct nrv_x86_gemm_args {
     float ln_eps;
 } nrv_x86_gemm_args;
 
-#define NRV_X86_DECLARE(isa)                                                                                 \
-    void nrv_embedding_f32_##isa(const void *table, const float *row_scales, int64_t dim, const void *ids,   \
-                                 int ids_int64, int64_t n_ids, float *out);                                 \
-    void nrv_embedding_f16_##isa(const void *table, const float *row_scales, int64_t dim, const void *ids,   \
-                                 int ids_int64, int64_t n_ids, float *out);                                 \
-    void nrv_embedding_q8_##isa(const void *table, const float *row_scales, int64_t dim, const void *ids,    \
-                                int ids_int64, int64_t n_ids, float *out);                                  \
+/* Ops with variants in both ISAs (AVX-512 measured faster, see x86_table.c). */
+#define NRV_X86_DECLARE_COMPUTE(isa)                                                                         \
     void nrv_layernorm_##isa(const float *x, int64_t rows, int64_t dim, const float *gamma, const float *beta, \
                              float eps, float *y);                                                          \
     void nrv_linear_##isa(const float *x, int64_t rows, int64_t in, const float *w, const float *b,         \
@@ -47,12 +49,20 @@ typedef struct nrv_x86_gemm_args {
     void nrv_x86_gemm_driver_##isa(const nrv_x86_gemm_args *args);                                          \
     void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
-    void nrv_relu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \
     void nrv_tanh_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_softmax_##isa(const float *x, int64_t rows, int64_t dim, float *y);
 
-NRV_X86_DECLARE(avx2)
-NRV_X86_DECLARE(avx512)
+NRV_X86_DECLARE_COMPUTE(avx2)
+NRV_X86_DECLARE_COMPUTE(avx512)
+
+/* Memory-bound ops: AVX2 only (AVX-512 measured no faster). */
+void nrv_embedding_f32_avx2(const void *table, const float *row_scales, int64_t dim, const void *ids, int ids_int64,
+                            int64_t n_ids, float *out);
+void nrv_embedding_f16_avx2(const void *table, const float *row_scales, int64_t dim, const void *ids, int ids_int64,
+                            int64_t n_ids, float *out);
+void nrv_embedding_q8_avx2(const void *table, const float *row_scales, int64_t dim, const void *ids, int ids_int64,
+                           int64_t n_ids, float *out);
+void nrv_relu_avx2(const float *x, int64_t n, float *y);
 
 #endif /* NRV_X86_KERNELS_H */
