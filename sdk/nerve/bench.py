@@ -8,12 +8,15 @@ the same run.
 (c) for each op, the variant the dispatch table chose against the scalar reference "ref".
 
 Every time is the median over ``repeat`` samples; a sample loops the call until it lasts a
-few milliseconds. Times include the Python call (argument checks, a few microseconds). There
+few milliseconds. Each comparison runs its two sides in interleaved pairs (alternating
+which goes first) and reports the median of the per-pair ratios, so the drift of a shared
+machine hits both sides alike. Times include the Python call (argument checks, a few microseconds). There
 are no thresholds: the command reports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import platform
@@ -109,20 +112,38 @@ def machine() -> Dict[str, object]:
 
 # ------------------------------------------------------------------------- timing
 
-def _median_time(fn: Callable[[], object], repeat: int, sample_s: float) -> float:
-    """Median seconds per call of fn over `repeat` samples of about `sample_s` each."""
-    fn()  # warm-up: page faults, dispatch resolution
-    t0 = time.perf_counter()
-    fn()
-    single = max(time.perf_counter() - t0, 1e-7)
-    inner = max(1, int(sample_s / single))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples)
+def _sampler(fn: Callable[[], object], context: Optional[Callable[[], object]] = None):
+    """A function inner -> seconds per call of fn, looping it `inner` times (inside
+    `context()`, e.g. a forced kernel variant, when given)."""
+
+    def sample(inner: int) -> float:
+        with context() if context else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            return (time.perf_counter() - t0) / inner
+
+    return sample
+
+
+def _paired_times(sample_a, sample_b, repeat: int, sample_s: float):
+    """Times two samplers in interleaved pairs, alternating which goes first, so drift of
+    the machine (other load, clock, cache state) hits both alike. Returns (median seconds
+    per call of a, of b, median over pairs of b/a)."""
+    inner = []
+    for sample in (sample_a, sample_b):
+        sample(1)  # warm-up: page faults, dispatch resolution
+        inner.append(max(1, int(sample_s / max(sample(1), 1e-7))))
+    t_a, t_b, ratios = [], [], []
+    for i in range(repeat):
+        if i % 2 == 0:
+            a, b = sample_a(inner[0]), sample_b(inner[1])
+        else:
+            b, a = sample_b(inner[1]), sample_a(inner[0])
+        t_a.append(a)
+        t_b.append(b)
+        ratios.append(b / a)
+    return statistics.median(t_a), statistics.median(t_b), statistics.median(ratios)
 
 
 # ------------------------------------------------------------------------- (a) embedding
@@ -168,14 +189,12 @@ def _bench_embedding(repeat: int, quick: bool, sample_s: float, rng) -> Dict[str
             start = cstate["i"] * copy_elems
             np.copyto(out_flat[:copy_elems], flat[start: start + copy_elems])
 
-        t_gather = _median_time(gather, repeat, sample_s)
-        t_copy = _median_time(copy, repeat, sample_s)
+        t_copy, t_gather, time_ratio = _paired_times(_sampler(copy), _sampler(gather), repeat, sample_s)
         nbytes = n_ids * row_bytes
-        gbps = nbytes / t_gather / 1e9
-        copy_gbps = nbytes / t_copy / 1e9
         rows_out.append({
             "row_bytes": row_bytes, "dim": dim, "ids": n_ids, "bytes": nbytes,
-            "embedding_gbps": gbps, "memcpy_gbps": copy_gbps, "ratio": gbps / copy_gbps,
+            "embedding_gbps": nbytes / t_gather / 1e9, "memcpy_gbps": nbytes / t_copy / 1e9,
+            "ratio": 1.0 / time_ratio,  # median over pairs of memcpy time / gather time
         })
     return {
         "table_bytes": table_bytes, "llc_bytes": llc if llc_known else None, "table_capped": capped,
@@ -206,11 +225,10 @@ def _bench_fused(repeat: int, quick: bool, sample_s: float, rng) -> List[Dict[st
                 ops.layernorm(x, gamma, beta, out=tmp)
                 ops.linear(tmp, W, b, out=y)
 
-            t_fused = _median_time(fused, repeat, sample_s)
-            t_unfused = _median_time(unfused, repeat, sample_s)
+            t_fused, t_unfused, ratio = _paired_times(_sampler(fused), _sampler(unfused), repeat, sample_s)
             results.append({
                 "rows": rows, "in": n_in, "out": n_out, "fused_us": t_fused * 1e6,
-                "unfused_us": t_unfused * 1e6, "ratio": t_unfused / t_fused,
+                "unfused_us": t_unfused * 1e6, "ratio": ratio,
             })
     return results
 
@@ -270,15 +288,11 @@ def _bench_variants(repeat: int, quick: bool, sample_s: float, rng) -> List[Dict
             continue
         desc, fn = workloads[op]
         chosen = kernels.selected(op)
-        with kernels.force(op, "ref"):
-            t_ref = _median_time(fn, repeat, sample_s)
-        if chosen == "ref":
-            t_fast = t_ref
-        else:
-            with kernels.force(op, chosen):
-                t_fast = _median_time(fn, repeat, sample_s)
+        t_fast, t_ref, ratio = _paired_times(
+            _sampler(fn, lambda: kernels.force(op, chosen)),
+            _sampler(fn, lambda: kernels.force(op, "ref")), repeat, sample_s)
         results.append({"op": op, "workload": desc, "variant": chosen, "variant_us": t_fast * 1e6,
-                        "ref_us": t_ref * 1e6, "ratio": t_ref / t_fast})
+                        "ref_us": t_ref * 1e6, "ratio": ratio})
     return results
 
 
@@ -287,7 +301,7 @@ def _bench_variants(repeat: int, quick: bool, sample_s: float, rng) -> List[Dict
 def run(repeat: Optional[int] = None, quick: bool = False, seed: int = 0) -> Dict[str, object]:
     """Runs the three benchmarks and returns their results as a dict (see format_report)."""
     if repeat is None:
-        repeat = 3 if quick else 7
+        repeat = 3 if quick else 11
     repeat = max(1, int(repeat))
     sample_s = 0.002 if quick else 0.01
     rng = np.random.default_rng(seed)
