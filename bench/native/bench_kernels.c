@@ -9,7 +9,8 @@
  *  embedding: gather of random rows from a 512 MiB table into 64 MiB of output, GB/s of
  *             output, against memcpy of the same 64 MiB in the same run (same medians),
  *             once with 4 KiB pages and once with transparent huge pages (madvise);
- *  fused:     nrv_layernorm_linear vs nrv_layernorm + nrv_linear, rows 1..64;
+ *  fused:     nrv_layernorm_linear vs nrv_layernorm + nrv_linear, rows 1..256, (in, out) =
+ *             (384, 1536), (1024, 1024), (4096, 1024);
  *  variants:  every compiled variant of every op against the reference at one size;
  *  gemm:      GFLOP/s of each variant at 64, 256 and 1024 square.
  * Options: --quick (fewer repeats, smaller embedding table: a smoke run for CI).
@@ -282,8 +283,8 @@ static void run_unfused(void *p) {
 }
 
 static void bench_fused(void) {
-    static const int64_t shapes[][2] = {{384, 1536}, {1024, 1024}};
-    static const int64_t rowsv[] = {1, 4, 16, 64};
+    static const int64_t shapes[][2] = {{384, 1536}, {1024, 1024}, {4096, 1024}};
+    static const int64_t rowsv[] = {1, 4, 16, 64, 256};
     printf("\n== fused layernorm_linear vs layernorm + linear (selected variants: %s / %s + %s), W warm in "
            "cache, us per call\n",
            nrv_kernel_selected("layernorm_linear"), nrv_kernel_selected("layernorm"), nrv_kernel_selected("linear"));
@@ -308,7 +309,7 @@ static void bench_fused(void) {
             /* Paired measurements: each pair times a batch of fused calls and a batch of
              * unfused calls back to back (order alternating), and the ratio is taken per
              * pair, so the slow drifts of a shared machine cancel; median over the pairs. */
-            const int pairs = quick ? 7 : 41;
+            const int pairs = quick ? 7 : (rows * in * out > 100000000 ? 21 : 41);
             double tf[64], tu[64], ratio[64];
             const int iters = (int)(4e7 / (double)(rows * in * out)) + 1; /* ~2 ms batches */
             run_fused(&c);

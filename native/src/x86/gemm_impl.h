@@ -18,7 +18,12 @@
  * add alpha·AB. Tiles at the m and n edges are computed in full (A rows clamped to the
  * last valid row, B padded with zeros) and stored only where valid.
  *
- * Stack: bpack KC·NC + apack MR·KC floats (+ layernorm statistics), under 48 KiB.
+ * The fused op with up to GEMM_LN_ONCE_ROWS rows takes its own nest (gemm_ln_once:
+ * depth slices outer, x normalised once per call into a stack block, W packed NR columns
+ * at a time), so x is not normalised again for every column panel.
+ *
+ * Stack: bpack KC·NC + apack MR·KC floats (+ layernorm statistics), under 48 KiB; the
+ * gemm_ln_once frame (GEMM_LN_FLOATS + statistics) also under 48 KiB, never nested.
  */
 #include "simd_math.h"
 #include "x86_kernels.h"
@@ -61,6 +66,20 @@
 
 /* Rows whose layernorm statistics are kept at once (fused op): 2 floats each. */
 #define GEMM_LN_ROWS 256
+
+/* Fused op, up to GEMM_LN_ONCE_ROWS rows (gemm_ln_once below): x is normalised once per
+ * call into xa (GEMM_LN_ONCE_ROWS x LN-KC floats) and W packed one NR-wide panel at a
+ * time; xa and the panel share GEMM_LN_FLOATS. */
+#ifndef GEMM_LN_ONCE_ROWS
+#define GEMM_LN_ONCE_ROWS 72
+#endif
+#ifndef GEMM_LN_FLOATS
+#define GEMM_LN_FLOATS 11776 /* 46 KiB */
+#endif
+_Static_assert(GEMM_LN_ONCE_ROWS % GEMM_MR == 0, "whole micro-tiles of rows");
+_Static_assert((GEMM_LN_FLOATS + 2 * GEMM_LN_ONCE_ROWS) * 4 <= 48 * 1024,
+               "fused GEMM stack buffers must stay well under the 64 KiB kernel stack budget");
+_Static_assert(GEMM_LN_FLOATS >= 8 * (GEMM_NR + GEMM_LN_ONCE_ROWS), "at least 8 depths per slice");
 
 _Static_assert(GEMM_NC % GEMM_NR == 0, "NC must be a multiple of NR");
 _Static_assert((GEMM_KC * GEMM_NC + GEMM_MR * GEMM_KC + VL + 2 * GEMM_LN_ROWS) * 4 <= 48 * 1024,
@@ -226,11 +245,47 @@ static void gemm_scale_c(const nrv_x86_gemm_args *g) {
     }
 }
 
-void X86FN(nrv_x86_gemm_driver)(const nrv_x86_gemm_args *g) {
-    if (g->k == 0) {
-        gemm_scale_c(g);
-        return;
+/* Fused layernorm + GEMM for m <= GEMM_LN_ONCE_ROWS (A = x, B = Wᵀ stored transposed).
+ * The general nest (nrv_x86_gemm_driver: column panels outer) normalises each MR x KC
+ * tile of x again for every NC-column panel, n/NC times per call; at 64 rows that made
+ * the fused op ~5% slower than layernorm + linear. Here depth slices are outer: each KC
+ * slice of all m rows is normalised once into xa[m][kc], then every NR-column panel of W
+ * is packed (once per call, as in the plain GEMM: all rows are one block) and run against
+ * all of xa. KC is the widest multiple of 8 (<= GEMM_KC) with xa + one panel in
+ * GEMM_LN_FLOATS, k cut into equal slices. */
+static __attribute__((noinline)) void gemm_ln_once(const nrv_x86_gemm_args *g) {
+    _Alignas(64) float buf[GEMM_LN_FLOATS];
+    float mean[GEMM_LN_ONCE_ROWS], rstd[GEMM_LN_ONCE_ROWS];
+    const int64_t m = g->m; /* <= GEMM_LN_ONCE_ROWS */
+    const int64_t m_pad = (m + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+    int64_t kc_max = GEMM_LN_FLOATS / (GEMM_NR + m_pad) / 8 * 8;
+    if (kc_max > GEMM_KC) kc_max = GEMM_KC;
+    const int64_t npc = (g->k + kc_max - 1) / kc_max;
+    int64_t kc_step = ((g->k + npc - 1) / npc + 7) / 8 * 8;
+    if (kc_step > kc_max) kc_step = kc_max;
+    float *const bpack = buf;                     /* kc x NR */
+    float *const xa = buf + kc_step * GEMM_NR;    /* m x kc */
+    for (int64_t i = 0; i < m; i++) v_row_stats(g->a + i * g->lda, g->k, g->ln_eps, &mean[i], &rstd[i]);
+    for (int64_t pc = 0; pc < g->k; pc += kc_step) {
+        const int64_t kc = g->k - pc < kc_step ? g->k - pc : kc_step;
+        const int first = pc == 0;
+        for (int64_t i = 0; i < m; i++)
+            v_normalise_row(g->a + i * g->lda + pc, kc, mean[i], rstd[i], g->ln_gamma + pc,
+                            g->ln_beta ? g->ln_beta + pc : NULL, xa + i * kc);
+        for (int64_t jc = 0; jc < g->n; jc += GEMM_NR) {
+            const int64_t nc = g->n - jc < GEMM_NR ? g->n - jc : GEMM_NR;
+            gemm_pack_b(g, pc, kc, jc, nc, bpack);
+            for (int64_t ir = 0; ir < m; ir += GEMM_MR) {
+                const int64_t mr = m - ir < GEMM_MR ? m - ir : GEMM_MR;
+                gemm_micro_rows(kc, xa + ir * kc, kc, mr, bpack, g->c + ir * g->ldc + jc, g->ldc, nc, g->alpha,
+                                g->beta, first, g->bias ? g->bias + jc : NULL);
+            }
+        }
     }
+}
+
+/* Plain GEMM, and the fused op above GEMM_LN_ONCE_ROWS rows. */
+static __attribute__((noinline)) void gemm_blocked(const nrv_x86_gemm_args *g) {
     _Alignas(64) float bpack[GEMM_KC * GEMM_NC];
     _Alignas(64) float apack[GEMM_MR * GEMM_KC + VL];
     float ln_mean[GEMM_LN_ROWS], ln_rstd[GEMM_LN_ROWS];
@@ -279,6 +334,13 @@ void X86FN(nrv_x86_gemm_driver)(const nrv_x86_gemm_args *g) {
             }
         }
     }
+}
+
+void X86FN(nrv_x86_gemm_driver)(const nrv_x86_gemm_args *g) {
+    /* the two nests are separate frames: their stack buffers are never live together */
+    if (g->k == 0) gemm_scale_c(g);
+    else if (g->ln_gamma && g->m <= GEMM_LN_ONCE_ROWS) gemm_ln_once(g);
+    else gemm_blocked(g);
 }
 
 void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,

@@ -13,10 +13,11 @@
  * Many rows: the blocked GEMM (gemm_impl.h, shared driver) with W as a transposed B and
  * the bias folded into its first store, re-using each packed W panel for every row.
  *
- * Fused layernorm + linear, few rows: each block of rows is normalised once into a 32 KiB
- * (L1) stack block, and the dot kernel reads it from there; no normalised tensor is
- * written to memory. Many rows: the GEMM driver normalises each MR x KC tile of x while
- * packing it. What fusing saves is the layernorm pass and its output tensor; at the shapes
+ * Fused layernorm + linear, few rows: up to 16 rows at a time are normalised into a 32 KiB
+ * (L1) stack block, cut along k when they do not fit whole, and the dot kernel reads it
+ * from there; no normalised tensor is written to memory. Many rows: the GEMM driver
+ * (up to GEMM_LN_ONCE_ROWS rows: each KC slice of x normalised once per call into a
+ * stack block; beyond: each MR x KC tile of x normalised while packing it). What fusing saves is the layernorm pass and its output tensor; at the shapes
  * of a decode step (rows <= 16, W of MBs) that is < 1% of the time, which is dominated by
  * the same dot kernel as nrv_linear (measured: bench/native, fused section).
  */
@@ -165,20 +166,26 @@ static __attribute__((noinline)) void fused_few_rows(const float *x, int64_t row
                                                      int64_t out, float *y) {
     _Alignas(64) float xn[FUSED_BLOCK_FLOATS];
     float mean[FUSED_MAX_ROWS], rstd[FUSED_MAX_ROWS];
-    /* Rows per block: as many whole rows as the block holds (up to FUSED_MAX_ROWS), so a
-     * row's dot products run over all of k at once; only rows longer than the block are
-     * cut into k-chunks. Splitting k instead would cost a second reduction and a
-     * read-modify-write of y per chunk (~8% at 16 rows x 1024), more than re-reading W
-     * for a second block of rows. */
-    int64_t rows_per_block = FUSED_BLOCK_FLOATS / in;
-    if (rows_per_block < 1) rows_per_block = 1;
-    if (rows_per_block > FUSED_MAX_ROWS) rows_per_block = FUSED_MAX_ROWS;
+    /* All rows (up to FUSED_MAX_ROWS) in one block, so W streams from memory once per
+     * FUSED_MAX_ROWS rows, like nrv_linear; rows longer than the block are cut into k-chunks
+     * (of equal size), each run against all outputs and added to y. Cutting rows into
+     * several blocks of whole rows instead reads all of W once per block: cheap while W
+     * stays in the last-level cache (in x out = 1024 x 1024, 16 rows: 2 blocks), but at
+     * in = 4096 (16 MiB of W, 2 rows per block) it made 4 rows 1.45x and 16 rows 2.2-2.7x
+     * slower than layernorm + linear. */
+    const int64_t rows_per_block = rows < FUSED_MAX_ROWS ? rows : FUSED_MAX_ROWS;
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block) {
         const int64_t rb = rows - r0 < rows_per_block ? rows - r0 : rows_per_block;
         for (int64_t r = 0; r < rb; r++) v_row_stats(x + (r0 + r) * in, in, eps, &mean[r], &rstd[r]);
-        /* widest k-chunk of all rb rows that fits the block, a whole number of vectors */
+        /* widest k-chunk of all rb rows that fits the block, a whole number of vectors,
+         * then in cut into equal chunks */
         int64_t kmax = (FUSED_BLOCK_FLOATS / rb) / VL * VL;
-        if (kmax > in) kmax = in;
+        if (kmax >= in) kmax = in;
+        else {
+            const int64_t nch = (in + kmax - 1) / kmax;
+            const int64_t keq = ((in + nch - 1) / nch + VL - 1) / VL * VL;
+            if (keq < kmax) kmax = keq;
+        }
         for (int64_t pc = 0; pc < in; pc += kmax) {
             const int64_t kc = in - pc < kmax ? in - pc : kmax;
             for (int64_t r = 0; r < rb; r++)
