@@ -228,7 +228,9 @@ NRV_API nrv_status nrv_softmax(const float *x, int64_t rows, int64_t dim, float 
 
 /* ---------------------------------------------------------------- memory pools
  *
- * Three kinds, all carving 64-byte-aligned buffers out of one arena obtained at creation:
+ * Three kinds, all carving 64-byte-aligned buffers out of one arena obtained at creation
+ * (arenas of 8 MiB and more are 2 MiB aligned and advised to use transparent huge pages,
+ * so random-row gathers from weights in a pool do not pay a page walk per row):
  *  - STATIC: bump allocation for weights and fixed buffers; a released buffer's bytes come
  *    back only with nrv_pool_reset (when no buffer is live) or when the pool is freed.
  *  - DYNAMIC: per-session arena, best-fit over size-class free lists, neighbours

@@ -24,6 +24,14 @@ nrv_status nrv_fail(nrv_status status, const char *fmt, ...) NRV_PRINTF(2, 3);
 void *nrv_sys_alloc(size_t alignment, size_t size);
 void nrv_sys_free(void *ptr);
 
+/* Large arenas (>= NRV_HUGE_ARENA_MIN bytes) are aligned to NRV_HUGE_PAGE and the kernel is
+ * asked to back them with transparent huge pages: a weight table gathered at random rows
+ * (embeddings) otherwise spends its time in page walks, one per row. Advisory: where the
+ * system has no THP nothing changes. */
+#define NRV_HUGE_PAGE ((size_t)2 << 20)
+#define NRV_HUGE_ARENA_MIN ((size_t)8 << 20)
+void nrv_sys_advise_huge_pages(void *ptr, size_t size);
+
 /* Overflow-checked size arithmetic: 0 on success, 1 if the result does not fit. */
 static inline int nrv_mul_overflow(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_mul_overflow(a, b, out);

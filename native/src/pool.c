@@ -440,7 +440,10 @@ static nrv_status pool_new(nrv_pool_kind kind, uint64_t arena_bytes, const char 
     if (arena_bytes > (uint64_t)PTRDIFF_MAX - CTL_BYTES)
         return nrv_fail(NRV_ERR_OVERFLOW, "%s: an arena of %" PRIu64 " bytes does not fit in the address space",
                         label, arena_bytes);
-    unsigned char *mem = nrv_sys_alloc(NRV_POOL_ALIGN, (size_t)(CTL_BYTES + arena_bytes));
+    const size_t total = (size_t)(CTL_BYTES + arena_bytes);
+    const int huge = total >= NRV_HUGE_ARENA_MIN;
+    unsigned char *mem = nrv_sys_alloc(huge ? NRV_HUGE_PAGE : NRV_POOL_ALIGN, total);
+    if (mem && huge) nrv_sys_advise_huge_pages(mem, total);
     if (!mem)
         return nrv_fail(NRV_ERR_OUT_OF_MEMORY, "%s: cannot reserve an arena of %" PRIu64 " bytes (system allocation failed)",
                         label, arena_bytes);

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -122,3 +123,16 @@ void *nrv_sys_alloc(size_t alignment, size_t size) {
 }
 
 void nrv_sys_free(void *ptr) { free(ptr); }
+
+void nrv_sys_advise_huge_pages(void *ptr, size_t size) {
+#if defined(MADV_HUGEPAGE)
+    /* madvise wants a page-aligned start; the whole huge pages inside the range are what
+     * THP can use anyway. */
+    const uintptr_t start = ((uintptr_t)ptr + NRV_HUGE_PAGE - 1) & ~(uintptr_t)(NRV_HUGE_PAGE - 1);
+    const uintptr_t end = ((uintptr_t)ptr + size) & ~(uintptr_t)(NRV_HUGE_PAGE - 1);
+    if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+    (void)ptr;
+    (void)size;
+#endif /* MADV_HUGEPAGE */
+}

@@ -212,3 +212,32 @@ def test_memory_report_covers_the_open_pools_of_this_process():
     del b
     gc.collect()
     assert "report-ring" not in {p["name"] for p in nerve.memory_report()["pools"]}
+
+
+def _thp_mode():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1: text.index("]")] if "[" in text else None
+
+
+def _anon_huge_kib():
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.skipif(_thp_mode() not in ("madvise", "always"), reason="this kernel has transparent huge pages off")
+def test_large_static_pool_is_backed_by_huge_pages():
+    # A weight arena gathered at random rows must not pay a page walk per row: nerve asks
+    # for transparent huge pages on arenas of 8 MiB and more.
+    before = _anon_huge_kib()
+    with StaticPool(64 << 20, name="weights") as pool:
+        with pool.alloc(60 << 20) as buf:
+            buf.array()[:] = 1  # touch every page
+            grown = _anon_huge_kib() - before
+            assert grown >= 32 << 10, f"only {grown} KiB of the 60 MiB buffer is on huge pages"
