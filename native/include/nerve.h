@@ -170,6 +170,16 @@ NRV_API nrv_status nrv_kernel_force(const char *op, const char *variant);
  * re-resolves every op that is not forced. Not thread-safe with concurrent kernel calls. */
 NRV_API nrv_status nrv_kernel_disable(const char *list);
 
+/* Static name of the variant op is forced to, NULL when op is automatic or unknown. */
+NRV_API const char *nrv_kernel_forced(const char *op);
+
+/* The disable list in force (initially NERVE_DISABLE; "" = none). Valid until the next
+ * nrv_kernel_disable; never NULL. */
+NRV_API const char *nrv_kernel_disabled(void);
+
+/* 1 if variant i of op is excluded by the disable list (the reference never is), else 0. */
+NRV_API int nrv_kernel_variant_disabled(const char *op, int i);
+
 /* ---------------------------------------------------------------- kernels
  *
  * All float32, dense row-major. The caller owns every buffer; nothing is retained.

@@ -190,3 +190,22 @@ nrv_status nrv_kernel_disable(const char *list) {
     pthread_mutex_unlock(&config_lock);
     return NRV_OK;
 }
+
+const char *nrv_kernel_forced(const char *op) {
+    ensure_init();
+    int o = op_index(op);
+    if (o < 0 || slots[o].forced < 0) return NULL;
+    return slots[o].candidates[slots[o].forced]->name;
+}
+
+const char *nrv_kernel_disabled(void) {
+    ensure_init();
+    return disable_list;
+}
+
+int nrv_kernel_variant_disabled(const char *op, int i) {
+    ensure_init();
+    int o = op_index(op);
+    if (o < 0 || i < 0 || i >= slots[o].count) return 0;
+    return disabled(slots[o].candidates[i]);
+}

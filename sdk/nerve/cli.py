@@ -29,14 +29,16 @@ def format_info(desc: dict) -> str:
     disabled = os.environ.get("NERVE_DISABLE")
     if disabled:
         lines.append(f"disabled  NERVE_DISABLE={disabled}")
-    lines += ["", "kernels   (variants best first; * chosen, + runnable here, - needs CPU features this machine lacks)"]
+    lines += ["", "kernels   (variants best first; * chosen, + runnable here, ~ disabled (NERVE_DISABLE), "
+                  "- needs CPU features this machine lacks)"]
     table = desc["variants"]
     width = max(len("op"), *(len(op) for op in table))
     chosen_width = max(len("chosen"), *(len(str(v)) for v in desc["kernels"].values()))
     lines.append(f"  {'op'.ljust(width)}  {'chosen'.ljust(chosen_width)}  variants")
     for op, variants in table.items():
         marks = " ".join(
-            v["name"] + ("*" if v["selected"] else "+" if v["runnable"] else "-") for v in variants
+            v["name"] + ("*" if v["selected"] else "-" if not v["runnable"] else "~" if v["disabled"] else "+")
+            for v in variants
         )
         lines.append(f"  {op.ljust(width)}  {str(desc['kernels'][op]).ljust(chosen_width)}  {marks}")
     cuda = desc["cuda"]

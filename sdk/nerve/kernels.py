@@ -15,18 +15,13 @@ as context managers that restore the previous setting::
 
 from __future__ import annotations
 
-import os
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Iterable, List, Optional, Union
 
 from ._native import check, ffi, lib, to_str
 from .errors import InputError, code
 
-__all__ = ["ops", "variants", "variant_info", "runnable_variants", "selected", "force", "disable", "reset"]
-
-# The C API has no getter for forced variants or for the disable list, so this module
-# remembers what it set (NERVE_DISABLE is the library's initial disable list).
-_forced: Dict[str, str] = {}
-_disabled: Optional[str] = None
+__all__ = ["ops", "variants", "variant_info", "runnable_variants", "selected", "forced", "force",
+           "disabled", "disable", "reset"]
 
 
 def _op(op: str) -> bytes:
@@ -49,16 +44,20 @@ def variants(op: str) -> List[str]:
 
 
 def variant_info(op: str) -> List[dict]:
-    """``[{'name', 'runnable', 'selected'}, ...]`` for every variant of ``op``; runnable means
-    the CPU has the variant's features (whether or not it is disabled)."""
+    """``[{'name', 'runnable', 'disabled', 'selected'}, ...]`` for every variant of ``op``;
+    runnable means the CPU has the variant's features, disabled that the disable list
+    (NERVE_DISABLE or :func:`disable`) excludes it."""
     key = _op(op)
     chosen = selected(op)
     result = []
     for i in range(lib.nrv_kernel_variant_count(key)):
         name = to_str(lib.nrv_kernel_variant_name(key, i))
-        result.append(
-            {"name": name, "runnable": bool(lib.nrv_kernel_variant_runnable(key, i)), "selected": name == chosen}
-        )
+        result.append({
+            "name": name,
+            "runnable": bool(lib.nrv_kernel_variant_runnable(key, i)),
+            "disabled": bool(lib.nrv_kernel_variant_disabled(key, i)),
+            "selected": name == chosen,
+        })
     return result
 
 
@@ -72,12 +71,19 @@ def selected(op: str) -> str:
     return to_str(lib.nrv_kernel_selected(_op(op)))
 
 
+def forced(op: str) -> Optional[str]:
+    """The variant ``op`` is forced to, None when the dispatch table chooses."""
+    name = lib.nrv_kernel_forced(_op(op))
+    return None if name == ffi.NULL else to_str(name)
+
+
+def disabled() -> str:
+    """The disable list in force (initially NERVE_DISABLE), "" for none."""
+    return to_str(lib.nrv_kernel_disabled())
+
+
 def _set_forced(op: str, variant: Optional[str]) -> None:
     check(lib.nrv_kernel_force(op.encode(), variant.encode() if variant is not None else ffi.NULL))
-    if variant is None:
-        _forced.pop(op, None)
-    else:
-        _forced[op] = variant
 
 
 class _Restore:
@@ -109,20 +115,13 @@ def force(op: str, variant: Optional[str]) -> _Restore:
         InputError: unknown op or variant. NativeError (NRV_ERR_UNSUPPORTED): the variant
         needs CPU features this machine lacks.
     """
-    _op(op)
-    previous = _forced.get(op)
+    previous = forced(op)
     _set_forced(op, variant)
     return _Restore(lambda: _set_forced(op, previous))
 
 
-def _current_disabled() -> str:
-    return _disabled if _disabled is not None else os.environ.get("NERVE_DISABLE", "")
-
-
 def _set_disabled(text: str) -> None:
-    global _disabled
     check(lib.nrv_kernel_disable(text.encode()))
-    _disabled = text
 
 
 def disable(names: Union[str, Iterable[str], None]) -> _Restore:
@@ -138,13 +137,13 @@ def disable(names: Union[str, Iterable[str], None]) -> _Restore:
         text = names
     else:
         text = ",".join(str(n) for n in names)
-    previous = _current_disabled()
+    previous = disabled()
     _set_disabled(text)
     return _Restore(lambda: _set_disabled(previous))
 
 
 def reset() -> None:
     """Clears every force and the disable list (NERVE_DISABLE included)."""
-    for op in list(_forced):
+    for op in ops():
         _set_forced(op, None)
     _set_disabled("")

@@ -934,10 +934,19 @@ static void test_disable(void) {
     NRV_EXPECT_STATUS(nrv_kernel_disable("all"), NRV_OK);
     const char *op0 = nrv_kernel_op_name(0);
     const char *first = nrv_kernel_variant_name(op0, 0);
+    NRV_EXPECT(!strcmp(nrv_kernel_disabled(), "all"), "disable list reads back as '%s'", nrv_kernel_disabled());
+    for (int v = 0; v < nrv_kernel_variant_count(op0); v++)
+        NRV_EXPECT(nrv_kernel_variant_disabled(op0, v) == (strcmp(nrv_kernel_variant_name(op0, v), "ref") != 0),
+                   "under 'all', variant %s of %s: disabled flag %d", nrv_kernel_variant_name(op0, v), op0,
+                   nrv_kernel_variant_disabled(op0, v));
+    NRV_EXPECT(nrv_kernel_forced(op0) == NULL, "op %s reported forced without a force", op0);
     if (nrv_kernel_variant_runnable(op0, 0)) {
         NRV_EXPECT_STATUS(nrv_kernel_force(op0, first), NRV_OK);
         NRV_EXPECT(!strcmp(nrv_kernel_selected(op0), first), "forced %s lost to the disable list", first);
+        NRV_EXPECT(nrv_kernel_forced(op0) && !strcmp(nrv_kernel_forced(op0), first), "force of %s not read back",
+                   first);
         NRV_EXPECT_STATUS(nrv_kernel_force(op0, NULL), NRV_OK);
+        NRV_EXPECT(nrv_kernel_forced(op0) == NULL, "lifted force of %s still read back", op0);
         NRV_EXPECT(!strcmp(nrv_kernel_selected(op0), "ref"), "unforcing under 'all' should select ref, got %s",
                    nrv_kernel_selected(op0));
     }

@@ -26,9 +26,11 @@ def rng(request):
 @pytest.fixture(autouse=True)
 def _no_leaked_kernel_settings():
     """Every test leaves the dispatch table as it found it."""
-    before = {op: nerve.kernels.selected(op) for op in nerve.kernels.ops()}
+    ops = nerve.kernels.ops()
+    before = ({op: nerve.kernels.forced(op) for op in ops}, nerve.kernels.disabled())
     yield
-    for op in list(nerve.kernels._forced):
-        nerve.kernels.force(op, None)
-    after = {op: nerve.kernels.selected(op) for op in nerve.kernels.ops()}
+    after = ({op: nerve.kernels.forced(op) for op in ops}, nerve.kernels.disabled())
+    for op, variant in before[0].items():  # put it back, so one failure does not cascade
+        nerve.kernels.force(op, variant)
+    nerve.kernels.disable(before[1])
     assert after == before, "a test changed the kernel dispatch table without restoring it"

@@ -149,3 +149,18 @@ def test_force_and_disable_are_restored():
     with nerve.kernels.disable(["all"]):
         assert all(nerve.kernels.selected(o) == "ref" for o in nerve.kernels.ops())
     assert nerve.kernels.selected(op) == auto
+
+
+def test_dispatch_state_is_read_back_from_the_library():
+    op = "layernorm"
+    assert nerve.kernels.forced(op) is None
+    with nerve.kernels.force(op, "ref"):
+        assert nerve.kernels.forced(op) == "ref"
+        assert _native.lib.nrv_kernel_forced(b"no_such_op") == _native.ffi.NULL
+    assert nerve.kernels.forced(op) is None
+    previous = nerve.kernels.disabled()
+    with nerve.kernels.disable(["all"]):
+        assert nerve.kernels.disabled() == "all"
+        info = nerve.kernels.variant_info(op)
+        assert [v["disabled"] for v in info] == [v["name"] != "ref" for v in info]
+    assert nerve.kernels.disabled() == previous
