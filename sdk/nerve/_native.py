@@ -63,8 +63,8 @@ def _find_library() -> Path:
         if not path.is_file():
             raise LibraryLoadError(f"nerve: NERVE_LIBRARY={override!r} is not a file")
         return path
-    # CMake installs the versioned file (libnerve.so.MAJOR.MINOR.PATCH) and, when the wheel
-    # keeps links, the SONAME libnerve.so.MAJOR; prefer the SONAME, then any versioned file.
+    # The package ships one file under the SONAME, libnerve.so.MAJOR (a wheel holds no
+    # symlinks); a plain CMake install also has libnerve.so and the fully versioned file.
     tried = [_PACKAGE_DIR / "libnerve.so.0", _PACKAGE_DIR / "libnerve.so"]
     for path in tried:
         if path.is_file():
