@@ -14,7 +14,7 @@
  * the bias folded into its first store, re-using each packed W panel for every row.
  *
  * Fused layernorm + linear, few rows: up to 16 rows at a time are normalised into a 56 KiB
- * (L1) stack block, cut along k when they do not fit whole, and the dot kernel reads it
+ * (L2-resident) stack block, cut along k when they do not fit whole, and the dot kernel reads it
  * from there; no normalised tensor is written to memory. Many rows: the GEMM driver
  * (up to GEMM_LN_ONCE_ROWS rows: each KC slice of x normalised once per call into a
  * stack block; beyond: each MR x KC tile of x normalised while packing it). What fusing saves is the layernorm pass and its output tensor; at the shapes
