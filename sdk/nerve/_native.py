@@ -23,7 +23,7 @@ from typing import List, Optional
 
 import cffi
 
-from .errors import LibraryLoadError, NativeError, code, make_error
+from .errors import LibraryLoadError, NativeError, code, make_error, register_status_names
 
 __all__ = [
     "ffi",
@@ -113,6 +113,7 @@ try:
     ffi.cdef(cdef_from_header(header_path.read_text(encoding="utf-8")))
 except cffi.CDefError as exc:  # pragma: no cover - only with a broken header
     raise LibraryLoadError(f"nerve: cannot parse the declarations of {header_path}: {exc}") from exc
+register_status_names(dict(ffi.typeof("nrv_status").elements))
 try:
     lib = ffi.dlopen(str(library_path))
 except OSError as exc:

@@ -19,7 +19,7 @@ Hierarchy::
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 __all__ = [
     "NerveError",
@@ -30,28 +30,24 @@ __all__ = [
     "NativeError",
     "LibraryLoadError",
     "STATUS_NAMES",
+    "register_status_names",
     "error_class_for",
     "make_error",
 ]
 
-# Mirrors enum nrv_status in nerve.h (append-only there, so stable here). Used only to name a
-# status raised from Python before any C call; statuses from C are named by nrv_status_str.
-STATUS_NAMES = {
-    0: "NRV_OK",
-    1: "NRV_ERR_INVALID_ARG",
-    2: "NRV_ERR_INDEX",
-    3: "NRV_ERR_SHAPE",
-    4: "NRV_ERR_DTYPE",
-    5: "NRV_ERR_OUT_OF_MEMORY",
-    6: "NRV_ERR_OVERFLOW",
-    7: "NRV_ERR_UNSUPPORTED",
-    8: "NRV_ERR_DEVICE",
-    9: "NRV_ERR_IO",
-    10: "NRV_ERR_FORMAT",
-    11: "NRV_ERR_STATE",
-    12: "NRV_ERR_INTERNAL",
-}
-_CODES = {name: code for code, name in STATUS_NAMES.items()}
+# enum nrv_status, {value: name}, as cffi parsed it from nerve.h: filled by nerve._native at
+# import (register_status_names), so it cannot drift from the header. Used to name a status
+# raised from Python before any C call; statuses from C are named by nrv_status_str.
+STATUS_NAMES: Dict[int, str] = {}
+_CODES: Dict[str, int] = {}
+
+
+def register_status_names(names: Dict[int, str]) -> None:
+    """Installs the status enum parsed from the header (called once by nerve._native)."""
+    STATUS_NAMES.clear()
+    STATUS_NAMES.update(names)
+    _CODES.clear()
+    _CODES.update({name: value for value, name in names.items()})
 
 
 class NerveError(Exception):

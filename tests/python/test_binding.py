@@ -72,7 +72,7 @@ def test_cdef_is_generated_not_written_by_hand():
 
 def test_status_names_round_trip():
     elements = ffi.typeof("nrv_status").elements  # {value: name} parsed from the header
-    assert elements == STATUS_NAMES, "nerve.errors.STATUS_NAMES drifted from enum nrv_status"
+    assert elements == STATUS_NAMES and len(STATUS_NAMES) >= 13, "STATUS_NAMES is not the header's enum"
     for value, name in elements.items():
         assert _native.to_str(lib.nrv_status_str(value)) == name
         assert getattr(lib, name) == value
