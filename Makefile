@@ -19,10 +19,13 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja)
 all: install
 
 # ---- environment: a venv with the build and test tools (CI and new users start bare)
-$(VENV)/.stamp: pyproject.toml
+$(VENV)/.stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "scikit-build-core>=0.10" cmake ninja "numpy>=1.22" "cffi>=1.15" "pytest>=7"
+	$(PIP) install --quiet "scikit-build-core>=0.10" cmake ninja "numpy>=1.22" "cffi>=1.15" "onnx>=1.14" \
+	  "pytest>=7" "onnxruntime>=1.16"
+	# the silero VAD models (test and bench material); --no-deps: the package itself wants torch
+	$(PIP) install --quiet --no-deps "silero-vad==6.2.3"
 	touch $@
 
 venv: $(VENV)/.stamp

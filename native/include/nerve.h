@@ -416,7 +416,114 @@ NRV_API nrv_status nrv_cuda_pool_release(nrv_cuda_pool_t *pool, void *ptr);
 /* Exact counters of a device pool. */
 NRV_API nrv_status nrv_cuda_pool_stats_get(const nrv_cuda_pool_t *pool, nrv_pool_stats *out);
 
+
+/* ---------------------------------------------------------------- compiled plans and sessions
+ *
+ * A plan (.nrv, written by the Python compiler: nerve.compile) is a model turned into a flat
+ * list of kernels with every buffer placed in advance: weights in a static pool, activations
+ * at fixed offsets in one arena planned for the declared upper bounds of the model's symbolic
+ * dimensions, recurrent state in double buffers. A session holds one loaded plan; a run binds
+ * the actual sizes from the feeds' shapes and executes every kernel in one call, allocating
+ * nothing. The file is checked at load (magic, version, SHA-256, every index and offset):
+ * a bad file gives NRV_ERR_FORMAT and no session.
+ * Thread safety: a session is used by one thread at a time; sessions are independent.
+ */
+typedef struct nrv_session nrv_session_t;
+
+/* A dense row-major tensor passed in or out of a run (rank <= NRV_MAX_RANK = 8). */
+typedef struct nrv_tensor {
+    void *data;
+    int32_t dtype; /* nrv_dtype */
+    int32_t rank;
+    int64_t dims[8];
+} nrv_tensor;
+
+/* Loads a plan from memory (copied: the caller may free it afterwards) or from a file.
+ * *out receives the session, owned by the caller (nrv_session_free). */
+NRV_API nrv_status nrv_session_create(const void *plan, uint64_t size, nrv_session_t **out);
+NRV_API nrv_status nrv_session_create_from_file(const char *path, nrv_session_t **out);
+NRV_API void nrv_session_free(nrv_session_t *session);
+
+/* Runs the plan once. feeds: one per input, in input order, each exactly the input's dtype
+ * and rank with dims within the plan's bounds; the session reads them during the call only.
+ * A state input (bound to an output, see nrv_io_info.state_partner) may be given with
+ * data NULL and rank 0: it then reads what the previous run wrote. outputs: room for one
+ * nrv_tensor per output, filled with pointers into the session's memory, valid until the next
+ * run or nrv_session_free. On error nothing the caller owns was written and the state is
+ * unchanged. */
+NRV_API nrv_status nrv_session_run(nrv_session_t *session, const nrv_tensor *feeds, int n_feeds,
+                                   nrv_tensor *outputs, int n_outputs);
+
+/* Forgets the carried state: the next run must feed every state input. */
+NRV_API nrv_status nrv_session_reset_state(nrv_session_t *session);
+
+NRV_API int nrv_session_input_count(const nrv_session_t *session);
+NRV_API int nrv_session_output_count(const nrv_session_t *session);
+
+/* Description of input or output i. dims[k] is -1 for a symbolic dimension, whose name is
+ * dim_names[k] and whose upper bound is dim_bounds[k] (-1 and "?" for an output dimension
+ * computed from several symbols). state_partner: the output an input is bound to (or the
+ * input an output feeds), -1 if none. Strings live as long as the session. */
+typedef struct nrv_io_info {
+    const char *name;
+    int32_t dtype;
+    int32_t rank;
+    int64_t dims[8];
+    const char *dim_names[8];
+    int64_t dim_bounds[8];
+    int32_t state_partner;
+} nrv_io_info;
+NRV_API nrv_status nrv_session_io_info(const nrv_session_t *session, int is_output, int i, nrv_io_info *out);
+
+/* The plan's ops, for `nerve plan`: type, ONNX node(s) it came from, the kernel variant the
+ * dispatch table chose on this machine ("" for portable loops), tensor ids (first 16). */
+typedef struct nrv_op_info {
+    const char *type;
+    const char *name;
+    const char *kernel;
+    int32_t n_in;
+    int32_t n_out;
+    int32_t in[16];
+    int32_t out[16];
+    int32_t scratch;
+} nrv_op_info;
+NRV_API int nrv_session_op_count(const nrv_session_t *session);
+NRV_API nrv_status nrv_session_op_info(const nrv_session_t *session, int i, nrv_op_info *out);
+
+/* The plan's tensors: storage 0 = arena, 1 = weight, 2 = a feed, 3 = a state buffer; offset
+ * and capacity in bytes within it; dims as of the last run (or the load, if fixed). */
+typedef struct nrv_tensor_info {
+    const char *name;
+    int32_t dtype;
+    int32_t rank;
+    int32_t storage;
+    int32_t ref;
+    uint64_t offset;
+    uint64_t capacity;
+    int64_t dims[8];
+} nrv_tensor_info;
+NRV_API int nrv_session_tensor_count(const nrv_session_t *session);
+NRV_API nrv_status nrv_session_tensor_info(const nrv_session_t *session, int i, nrv_tensor_info *out);
+
+/* Bytes the session holds, from its pools' exact counters: weights (after any widening),
+ * the activation arena, the state double buffers; *_capacity include pool headers. */
+typedef struct nrv_session_memory {
+    uint64_t weight_bytes;
+    uint64_t arena_bytes;
+    uint64_t state_bytes;
+    uint64_t weight_pool_capacity;
+    uint64_t arena_pool_capacity;
+    uint64_t state_pool_capacity;
+} nrv_session_memory;
+NRV_API nrv_status nrv_session_memory_get(const nrv_session_t *session, nrv_session_memory *out);
+
+/* Hex SHA-256 of the plan (over its metadata and weights), as stored in the file. */
+NRV_API const char *nrv_session_hash(const nrv_session_t *session);
+
 /* NRV_CDEF_END */
+
+/* Largest tensor rank a plan handles (the size of nrv_tensor.dims). */
+#define NRV_MAX_RANK 8
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@ Public API::
     nerve.kernels              inspect / force the kernel variants
     nerve.memory               StaticPool, DynamicPool, StreamingPool
     nerve.memory_report()      counters of every pool of this process
+    nerve.Session(model)       a model (.onnx compiled on load, or a .nrv plan) ready to run
+    nerve.compile(onnx_path)   ONNX -> Plan (save with Plan.save("model.nrv"))
     nerve.NerveError, InputError, ModelError, DeviceError, OutOfMemoryError, NativeError
 """
 
@@ -30,6 +32,7 @@ from .errors import (
     OutOfMemoryError,
 )
 from .memory import memory_report
+from .session import Plan, Session, compile
 
 __version__: str = _to_str(_lib.nrv_version())
 
@@ -42,6 +45,9 @@ __all__ = [
     "kernels",
     "memory",
     "memory_report",
+    "Session",
+    "Plan",
+    "compile",
     "NerveError",
     "InputError",
     "ModelError",

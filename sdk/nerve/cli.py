@@ -2,6 +2,10 @@
 
     nerve info [--json]                          version, CPU, kernel dispatch table, CUDA
     nerve bench ops [--repeat N] [--quick] [--json]   kernel speed on this machine
+    nerve bench MODEL [--vs onnxruntime] [--dim NAME=N] [--input NAME=x.npy] [--threads N] [--json]
+                                                 one model's latency (median, p99), next to a peer
+    nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
+    nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
 
 Also runnable as ``python -m nerve`` or ``python -m nerve.cli``.
 """
@@ -67,14 +71,70 @@ def _cmd_info(args) -> int:
     return 0
 
 
-def _cmd_bench_ops(args) -> int:
-    from . import bench
+def _cmd_bench(args) -> int:
+    if args.target == "ops":
+        from . import bench
 
-    result = bench.run(repeat=args.repeat, quick=args.quick)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(bench.format_report(result))
+        result = bench.run(repeat=args.repeat, quick=args.quick)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(bench.format_report(result))
+        return 0
+    from . import modeltools as mt
+
+    specs = mt.input_specs(args.target)
+    dims = {k: int(v) for k, v in mt.parse_assignments(args.dim, "--dim").items()}
+    feeds = mt.example_feeds(specs, dims, mt.parse_assignments(args.input, "--input"))
+    dims = mt.dims_from_feeds(specs, feeds, dims)
+    result = mt.bench_model(args.target, feeds, dims, args.vs, threads=args.threads,
+                            seconds=1.0 if args.quick else 4.0, repeat=args.repeat or (3 if args.quick else 7))
+    print(json.dumps(result, indent=2) if args.json else mt.format_bench(result))
+    return 0
+
+
+def _session_for(args, feeds=None):
+    from . import modeltools as mt
+    from .session import Session
+
+    specs = mt.input_specs(args.model)
+    dims = {k: int(v) for k, v in mt.parse_assignments(args.dim, "--dim").items()}
+    if feeds is None:
+        feeds = mt.example_feeds(specs, dims, {})
+    return Session(args.model, dims=mt.dims_from_feeds(specs, feeds, dims)), feeds
+
+
+def _cmd_plan(args) -> int:
+    from . import modeltools as mt
+
+    sess, _ = _session_for(args)
+    if args.save:
+        sess.plan.save(args.save)
+    print(mt.format_plan(sess))
+    if args.save:
+        print(f"\nsaved {args.save} ({len(sess.plan)} bytes)")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    import numpy as np
+
+    from . import modeltools as mt
+
+    specs = mt.input_specs(args.model)
+    feeds = mt.example_feeds(specs, {}, mt.parse_assignments(args.input, "--input")) if args.input else None
+    missing = [s["name"] for s in specs if not feeds or s["name"] not in mt.parse_assignments(args.input, "--input")]
+    if missing:
+        print(f"nerve: no --input for {missing}", file=sys.stderr)
+        return 2
+    sess, feeds = _session_for(args, feeds)
+    out = sess.run(feeds)
+    if args.output:
+        np.savez(args.output, **out)
+    for name, arr in out.items():
+        flat = arr.reshape(-1)
+        preview = ", ".join(f"{x:.6g}" if arr.dtype.kind == "f" else str(x) for x in flat[:6])
+        print(f"{name}  {arr.dtype}{list(arr.shape)}  [{preview}{', ...' if flat.size > 6 else ''}]")
     return 0
 
 
@@ -87,15 +147,30 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print nerve.info() as JSON")
     info.set_defaults(func=_cmd_info)
 
-    bench = commands.add_parser("bench", help="benchmarks")
-    suites = bench.add_subparsers(dest="suite", metavar="SUITE")
-    suites.required = True
-    bench_ops = suites.add_parser("ops", help="kernel speed next to memcpy, unfused ops and the reference kernels")
-    bench_ops.add_argument("--repeat", type=int, default=None, metavar="N",
-                           help="samples per measurement; the median is reported (default 7, quick 3)")
-    bench_ops.add_argument("--quick", action="store_true", help="small sizes, a few seconds (smoke test)")
-    bench_ops.add_argument("--json", action="store_true", help="print the results as JSON")
-    bench_ops.set_defaults(func=_cmd_bench_ops)
+    bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels) or a model file")
+    bench.add_argument("target", metavar="ops|MODEL", help="'ops' for the kernel suite, or an .onnx/.nrv model")
+    bench.add_argument("--repeat", type=int, default=None, metavar="N",
+                       help="samples (ops) or interleaved rounds (model); the median is reported")
+    bench.add_argument("--quick", action="store_true", help="fewer/smaller measurements (smoke test)")
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
+    bench.add_argument("--vs", metavar="PEER", help="also time PEER on the same inputs (onnxruntime)")
+    bench.add_argument("--dim", action="append", metavar="NAME=N", help="size of a symbolic dimension")
+    bench.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
+    bench.add_argument("--threads", type=int, default=1, help="threads for both runtimes (default 1)")
+    bench.set_defaults(func=_cmd_bench)
+
+    plan = commands.add_parser("plan", help="compile a model and print the plan: fused ops, kernels, arena, bytes")
+    plan.add_argument("model", metavar="MODEL")
+    plan.add_argument("--dim", action="append", metavar="NAME=N", help="upper bound of a symbolic dimension")
+    plan.add_argument("--save", metavar="OUT.nrv", help="also write the plan file")
+    plan.set_defaults(func=_cmd_plan)
+
+    run = commands.add_parser("run", help="run a model on inputs from .npy files")
+    run.add_argument("model", metavar="MODEL")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeat per input)")
+    run.add_argument("--output", metavar="OUT.npz", help="write the outputs to an .npz file")
+    run.add_argument("--dim", action="append", metavar="NAME=N", help="upper bound of a symbolic dimension")
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

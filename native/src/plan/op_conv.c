@@ -1,0 +1,886 @@
+/* op_conv.c — plan ops of the conv family (see plan_ops.h for the contract):
+ *   conv, pool, global_pool, channel_affine, instancenorm, pad.
+ *
+ * Spatial ops accept one or two spatial axes. A 1-D problem is run as a 2-D one whose
+ * height is 1 (kernel 1, stride 1, dilation 1, no padding along it), so every loop below
+ * is written once, for (H, W).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "plan_ops.h"
+
+/* Strides, dilations and pads beyond this are refused: no real model has them, and the
+ * bound keeps every index computation below far from int64 overflow. */
+#define ATTR_MAX ((int64_t)1 << 30)
+
+/* ------------------------------------------------------------------ helpers */
+
+/* nrv_fail with the "<type> (node '<name>'): " prefix every op error carries. */
+static nrv_status NRV_PRINTF(3, 4) op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return nrv_fail(st, "%s (node '%s'): %s", a->type, a->name, msg);
+}
+
+static nrv_status check_act(const nrv_op_args *a, int64_t act) {
+    if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_CLIP)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);
+    return NRV_OK;
+}
+
+/* [lo, hi) = the o in [0, n_out) with 0 <= o*step + off < n_in (step > 0); lo == hi when none. */
+static inline void valid_range(int64_t off, int64_t step, int64_t n_in, int64_t n_out, int64_t *lo, int64_t *hi) {
+    int64_t l, h;
+    if (step == 1) { /* the common case, without the divisions */
+        l = off >= 0 ? 0 : -off;
+        h = n_in - off;
+    } else {
+        l = off >= 0 ? 0 : (-off + step - 1) / step;
+        h = off > n_in - 1 ? 0 : (n_in - 1 - off) / step + 1;
+    }
+    if (h > n_out) h = n_out;
+    if (h < 0) h = 0;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* Number of o in [0, n) with o*step + off < end (step > 0). */
+static inline int64_t count_below(int64_t off, int64_t step, int64_t end, int64_t n) {
+    if (off >= end) return 0;
+    const int64_t c = (end - 1 - off) / step + 1;
+    return c < n ? c : n;
+}
+
+/* Span of a dilated window, dil*(k-1) + 1; -1 on overflow. */
+static int64_t window_span(int64_t k, int64_t dil) {
+    int64_t s;
+    if (__builtin_mul_overflow(k - 1, dil, &s) || __builtin_add_overflow(s, 1, &s)) return -1;
+    return s;
+}
+
+/* Checks one spatial attribute (stride, dilation: lo = 1; pad: lo = 0). */
+static nrv_status check_attr(const nrv_op_args *a, const char *what, int axis, int64_t v, int64_t lo) {
+    if (v < lo || v > ATTR_MAX)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%s[%d] = %lld, expected %lld..%lld", what, axis, (long long)v,
+                       (long long)lo, (long long)ATTR_MAX);
+    return NRV_OK;
+}
+
+/* ================================================================== conv */
+
+typedef struct conv_geom {
+    int64_t n, c, m, group, cg, mg;
+    int64_t ih, iw, kh, kw, oh, ow;
+    int64_t sh, sw, dh, dw, ph, pw; /* ph, pw: pads at the beginning */
+    int64_t kdim;                   /* cg * kh * kw: rows of the im2col matrix */
+    int64_t p;                      /* oh * ow: its columns */
+    int64_t hw;                     /* ih * iw */
+    int pointwise;
+} conv_geom;
+
+/* Scratch the compiler must reserve for a conv (bytes):
+ *     pointwise (every kernel dim 1, strides 1, dilations 1, pads 0): 0
+ *     otherwise: 4 * (C/group) * prod(kernel) * prod(out_spatial)
+ * i.e. one im2col matrix, for one image and one group. Depthwise convs
+ * (group == C == M) do not use it, but the same formula applies to them.
+ * Returns 0 and sets *bytes, or -1 if the product overflows. */
+static int conv_scratch_bytes(const conv_geom *g, uint64_t *bytes) {
+    if (g->pointwise) {
+        *bytes = 0;
+        return 0;
+    }
+    uint64_t b;
+    if (nrv_mul_overflow((uint64_t)g->kdim, (uint64_t)g->p, &b) || nrv_mul_overflow(b, sizeof(float), &b)) return -1;
+    *bytes = b;
+    return 0;
+}
+
+/* Expected output extent floor((in + pb + pe - dil*(k-1) - 1) / stride) + 1; -1 when the
+ * dilated kernel is larger than the padded input (or on overflow). */
+static int64_t conv_out_extent(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe) {
+    const int64_t span = window_span(k, d);
+    int64_t padded;
+    if (span < 0 || __builtin_add_overflow(in, pb + pe, &padded)) return -1;
+    if (padded < span) return -1;
+    return (padded - span) / s + 1;
+}
+
+/* im2col of one image and one group: col[(c*kh + ki)*kw + kj][oy*ow + ox] =
+ * x[c][oy*sh + ki*dh - ph][ox*sw + kj*dw - pw], 0 where that falls in the padding.
+ * Rows along the output positions are contiguous runs of x when sw == 1 (memcpy). */
+static void conv_im2col(const conv_geom *g, const float *x, float *col) {
+    const int64_t ow = g->ow, oh = g->oh, iw = g->iw;
+    for (int64_t c = 0; c < g->cg; c++) {
+        const float *xc = x + c * g->hw;
+        for (int64_t ki = 0; ki < g->kh; ki++) {
+            const int64_t offy = ki * g->dh - g->ph;
+            int64_t ylo, yhi;
+            valid_range(offy, g->sh, g->ih, oh, &ylo, &yhi);
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                float *row = col + ((c * g->kh + ki) * g->kw + kj) * g->p;
+                const int64_t offx = kj * g->dw - g->pw;
+                int64_t xlo, xhi;
+                valid_range(offx, g->sw, iw, ow, &xlo, &xhi);
+                if (ylo > 0) memset(row, 0, (size_t)(ylo * ow) * sizeof(float));
+                if (yhi > ylo && xlo == 0 && xhi == ow && g->sw == 1 && ow == iw && g->sh == 1) {
+                    /* whole rows, consecutive in x too: one copy (every stride-1 1-D conv) */
+                    memcpy(row + ylo * ow, xc + (ylo + offy) * iw + offx, (size_t)((yhi - ylo) * ow) * sizeof(float));
+                } else {
+                    for (int64_t oy = ylo; oy < yhi; oy++) {
+                        float *dst = row + oy * ow;
+                        const float *xr = xc + (oy * g->sh + offy) * iw;
+                        if (xlo > 0) memset(dst, 0, (size_t)xlo * sizeof(float));
+                        if (g->sw == 1) {
+                            if (xhi > xlo) memcpy(dst + xlo, xr + (xlo + offx), (size_t)(xhi - xlo) * sizeof(float));
+                        } else {
+                            for (int64_t ox = xlo; ox < xhi; ox++) dst[ox] = xr[ox * g->sw + offx];
+                        }
+                        if (xhi < ow) memset(dst + xhi, 0, (size_t)(ow - xhi) * sizeof(float));
+                    }
+                }
+                if (yhi < oh) memset(row + yhi * ow, 0, (size_t)((oh - yhi) * ow) * sizeof(float));
+            }
+        }
+    }
+}
+
+/* One input channel into one output channel (depthwise): y[oy][ox] = bias + sum over the
+ * kernel of w[ki][kj] * x[oy*sh + ki*dh - ph][ox*sw + kj*dw - pw]. One pass over the
+ * output row per tap, over the columns where that tap is inside x: the loop GCC
+ * vectorizes (register-blocking the taps instead measured 2x slower at SSE2). */
+static void conv_direct_1ch(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
+                            float *restrict y) {
+    const int64_t ow = g->ow, sw = g->sw;
+    for (int64_t i = 0; i < g->p; i++) y[i] = bias;
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+        float *yr = y + oy * ow;
+        for (int64_t ki = 0; ki < g->kh; ki++) {
+            const int64_t iy = oy * g->sh + ki * g->dh - g->ph;
+            if (iy < 0 || iy >= g->ih) continue;
+            const float *xr = x + iy * g->iw;
+            const float *wr = w + ki * g->kw;
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                const float wv = wr[kj];
+                const int64_t off = kj * g->dw - g->pw;
+                int64_t lo, hi;
+                valid_range(off, sw, g->iw, ow, &lo, &hi);
+                if (sw == 1) {
+                    for (int64_t ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox + off];
+                } else {
+                    for (int64_t ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox * sw + off];
+                }
+            }
+        }
+    }
+}
+
+/* ---- few output positions (P = prod(out_spatial) <= CONV_ROWS_MAX_P)
+ * The GEMM tiles C in 16-64 column panels, so a conv with a handful of output positions
+ * (a streaming model's frames) would compute mostly padding: measured 60-80 us for the
+ * VAD's [128, 387] x [387, 4] with AVX-512, against 5 us for the same product as a linear
+ * layer. These convs build the transposed im2col matrix instead (one row of C/g*prod(k)
+ * per output position, in the same scratch) and run y_g^T[P, M/g] = rows · W_g^T + bias
+ * through the dispatch op "linear" (a dot kernel streaming W once), transposing its
+ * output into y through a stack block. */
+#define CONV_ROWS_MAX_P 16
+#define CONV_OUT_BLOCK 2048   /* floats of transposed output per linear call (8 KiB) */
+#define CONV_PW_ROWS_MAX 4096 /* a pointwise conv's x^T staged on the stack (16 KiB) */
+
+/* The body of conv_im2row for a kernel width kw_ that is a literal at the call sites
+ * below (3, 5: the common widths) or the runtime width. With a literal, the copy of a
+ * kernel row is a few moves; with a runtime width GCC turns a copy loop into a memcpy call,
+ * which for 3 floats costs more than the copy (the VAD's [129, 4] conv, k 3: im2row took
+ * 2.7 us written with memcpy/memset calls, 0.85 us like this). */
+static inline __attribute__((always_inline)) void conv_im2row_body(const conv_geom *g, const float *restrict x,
+                                                                   float *restrict rows, const int64_t kw_) {
+    /* locals: the struct would be reloaded after every memcpy/memset call */
+    const int64_t kh = g->kh, kw = kw_, cg = g->cg, ih = g->ih, iw = g->iw, hw = g->hw, kdim = g->kdim;
+    const int64_t oh = g->oh, ow = g->ow, sh = g->sh, dh = g->dh, dw = g->dw, ph = g->ph;
+    /* per output column: first input column and the valid kernel columns [jlo, jhi);
+     * ow <= P <= CONV_ROWS_MAX_P */
+    int64_t x0[CONV_ROWS_MAX_P], jlo[CONV_ROWS_MAX_P], jhi[CONV_ROWS_MAX_P];
+    for (int64_t ox = 0; ox < ow; ox++) {
+        x0[ox] = ox * g->sw - g->pw;
+        valid_range(x0[ox], dw, iw, kw, &jlo[ox], &jhi[ox]);
+    }
+    for (int64_t oy = 0; oy < oh; oy++)
+        for (int64_t ox = 0; ox < ow; ox++) {
+            float *r = rows + (oy * ow + ox) * kdim;
+            const int64_t lo = jlo[ox], hi = jhi[ox], x0o = x0[ox];
+            if (kh == 1 && dw == 1 && lo == 0 && hi == kw && oy * sh - ph >= 0 && oy * sh - ph < ih) {
+                /* the whole window inside x, one kernel row (every interior 1-D position):
+                 * kw floats per channel, channel after channel */
+                const float *xs = x + (oy * sh - ph) * iw + x0o;
+                for (int64_t c = 0; c < cg; c++, r += kw, xs += hw)
+                    for (int64_t kj = 0; kj < kw; kj++) r[kj] = xs[kj];
+                continue;
+            }
+            for (int64_t c = 0; c < cg; c++)
+                for (int64_t ki = 0; ki < kh; ki++) {
+                    float *seg = r + (c * kh + ki) * kw;
+                    const int64_t iy = oy * sh + ki * dh - ph;
+                    if (iy < 0 || iy >= ih) {
+                        for (int64_t kj = 0; kj < kw; kj++) seg[kj] = 0.0f;
+                        continue;
+                    }
+                    const float *xr = x + c * hw + iy * iw;
+                    /* one loop with a condition, not three: those would become calls */
+                    for (int64_t kj = 0; kj < kw; kj++) seg[kj] = kj >= lo && kj < hi ? xr[x0o + kj * dw] : 0.0f;
+                }
+        }
+}
+
+/* rows[(oy*ow + ox)][(c*kh + ki)*kw + kj] = x[c][oy*sh + ki*dh - ph][ox*sw + kj*dw - pw],
+ * 0 in the padding (the transposed im2col matrix). */
+static void conv_im2row(const conv_geom *g, const float *restrict x, float *restrict rows) {
+    switch (g->kw) {
+    case 3: conv_im2row_body(g, x, rows, 3); break;
+    case 5: conv_im2row_body(g, x, rows, 5); break;
+    default: conv_im2row_body(g, x, rows, g->kw); break;
+    }
+}
+
+/* Whether this conv takes the few-positions path (same answer for every image and group). */
+static int conv_use_rows(const conv_geom *g) {
+    if (g->cg == 0 || g->p > CONV_ROWS_MAX_P) return 0;
+    return !g->pointwise || g->cg * g->p <= CONV_PW_ROWS_MAX;
+}
+
+/* y_g[M/g, P] = W_g · col + bias_g for one image and group, via "linear" on the transposed
+ * im2col matrix (built in scratch, or for a pointwise conv x^T on the stack). */
+static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg, const float *bg, float *scratch,
+                            float *yg) {
+    float out[CONV_OUT_BLOCK];
+    float xt[CONV_PW_ROWS_MAX];
+    const float *rows;
+    if (g->pointwise) {
+        for (int64_t c = 0; c < g->cg; c++)
+            for (int64_t q = 0; q < g->p; q++) xt[q * g->cg + c] = xg[c * g->p + q];
+        rows = xt;
+    } else {
+        conv_im2row(g, xg, scratch);
+        rows = scratch;
+    }
+    const nrv_linear_fn linear = nrv_kernel_get(NRV_OP_LINEAR).linear;
+    const int64_t block = CONV_OUT_BLOCK / g->p; /* >= 128 output channels per call */
+    for (int64_t m0 = 0; m0 < g->mg; m0 += block) {
+        const int64_t mb = g->mg - m0 < block ? g->mg - m0 : block;
+        linear(rows, g->p, g->kdim, wg + m0 * g->kdim, bg ? bg + m0 : NULL, mb, out);
+        for (int64_t j = 0; j < mb; j++) {
+            float *yr = yg + (m0 + j) * g->p;
+            for (int64_t q = 0; q < g->p; q++) yr[q] = out[q * mb + j];
+        }
+    }
+}
+
+/* y[m][i] += b[m] over [rows, cols]. noinline: inlined into conv_run, GCC 12 left this
+ * loop scalar (measured: 40% of a depthwise conv's time). */
+static __attribute__((noinline)) void add_bias_rows(float *restrict y, const float *restrict b, int64_t rows,
+                                                    int64_t cols) {
+    for (int64_t m = 0; m < rows; m++) {
+        float *restrict yr = y + m * cols;
+        const float bv = b[m];
+        for (int64_t i = 0; i < cols; i++) yr[i] += bv;
+    }
+}
+
+/* conv: N-image, grouped, dilated, padded convolution over 1 or 2 spatial axes, with
+ * bias and a fused activation.
+ *   in[0]  x    f32 [N, C, *spatial]                 sr = 1 or 2 spatial axes
+ *   in[1]  w    f32 [M, C/group, *kernel]            kernel dims > 0
+ *   in[2]  bias f32 [M], optional (NULL or absent: no bias)
+ *   out[0] y    f32 [N, M, *out_spatial], out_spatial[i] =
+ *               floor((in[i] + pads_begin[i] + pads_end[i] - dilations[i]*(kernel[i]-1) - 1)
+ *                     / strides[i]) + 1
+ *   iattr (3 + 4*sr): [sr, group, act, strides[sr], dilations[sr], pads_begin[sr], pads_end[sr]]
+ *                     group >= 1 divides C and M; strides, dilations >= 1; pads >= 0;
+ *                     act: nrv_plan_act code
+ *   fattr (2): [p0, p1] activation parameters (LEAKY_RELU: alpha = p0; CLIP: [p0, p1];
+ *              ignored otherwise), applied after the bias.
+ *   scratch: conv_scratch_bytes above: 0 for a pointwise conv (every kernel dim 1, strides 1,
+ *            dilations 1, pads 0), else 4 * (C/group) * prod(kernel) * prod(out_spatial)
+ *            bytes (one im2col matrix). scratch_bytes below that fails with INVALID_ARG.
+ * Per image and group: im2col into scratch, then one GEMM (dispatch op "gemm")
+ * W_g[M/g, C/g*prod(kernel)] · col -> y; pointwise convs run the GEMM on x itself;
+ * depthwise convs (group == C == M) take a direct loop (no im2col, no GEMM); convs with
+ * at most CONV_ROWS_MAX_P = 16 output positions per image use the transposed im2col and
+ * the dispatch op "linear" instead of the GEMM (same scratch; see conv_group_rows).
+ * Not in place. */
+static nrv_status conv_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 3, 1, -1, 2));
+    if (a->n_iattr < 1) return op_fail(a, NRV_ERR_INVALID_ARG, "no integer attributes, expected 3 + 4*sr");
+    const int64_t sr = a->iattr[0];
+    if (sr != 1 && sr != 2)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)sr);
+    if (a->n_iattr != 3 + 4 * sr)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
+                       (long long)(3 + 4 * sr));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    const nrv_tview *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, w, "weight", NRV_F32));
+    if (b) NRV_TRY(nrv_op_expect_dtype(a, b, "bias", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    const int rank = (int)(2 + sr);
+    if (x->rank != rank || w->rank != rank || y->rank != rank)
+        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
+                       (int)w->rank, (int)y->rank, rank, (long long)sr);
+
+    conv_geom g;
+    g.n = x->dims[0];
+    g.c = x->dims[1];
+    g.m = w->dims[0];
+    g.group = a->iattr[1];
+    const int64_t act = a->iattr[2];
+    NRV_TRY(check_act(a, act));
+    if (g.group < 1 || g.group > ATTR_MAX || g.c % g.group != 0 || g.m % g.group != 0)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide C = %lld and M = %lld",
+                       (long long)g.group, (long long)g.c, (long long)g.m);
+    g.cg = g.c / g.group;
+    g.mg = g.m / g.group;
+    if (w->dims[1] != g.cg)
+        return op_fail(a, NRV_ERR_SHAPE, "weight has %lld input channels, expected C/group = %lld/%lld",
+                       (long long)w->dims[1], (long long)g.c, (long long)g.group);
+    if (y->dims[0] != g.n || y->dims[1] != g.m)
+        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], expected [N, M] = [%lld, %lld]",
+                       (long long)y->dims[0], (long long)y->dims[1], (long long)g.n, (long long)g.m);
+    if (b && (b->rank != 1 || b->dims[0] != g.m))
+        return op_fail(a, NRV_ERR_SHAPE, "bias must be [M] = [%lld] (rank %d, %lld elements)", (long long)g.m,
+                       (int)b->rank, (long long)b->numel);
+
+    /* spatial axes: (h, w) for sr = 2, (1, w) for sr = 1 */
+    int64_t in_[2] = {1, 1}, k_[2] = {1, 1}, o_[2] = {1, 1}, s_[2] = {1, 1}, d_[2] = {1, 1}, pb_[2] = {0, 0};
+    g.pointwise = 1;
+    for (int i = 0; i < (int)sr; i++) {
+        const int ax = (int)(2 - sr) + i; /* slot in the (h, w) arrays */
+        const int64_t s = a->iattr[3 + i], d = a->iattr[3 + sr + i];
+        const int64_t pb = a->iattr[3 + 2 * sr + i], pe = a->iattr[3 + 3 * sr + i];
+        NRV_TRY(check_attr(a, "strides", i, s, 1));
+        NRV_TRY(check_attr(a, "dilations", i, d, 1));
+        NRV_TRY(check_attr(a, "pads_begin", i, pb, 0));
+        NRV_TRY(check_attr(a, "pads_end", i, pe, 0));
+        const int64_t k = w->dims[2 + i];
+        if (k < 1) return op_fail(a, NRV_ERR_SHAPE, "kernel dim %d is %lld, expected > 0", i, (long long)k);
+        const int64_t want = conv_out_extent(x->dims[2 + i], k, s, d, pb, pe);
+        if (want < 0)
+            return op_fail(a, NRV_ERR_SHAPE,
+                           "spatial axis %d: kernel %lld dilated by %lld exceeds padded input %lld+%lld+%lld", i,
+                           (long long)k, (long long)d, (long long)x->dims[2 + i], (long long)pb, (long long)pe);
+        if (y->dims[2 + i] != want)
+            return op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld", i,
+                           (long long)y->dims[2 + i], (long long)want);
+        in_[ax] = x->dims[2 + i];
+        k_[ax] = k;
+        o_[ax] = want;
+        s_[ax] = s;
+        d_[ax] = d;
+        pb_[ax] = pb;
+        if (k != 1 || s != 1 || d != 1 || pb != 0 || pe != 0) g.pointwise = 0;
+    }
+    g.ih = in_[0], g.iw = in_[1], g.kh = k_[0], g.kw = k_[1], g.oh = o_[0], g.ow = o_[1];
+    g.sh = s_[0], g.sw = s_[1], g.dh = d_[0], g.dw = d_[1], g.ph = pb_[0], g.pw = pb_[1];
+    if (y->numel == 0) return NRV_OK;
+    /* N, M >= 1 from here, so these products are bounded by numel of w, y and x */
+    g.kdim = g.cg * g.kh * g.kw;
+    g.p = g.oh * g.ow;
+    g.hw = g.c > 0 ? g.ih * g.iw : 0;
+    uint64_t need;
+    if (conv_scratch_bytes(&g, &need) != 0 || need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
+        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
+                       (long long)g.kdim, (long long)g.p);
+
+    const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
+    float *yd = y->data, *col = a->scratch;
+    const float p0 = a->fattr[0], p1 = a->fattr[1];
+    const nrv_gemm_fn gemm = nrv_kernel_get(NRV_OP_GEMM).gemm;
+    const int depthwise = g.cg == 1 && g.mg == 1;
+    const int use_rows = !depthwise && conv_use_rows(&g);
+    const int bias_done = depthwise || use_rows; /* those paths add the bias themselves */
+    for (int64_t n = 0; n < g.n; n++) {
+        float *yn = yd + n * g.m * g.p;
+        if (g.cg == 0) {
+            memset(yn, 0, (size_t)(g.m * g.p) * sizeof(float)); /* no input channel: bias only */
+        } else {
+            for (int64_t gi = 0; gi < g.group; gi++) {
+                const float *xg = xd + (n * g.c + gi * g.cg) * g.hw;
+                const float *wg = wd + gi * g.mg * g.kdim;
+                float *yg = yn + gi * g.mg * g.p;
+                if (depthwise) {
+                    conv_direct_1ch(&g, xg, wg, bd ? bd[gi] : 0.0f, yg);
+                } else if (use_rows) {
+                    conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg);
+                } else if (g.pointwise) {
+                    gemm(0, 0, g.mg, g.p, g.cg, 1.0f, wg, g.cg, xg, g.p, 0.0f, yg, g.p);
+                } else {
+                    conv_im2col(&g, xg, col);
+                    gemm(0, 0, g.mg, g.p, g.kdim, 1.0f, wg, g.kdim, col, g.p, 0.0f, yg, g.p);
+                }
+            }
+        }
+        if (bd && !bias_done) add_bias_rows(yn, bd, g.m, g.p);
+        NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yn, g.m * g.p));
+    }
+    return NRV_OK;
+}
+
+/* ================================================================== pool */
+
+/* pool: max or average pooling over 1 or 2 spatial axes.
+ *   in[0]  x f32 [N, C, *spatial]         sr = 1 or 2 spatial axes
+ *   out[0] y f32 [N, C, *out_spatial]     out_spatial computed by the compiler (ceil_mode
+ *          included); accepted when between the floor and the ceil of
+ *          (in + pads_begin + pads_end - dilation*(kernel-1) - 1) / stride, plus 1.
+ *   iattr (3 + 5*sr): [kind, sr, count_include_pad, kernel[sr], strides[sr], dilations[sr],
+ *                      pads_begin[sr], pads_end[sr]]
+ *          kind: 0 = max, 1 = average; count_include_pad: 0 or 1 (average only);
+ *          kernel, strides, dilations >= 1; 0 <= pads < kernel (onnxruntime's rule).
+ *   fattr: none. scratch: none.
+ * Windows running past the padded end (ceil_mode) are clipped to it. Max ignores padding.
+ * Average divides the sum of the real (non-pad) elements by: their number
+ * (count_include_pad = 0), or the number of window positions inside
+ * [-pads_begin, in + pads_end) (count_include_pad = 1; onnxruntime's rule).
+ * A window holding no real element (possible only through dilation or ceil_mode) gives
+ * -FLT_MAX for max and 0 for average. */
+static nrv_status pool_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    if (a->n_iattr < 3) return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 3 + 5*sr", a->n_iattr);
+    const int64_t kind = a->iattr[0], sr = a->iattr[1], cip = a->iattr[2];
+    if (sr != 1 && sr != 2)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)sr);
+    if (a->n_iattr != 3 + 5 * sr)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
+                       (long long)(3 + 5 * sr));
+    if (kind != 0 && kind != 1)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "kind %lld, expected 0 (max) or 1 (average)", (long long)kind);
+    if (cip != 0 && cip != 1)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "count_include_pad %lld, expected 0 or 1", (long long)cip);
+    NRV_TRY(nrv_op_require_input(a, 0));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    const int rank = (int)(2 + sr);
+    if (x->rank != rank || y->rank != rank)
+        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
+                       (int)y->rank, rank, (long long)sr);
+    if (y->dims[0] != x->dims[0] || y->dims[1] != x->dims[1])
+        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], input [%lld, %lld, ...]",
+                       (long long)y->dims[0], (long long)y->dims[1], (long long)x->dims[0], (long long)x->dims[1]);
+    /* (h, w) slots; sr = 1 leaves h as a trivial axis */
+    int64_t in_[2] = {1, 1}, o_[2] = {1, 1}, k_[2] = {1, 1}, s_[2] = {1, 1}, d_[2] = {1, 1}, pb_[2] = {0, 0},
+            pe_[2] = {0, 0};
+    for (int i = 0; i < (int)sr; i++) {
+        const int ax = (int)(2 - sr) + i;
+        const int64_t k = a->iattr[3 + i], s = a->iattr[3 + sr + i], d = a->iattr[3 + 2 * sr + i];
+        const int64_t pb = a->iattr[3 + 3 * sr + i], pe = a->iattr[3 + 4 * sr + i];
+        NRV_TRY(check_attr(a, "kernel", i, k, 1));
+        NRV_TRY(check_attr(a, "strides", i, s, 1));
+        NRV_TRY(check_attr(a, "dilations", i, d, 1));
+        NRV_TRY(check_attr(a, "pads_begin", i, pb, 0));
+        NRV_TRY(check_attr(a, "pads_end", i, pe, 0));
+        const int64_t span = window_span(k, d); /* <= 2^60: no overflow */
+        if (pb >= k || pe >= k)
+            return op_fail(a, NRV_ERR_INVALID_ARG, "pads %lld, %lld on axis %d must be below the kernel size %lld",
+                           (long long)pb, (long long)pe, i, (long long)k);
+        const int64_t in = x->dims[2 + i], padded = in + pb + pe;
+        if (padded < span)
+            return op_fail(a, NRV_ERR_SHAPE, "axis %d: window %lld exceeds padded input %lld", i, (long long)span,
+                           (long long)padded);
+        const int64_t lo = (padded - span) / s + 1, hi = (padded - span + s - 1) / s + 1;
+        const int64_t o = y->dims[2 + i];
+        if (o < lo || o > hi)
+            return op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld (floor) or %lld (ceil)",
+                           i, (long long)o, (long long)lo, (long long)hi);
+        in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
+    }
+    if (y->numel == 0) return NRV_OK;
+    const int64_t ih = in_[0], iw = in_[1], oh = o_[0], ow = o_[1], kh = k_[0], kw = k_[1];
+    const int64_t planes = x->dims[0] * x->dims[1];
+    const float *xd = x->data;
+    float *yd = y->data;
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *xp = xd + pl * ih * iw;
+        float *yp = yd + pl * oh * ow;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t y0 = oy * s_[0] - pb_[0];
+            int64_t jlo, jhi;
+            valid_range(y0, d_[0], ih, kh, &jlo, &jhi);
+            const int64_t npad_h = count_below(y0, d_[0], ih + pe_[0], kh);
+            for (int64_t ox = 0; ox < ow; ox++) {
+                const int64_t x0 = ox * s_[1] - pb_[1];
+                int64_t ilo, ihi;
+                valid_range(x0, d_[1], iw, kw, &ilo, &ihi);
+                float r;
+                if (kind == 0) {
+                    float mx = -FLT_MAX;
+                    for (int64_t j = jlo; j < jhi; j++) {
+                        const float *xr = xp + (y0 + j * d_[0]) * iw + x0;
+                        for (int64_t i = ilo; i < ihi; i++) {
+                            const float v = xr[i * d_[1]];
+                            mx = v > mx ? v : mx;
+                        }
+                    }
+                    r = mx;
+                } else {
+                    float sum = 0.0f;
+                    for (int64_t j = jlo; j < jhi; j++) {
+                        const float *xr = xp + (y0 + j * d_[0]) * iw + x0;
+                        for (int64_t i = ilo; i < ihi; i++) sum += xr[i * d_[1]];
+                    }
+                    const int64_t cnt = cip ? npad_h * count_below(x0, d_[1], iw + pe_[1], kw)
+                                            : (jhi - jlo) * (ihi - ilo);
+                    r = cnt > 0 ? sum / (float)cnt : 0.0f;
+                }
+                yp[oy * ow + ox] = r;
+            }
+        }
+    }
+    return NRV_OK;
+}
+
+/* ================================================================== global_pool */
+
+/* global_pool: max or average over all spatial positions.
+ *   in[0]  x f32 [N, C, *spatial]      spatial rank >= 1, at least one position
+ *   out[0] y f32 [N, C, 1, ...]        same rank as x, every spatial dim 1
+ *   iattr (1): [kind]   0 = max, 1 = average (summed in double)
+ *   fattr: none. scratch: none. */
+static nrv_status global_pool_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
+    const int64_t kind = a->iattr[0];
+    if (kind != 0 && kind != 1)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "kind %lld, expected 0 (max) or 1 (average)", (long long)kind);
+    NRV_TRY(nrv_op_require_input(a, 0));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    if (x->rank < 3 || y->rank != x->rank)
+        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d; expected equal and >= 3", (int)x->rank, (int)y->rank);
+    if (y->dims[0] != x->dims[0] || y->dims[1] != x->dims[1])
+        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], input [%lld, %lld, ...]",
+                       (long long)y->dims[0], (long long)y->dims[1], (long long)x->dims[0], (long long)x->dims[1]);
+    for (int i = 2; i < y->rank; i++)
+        if (y->dims[i] != 1)
+            return op_fail(a, NRV_ERR_SHAPE, "output dim %d is %lld, expected 1", i, (long long)y->dims[i]);
+    const int64_t planes = x->dims[0] * x->dims[1], sp = nrv_dims_product(x->dims, 2, x->rank);
+    if (planes == 0) return NRV_OK;
+    if (sp == 0) return op_fail(a, NRV_ERR_SHAPE, "empty spatial extent: nothing to pool");
+    const float *xd = x->data;
+    float *yd = y->data;
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *xp = xd + pl * sp;
+        if (kind == 0) {
+            float mx = xp[0];
+            for (int64_t i = 1; i < sp; i++) mx = xp[i] > mx ? xp[i] : mx;
+            yd[pl] = mx;
+        } else {
+            double s = 0.0;
+            for (int64_t i = 0; i < sp; i++) s += xp[i];
+            yd[pl] = (float)(s / (double)sp);
+        }
+    }
+    return NRV_OK;
+}
+
+/* ================================================================== channel_affine */
+
+/* Shared check of [C] per-channel parameter vectors. */
+static nrv_status check_channel_vec(const nrv_op_args *a, const nrv_tview *v, const char *what, int64_t c) {
+    NRV_TRY(nrv_op_expect_dtype(a, v, what, NRV_F32));
+    if (v->rank != 1 || v->dims[0] != c)
+        return op_fail(a, NRV_ERR_SHAPE, "%s must be [C] = [%lld] (rank %d, %lld elements)", what, (long long)c,
+                       (int)v->rank, (long long)v->numel);
+    return NRV_OK;
+}
+
+/* Shared check of x [N, C, ...] against y of the same shape. */
+static nrv_status check_same_shape(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, int min_rank) {
+    if (x->rank < min_rank)
+        return op_fail(a, NRV_ERR_SHAPE, "input rank %d, expected >= %d", (int)x->rank, min_rank);
+    int same = y->rank == x->rank;
+    for (int i = 0; same && i < x->rank; i++) same = y->dims[i] == x->dims[i];
+    if (!same) return op_fail(a, NRV_ERR_SHAPE, "output shape differs from the input's");
+    return NRV_OK;
+}
+
+/* channel_affine: y = act(x * scale[c] + shift[c]) (BatchNormalization in inference mode
+ * that could not be folded into a conv).
+ *   in[0]  x     f32 [N, C, *rest]   rank >= 2
+ *   in[1]  scale f32 [C]
+ *   in[2]  shift f32 [C]
+ *   out[0] y     f32, same shape as x; in place ok (y may be x)
+ *   iattr (1): [act]   nrv_plan_act code
+ *   fattr (2): [p0, p1] activation parameters (as conv)
+ *   scratch: none. */
+static nrv_status channel_affine_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 1, 2));
+    for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_require_input(a, i));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    const int64_t act = a->iattr[0];
+    NRV_TRY(check_act(a, act));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    NRV_TRY(check_same_shape(a, x, y, 2));
+    const int64_t n = x->dims[0], c = x->dims[1], rest = nrv_dims_product(x->dims, 2, x->rank);
+    NRV_TRY(check_channel_vec(a, a->in[1], "scale", c));
+    NRV_TRY(check_channel_vec(a, a->in[2], "shift", c));
+    if (y->numel == 0) return NRV_OK;
+    const float *xd = x->data, *sc = a->in[1]->data, *sh = a->in[2]->data;
+    float *yd = y->data;
+    for (int64_t in = 0; in < n; in++) {
+        for (int64_t ic = 0; ic < c; ic++) {
+            const float *xp = xd + (in * c + ic) * rest;
+            float *yp = yd + (in * c + ic) * rest;
+            const float s = sc[ic], t = sh[ic];
+            for (int64_t i = 0; i < rest; i++) yp[i] = xp[i] * s + t;
+        }
+        NRV_TRY(nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], yd + in * c * rest, c * rest));
+    }
+    return NRV_OK;
+}
+
+/* ================================================================== instancenorm */
+
+/* instancenorm: per (n, c), y = (x - mean) / sqrt(var + eps) * scale[c] + bias[c], mean and
+ * population variance over the positions of that (n, c), accumulated in double.
+ *   in[0]  x     f32 [N, C, *rest]   rank >= 2 (ONNX: >= 3)
+ *   in[1]  scale f32 [C]
+ *   in[2]  bias  f32 [C]
+ *   out[0] y     f32, same shape as x (the statistics are taken before y is written, so y
+ *                may be x)
+ *   iattr: none. fattr (1): [eps], eps >= 0. scratch: none. */
+static nrv_status instancenorm_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 0, 1));
+    for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_require_input(a, i));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    const float eps = a->fattr[0];
+    if (!(eps >= 0.0f) || isinf(eps))
+        return op_fail(a, NRV_ERR_INVALID_ARG, "epsilon %g, expected a finite value >= 0", (double)eps);
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    NRV_TRY(check_same_shape(a, x, y, 2));
+    const int64_t n = x->dims[0], c = x->dims[1], rest = nrv_dims_product(x->dims, 2, x->rank);
+    NRV_TRY(check_channel_vec(a, a->in[1], "scale", c));
+    NRV_TRY(check_channel_vec(a, a->in[2], "bias", c));
+    if (y->numel == 0) return NRV_OK;
+    const float *xd = x->data, *sc = a->in[1]->data, *bi = a->in[2]->data;
+    float *yd = y->data;
+    for (int64_t in = 0; in < n; in++) {
+        for (int64_t ic = 0; ic < c; ic++) {
+            const float *xp = xd + (in * c + ic) * rest;
+            float *yp = yd + (in * c + ic) * rest;
+            double sum = 0.0;
+            for (int64_t i = 0; i < rest; i++) sum += xp[i];
+            const double mean = sum / (double)rest;
+            double ss = 0.0;
+            for (int64_t i = 0; i < rest; i++) {
+                const double dv = xp[i] - mean;
+                ss += dv * dv;
+            }
+            const double rstd = 1.0 / sqrt(ss / (double)rest + (double)eps);
+            /* (x - mean) first: folding the mean into the shift cancels catastrophically
+             * when the variance is small next to eps */
+            const float mul = (float)(rstd * sc[ic]), mf = (float)mean, add = bi[ic];
+            for (int64_t i = 0; i < rest; i++) yp[i] = (xp[i] - mf) * mul + add;
+        }
+    }
+    return NRV_OK;
+}
+
+/* ================================================================== pad */
+
+typedef struct pad_ctx {
+    int rank;
+    int mode;
+    size_t es;                          /* element size in bytes */
+    int64_t lo[NRV_PLAN_MAX_RANK];      /* first x index kept (negative pads_begin crop) */
+    int64_t cd[NRV_PLAN_MAX_RANK];      /* x extent kept after cropping */
+    int64_t pb[NRV_PLAN_MAX_RANK];      /* positive part of pads_begin */
+    int64_t xs[NRV_PLAN_MAX_RANK];      /* x stride of axis, in elements */
+    int64_t ys[NRV_PLAN_MAX_RANK];      /* y stride of axis, in elements */
+    int64_t yd[NRV_PLAN_MAX_RANK];      /* y dims */
+    unsigned char value[8];             /* the constant, in y's dtype */
+} pad_ctx;
+
+/* Index into the kept (cropped) range [0, cd) that pad position j (< 0 or >= cd) copies,
+ * for reflect (1) and edge (2). Validation guarantees the result is in range. */
+static inline int64_t pad_source(int mode, int64_t j, int64_t cd) {
+    if (mode == 1) return j < 0 ? -j : 2 * (cd - 1) - j;
+    return j < 0 ? 0 : cd - 1;
+}
+
+/* Fills n elements at dst with the constant (copies of doubling size). */
+static void pad_fill(const pad_ctx *p, unsigned char *dst, int64_t n) {
+    if (n <= 0) return;
+    const size_t total = (size_t)n * p->es;
+    memcpy(dst, p->value, p->es);
+    size_t done = p->es;
+    while (done < total) {
+        const size_t chunk = done < total - done ? done : total - done;
+        memcpy(dst + done, dst, chunk);
+        done += chunk;
+    }
+}
+
+static void pad_axis(const pad_ctx *p, int axis, const unsigned char *src, unsigned char *dst) {
+    const size_t es = p->es;
+    const int64_t cd = p->cd[axis], pb = p->pb[axis], yd = p->yd[axis];
+    const unsigned char *s0 = src + (size_t)(p->lo[axis] * p->xs[axis]) * es;
+    if (axis == p->rank - 1) {
+        /* innermost: the kept run is contiguous in x and in y */
+        if (cd > 0) memcpy(dst + (size_t)pb * es, s0, (size_t)cd * es);
+        if (p->mode == 0) {
+            pad_fill(p, dst, pb);
+            pad_fill(p, dst + (size_t)(pb + cd) * es, yd - pb - cd);
+        } else if (es == 4) {
+            float *d = (float *)(void *)dst; /* 4-byte elements: copy as float-sized words */
+            for (int64_t o = 0; o < pb; o++) d[o] = d[pb + pad_source(p->mode, o - pb, cd)];
+            for (int64_t o = pb + cd; o < yd; o++) d[o] = d[pb + pad_source(p->mode, o - pb, cd)];
+        } else {
+            for (int64_t o = 0; o < pb; o++)
+                memcpy(dst + (size_t)o * es, dst + (size_t)(pb + pad_source(p->mode, o - pb, cd)) * es, es);
+            for (int64_t o = pb + cd; o < yd; o++)
+                memcpy(dst + (size_t)o * es, dst + (size_t)(pb + pad_source(p->mode, o - pb, cd)) * es, es);
+        }
+        return;
+    }
+    /* outer axis: build the kept slices, then make each pad slice from the constant or
+     * from a copy of the finished slice it mirrors */
+    const size_t ybytes = (size_t)p->ys[axis] * es, xbytes = (size_t)p->xs[axis] * es;
+    for (int64_t j = 0; j < cd; j++) pad_axis(p, axis + 1, s0 + (size_t)j * xbytes, dst + (size_t)(pb + j) * ybytes);
+    for (int64_t o = 0; o < yd; o++) {
+        if (o == pb && cd > 0) o = pb + cd; /* skip the kept slices */
+        if (o >= yd) break;
+        unsigned char *d = dst + (size_t)o * ybytes;
+        if (p->mode == 0) pad_fill(p, d, p->ys[axis]);
+        else memcpy(d, dst + (size_t)(pb + pad_source(p->mode, o - pb, cd)) * ybytes, ybytes);
+    }
+}
+
+/* Converts the pad constant to dtype dt (bytes into out); 0 for an unsupported dtype. */
+static int pad_value(nrv_dtype dt, float v, unsigned char out[8]) {
+    const double d = isnan(v) ? 0.0 : (double)v; /* NaN only survives in float dtypes */
+    switch (dt) {
+    case NRV_F32: memcpy(out, &v, 4); return 1;
+    case NRV_F64: { const double f = v; memcpy(out, &f, 8); return 1; }
+    case NRV_F16: { const uint16_t h = nrv_float_to_half(v); memcpy(out, &h, 2); return 1; }
+    case NRV_I8: {
+        const int8_t i = (int8_t)(d < -128.0 ? -128.0 : d > 127.0 ? 127.0 : d);
+        memcpy(out, &i, 1);
+        return 1;
+    }
+    case NRV_U8: { const uint8_t u = (uint8_t)(d < 0.0 ? 0.0 : d > 255.0 ? 255.0 : d); memcpy(out, &u, 1); return 1; }
+    case NRV_BOOL: { const uint8_t u = v != 0.0f; memcpy(out, &u, 1); return 1; }
+    case NRV_I32: {
+        const int32_t i = (int32_t)(d < -2147483648.0 ? -2147483648.0 : d > 2147483647.0 ? 2147483647.0 : d);
+        memcpy(out, &i, 4);
+        return 1;
+    }
+    case NRV_I64: {
+        /* 2^63 is not representable as int64: clamp just below it */
+        const int64_t i = d <= -9223372036854775808.0 ? INT64_MIN : d >= 9223372036854775808.0 ? INT64_MAX : (int64_t)d;
+        memcpy(out, &i, 8);
+        return 1;
+    }
+    default: return 0;
+    }
+}
+
+/* pad: constant / reflect / edge padding of any rank and dtype; negative pads crop.
+ *   in[0]  x any dtype, rank r
+ *   out[0] y same dtype, rank r, dims[i] = x.dims[i] + pads_begin[i] + pads_end[i] (>= 0)
+ *   iattr (2 + 2*r): [mode, r, pads_begin[r], pads_end[r]]
+ *          mode: 0 = constant, 1 = reflect (mirror excluding the edge), 2 = edge
+ *   fattr (1): [value], the constant (mode 0), converted to x's dtype (integers: truncated
+ *          toward zero and clamped to the dtype's range; bool: value != 0)
+ *   scratch: none.
+ * Negative pads first crop x (onnxruntime's order); reflect and edge then mirror / repeat
+ * the cropped extent, which must be > the pad on each side for reflect and > 0 for edge
+ * where that axis gets a positive pad (else NRV_ERR_INVALID_ARG).
+ * Rows of the innermost axis are copied with memcpy, pad elements one by one; pad slices
+ * of outer axes are copies of the finished slices they mirror. Not in place. */
+static nrv_status pad_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, 1));
+    if (a->n_iattr < 2)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 2 + 2*rank", a->n_iattr);
+    const int64_t mode = a->iattr[0], r = a->iattr[1];
+    if (mode < 0 || mode > 2)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "mode %lld, expected 0 (constant), 1 (reflect) or 2 (edge)",
+                       (long long)mode);
+    NRV_TRY(nrv_op_require_input(a, 0));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    if (r != x->rank || r != y->rank || r < 0 || r > NRV_PLAN_MAX_RANK)
+        return op_fail(a, NRV_ERR_SHAPE, "rank attribute %lld, x rank %d, y rank %d", (long long)r, (int)x->rank,
+                       (int)y->rank);
+    if (a->n_iattr != 2 + 2 * r)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
+                       (long long)(2 + 2 * r));
+    if (y->dtype != x->dtype)
+        return op_fail(a, NRV_ERR_DTYPE, "output is %s, input %s", nrv_dtype_str((nrv_dtype)y->dtype),
+                       nrv_dtype_str((nrv_dtype)x->dtype));
+    pad_ctx p;
+    memset(&p, 0, sizeof p);
+    p.rank = (int)r;
+    p.mode = (int)mode;
+    p.es = nrv_dtype_size((nrv_dtype)x->dtype);
+    if (p.es == 0 || !pad_value((nrv_dtype)x->dtype, a->fattr[0], p.value))
+        return op_fail(a, NRV_ERR_DTYPE, "unsupported dtype %s", nrv_dtype_str((nrv_dtype)x->dtype));
+    for (int i = 0; i < p.rank; i++) {
+        const int64_t pb = a->iattr[2 + i], pe = a->iattr[2 + r + i], xd = x->dims[i];
+        int64_t want;
+        if (__builtin_add_overflow(xd, pb, &want) || __builtin_add_overflow(want, pe, &want) || want < 0 ||
+            y->dims[i] != want)
+            return op_fail(a, NRV_ERR_SHAPE, "axis %d: output dim %lld, expected %lld %+lld %+lld", i,
+                           (long long)y->dims[i], (long long)xd, (long long)pb, (long long)pe);
+        p.lo[i] = pb < 0 ? -pb : 0;
+        p.pb[i] = pb > 0 ? pb : 0;
+        const int64_t pep = pe > 0 ? pe : 0;
+        p.cd[i] = want - p.pb[i] - pep; /* >= 0: lo + cd <= xd since want >= 0 */
+        if (p.cd[i] < 0)
+            return op_fail(a, NRV_ERR_SHAPE, "axis %d: pads %lld, %lld crop more than the dim %lld", i,
+                           (long long)pb, (long long)pe, (long long)xd);
+        p.yd[i] = want;
+        if (mode == 1 && ((p.pb[i] > 0 && p.pb[i] >= p.cd[i]) || (pep > 0 && pep >= p.cd[i])))
+            return op_fail(a, NRV_ERR_INVALID_ARG, "reflect: pads %lld, %lld on axis %d must be below the dim %lld",
+                           (long long)p.pb[i], (long long)pep, i, (long long)p.cd[i]);
+        if (mode == 2 && p.cd[i] == 0 && (p.pb[i] > 0 || pep > 0))
+            return op_fail(a, NRV_ERR_INVALID_ARG, "edge: axis %d is empty and cannot be padded", i);
+    }
+    if (y->numel == 0) return NRV_OK;
+    if (p.rank == 0) {
+        memcpy(y->data, x->data, p.es);
+        return NRV_OK;
+    }
+    p.xs[p.rank - 1] = p.ys[p.rank - 1] = 1;
+    for (int i = p.rank - 2; i >= 0; i--) {
+        p.xs[i] = p.xs[i + 1] * x->dims[i + 1];
+        p.ys[i] = p.ys[i + 1] * y->dims[i + 1];
+    }
+    pad_axis(&p, 0, x->data, y->data);
+    return NRV_OK;
+}
+
+const nrv_op_def nrv_plan_ops_conv[] = {
+    {"conv", conv_run, "gemm"},
+    {"pool", pool_run, NULL},
+    {"global_pool", global_pool_run, NULL},
+    {"channel_affine", channel_affine_run, NULL},
+    {"instancenorm", instancenorm_run, NULL},
+    {"pad", pad_run, NULL},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,360 @@
+/* op_elementwise.c — unary and broadcasting binary ops of compiled plans (contract: plan_ops.h).
+ *
+ * Binary ops broadcast numpy-style. Before looping, the runtime shapes are collapsed: the
+ * operands are right-aligned, adjacent axes that broadcast the same way are merged, so the
+ * common cases (same shape, a scalar, a row vector, a column vector) become one or two flat
+ * loops whose inner body has unit or zero strides and vectorises.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "plan_ops.h"
+
+/* ------------------------------------------------------------------ unary */
+
+typedef enum unary_code {
+    U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_SIN, U_COS, U_ERF, U_TANH, U_SIGMOID,
+    U_RELU, U_GELU, U_GELU_TANH, U_LEAKY_RELU, U_HARD_SIGMOID, U_CLIP, U_RECIPROCAL,
+    U_FLOOR, U_CEIL, U_NOT, U_IDENTITY, U_SOFTPLUS, U_SIGN, U_ROUND, U_SQUARE, U_COUNT
+} unary_code;
+
+static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float p1, const float *x, float *y,
+                            int64_t n) {
+    switch (code) {
+    /* The dispatch-table kernels (vectorised) where there is one. */
+    case U_TANH: nrv_kernel_get(NRV_OP_TANH).unary(x, n, y); break;
+    case U_SIGMOID: nrv_kernel_get(NRV_OP_SIGMOID).unary(x, n, y); break;
+    case U_RELU: nrv_kernel_get(NRV_OP_RELU).unary(x, n, y); break;
+    case U_GELU: nrv_kernel_get(NRV_OP_GELU).unary(x, n, y); break;
+    case U_GELU_TANH: nrv_kernel_get(NRV_OP_GELU_TANH).unary(x, n, y); break;
+    case U_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
+    case U_ABS: for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]); break;
+    case U_EXP: for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]); break;
+    case U_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
+    case U_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
+    case U_SIN: for (int64_t i = 0; i < n; i++) y[i] = sinf(x[i]); break;
+    case U_COS: for (int64_t i = 0; i < n; i++) y[i] = cosf(x[i]); break;
+    case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]); break;
+    case U_LEAKY_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? x[i] * p0 : x[i]; break;
+    case U_HARD_SIGMOID:
+        for (int64_t i = 0; i < n; i++) y[i] = fmaxf(0.0f, fminf(1.0f, p0 * x[i] + p1));
+        break;
+    case U_CLIP: /* NaN passes through, as in onnxruntime */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);
+        break;
+    case U_RECIPROCAL: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / x[i]; break;
+    case U_FLOOR: for (int64_t i = 0; i < n; i++) y[i] = floorf(x[i]); break;
+    case U_CEIL: for (int64_t i = 0; i < n; i++) y[i] = ceilf(x[i]); break;
+    case U_IDENTITY: if (y != x) memmove(y, x, (size_t)n * sizeof(float)); break;
+    case U_SOFTPLUS:
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
+        break;
+    case U_SIGN: for (int64_t i = 0; i < n; i++) y[i] = (float)((x[i] > 0.0f) - (x[i] < 0.0f)); break;
+    case U_ROUND: for (int64_t i = 0; i < n; i++) y[i] = nearbyintf(x[i]); break; /* half to even */
+    case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
+    default:
+        return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): unary code %lld is not defined for f32", a->type, a->name,
+                        (long long)code);
+    }
+    return NRV_OK;
+}
+
+#define DEFINE_UNARY_INT(T, NAME)                                                                         \
+    static nrv_status NAME(const nrv_op_args *a, int64_t code, const T *x, T *y, int64_t n) {            \
+        switch (code) {                                                                                   \
+        case U_NEG: for (int64_t i = 0; i < n; i++) y[i] = (T)(0 - x[i]); break;                          \
+        case U_ABS: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? (T)(0 - x[i]) : x[i]; break;       \
+        case U_SIGN: for (int64_t i = 0; i < n; i++) y[i] = (T)((x[i] > 0) - (x[i] < 0)); break;         \
+        case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = (T)(x[i] * x[i]); break;                   \
+        case U_IDENTITY: if (y != x) memmove(y, x, (size_t)n * sizeof(T)); break;                         \
+        case U_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i]; break;                  \
+        default:                                                                                          \
+            return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): unary code %lld is not defined for %s", a->type, \
+                            a->name, (long long)code, #T);                                                \
+        }                                                                                                 \
+        return NRV_OK;                                                                                    \
+    }
+DEFINE_UNARY_INT(int64_t, unary_i64)
+DEFINE_UNARY_INT(int32_t, unary_i32)
+
+/* "unary": in[0] x, out[0] y, same dtype and numel (in place ok).
+ * iattr [code]; fattr [p0, p1] (LEAKY_RELU: alpha; HARD_SIGMOID: alpha, beta; CLIP: min, max).
+ * Codes (unary_code above): 0 neg, 1 abs, 2 exp, 3 log, 4 sqrt, 5 sin, 6 cos, 7 erf, 8 tanh,
+ * 9 sigmoid, 10 relu, 11 gelu, 12 gelu_tanh, 13 leaky_relu, 14 hard_sigmoid, 15 clip,
+ * 16 reciprocal, 17 floor, 18 ceil, 19 not, 20 identity, 21 softplus, 22 sign, 23 round,
+ * 24 square. dtypes: f32 all but not; i64/i32 neg, abs, sign, square, identity, relu;
+ * bool not, identity. */
+static nrv_status run_unary(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, 2));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", (nrv_dtype)x->dtype));
+    NRV_TRY(nrv_op_expect_same_numel(a, x, y, "input and output"));
+    const int64_t code = a->iattr[0], n = x->numel;
+    if (n == 0) return NRV_OK;
+    switch (x->dtype) {
+    case NRV_F32: return unary_f32(a, code, a->fattr[0], a->fattr[1], x->data, y->data, n);
+    case NRV_I64: return unary_i64(a, code, x->data, y->data, n);
+    case NRV_I32: return unary_i32(a, code, x->data, y->data, n);
+    case NRV_BOOL: {
+        const uint8_t *xb = x->data;
+        uint8_t *yb = y->data;
+        if (code == U_NOT) {
+            for (int64_t i = 0; i < n; i++) yb[i] = !xb[i];
+            return NRV_OK;
+        }
+        if (code == U_IDENTITY) {
+            if (yb != xb) memmove(yb, xb, (size_t)n);
+            return NRV_OK;
+        }
+        break;
+    }
+    default: break;
+    }
+    return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): unary code %lld is not defined for %s", a->type, a->name,
+                    (long long)code, nrv_dtype_str((nrv_dtype)x->dtype));
+}
+
+/* ------------------------------------------------------------------ binary, broadcasting */
+
+typedef enum binary_code {
+    B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MIN, B_MAX, B_MOD, B_FMOD,
+    B_EQUAL, B_LESS, B_GREATER, B_LESS_EQUAL, B_GREATER_EQUAL, B_AND, B_OR, B_XOR, B_COUNT
+} binary_code;
+
+static int is_comparison(int64_t code) { return code >= B_EQUAL && code <= B_GREATER_EQUAL; }
+static int is_logical(int64_t code) { return code >= B_AND && code <= B_XOR; }
+
+/* A broadcast loop nest: up to NRV_PLAN_MAX_RANK collapsed axes, outermost first; element
+ * strides of a and b per axis (0 where that operand broadcasts). */
+typedef struct bcast {
+    int rank;
+    int64_t dims[NRV_PLAN_MAX_RANK];
+    int64_t sa[NRV_PLAN_MAX_RANK], sb[NRV_PLAN_MAX_RANK];
+} bcast;
+
+/* Fills bc from the operands' dims and the output's; fails unless every axis of a and b is
+ * 1 or the output's extent. Axes are merged while both operands keep the same "broadcasts
+ * or not" pattern, so [4,5]+[4,5] is one axis of 20 and [4,5]+[5] is 4 × 5 with sa=(5,1),
+ * sb=(0,1). */
+static nrv_status bcast_plan(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, const nrv_tview *z,
+                             bcast *bc) {
+    const int r = z->rank;
+    if (x->rank > r || y->rank > r)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): operand ranks %d, %d exceed the output's %d", a->type,
+                        a->name, x->rank, y->rank, r);
+    int64_t da[NRV_PLAN_MAX_RANK], db[NRV_PLAN_MAX_RANK];
+    for (int i = 0; i < r; i++) {
+        const int ia = i - (r - x->rank), ib = i - (r - y->rank);
+        da[i] = ia >= 0 ? x->dims[ia] : 1;
+        db[i] = ib >= 0 ? y->dims[ib] : 1;
+        if ((da[i] != 1 && da[i] != z->dims[i]) || (db[i] != 1 && db[i] != z->dims[i]))
+            return nrv_fail(NRV_ERR_SHAPE,
+                            "%s (node '%s'): axis %d: operands of extent %lld and %lld do not broadcast to %lld",
+                            a->type, a->name, i, (long long)da[i], (long long)db[i], (long long)z->dims[i]);
+    }
+    /* Merge from the innermost axis outwards; skip output extents of 1. */
+    int n = 0;
+    int64_t dims[NRV_PLAN_MAX_RANK];
+    int pa[NRV_PLAN_MAX_RANK], pb[NRV_PLAN_MAX_RANK]; /* 1 = operand spans the axis */
+    for (int i = r - 1; i >= 0; i--) {
+        if (z->dims[i] == 1) continue;
+        const int ha = da[i] != 1, hb = db[i] != 1;
+        if (n > 0 && pa[n - 1] == ha && pb[n - 1] == hb) {
+            dims[n - 1] *= z->dims[i];
+        } else {
+            dims[n] = z->dims[i];
+            pa[n] = ha;
+            pb[n] = hb;
+            n++;
+        }
+    }
+    if (n == 0) {
+        dims[0] = 1;
+        pa[0] = pb[0] = 1;
+        n = 1;
+    }
+    /* Reverse into outermost-first order, computing element strides. */
+    int64_t stride_a = 1, stride_b = 1;
+    bc->rank = n;
+    for (int k = 0; k < n; k++) {
+        const int o = n - 1 - k;
+        bc->dims[o] = dims[k];
+        bc->sa[o] = pa[k] ? stride_a : 0;
+        bc->sb[o] = pb[k] ? stride_b : 0;
+        if (pa[k]) stride_a *= dims[k];
+        if (pb[k]) stride_b *= dims[k];
+    }
+    return NRV_OK;
+}
+
+typedef void (*inner_fn)(const void *pa, int64_t sa, const void *pb, int64_t sb, void *pz, int64_t n);
+
+/* Walks the outer axes of bc (odometer) calling inner on the innermost one. Element sizes
+ * of a/b (ea) and z (ez) in bytes. */
+static void bcast_run(const bcast *bc, const void *a, const void *b, void *z, size_t ea, size_t ez, inner_fn inner) {
+    const int last = bc->rank - 1;
+    const int64_t n = bc->dims[last];
+    int64_t idx[NRV_PLAN_MAX_RANK] = {0};
+    const char *pa = a, *pb = b;
+    char *pz = z;
+    int64_t outer = 1;
+    for (int i = 0; i < last; i++) outer *= bc->dims[i];
+    for (int64_t o = 0; o < outer; o++) {
+        inner(pa, bc->sa[last], pb, bc->sb[last], pz, n);
+        pz += (size_t)n * ez;
+        /* advance the odometer over axes [0, last) */
+        for (int ax = last - 1; ax >= 0; ax--) {
+            pa += (ptrdiff_t)(bc->sa[ax] * (int64_t)ea);
+            pb += (ptrdiff_t)(bc->sb[ax] * (int64_t)ea);
+            if (++idx[ax] < bc->dims[ax]) break;
+            pa -= (ptrdiff_t)(bc->sa[ax] * bc->dims[ax] * (int64_t)ea);
+            pb -= (ptrdiff_t)(bc->sb[ax] * bc->dims[ax] * (int64_t)ea);
+            idx[ax] = 0;
+        }
+    }
+}
+
+/* One inner loop per (code, dtype): z[i] = EXPR(x = a[i*sa], y = b[i*sb]) with sa, sb in
+ * {0, 1}, specialised so the compiler vectorises the three stride shapes separately. */
+#define LOOP(N, TA, TZ, EXPR)                                                               \
+    static void N(const void *va, int64_t sa, const void *vb, int64_t sb, void *vz, int64_t n) { \
+        const TA *restrict pa = va, *restrict pb = vb;                                      \
+        TZ *restrict pz = vz;                                                               \
+        if (sa == 1 && sb == 1) {                                                           \
+            for (int64_t i = 0; i < n; i++) { const TA x = pa[i], y = pb[i]; pz[i] = (TZ)(EXPR); } \
+        } else if (sa == 1) {                                                               \
+            const TA y = pb[0];                                                             \
+            for (int64_t i = 0; i < n; i++) { const TA x = pa[i]; pz[i] = (TZ)(EXPR); }    \
+        } else if (sb == 1) {                                                               \
+            const TA x = pa[0];                                                             \
+            for (int64_t i = 0; i < n; i++) { const TA y = pb[i]; pz[i] = (TZ)(EXPR); }    \
+        } else {                                                                            \
+            const TA x = pa[0], y = pb[0];                                                  \
+            const TZ v = (TZ)(EXPR);                                                        \
+            for (int64_t i = 0; i < n; i++) pz[i] = v;                                      \
+        }                                                                                   \
+    }
+#define LOOP_T(T, N, E) LOOP(N, T, T, E)
+#define LOOP_C(T, N, E) LOOP(N, T, uint8_t, E)
+
+/* One inner loop per (code, dtype). Float pow keeps the common squares exact and fast. */
+LOOP(f32_add, float, float, x + y)
+LOOP(f32_sub, float, float, x - y)
+LOOP(f32_mul, float, float, x * y)
+LOOP(f32_div, float, float, x / y)
+LOOP(f32_pow, float, float, y == 2.0f ? x * x : powf(x, y))
+LOOP(f32_min, float, float, (x != x || y != y) ? x + y : (x < y ? x : y))
+LOOP(f32_max, float, float, (x != x || y != y) ? x + y : (x > y ? x : y))
+LOOP(f32_fmod, float, float, fmodf(x, y))
+LOOP(f32_mod, float, float, (fmodf(x, y) != 0.0f && ((fmodf(x, y) < 0.0f) != (y < 0.0f))) ? fmodf(x, y) + y : fmodf(x, y))
+LOOP(f32_eq, float, uint8_t, x == y)
+LOOP(f32_lt, float, uint8_t, x < y)
+LOOP(f32_gt, float, uint8_t, x > y)
+LOOP(f32_le, float, uint8_t, x <= y)
+LOOP(f32_ge, float, uint8_t, x >= y)
+
+/* Integer add/sub/mul wrap (two's complement, computed unsigned: no UB), MIN / -1 wraps instead of trapping; division and modulo are checked for zero divisors by the caller (div_by_zero). */
+#define INT_FAMILY(T, U, P)                                                               \
+    LOOP_T(T, P##_add, (U)x + (U)y)                                                      \
+    LOOP_T(T, P##_sub, (U)x - (U)y)                                                      \
+    LOOP_T(T, P##_mul, (U)x * (U)y)                                                      \
+    LOOP_T(T, P##_div, y == -1 ? (T)(0 - (U)x) : x / y)                                                      \
+    LOOP_T(T, P##_min, x < y ? x : y)                                              \
+    LOOP_T(T, P##_max, x > y ? x : y)                                              \
+    LOOP_T(T, P##_fmod, y == -1 ? 0 : x % y)                                                     \
+    LOOP_T(T, P##_mod, y == -1 ? 0 : ((x % y != 0 && ((x % y < 0) != (y < 0))) ? x % y + y : x % y)) \
+    LOOP_C(T, P##_eq, x == y)                                                      \
+    LOOP_C(T, P##_lt, x < y)                                                       \
+    LOOP_C(T, P##_gt, x > y)                                                       \
+    LOOP_C(T, P##_le, x <= y)                                                      \
+    LOOP_C(T, P##_ge, x >= y)
+INT_FAMILY(int64_t, uint64_t, i64)
+INT_FAMILY(int32_t, uint32_t, i32)
+LOOP(u8_eq, uint8_t, uint8_t, x == y)
+LOOP(u8_and, uint8_t, uint8_t, x && y)
+LOOP(u8_or, uint8_t, uint8_t, x || y)
+LOOP(u8_xor, uint8_t, uint8_t, (x != 0) != (y != 0))
+
+#define F(fn) fn
+static inner_fn pick_inner(int64_t code, int32_t dtype) {
+    if (dtype == NRV_F32) {
+        static const inner_fn t[B_COUNT] = {
+            [B_ADD] = F(f32_add), [B_SUB] = F(f32_sub), [B_MUL] = F(f32_mul), [B_DIV] = F(f32_div),
+            [B_POW] = F(f32_pow), [B_MIN] = F(f32_min), [B_MAX] = F(f32_max), [B_MOD] = F(f32_mod),
+            [B_FMOD] = F(f32_fmod), [B_EQUAL] = F(f32_eq), [B_LESS] = F(f32_lt), [B_GREATER] = F(f32_gt),
+            [B_LESS_EQUAL] = F(f32_le), [B_GREATER_EQUAL] = F(f32_ge)};
+        return code >= 0 && code < B_COUNT ? t[code] : NULL;
+    }
+    if (dtype == NRV_I64) {
+        static const inner_fn t[B_COUNT] = {
+            [B_ADD] = F(i64_add), [B_SUB] = F(i64_sub), [B_MUL] = F(i64_mul), [B_DIV] = F(i64_div),
+            [B_MIN] = F(i64_min), [B_MAX] = F(i64_max), [B_MOD] = F(i64_mod), [B_FMOD] = F(i64_fmod),
+            [B_EQUAL] = F(i64_eq), [B_LESS] = F(i64_lt), [B_GREATER] = F(i64_gt), [B_LESS_EQUAL] = F(i64_le),
+            [B_GREATER_EQUAL] = F(i64_ge)};
+        return code >= 0 && code < B_COUNT ? t[code] : NULL;
+    }
+    if (dtype == NRV_I32) {
+        static const inner_fn t[B_COUNT] = {
+            [B_ADD] = F(i32_add), [B_SUB] = F(i32_sub), [B_MUL] = F(i32_mul), [B_DIV] = F(i32_div),
+            [B_MIN] = F(i32_min), [B_MAX] = F(i32_max), [B_MOD] = F(i32_mod), [B_FMOD] = F(i32_fmod),
+            [B_EQUAL] = F(i32_eq), [B_LESS] = F(i32_lt), [B_GREATER] = F(i32_gt), [B_LESS_EQUAL] = F(i32_le),
+            [B_GREATER_EQUAL] = F(i32_ge)};
+        return code >= 0 && code < B_COUNT ? t[code] : NULL;
+    }
+    if (dtype == NRV_BOOL) {
+        static const inner_fn t[B_COUNT] = {
+            [B_EQUAL] = F(u8_eq), [B_AND] = F(u8_and), [B_OR] = F(u8_or), [B_XOR] = F(u8_xor)};
+        return code >= 0 && code < B_COUNT ? t[code] : NULL;
+    }
+    return NULL;
+}
+#undef F
+
+/* Integer division by zero is undefined behaviour in C: refuse it, naming the position. */
+static nrv_status check_int_divisor(const nrv_op_args *a, const nrv_tview *b) {
+    for (int64_t i = 0; i < b->numel; i++)
+        if (nrv_int_at(b, i) == 0)
+            return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): integer division by zero (divisor element %lld)",
+                            a->type, a->name, (long long)i);
+    return NRV_OK;
+}
+
+/* "binary": in[0] a, in[1] b (same dtype), out[0] z with numpy broadcasting of a and b to
+ * z's dims. iattr [code]: 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 min, 6 max, 7 mod (sign of
+ * the divisor, ONNX fmod=0), 8 fmod (sign of the dividend, fmod=1), 9 equal, 10 less,
+ * 11 greater, 12 less_equal, 13 greater_equal, 14 and, 15 or, 16 xor. dtypes: f32 (all
+ * arithmetic and comparisons), i64 and i32 (all but pow), bool (equal, and, or, xor).
+ * Comparisons and logic give bool; the rest give a's dtype. z may equal a or b when that
+ * operand has z's shape (in place ok). Integer div/mod by zero is refused. */
+static nrv_status run_binary(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, 0));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    const nrv_tview *x = a->in[0], *y = a->in[1];
+    nrv_tview *z = a->out[0];
+    const int64_t code = a->iattr[0];
+    NRV_TRY(nrv_op_expect_dtype(a, y, "second operand", (nrv_dtype)x->dtype));
+    const nrv_dtype zt = (is_comparison(code) || is_logical(code)) ? NRV_BOOL : (nrv_dtype)x->dtype;
+    NRV_TRY(nrv_op_expect_dtype(a, z, "output", zt));
+    const inner_fn inner = pick_inner(code, x->dtype);
+    if (!inner)
+        return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): binary code %lld is not defined for %s", a->type, a->name,
+                        (long long)code, nrv_dtype_str((nrv_dtype)x->dtype));
+    bcast bc = {0};
+    NRV_TRY(bcast_plan(a, x, y, z, &bc));
+    if (z->numel == 0) return NRV_OK;
+    if ((x->dtype == NRV_I64 || x->dtype == NRV_I32) && (code == B_DIV || code == B_MOD || code == B_FMOD))
+        NRV_TRY(check_int_divisor(a, y));
+    const size_t ea = nrv_dtype_size((nrv_dtype)x->dtype), ez = nrv_dtype_size(zt);
+    bcast_run(&bc, x->data, y->data, z->data, ea, ez, inner);
+    return NRV_OK;
+}
+
+const nrv_op_def nrv_plan_ops_elementwise[] = {
+    {"unary", run_unary, NULL},
+    {"binary", run_binary, NULL},
+    {NULL, NULL, NULL},
+};

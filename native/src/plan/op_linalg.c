@@ -1,0 +1,305 @@
+/* op_linalg.c — plan ops of the linalg family: matmul, linear, layernorm_linear, gemm
+ * (contract: plan_ops.h).
+ *
+ * Every op checks dtypes, ranks and extents against the output view the runtime set before
+ * writing anything, then hands the dense work to the dispatch-table kernels (which require
+ * every size > 0): zero-size extents are handled here, never passed on.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "plan_ops.h"
+
+/* ------------------------------------------------------------------ shared checks */
+
+static nrv_status check_rank(const nrv_op_args *a, const nrv_tview *v, const char *what, int32_t lo, int32_t hi) {
+    if (v->rank < lo || v->rank > hi || v->rank > NRV_PLAN_MAX_RANK) {
+        if (lo == hi)
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s has rank %d, expected %d", a->type, a->name, what,
+                            (int)v->rank, (int)lo);
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s has rank %d, expected %d..%d", a->type, a->name, what,
+                        (int)v->rank, (int)lo, (int)(hi < NRV_PLAN_MAX_RANK ? hi : NRV_PLAN_MAX_RANK));
+    }
+    return NRV_OK;
+}
+
+static nrv_status check_f32(const nrv_op_args *a, const nrv_tview *v, const char *what) {
+    return nrv_op_expect_dtype(a, v, what, NRV_F32);
+}
+
+/* Fails with NRV_ERR_SHAPE unless v->dims[axis] == want. */
+static nrv_status check_dim(const nrv_op_args *a, const nrv_tview *v, const char *what, int axis, int64_t want) {
+    if (v->dims[axis] != want)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s dim %d is %lld, expected %lld", a->type, a->name, what,
+                        axis, (long long)v->dims[axis], (long long)want);
+    return NRV_OK;
+}
+
+/* The fused activation code is checked before any output is written (nrv_plan_apply_act
+ * would only notice an unknown code afterwards). */
+static nrv_status check_act(const nrv_op_args *a, int64_t act) {
+    if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_CLIP)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): unknown fused activation code %lld", a->type, a->name,
+                        (long long)act);
+    return NRV_OK;
+}
+
+/* y [..., N] against x [..., K]: same rank, same leading dims, last dim n. */
+static nrv_status check_rows_out(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, int64_t n) {
+    if (y->rank != x->rank)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): output has rank %d, input rank %d", a->type, a->name,
+                        (int)y->rank, (int)x->rank);
+    for (int i = 0; i + 1 < x->rank; i++)
+        if (y->dims[i] != x->dims[i])
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): output dim %d is %lld, input's is %lld", a->type,
+                            a->name, i, (long long)y->dims[i], (long long)x->dims[i]);
+    return check_dim(a, y, "output", y->rank - 1, n);
+}
+
+/* An optional vector input of exactly n elements (rank 1). */
+static nrv_status check_vec(const nrv_op_args *a, const nrv_tview *v, const char *what, int64_t n) {
+    NRV_TRY(check_f32(a, v, what));
+    NRV_TRY(check_rank(a, v, what, 1, 1));
+    return check_dim(a, v, what, 0, n);
+}
+
+static void fill_rows(float *y, int64_t rows, int64_t n, const float *row) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (row) memcpy(y + r * n, row, (size_t)n * sizeof(float));
+        else memset(y + r * n, 0, (size_t)n * sizeof(float));
+    }
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+/* "matmul": numpy matmul with a fused activation.
+ *   in[0] A [..., M, K] f32, in[1] B [..., K, N] f32, both rank >= 2 (the compiler turns 1-D
+ *   operands into 2-D views); out[0] Y [..., M, N] f32 whose batch dims are A's and B's
+ *   broadcast numpy-style (right-aligned; each 1 or equal to Y's), rank max(rank A, rank B).
+ *   iattr [act] (nrv_plan_act); fattr [p0, p1] (LEAKY_RELU alpha; CLIP min, max).
+ *   No scratch. K == 0 gives Y = act(0).
+ * One gemm over M' = batch·M rows when B has no batch (or all its batch dims are 1), else one
+ * gemm per output batch entry. */
+static nrv_status run_matmul(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, 2));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    const nrv_tview *A = a->in[0], *B = a->in[1];
+    nrv_tview *Y = a->out[0];
+    NRV_TRY(check_f32(a, A, "A"));
+    NRV_TRY(check_f32(a, B, "B"));
+    NRV_TRY(check_f32(a, Y, "output"));
+    NRV_TRY(check_rank(a, A, "A", 2, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_rank(a, B, "B", 2, NRV_PLAN_MAX_RANK));
+    const int ra = A->rank, rb = B->rank, ry = ra > rb ? ra : rb;
+    NRV_TRY(check_rank(a, Y, "output", ry, ry));
+    const int64_t act = a->iattr[0];
+    NRV_TRY(check_act(a, act));
+    const int64_t M = A->dims[ra - 2], K = A->dims[ra - 1], N = B->dims[rb - 1];
+    NRV_TRY(check_dim(a, B, "B", rb - 2, K));
+    NRV_TRY(check_dim(a, Y, "output", ry - 2, M));
+    NRV_TRY(check_dim(a, Y, "output", ry - 1, N));
+
+    /* Batch axes, right-aligned; element strides of A's and B's matrices per axis (0 where
+     * the operand broadcasts), outermost first. */
+    const int nb = ry - 2;
+    int64_t bdims[NRV_PLAN_MAX_RANK], sa[NRV_PLAN_MAX_RANK], sb[NRV_PLAN_MAX_RANK];
+    int64_t stride_a = M * K, stride_b = K * N;
+    int64_t batch = 1, batch_b = 1;
+    for (int i = nb - 1; i >= 0; i--) {
+        const int ia = i - (ry - ra), ib = i - (ry - rb);
+        const int64_t da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
+        const int64_t dy = Y->dims[i];
+        const int64_t want = da == 1 ? db : da;
+        if ((da != 1 && db != 1 && da != db) || dy != want)
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): batch axis %d: A %lld, B %lld, output %lld do not broadcast",
+                            a->type, a->name, i, (long long)da, (long long)db, (long long)dy);
+        bdims[i] = dy;
+        sa[i] = da == 1 ? 0 : stride_a;
+        sb[i] = db == 1 ? 0 : stride_b;
+        stride_a *= da;
+        stride_b *= db;
+        batch *= dy;
+        batch_b *= db;
+    }
+    if (M == 0 || N == 0 || batch == 0) return NRV_OK;
+    float *y = Y->data;
+    const float *pa = A->data, *pb = B->data;
+    const int64_t total = batch * M * N;
+    if (K == 0) {
+        memset(y, 0, (size_t)total * sizeof(float));
+        return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y, total);
+    }
+    const nrv_gemm_fn gemm = nrv_kernel_get(NRV_OP_GEMM).gemm;
+    if (batch_b == 1) {
+        /* B is one matrix; Y's batch is A's (contiguous), so stack A's rows. */
+        gemm(0, 0, batch * M, N, K, 1.0f, pa, K, pb, N, 0.0f, y, N);
+    } else {
+        int64_t idx[NRV_PLAN_MAX_RANK] = {0};
+        int64_t off_a = 0, off_b = 0;
+        for (int64_t e = 0; e < batch; e++) {
+            gemm(0, 0, M, N, K, 1.0f, pa + off_a, K, pb + off_b, N, 0.0f, y + e * M * N, N);
+            /* odometer over the batch axes, innermost fastest */
+            for (int i = nb - 1; i >= 0; i--) {
+                off_a += sa[i];
+                off_b += sb[i];
+                if (++idx[i] < bdims[i]) break;
+                off_a -= sa[i] * bdims[i];
+                off_b -= sb[i] * bdims[i];
+                idx[i] = 0;
+            }
+        }
+    }
+    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y, total);
+}
+
+/* ------------------------------------------------------------------ linear */
+
+/* "linear": y = act(x · wᵀ + bias).
+ *   in[0] x [..., K] f32 (rank >= 1); in[1] w [N, K] f32; in[2] bias [N] f32, optional;
+ *   out[0] y [..., N] f32, same rank and leading dims as x.
+ *   iattr [act] (nrv_plan_act); fattr [p0, p1] (LEAKY_RELU alpha; CLIP min, max).
+ *   No scratch. rows = product of x's leading dims; K == 0 gives y = act(bias or 0). */
+static nrv_status run_linear(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 3, 1, 1, 2));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    const nrv_tview *x = a->in[0], *w = a->in[1], *bias = a->n_in > 2 ? a->in[2] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_f32(a, x, "x"));
+    NRV_TRY(check_f32(a, w, "w"));
+    NRV_TRY(check_f32(a, y, "output"));
+    NRV_TRY(check_rank(a, x, "x", 1, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_rank(a, w, "w", 2, 2));
+    const int64_t act = a->iattr[0];
+    NRV_TRY(check_act(a, act));
+    const int64_t K = x->dims[x->rank - 1], N = w->dims[0];
+    NRV_TRY(check_dim(a, w, "w", 1, K));
+    if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
+    NRV_TRY(check_rows_out(a, x, y, N));
+    const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
+    if (rows == 0 || N == 0) return NRV_OK;
+    const float *b = bias ? bias->data : NULL;
+    if (K == 0) fill_rows(y->data, rows, N, b);
+    else nrv_kernel_get(NRV_OP_LINEAR).linear(x->data, rows, K, w->data, b, N, y->data);
+    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
+}
+
+/* ------------------------------------------------------------------ layernorm_linear */
+
+/* "layernorm_linear": y = act(layernorm(x; gamma, beta, eps) · wᵀ + bias), each row of x
+ * normalised on the fly (no normalised tensor in memory).
+ *   in[0] x [..., K] f32 (rank >= 1); in[1] gamma [K]; in[2] beta [K], optional;
+ *   in[3] w [N, K]; in[4] bias [N], optional; out[0] y [..., N], same rank and leading dims
+ *   as x. All f32.
+ *   iattr [act] (nrv_plan_act); fattr [eps, p0, p1] (eps finite and >= 0, else INVALID_ARG).
+ *   No scratch. K == 0 is NRV_ERR_SHAPE (an empty row has no mean). */
+static nrv_status run_layernorm_linear(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 4, 5, 1, 1, 3));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    NRV_TRY(nrv_op_require_input(a, 3));
+    const nrv_tview *x = a->in[0], *gamma = a->in[1], *beta = a->in[2], *w = a->in[3];
+    const nrv_tview *bias = a->n_in > 4 ? a->in[4] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_f32(a, x, "x"));
+    NRV_TRY(check_f32(a, w, "w"));
+    NRV_TRY(check_f32(a, y, "output"));
+    NRV_TRY(check_rank(a, x, "x", 1, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_rank(a, w, "w", 2, 2));
+    const int64_t act = a->iattr[0];
+    NRV_TRY(check_act(a, act));
+    const float eps = a->fattr[0];
+    if (!(eps >= 0.0f) || isinf(eps))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): eps must be finite and >= 0, got %g", a->type, a->name,
+                        (double)eps);
+    const int64_t K = x->dims[x->rank - 1], N = w->dims[0];
+    if (K == 0)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): cannot normalise rows of width 0", a->type, a->name);
+    NRV_TRY(check_dim(a, w, "w", 1, K));
+    NRV_TRY(check_vec(a, gamma, "gamma", K));
+    if (beta) NRV_TRY(check_vec(a, beta, "beta", K));
+    if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
+    NRV_TRY(check_rows_out(a, x, y, N));
+    const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
+    if (rows == 0 || N == 0) return NRV_OK;
+    nrv_kernel_get(NRV_OP_LAYERNORM_LINEAR)
+        .layernorm_linear(x->data, rows, K, gamma->data, beta ? beta->data : NULL, eps, w->data,
+                          bias ? bias->data : NULL, N, y->data);
+    return nrv_plan_apply_act(a, act, a->fattr[1], a->fattr[2], y->data, rows * N);
+}
+
+/* ------------------------------------------------------------------ gemm */
+
+/* "gemm": ONNX Gemm, Y = alpha · op(A) · op(B) + beta · C (for a B that is not a constant;
+ * constant weights become "linear").
+ *   in[0] A f32 rank 2: [M, K], or [K, M] when transA; in[1] B f32 rank 2: [K, N], or [N, K]
+ *   when transB; in[2] C f32, optional, broadcastable to [M, N] numpy-style: [], [1], [N],
+ *   [1, 1], [1, N], [M, 1] or [M, N]; out[0] Y [M, N] f32.
+ *   iattr [transA, transB] (each 0 or 1); fattr [alpha, beta]. No scratch.
+ *   C absent or beta == 0: Y = alpha · op(A) · op(B) (C is not read). K == 0: Y = beta · C or 0. */
+static nrv_status run_gemm(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 3, 1, 2, 2));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    const nrv_tview *A = a->in[0], *B = a->in[1], *C = a->n_in > 2 ? a->in[2] : NULL;
+    nrv_tview *Y = a->out[0];
+    const int64_t ta = a->iattr[0], tb = a->iattr[1];
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): transA %lld / transB %lld must be 0 or 1", a->type,
+                        a->name, (long long)ta, (long long)tb);
+    const float alpha = a->fattr[0], beta = a->fattr[1];
+    NRV_TRY(check_f32(a, A, "A"));
+    NRV_TRY(check_f32(a, B, "B"));
+    NRV_TRY(check_f32(a, Y, "output"));
+    NRV_TRY(check_rank(a, A, "A", 2, 2));
+    NRV_TRY(check_rank(a, B, "B", 2, 2));
+    NRV_TRY(check_rank(a, Y, "output", 2, 2));
+    const int64_t M = ta ? A->dims[1] : A->dims[0], K = ta ? A->dims[0] : A->dims[1];
+    const int64_t N = tb ? B->dims[0] : B->dims[1];
+    if ((tb ? B->dims[1] : B->dims[0]) != K)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): op(A) is [%lld, %lld] but op(B) has %lld rows", a->type,
+                        a->name, (long long)M, (long long)K, (long long)(tb ? B->dims[1] : B->dims[0]));
+    NRV_TRY(check_dim(a, Y, "output", 0, M));
+    NRV_TRY(check_dim(a, Y, "output", 1, N));
+    int64_t c_rows = 1, c_cols = 1;
+    if (C) {
+        NRV_TRY(check_f32(a, C, "C"));
+        NRV_TRY(check_rank(a, C, "C", 0, 2));
+        if (C->rank >= 1) c_cols = C->dims[C->rank - 1];
+        if (C->rank == 2) c_rows = C->dims[0];
+        if ((c_rows != 1 && c_rows != M) || (c_cols != 1 && c_cols != N))
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): C [%lld, %lld] does not broadcast to [%lld, %lld]",
+                            a->type, a->name, (long long)c_rows, (long long)c_cols, (long long)M, (long long)N);
+    }
+    if (M == 0 || N == 0) return NRV_OK;
+    float *y = Y->data;
+    const int use_c = C && beta != 0.0f;
+    if (use_c) {
+        /* Y = C broadcast; the kernel then scales it by beta. c_rows/c_cols are 1 or M/N. */
+        const float *c = C->data;
+        for (int64_t i = 0; i < M; i++) {
+            const float *crow = c + (c_rows == 1 ? 0 : i * c_cols);
+            float *yrow = y + i * N;
+            if (c_cols == N) memcpy(yrow, crow, (size_t)N * sizeof(float));
+            else for (int64_t j = 0; j < N; j++) yrow[j] = crow[0];
+        }
+    }
+    if (K == 0) {
+        if (use_c) for (int64_t i = 0; i < M * N; i++) y[i] *= beta;
+        else memset(y, 0, (size_t)(M * N) * sizeof(float));
+        return NRV_OK;
+    }
+    nrv_kernel_get(NRV_OP_GEMM).gemm((int)ta, (int)tb, M, N, K, alpha, A->data, ta ? M : K, B->data, tb ? K : N,
+                                     use_c ? beta : 0.0f, y, N);
+    return NRV_OK;
+}
+
+const nrv_op_def nrv_plan_ops_linalg[] = {
+    {"matmul", run_matmul, "gemm"},
+    {"linear", run_linear, "linear"},
+    {"layernorm_linear", run_layernorm_linear, "layernorm_linear"},
+    {"gemm", run_gemm, "gemm"},
+    {NULL, NULL, NULL},
+};

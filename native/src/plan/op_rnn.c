@@ -1,0 +1,359 @@
+/* op_rnn.c — plan ops of the rnn family: ONNX LSTM and GRU (opset 14, layout 0, default
+ * activations only) (contract: plan_ops.h).
+ *
+ * Both ops walk time step by step. A step computes the gate pre-activations of the whole
+ * batch with two calls of the linear kernel (X_t · Wᵀ + Wb and h · Rᵀ + Rb, batch rows) into
+ * the op's scratch, then finishes the gates with the sigmoid/tanh dispatch kernels and a few
+ * element-wise loops. The running state lives in the final-state outputs (Y_h, Y_c), which
+ * are initialised from initial_h / initial_c (or zeros) once everything was checked.
+ *
+ * Sequence lengths (as onnxruntime): batch entry b takes part in steps t < len_b only; in
+ * reverse direction it runs t = len_b - 1 down to 0. For t >= len_b, Y[t, dir, b] = 0 and b's
+ * state is kept, so Y_h / Y_c hold the state after its last step (initial state when
+ * len_b == 0).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "plan_ops.h"
+
+/* ------------------------------------------------------------------ shared checks */
+
+static nrv_status expect_shape(const nrv_op_args *a, const nrv_tview *v, const char *what, int rank,
+                               const int64_t *want) {
+    NRV_TRY(nrv_op_expect_dtype(a, v, what, NRV_F32));
+    int ok = v->rank == rank;
+    for (int i = 0; ok && i < rank; i++) ok = v->dims[i] == want[i];
+    if (!ok) {
+        char got_s[160], want_s[160];
+        int gl = 0, wl = 0;
+        got_s[0] = want_s[0] = '\0';
+        for (int i = 0; i < v->rank && i < NRV_PLAN_MAX_RANK && gl < 120; i++)
+            gl += snprintf(got_s + gl, sizeof got_s - (size_t)gl, "%s%lld", i ? ", " : "", (long long)v->dims[i]);
+        for (int i = 0; i < rank && wl < 120; i++)
+            wl += snprintf(want_s + wl, sizeof want_s - (size_t)wl, "%s%lld", i ? ", " : "", (long long)want[i]);
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s is [%s], expected [%s]", a->type, a->name, what, got_s,
+                        want_s);
+    }
+    return NRV_OK;
+}
+
+/* Common attributes and X/W/R/B/sequence_lens/initial_h checks of LSTM (gates 4) and GRU
+ * (gates 3). Fills the extents; validates every sequence length. */
+typedef struct rnn_dims {
+    int64_t seq, batch, in, hid, dirs, direction;
+} rnn_dims;
+
+static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims *d) {
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    NRV_TRY(nrv_op_require_input(a, 2));
+    d->direction = a->iattr[0];
+    d->hid = a->iattr[1];
+    if (d->direction < 0 || d->direction > 2)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): direction %lld (0 forward, 1 reverse, 2 bidirectional)",
+                        a->type, a->name, (long long)d->direction);
+    /* bound keeps 2·gates·H and every product below far from overflow */
+    if (d->hid <= 0 || d->hid > ((int64_t)1 << 40))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): hidden_size %lld must be > 0", a->type, a->name,
+                        (long long)d->hid);
+    d->dirs = d->direction == 2 ? 2 : 1;
+    const nrv_tview *X = a->in[0];
+    NRV_TRY(nrv_op_expect_dtype(a, X, "X", NRV_F32));
+    if (X->rank != 3)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): X has rank %d, expected 3 [seq, batch, input]", a->type,
+                        a->name, (int)X->rank);
+    d->seq = X->dims[0];
+    d->batch = X->dims[1];
+    d->in = X->dims[2];
+    const int64_t H = d->hid, G = gates * H;
+    NRV_TRY(expect_shape(a, a->in[1], "W", 3, (const int64_t[]){d->dirs, G, d->in}));
+    NRV_TRY(expect_shape(a, a->in[2], "R", 3, (const int64_t[]){d->dirs, G, H}));
+    if (a->n_in > 3 && a->in[3]) NRV_TRY(expect_shape(a, a->in[3], "B", 2, (const int64_t[]){d->dirs, 2 * G}));
+    if (a->n_in > 5 && a->in[5])
+        NRV_TRY(expect_shape(a, a->in[5], "initial_h", 3, (const int64_t[]){d->dirs, d->batch, H}));
+    NRV_TRY(expect_shape(a, a->out[0], "Y", 4, (const int64_t[]){d->seq, d->dirs, d->batch, H}));
+    NRV_TRY(expect_shape(a, a->out[1], "Y_h", 3, (const int64_t[]){d->dirs, d->batch, H}));
+    if (a->n_in > 4 && a->in[4]) {
+        const nrv_tview *sl = a->in[4];
+        if (sl->dtype != NRV_I32 && sl->dtype != NRV_I64)
+            return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): sequence_lens is %s, expected i32", a->type, a->name,
+                            nrv_dtype_str((nrv_dtype)sl->dtype));
+        if (sl->rank != 1 || sl->dims[0] != d->batch)
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): sequence_lens must be [%lld]", a->type, a->name,
+                            (long long)d->batch);
+        for (int64_t b = 0; b < d->batch; b++) {
+            const int64_t len = nrv_int_at(sl, b);
+            if (len < 0 || len > d->seq)
+                return nrv_fail(NRV_ERR_INDEX, "%s (node '%s'): sequence_lens[%lld] = %lld out of range [0, %lld]",
+                                a->type, a->name, (long long)b, (long long)len, (long long)d->seq);
+        }
+    }
+    return NRV_OK;
+}
+
+/* Fails unless the scratch holds blocks · batch · width floats. */
+static nrv_status rnn_check_scratch(const nrv_op_args *a, int64_t blocks, int64_t batch, int64_t width,
+                                    int64_t extra_width) {
+    uint64_t need = 0, more = 0;
+    int bad = nrv_mul_overflow((uint64_t)blocks * sizeof(float), (uint64_t)batch, &need);
+    bad |= nrv_mul_overflow(need, (uint64_t)width, &need);
+    bad |= nrv_mul_overflow((uint64_t)batch * sizeof(float), (uint64_t)extra_width, &more);
+    bad |= nrv_add_overflow(need, more, &need);
+    if (bad || !a->scratch || a->scratch_bytes < need)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): scratch is %zu bytes, needs %llu", a->type, a->name,
+                        a->scratch ? a->scratch_bytes : (size_t)0, (unsigned long long)need);
+    return NRV_OK;
+}
+
+/* rows x n state from an optional [rows, n] initial tensor, else zeros. */
+static void rnn_init_state(float *dst, const nrv_tview *init, int64_t n) {
+    if (init) memcpy(dst, init->data, (size_t)n * sizeof(float));
+    else memset(dst, 0, (size_t)n * sizeof(float));
+}
+
+/* y[rows, out] = x · wᵀ + b, also for in == 0 (the kernel needs every size > 0). */
+static void rnn_linear(const float *x, int64_t rows, int64_t in, const float *w, const float *b, int64_t out,
+                       float *y) {
+    if (in > 0) {
+        nrv_kernel_get(NRV_OP_LINEAR).linear(x, rows, in, w, b, out, y);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        if (b) memcpy(y + r * out, b, (size_t)out * sizeof(float));
+        else memset(y + r * out, 0, (size_t)out * sizeof(float));
+    }
+}
+
+static inline void clip_vec(float *v, int64_t n, float clip) {
+    for (int64_t i = 0; i < n; i++) v[i] = v[i] < -clip ? -clip : (v[i] > clip ? clip : v[i]);
+}
+
+static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
+    return sl ? nrv_int_at(sl, b) : seq;
+}
+
+/* ------------------------------------------------------------------ lstm */
+
+/* "lstm": ONNX LSTM (opset 14), layout 0, activations sigmoid, tanh, tanh.
+ *   in[0] X [seq, batch, I]; in[1] W [dirs, 4H, I]; in[2] R [dirs, 4H, H];
+ *   in[3] B [dirs, 8H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
+ *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional;
+ *   in[6] initial_c [dirs, batch, H] optional; in[7] P [dirs, 3H] optional (peepholes i, o, f).
+ *   out[0] Y [seq, dirs, batch, H]; out[1] Y_h [dirs, batch, H]; out[2] Y_c [dirs, batch, H]
+ *   (all three always present). All f32 but sequence_lens. Gate order in W, R, B: i, o, f, c.
+ *   iattr [direction (0 forward, 1 reverse, 2 bidirectional; dirs = 2 if bidirectional else 1),
+ *          hidden_size H (> 0), input_forget (0/1: f = 1 - i)];
+ *   fattr [clip] (> 0: every gate pre-activation, peephole term included, clamped to
+ *   [-clip, clip] before its sigmoid/tanh, as onnxruntime; the cell state is not clipped;
+ *   0 or negative: no clip).
+ *   scratch: scratch_bytes >= 4 · batch · 4H · 2 (two [batch, 4H] f32 gate blocks); less is
+ *   NRV_ERR_INVALID_ARG.
+ *   Bidirectional: direction 0 runs forward, direction 1 in reverse; Y[:, d] and Y_h[d], Y_c[d]
+ *   hold direction d. */
+static nrv_status run_lstm(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 8, 3, 3, 1));
+    rnn_dims d;
+    NRV_TRY(rnn_check_common(a, 4, &d));
+    const int64_t input_forget = a->iattr[2];
+    if (input_forget != 0 && input_forget != 1)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): input_forget %lld must be 0 or 1", a->type, a->name,
+                        (long long)input_forget);
+    const int64_t H = d.hid, G = 4 * H, batch = d.batch, seq = d.seq, I = d.in, dirs = d.dirs;
+    const nrv_tview *init_c = a->n_in > 6 ? a->in[6] : NULL;
+    const nrv_tview *P = a->n_in > 7 ? a->in[7] : NULL;
+    if (init_c) NRV_TRY(expect_shape(a, init_c, "initial_c", 3, (const int64_t[]){dirs, batch, H}));
+    if (P) NRV_TRY(expect_shape(a, P, "P", 2, (const int64_t[]){dirs, 3 * H}));
+    NRV_TRY(expect_shape(a, a->out[2], "Y_c", 3, (const int64_t[]){dirs, batch, H}));
+    if (batch == 0) return NRV_OK;
+    NRV_TRY(rnn_check_scratch(a, 2, batch, G, 0));
+
+    const float *X = a->in[0]->data, *W = a->in[1]->data, *R = a->in[2]->data;
+    const float *Bv = a->n_in > 3 && a->in[3] ? a->in[3]->data : NULL;
+    const nrv_tview *sl = a->n_in > 4 ? a->in[4] : NULL;
+    const nrv_tview *init_h = a->n_in > 5 ? a->in[5] : NULL;
+    const float clip = a->fattr[0];
+    const int do_clip = clip > 0.0f;
+    float *Y = a->out[0]->data, *Yh = a->out[1]->data, *Yc = a->out[2]->data;
+    rnn_init_state(Yh, init_h, dirs * batch * H);
+    rnn_init_state(Yc, init_c, dirs * batch * H);
+
+    const nrv_unary_fn sigmoid = nrv_kernel_get(NRV_OP_SIGMOID).unary;
+    const nrv_unary_fn tanh_k = nrv_kernel_get(NRV_OP_TANH).unary;
+    float *g1 = a->scratch;   /* [batch, 4H]: gate pre-activations, then gate values */
+    float *g2 = g1 + batch * G; /* [batch, 4H]: h · Rᵀ + Rb, then c_new | tanh(c_new) */
+
+    for (int64_t dir = 0; dir < dirs; dir++) {
+        const int reverse = d.direction == 1 || dir == 1;
+        const float *Wd = W + dir * G * I, *Rd = R + dir * G * H;
+        const float *Wb = Bv ? Bv + dir * 2 * G : NULL, *Rb = Bv ? Bv + dir * 2 * G + G : NULL;
+        const float *Pi = P ? P->data : NULL, *Po = NULL, *Pf = NULL;
+        if (Pi) {
+            Pi += dir * 3 * H;
+            Po = Pi + H;
+            Pf = Pi + 2 * H;
+        }
+        float *h = Yh + dir * batch * H, *c = Yc + dir * batch * H;
+        for (int64_t s = 0; s < seq; s++) {
+            const int64_t t = reverse ? seq - 1 - s : s;
+            rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
+            nrv_kernel_get(NRV_OP_LINEAR).linear(h, batch, H, Rd, Rb, G, g2);
+            float *yt = Y + (t * dirs + dir) * batch * H;
+            for (int64_t b = 0; b < batch; b++) {
+                float *gi = g1 + b * G, *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H;
+                const float *r = g2 + b * G;
+                float *hb = h + b * H, *cb = c + b * H, *yb = yt + b * H;
+                if (t >= seq_len_of(sl, b, seq)) {
+                    memset(yb, 0, (size_t)H * sizeof(float));
+                    continue;
+                }
+                for (int64_t j = 0; j < G; j++) gi[j] += r[j];
+                if (Pi) {
+                    for (int64_t j = 0; j < H; j++) gi[j] += Pi[j] * cb[j];
+                    if (!input_forget)
+                        for (int64_t j = 0; j < H; j++) gf[j] += Pf[j] * cb[j];
+                }
+                if (do_clip) {
+                    /* o is clipped with its peephole term, after the new cell is known */
+                    if (Pi) {
+                        clip_vec(gi, H, clip);
+                        clip_vec(gf, 2 * H, clip);
+                    } else {
+                        clip_vec(gi, G, clip);
+                    }
+                }
+                if (Pi) {
+                    sigmoid(gi, H, gi);
+                    if (!input_forget) sigmoid(gf, H, gf);
+                } else if (!input_forget) {
+                    sigmoid(gi, 3 * H, gi); /* i, o, f are contiguous */
+                } else {
+                    sigmoid(gi, 2 * H, gi);
+                }
+                if (input_forget)
+                    for (int64_t j = 0; j < H; j++) gf[j] = 1.0f - gi[j];
+                tanh_k(gc, H, gc);
+                /* c_new into this row's first H of g2 (its R part is consumed), tanh(c_new)
+                 * into the next H */
+                float *cn = g2 + b * G, *tc = cn + H;
+                for (int64_t j = 0; j < H; j++) cn[j] = gf[j] * cb[j] + gi[j] * gc[j];
+                if (Pi) {
+                    for (int64_t j = 0; j < H; j++) go[j] += Po[j] * cn[j];
+                    if (do_clip) clip_vec(go, H, clip);
+                    sigmoid(go, H, go);
+                }
+                tanh_k(cn, H, tc);
+                for (int64_t j = 0; j < H; j++) {
+                    const float hv = go[j] * tc[j];
+                    hb[j] = hv;
+                    yb[j] = hv;
+                }
+                memcpy(cb, cn, (size_t)H * sizeof(float));
+            }
+        }
+    }
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ gru */
+
+/* "gru": ONNX GRU (opset 14), layout 0, activations sigmoid, tanh.
+ *   in[0] X [seq, batch, I]; in[1] W [dirs, 3H, I]; in[2] R [dirs, 3H, H];
+ *   in[3] B [dirs, 6H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
+ *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional.
+ *   out[0] Y [seq, dirs, batch, H]; out[1] Y_h [dirs, batch, H] (both always present).
+ *   All f32 but sequence_lens. Gate order in W, R, B: z, r, h.
+ *   iattr [direction (0 forward, 1 reverse, 2 bidirectional), hidden_size H (> 0),
+ *          linear_before_reset (0/1)];
+ *   fattr [clip] (> 0: gate pre-activations clamped to [-clip, clip]; 0 or negative: none).
+ *   scratch: scratch_bytes >= 4 · batch · 3H · 2 + 4 · batch · H (two [batch, 3H] f32 gate
+ *   blocks and one [batch, H]); less is NRV_ERR_INVALID_ARG. */
+static nrv_status run_gru(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 6, 2, 3, 1));
+    rnn_dims d;
+    NRV_TRY(rnn_check_common(a, 3, &d));
+    const int64_t lbr = a->iattr[2];
+    if (lbr != 0 && lbr != 1)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): linear_before_reset %lld must be 0 or 1", a->type,
+                        a->name, (long long)lbr);
+    const int64_t H = d.hid, G = 3 * H, batch = d.batch, seq = d.seq, I = d.in, dirs = d.dirs;
+    if (batch == 0) return NRV_OK;
+    NRV_TRY(rnn_check_scratch(a, 2, batch, G, H));
+
+    const float *X = a->in[0]->data, *W = a->in[1]->data, *R = a->in[2]->data;
+    const float *Bv = a->n_in > 3 && a->in[3] ? a->in[3]->data : NULL;
+    const nrv_tview *sl = a->n_in > 4 ? a->in[4] : NULL;
+    const nrv_tview *init_h = a->n_in > 5 ? a->in[5] : NULL;
+    const float clip = a->fattr[0];
+    const int do_clip = clip > 0.0f;
+    float *Y = a->out[0]->data, *Yh = a->out[1]->data;
+    rnn_init_state(Yh, init_h, dirs * batch * H);
+
+    const nrv_linear_fn linear = nrv_kernel_get(NRV_OP_LINEAR).linear;
+    const nrv_unary_fn sigmoid = nrv_kernel_get(NRV_OP_SIGMOID).unary;
+    const nrv_unary_fn tanh_k = nrv_kernel_get(NRV_OP_TANH).unary;
+    float *g1 = a->scratch;      /* [batch, 3H]: X_t · Wᵀ + Wb, then gate values */
+    float *g2 = g1 + batch * G;  /* [batch, 3H] (lbr) or [batch, 2H] then [batch, H] */
+    float *rh = g2 + batch * G;  /* [batch, H]: r ⊙ h (lbr = 0) */
+
+    for (int64_t dir = 0; dir < dirs; dir++) {
+        const int reverse = d.direction == 1 || dir == 1;
+        const float *Wd = W + dir * G * I, *Rd = R + dir * G * H;
+        const float *Wb = Bv ? Bv + dir * 2 * G : NULL, *Rb = Bv ? Bv + dir * 2 * G + G : NULL;
+        float *h = Yh + dir * batch * H;
+        for (int64_t s = 0; s < seq; s++) {
+            const int64_t t = reverse ? seq - 1 - s : s;
+            rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
+            /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
+            const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
+            linear(h, batch, H, Rd, Rb, rs, g2);
+            for (int64_t b = 0; b < batch; b++) {
+                float *gz = g1 + b * G;
+                const float *r2 = g2 + b * rs;
+                for (int64_t j = 0; j < 2 * H; j++) gz[j] += r2[j];
+                if (do_clip) clip_vec(gz, 2 * H, clip);
+                sigmoid(gz, 2 * H, gz);
+            }
+            if (!lbr) {
+                /* (r ⊙ h) · R_hᵀ + Rb_h, batch rows, into g2 as [batch, H] */
+                for (int64_t b = 0; b < batch; b++) {
+                    const float *gr = g1 + b * G + H, *hb = h + b * H;
+                    float *o = rh + b * H;
+                    for (int64_t j = 0; j < H; j++) o[j] = gr[j] * hb[j];
+                }
+                linear(rh, batch, H, Rd + 2 * H * H, Rb ? Rb + 2 * H : NULL, H, g2);
+            }
+            float *yt = Y + (t * dirs + dir) * batch * H;
+            for (int64_t b = 0; b < batch; b++) {
+                const float *gz = g1 + b * G, *gr = gz + H;
+                float *gh = g1 + b * G + 2 * H, *hb = h + b * H, *yb = yt + b * H;
+                if (t >= seq_len_of(sl, b, seq)) {
+                    memset(yb, 0, (size_t)H * sizeof(float));
+                    continue;
+                }
+                if (lbr) {
+                    const float *rr = g2 + b * G + 2 * H;
+                    for (int64_t j = 0; j < H; j++) gh[j] += gr[j] * rr[j];
+                } else {
+                    const float *rr = g2 + b * H;
+                    for (int64_t j = 0; j < H; j++) gh[j] += rr[j];
+                }
+                if (do_clip) clip_vec(gh, H, clip);
+                tanh_k(gh, H, gh);
+                for (int64_t j = 0; j < H; j++) {
+                    const float hv = (1.0f - gz[j]) * gh[j] + gz[j] * hb[j];
+                    hb[j] = hv;
+                    yb[j] = hv;
+                }
+            }
+        }
+    }
+    return NRV_OK;
+}
+
+const nrv_op_def nrv_plan_ops_rnn[] = {
+    {"lstm", run_lstm, "linear"},
+    {"gru", run_gru, "linear"},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,1037 @@
+/* op_shape.c — plan ops of the shape family (see plan_ops.h for the contract): ops that move
+ * elements without arithmetic (copy, transpose, concat, split, slice, gather, expand, where,
+ * trilu) and the small converters and generators (cast, range, fill, dims).
+ *
+ * "Any dtype" ops never look at values: they move nrv_dtype_size(dtype) bytes (1, 2, 4 or 8)
+ * per element with fixed-size memcpy (compiled to plain loads and stores, no alignment
+ * assumption), and one memcpy per innermost contiguous run. Strided copies go through
+ * nd_loop below: the output's axes with one element stride per operand, simplified (axes of
+ * extent 1 dropped, neighbours merged where every operand is contiguous across them) so a
+ * copy that is "really" a memcpy of long rows is done as one.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "plan_ops.h"
+
+#define OPFAIL(a, code, fmt, ...) \
+    nrv_fail((code), "%s (node '%s'): " fmt, (a)->type, (a)->name, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ shared checks */
+
+/* "[2, 3, 4]" into buf (always terminated). */
+static const char *fmt_dims(char *buf, size_t size, const nrv_tview *v) {
+    size_t used = 0;
+    int n = snprintf(buf, size, "[");
+    used = n > 0 ? (size_t)n : 0;
+    for (int d = 0; d < v->rank && d < NRV_PLAN_MAX_RANK && used < size; d++) {
+        n = snprintf(buf + used, size - used, d ? ", %lld" : "%lld", (long long)v->dims[d]);
+        if (n > 0) used += (size_t)n;
+    }
+    if (used < size) snprintf(buf + used, size - used, "]");
+    return buf;
+}
+
+/* A view the op is about to index: rank in range, known dtype, dims >= 0 whose product is
+ * numel (and fits), data present when there is anything to read or write. */
+static nrv_status check_view(const nrv_op_args *a, const nrv_tview *v, const char *what) {
+    if (!v) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s is missing", what);
+    if (v->rank < 0 || v->rank > NRV_PLAN_MAX_RANK)
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s has rank %d (0..%d allowed)", what, (int)v->rank,
+                      NRV_PLAN_MAX_RANK);
+    const size_t esz = nrv_dtype_size((nrv_dtype)v->dtype);
+    if (esz == 0) return OPFAIL(a, NRV_ERR_DTYPE, "%s has unknown dtype %d", what, (int)v->dtype);
+    uint64_t p = 1;
+    for (int d = 0; d < v->rank; d++) {
+        if (v->dims[d] < 0)
+            return OPFAIL(a, NRV_ERR_SHAPE, "%s dim %d is negative (%lld)", what, d, (long long)v->dims[d]);
+        if (nrv_mul_overflow(p, (uint64_t)v->dims[d], &p) || p > (uint64_t)INT64_MAX / esz)
+            return OPFAIL(a, NRV_ERR_OVERFLOW, "%s: element count overflows", what);
+    }
+    if ((int64_t)p != v->numel) {
+        char b[128];
+        return OPFAIL(a, NRV_ERR_SHAPE, "%s: numel %lld does not match dims %s", what, (long long)v->numel,
+                      fmt_dims(b, sizeof b, v));
+    }
+    if (v->numel > 0 && !v->data) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s has no data", what);
+    return NRV_OK;
+}
+
+static nrv_status check_in(const nrv_op_args *a, int i, const char *what) {
+    NRV_TRY(nrv_op_require_input(a, i));
+    return check_view(a, a->in[i], what);
+}
+
+static nrv_status same_dtype(const nrv_op_args *a, const nrv_tview *v, const char *what, const nrv_tview *ref,
+                             const char *ref_what) {
+    if (v->dtype != ref->dtype)
+        return OPFAIL(a, NRV_ERR_DTYPE, "%s is %s but %s is %s", what, nrv_dtype_str((nrv_dtype)v->dtype), ref_what,
+                      nrv_dtype_str((nrv_dtype)ref->dtype));
+    return NRV_OK;
+}
+
+static nrv_status same_dims(const nrv_op_args *a, const nrv_tview *v, const char *what, const nrv_tview *ref,
+                            const char *ref_what) {
+    int ok = v->rank == ref->rank;
+    for (int d = 0; ok && d < v->rank; d++) ok = v->dims[d] == ref->dims[d];
+    if (!ok) {
+        char b1[128], b2[128];
+        return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s differ from %s dims %s", what, fmt_dims(b1, sizeof b1, v),
+                      ref_what, fmt_dims(b2, sizeof b2, ref));
+    }
+    return NRV_OK;
+}
+
+/* Row-major element strides of v. */
+static void strides_of(const nrv_tview *v, int64_t *st) {
+    int64_t s = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= v->dims[d];
+    }
+}
+
+/* x broadcast (numpy: right-aligned, each dim 1 or equal) to out's dims: element strides of
+ * x along out's axes (0 where broadcast). Fails with NRV_ERR_SHAPE. */
+static nrv_status broadcast_strides(const nrv_op_args *a, const nrv_tview *x, const char *what,
+                                    const nrv_tview *out, int64_t *st) {
+    char b1[128], b2[128];
+    if (x->rank > out->rank)
+        return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not broadcast to %s", what, fmt_dims(b1, sizeof b1, x),
+                      fmt_dims(b2, sizeof b2, out));
+    int64_t xs[NRV_PLAN_MAX_RANK];
+    strides_of(x, xs);
+    const int lead = out->rank - x->rank;
+    for (int d = 0; d < out->rank; d++) {
+        const int xd = d - lead;
+        if (xd < 0) {
+            st[d] = 0;
+        } else if (x->dims[xd] == out->dims[d]) {
+            st[d] = xs[xd];
+        } else if (x->dims[xd] == 1) {
+            st[d] = 0;
+        } else {
+            return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not broadcast to %s (axis %d)", what,
+                          fmt_dims(b1, sizeof b1, x), fmt_dims(b2, sizeof b2, out), d);
+        }
+    }
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ strided loops */
+
+#define NV_MAX 4
+
+/* Loop over the output's axes; st[v][d] = element stride of operand v (0 = the output). */
+typedef struct nd_loop {
+    int n;
+    int nv;
+    int64_t cnt[NRV_PLAN_MAX_RANK];
+    int64_t st[NV_MAX][NRV_PLAN_MAX_RANK];
+} nd_loop;
+
+typedef struct nd_pos {
+    int64_t idx[NRV_PLAN_MAX_RANK];
+    int64_t off[NV_MAX];
+} nd_pos;
+
+/* Drops extent-1 axes and merges an axis into the one before it where every operand is
+ * contiguous across the pair. Leaves at least one axis. Counts must all be > 0. */
+static void loop_simplify(nd_loop *L) {
+    int m = 0;
+    for (int d = 0; d < L->n; d++) {
+        if (L->cnt[d] == 1) continue;
+        if (m > 0) {
+            int merge = 1;
+            for (int v = 0; v < L->nv; v++)
+                if (L->st[v][m - 1] != L->st[v][d] * L->cnt[d]) merge = 0;
+            if (merge) {
+                L->cnt[m - 1] *= L->cnt[d];
+                for (int v = 0; v < L->nv; v++) L->st[v][m - 1] = L->st[v][d];
+                continue;
+            }
+        }
+        L->cnt[m] = L->cnt[d];
+        for (int v = 0; v < L->nv; v++) L->st[v][m] = L->st[v][d];
+        m++;
+    }
+    if (m == 0) {
+        L->cnt[0] = 1;
+        for (int v = 0; v < L->nv; v++) L->st[v][0] = 1;
+        m = 1;
+    }
+    L->n = m;
+}
+
+static void pos_init(nd_pos *p, const nd_loop *L, const int64_t *base) {
+    memset(p->idx, 0, sizeof p->idx);
+    for (int v = 0; v < L->nv; v++) p->off[v] = base ? base[v] : 0;
+}
+
+/* Next position over axes [0, n_axes) (odometer); 0 once every position was visited. */
+static int loop_next(const nd_loop *L, int n_axes, nd_pos *p) {
+    for (int d = n_axes - 1; d >= 0; d--) {
+        if (++p->idx[d] < L->cnt[d]) {
+            for (int v = 0; v < L->nv; v++) p->off[v] += L->st[v][d];
+            return 1;
+        }
+        p->idx[d] = 0;
+        for (int v = 0; v < L->nv; v++) p->off[v] -= L->st[v][d] * (L->cnt[d] - 1);
+    }
+    return 0;
+}
+
+#define ESZ_SWITCH(esz, M) \
+    switch (esz) {         \
+    case 1: M(1); break;   \
+    case 2: M(2); break;   \
+    case 4: M(4); break;   \
+    default: M(8); break;  \
+    }
+
+/* n bytes at dst = n / esz copies of the element at dst[0, esz) (doubling memcpy). */
+static void replicate(char *dst, size_t esz, int64_t n) {
+    size_t have = esz;
+    const size_t total = (size_t)n * esz;
+    while (have < total) {
+        const size_t c = have < total - have ? have : total - have;
+        memcpy(dst + have, dst, c);
+        have += c;
+    }
+}
+
+/* dst[0, n) (contiguous) = src[i * ss] for i < n; ss may be 0 (broadcast) or negative. */
+static void copy_run(char *dst, const char *src, int64_t ss, int64_t n, size_t esz) {
+    if (ss == 1) {
+        memcpy(dst, src, (size_t)n * esz);
+    } else if (ss == 0) {
+        memcpy(dst, src, esz);
+        replicate(dst, esz, n);
+    } else {
+#define COPY_RUN(SZ) \
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * SZ, src + i * ss * SZ, SZ)
+        ESZ_SWITCH(esz, COPY_RUN)
+#undef COPY_RUN
+    }
+}
+
+/* Operand 0 is the (contiguous) output y, operand 1 the source x at element offset xbase. */
+static void run_copy_loop(const nd_loop *L, char *y, const char *x, int64_t xbase, size_t esz) {
+    const int inner = L->n - 1;
+    const int64_t n = L->cnt[inner], ss = L->st[1][inner];
+    const int64_t base[2] = {0, xbase};
+    nd_pos p;
+    pos_init(&p, L, base);
+    do {
+        copy_run(y + p.off[0] * (int64_t)esz, x + p.off[1] * (int64_t)esz, ss, n, esz);
+    } while (loop_next(L, inner, &p));
+}
+
+/* ------------------------------------------------------------------ copy */
+
+/* copy: materialises a reshape.
+ *  in[0] x (any dtype); out[0] y, same dtype and numel as x (dims may differ).
+ *  iattr, fattr, dattr: none (ignored). In place ok. */
+static nrv_status op_copy(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    NRV_TRY(check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
+    if (y->numel > 0 && y->data != x->data)
+        memmove(y->data, x->data, (size_t)y->numel * nrv_dtype_size((nrv_dtype)x->dtype));
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ transpose */
+
+#define TILE 32
+
+/* Blocked 2-D transpose for a loop whose source is contiguous along axis q (not the last):
+ * tiles of TILE x TILE over (q, last), the other axes iterated outside. */
+static void run_transpose_blocked(const nd_loop *L, int q, char *y, const char *x, size_t esz) {
+    const int inner = L->n - 1;
+    nd_loop O;
+    O.n = 0;
+    O.nv = 2;
+    for (int d = 0; d < inner; d++) {
+        if (d == q) continue;
+        O.cnt[O.n] = L->cnt[d];
+        O.st[0][O.n] = L->st[0][d];
+        O.st[1][O.n] = L->st[1][d];
+        O.n++;
+    }
+    const int64_t na = L->cnt[q], ysa = L->st[0][q], nb = L->cnt[inner], xsb = L->st[1][inner];
+    nd_pos p;
+    pos_init(&p, &O, NULL);
+    do {
+        char *yb = y + p.off[0] * (int64_t)esz;
+        const char *xb = x + p.off[1] * (int64_t)esz;
+#define TRANSPOSE_TILES(SZ)                                                               \
+    for (int64_t a0 = 0; a0 < na; a0 += TILE) {                                           \
+        const int64_t a1 = a0 + TILE < na ? a0 + TILE : na;                               \
+        for (int64_t b0 = 0; b0 < nb; b0 += TILE) {                                       \
+            const int64_t b1 = b0 + TILE < nb ? b0 + TILE : nb;                           \
+            for (int64_t ia = a0; ia < a1; ia++) {                                        \
+                char *yr = yb + ia * ysa * SZ;                                            \
+                const char *xr = xb + ia * SZ;                                            \
+                for (int64_t ib = b0; ib < b1; ib++) memcpy(yr + ib * SZ, xr + ib * xsb * SZ, SZ); \
+            }                                                                             \
+        }                                                                                 \
+    }
+        ESZ_SWITCH(esz, TRANSPOSE_TILES)
+#undef TRANSPOSE_TILES
+    } while (loop_next(&O, O.n, &p));
+}
+
+/* transpose: y = x with axes permuted, y.dims[i] = x.dims[perm[i]].
+ *  in[0] x (any dtype, rank r); out[0] y, same dtype, rank r.
+ *  iattr: perm[r], a permutation of 0..r-1 (n_iattr == r; rank 0 takes none).
+ *  fattr, dattr: none (ignored). Not in place.
+ *  Axes that stay contiguous together are merged first; when x's innermost axis stays the
+ *  innermost, rows are memcpy'd; otherwise a 32 x 32 blocked transpose. */
+static nrv_status op_transpose(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    NRV_TRY(check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    const int r = x->rank;
+    if (a->n_iattr != r)
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "perm has %d entries for x of rank %d", a->n_iattr, r);
+    int seen[NRV_PLAN_MAX_RANK] = {0};
+    for (int i = 0; i < r; i++) {
+        const int64_t p = a->iattr[i];
+        if (p < 0 || p >= r || seen[p])
+            return OPFAIL(a, NRV_ERR_INVALID_ARG, "perm[%d] = %lld: not a permutation of 0..%d", i, (long long)p,
+                          r - 1);
+        seen[p] = 1;
+    }
+    if (y->rank != r) return OPFAIL(a, NRV_ERR_SHAPE, "y has rank %d, x has rank %d", (int)y->rank, r);
+    for (int i = 0; i < r; i++)
+        if (y->dims[i] != x->dims[a->iattr[i]]) {
+            char b1[128], b2[128];
+            return OPFAIL(a, NRV_ERR_SHAPE, "y dims %s are not x dims %s permuted (axis %d)",
+                          fmt_dims(b1, sizeof b1, y), fmt_dims(b2, sizeof b2, x), i);
+        }
+    if (y->numel == 0) return NRV_OK;
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    int64_t xs[NRV_PLAN_MAX_RANK], ys[NRV_PLAN_MAX_RANK];
+    strides_of(x, xs);
+    strides_of(y, ys);
+    nd_loop L;
+    L.n = r;
+    L.nv = 2;
+    for (int j = 0; j < r; j++) {
+        L.cnt[j] = y->dims[j];
+        L.st[0][j] = ys[j];
+        L.st[1][j] = xs[a->iattr[j]];
+    }
+    loop_simplify(&L);
+    const int inner = L.n - 1;
+    if (L.st[1][inner] != 1) {
+        for (int q = 0; q < inner; q++)
+            if (L.st[1][q] == 1) {
+                run_transpose_blocked(&L, q, y->data, x->data, esz);
+                return NRV_OK;
+            }
+    }
+    run_copy_loop(&L, y->data, x->data, 0, esz);
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ concat / split */
+
+/* Checks that part (input or output `what` of a concat/split) matches whole on every axis but
+ * ax, and has its dtype and rank. */
+static nrv_status check_part(const nrv_op_args *a, const nrv_tview *part, const char *what, int idx,
+                             const nrv_tview *whole, const char *whole_what, int ax) {
+    char w[48];
+    snprintf(w, sizeof w, "%s %d", what, idx);
+    NRV_TRY(check_view(a, part, w));
+    NRV_TRY(same_dtype(a, part, w, whole, whole_what));
+    int ok = part->rank == whole->rank;
+    for (int d = 0; ok && d < whole->rank; d++) ok = d == ax || part->dims[d] == whole->dims[d];
+    if (!ok) {
+        char b1[128], b2[128];
+        return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not match %s dims %s outside axis %d", w,
+                      fmt_dims(b1, sizeof b1, part), whole_what, fmt_dims(b2, sizeof b2, whole), ax);
+    }
+    return NRV_OK;
+}
+
+/* concat: y = x0, x1, ... joined along axis.
+ *  in[0..n) x_i (n >= 1; any dtype, all y's dtype and rank, dims equal to y's except on axis);
+ *  out[0] y: y.dims[axis] = sum of x_i.dims[axis].
+ *  iattr: [axis] (0 <= axis < rank; negative counts from the end). fattr, dattr: none. */
+static nrv_status op_concat(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, INT_MAX, 1, 1, -1));
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], y->rank, &ax));
+    int64_t sum = 0;
+    for (int i = 0; i < a->n_in; i++) {
+        NRV_TRY(nrv_op_require_input(a, i));
+        NRV_TRY(check_part(a, a->in[i], "input", i, y, "y", ax));
+        sum += a->in[i]->dims[ax]; /* each <= numel of its view: no overflow for n < 2^31 */
+        if (sum > y->dims[ax]) break;
+    }
+    if (sum != y->dims[ax])
+        return OPFAIL(a, NRV_ERR_SHAPE, "inputs add up to %s%lld along axis %d, y has %lld",
+                      sum > y->dims[ax] ? "more than " : "", (long long)sum, (int)ax, (long long)y->dims[ax]);
+    if (y->numel == 0) return NRV_OK;
+    const size_t esz = nrv_dtype_size((nrv_dtype)y->dtype);
+    const int64_t outer = nrv_dims_product(y->dims, 0, ax);
+    const size_t inner = (size_t)nrv_dims_product(y->dims, ax + 1, y->rank) * esz;
+    char *dst = y->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int i = 0; i < a->n_in; i++) {
+            const size_t len = (size_t)a->in[i]->dims[ax] * inner;
+            if (len == 0) continue;
+            memcpy(dst, (const char *)a->in[i]->data + (size_t)o * len, len);
+            dst += len;
+        }
+    return NRV_OK;
+}
+
+/* split: the inverse of concat.
+ *  in[0] x (any dtype); out[0..n) y_i (n >= 1; x's dtype and rank, dims equal to x's except
+ *  on axis, where they add up to x.dims[axis]: the split sizes are the outputs' dims).
+ *  iattr: [axis] (0 <= axis < rank; negative counts from the end). fattr, dattr: none. */
+static nrv_status op_split(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, -1, 1, -1));
+    if (a->n_out < 1) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "no outputs");
+    NRV_TRY(check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    int64_t sum = 0;
+    for (int i = 0; i < a->n_out; i++) {
+        NRV_TRY(check_part(a, a->out[i], "output", i, x, "x", ax));
+        sum += a->out[i]->dims[ax];
+        if (sum > x->dims[ax]) break;
+    }
+    if (sum != x->dims[ax])
+        return OPFAIL(a, NRV_ERR_SHAPE, "outputs add up to %s%lld along axis %d, x has %lld",
+                      sum > x->dims[ax] ? "more than " : "", (long long)sum, (int)ax, (long long)x->dims[ax]);
+    if (x->numel == 0) return NRV_OK;
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    const int64_t outer = nrv_dims_product(x->dims, 0, ax);
+    const size_t inner = (size_t)nrv_dims_product(x->dims, ax + 1, x->rank) * esz;
+    const char *src = x->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int i = 0; i < a->n_out; i++) {
+            const size_t len = (size_t)a->out[i]->dims[ax] * inner;
+            if (len == 0) continue;
+            memcpy((char *)a->out[i]->data + (size_t)o * len, src, len);
+            src += len;
+        }
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ slice */
+
+/* slice: y[i_0, ..] = x[starts[0] + i_0 * steps[0], ..] for i_d < y.dims[d].
+ *  in[0] x (any dtype, rank r); out[0] y, same dtype, rank r (y's dims are the counts).
+ *  iattr: [r, steps[r]] (n_iattr == 1 + r; every step != 0, negative allowed).
+ *  dattr: starts[r] (n_dattr == r): index in x of the first element taken on each axis.
+ *  fattr: none. For every axis with y.dims[d] > 0: 0 <= start < x.dims[d] and
+ *  start + (y.dims[d] - 1) * step in [0, x.dims[d]), else NRV_ERR_SHAPE. Not in place. */
+static nrv_status op_slice(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    NRV_TRY(check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    const int r = x->rank;
+    if (a->n_iattr < 1 || a->iattr[0] != r || a->n_iattr != 1 + r)
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "iattr must be [rank=%d, steps[%d]]; got %d values, rank %lld", r, r,
+                      a->n_iattr, a->n_iattr > 0 ? (long long)a->iattr[0] : -1LL);
+    if (a->n_dattr != r)
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "dattr must be starts[%d]; got %d values", r, a->n_dattr);
+    if (y->rank != r) return OPFAIL(a, NRV_ERR_SHAPE, "y has rank %d, x has rank %d", (int)y->rank, r);
+    const int64_t *steps = a->iattr + 1, *starts = a->dattr;
+    for (int d = 0; d < r; d++) {
+        const int64_t step = steps[d], start = starts[d], cnt = y->dims[d], dim = x->dims[d];
+        if (step == 0) return OPFAIL(a, NRV_ERR_INVALID_ARG, "step on axis %d is 0", d);
+        if (cnt == 0) continue;
+        int64_t last;
+        if (start < 0 || start >= dim || __builtin_mul_overflow(cnt - 1, step, &last) ||
+            __builtin_add_overflow(last, start, &last) || last < 0 || last >= dim)
+            return OPFAIL(a, NRV_ERR_SHAPE,
+                          "axis %d: %lld elements from %lld by step %lld do not fit in x's extent %lld", d,
+                          (long long)cnt, (long long)start, (long long)step, (long long)dim);
+    }
+    if (y->numel == 0) return NRV_OK;
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    int64_t xs[NRV_PLAN_MAX_RANK], ys[NRV_PLAN_MAX_RANK];
+    strides_of(x, xs);
+    strides_of(y, ys);
+    nd_loop L;
+    L.n = r;
+    L.nv = 2;
+    int64_t base = 0;
+    for (int d = 0; d < r; d++) {
+        base += starts[d] * xs[d];
+        L.cnt[d] = y->dims[d];
+        L.st[0][d] = ys[d];
+        L.st[1][d] = y->dims[d] > 1 ? steps[d] * xs[d] : 0; /* |step| < dim here: no overflow */
+    }
+    loop_simplify(&L);
+    run_copy_loop(&L, y->data, x->data, base, esz);
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ gather */
+
+static inline int64_t index_at(const nrv_tview *v, int64_t i) {
+    return v->dtype == NRV_I64 ? ((const int64_t *)v->data)[i] : (int64_t)((const int32_t *)v->data)[i];
+}
+
+/* gather (ONNX Gather): y = data taken along axis at indices.
+ *  in[0] data (any dtype, rank r >= 1); in[1] indices (I64 or I32, any rank q incl. 0);
+ *  out[0] y, data's dtype: y.dims = data.dims[:axis] + indices.dims + data.dims[axis+1:].
+ *  iattr: [axis] (0 <= axis < r; negative counts from the end). fattr, dattr: none.
+ *  A negative index counts from the end; one outside [-dim, dim) is NRV_ERR_INDEX naming its
+ *  flat position and value, checked for all indices before anything is written. */
+static nrv_status op_gather(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
+    NRV_TRY(check_in(a, 0, "data"));
+    NRV_TRY(check_in(a, 1, "indices"));
+    const nrv_tview *x = a->in[0], *ind = a->in[1];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(same_dtype(a, y, "y", x, "data"));
+    if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
+        return OPFAIL(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    const int r = x->rank, q = ind->rank;
+    int ok = y->rank == r - 1 + q;
+    for (int d = 0; ok && d < y->rank; d++) {
+        const int64_t want = d < ax ? x->dims[d] : d < ax + q ? ind->dims[d - ax] : x->dims[d - q + 1];
+        ok = y->dims[d] == want;
+    }
+    if (!ok) {
+        char b1[128], b2[128], b3[128];
+        return OPFAIL(a, NRV_ERR_SHAPE, "y dims %s do not match data %s gathered on axis %d by indices %s",
+                      fmt_dims(b1, sizeof b1, y), fmt_dims(b2, sizeof b2, x), (int)ax,
+                      fmt_dims(b3, sizeof b3, ind));
+    }
+    const int64_t dim = x->dims[ax], n_idx = ind->numel;
+    for (int64_t i = 0; i < n_idx; i++) {
+        const int64_t v = index_at(ind, i);
+        if (v < -dim || v >= dim)
+            return OPFAIL(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (axis %d of data)",
+                          (long long)i, (long long)v, (long long)-dim, (long long)dim, (int)ax);
+    }
+    if (y->numel == 0) return NRV_OK;
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    const int64_t outer = nrv_dims_product(x->dims, 0, ax);
+    const int64_t inner = nrv_dims_product(x->dims, ax + 1, r);
+    const size_t blk = (size_t)inner * esz;
+    char *dst = y->data;
+    for (int64_t o = 0; o < outer; o++) {
+        const char *src = (const char *)x->data + (size_t)(o * dim) * blk;
+        if (inner == 1) {
+#define GATHER_ELEMS(SZ)                                      \
+    for (int64_t i = 0; i < n_idx; i++) {                     \
+        int64_t v = index_at(ind, i);                         \
+        if (v < 0) v += dim;                                  \
+        memcpy(dst + i * SZ, src + v * SZ, SZ);               \
+    }
+            ESZ_SWITCH(esz, GATHER_ELEMS)
+#undef GATHER_ELEMS
+            dst += (size_t)n_idx * esz;
+        } else {
+            for (int64_t i = 0; i < n_idx; i++) {
+                int64_t v = index_at(ind, i);
+                if (v < 0) v += dim;
+                memcpy(dst, src + (size_t)v * blk, blk);
+                dst += blk;
+            }
+        }
+    }
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ expand / where */
+
+/* expand: y = x broadcast numpy-style to y's dims (x's dims right-aligned, each 1 or equal to
+ *  y's; x.rank <= y.rank). Also serves Tile-like broadcasts.
+ *  in[0] x (any dtype); out[0] y, same dtype. iattr, fattr, dattr: none. Not in place. */
+static nrv_status op_expand(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    NRV_TRY(check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    nd_loop L;
+    L.n = y->rank;
+    L.nv = 2;
+    NRV_TRY(broadcast_strides(a, x, "x", y, L.st[1]));
+    if (y->numel == 0) return NRV_OK;
+    strides_of(y, L.st[0]);
+    for (int d = 0; d < y->rank; d++) L.cnt[d] = y->dims[d];
+    loop_simplify(&L);
+    run_copy_loop(&L, y->data, x->data, 0, nrv_dtype_size((nrv_dtype)y->dtype));
+    return NRV_OK;
+}
+
+/* where: z = cond ? x : y, elementwise, all three broadcast numpy-style to z's dims.
+ *  in[0] cond (BOOL; a nonzero byte is true); in[1] x, in[2] y (same dtype, any);
+ *  out[0] z, x's dtype. iattr, fattr, dattr: none. Not in place. */
+static nrv_status op_where(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, -1, -1));
+    NRV_TRY(check_in(a, 0, "cond"));
+    NRV_TRY(check_in(a, 1, "x"));
+    NRV_TRY(check_in(a, 2, "y"));
+    const nrv_tview *c = a->in[0], *x = a->in[1], *y = a->in[2];
+    nrv_tview *z = a->out[0];
+    NRV_TRY(check_view(a, z, "z"));
+    NRV_TRY(nrv_op_expect_dtype(a, c, "cond", NRV_BOOL));
+    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    NRV_TRY(same_dtype(a, z, "z", x, "x"));
+    nd_loop L;
+    L.n = z->rank;
+    L.nv = 4;
+    NRV_TRY(broadcast_strides(a, c, "cond", z, L.st[1]));
+    NRV_TRY(broadcast_strides(a, x, "x", z, L.st[2]));
+    NRV_TRY(broadcast_strides(a, y, "y", z, L.st[3]));
+    if (z->numel == 0) return NRV_OK;
+    strides_of(z, L.st[0]);
+    for (int d = 0; d < z->rank; d++) L.cnt[d] = z->dims[d];
+    loop_simplify(&L);
+    const size_t esz = nrv_dtype_size((nrv_dtype)z->dtype);
+    const int inner = L.n - 1;
+    const int64_t n = L.cnt[inner], cs = L.st[1][inner], xs = L.st[2][inner], ysn = L.st[3][inner];
+    nd_pos p;
+    pos_init(&p, &L, NULL);
+    do {
+        char *zp = (char *)z->data + p.off[0] * (int64_t)esz;
+        const uint8_t *cp = (const uint8_t *)c->data + p.off[1];
+        const char *xp = (const char *)x->data + p.off[2] * (int64_t)esz;
+        const char *yp = (const char *)y->data + p.off[3] * (int64_t)esz;
+#define SELECT(SZ) \
+    for (int64_t i = 0; i < n; i++) memcpy(zp + i * SZ, cp[i * cs] ? xp + i * xs * SZ : yp + i * ysn * SZ, SZ)
+        ESZ_SWITCH(esz, SELECT)
+#undef SELECT
+    } while (loop_next(&L, inner, &p));
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ trilu */
+
+/* trilu (ONNX Trilu): keeps the upper or lower triangle of each trailing M x N matrix,
+ *  zeroes the rest (all-zero bytes: 0, 0.0, false).
+ *  in[0] x [..., M, N] (any dtype, rank >= 2); out[0] y, same dtype and dims.
+ *  iattr: [upper (0 or 1), k]: upper keeps y[i, j] with j - i >= k, lower keeps j - i <= k.
+ *  fattr, dattr: none. In place ok. */
+static nrv_status op_trilu(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 2, -1));
+    NRV_TRY(check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    if (x->rank < 2) return OPFAIL(a, NRV_ERR_SHAPE, "x has rank %d, needs at least 2", (int)x->rank);
+    NRV_TRY(same_dims(a, y, "y", x, "x"));
+    const int64_t upper = a->iattr[0];
+    if (upper != 0 && upper != 1)
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "upper is %lld, expected 0 or 1", (long long)upper);
+    if (y->numel == 0) return NRV_OK;
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    const int64_t m = x->dims[x->rank - 2], n = x->dims[x->rank - 1];
+    const int64_t rows = x->numel / n; /* batch * m */
+    int64_t k = a->iattr[1];
+    const int64_t lim = m + n; /* both >= 1, m * n <= numel: no overflow */
+    if (k > lim) k = lim;
+    if (k < -lim) k = -lim;
+    const int in_place = y->data == x->data;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t i = r % m;
+        int64_t lo, hi; /* kept columns [lo, hi) */
+        if (upper) {
+            lo = i + k;
+            hi = n;
+        } else {
+            lo = 0;
+            hi = i + k + 1;
+        }
+        if (lo < 0) lo = 0;
+        if (lo > n) lo = n;
+        if (hi < lo) hi = lo;
+        if (hi > n) hi = n;
+        char *yr = (char *)y->data + (size_t)(r * n) * esz;
+        const char *xr = (const char *)x->data + (size_t)(r * n) * esz;
+        if (lo > 0) memset(yr, 0, (size_t)lo * esz);
+        if (hi > lo && !in_place) memcpy(yr + lo * (int64_t)esz, xr + lo * (int64_t)esz, (size_t)(hi - lo) * esz);
+        if (hi < n) memset(yr + hi * (int64_t)esz, 0, (size_t)(n - hi) * esz);
+    }
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ range */
+
+static nrv_status check_scalar(const nrv_op_args *a, int i, const char *what, int32_t dtype) {
+    NRV_TRY(check_in(a, i, what));
+    const nrv_tview *v = a->in[i];
+    if (v->dtype != dtype)
+        return OPFAIL(a, NRV_ERR_DTYPE, "%s is %s, y is %s", what, nrv_dtype_str((nrv_dtype)v->dtype),
+                      nrv_dtype_str((nrv_dtype)dtype));
+    if (v->numel != 1) return OPFAIL(a, NRV_ERR_SHAPE, "%s has %lld elements, expected 1", what, (long long)v->numel);
+    return NRV_OK;
+}
+
+/* range (ONNX Range): y[i] = start + i * delta for i < y.dims[0].
+ *  in[0] start, in[1] limit, in[2] delta: one-element (rank-0) tensors of y's dtype;
+ *  out[0] y, 1-D, F32, I32 or I64. iattr, fattr, dattr: none.
+ *  delta == 0 is NRV_ERR_INVALID_ARG. y.dims[0] must be max(ceil((limit - start) / delta), 0)
+ *  (NRV_ERR_SHAPE otherwise); for F32 the quotient may have been computed in float or in
+ *  double (either count is accepted) and each value is computed in double, then rounded. */
+static nrv_status op_range(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, -1, -1));
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    const int32_t dt = y->dtype;
+    if (dt != NRV_F32 && dt != NRV_I32 && dt != NRV_I64)
+        return OPFAIL(a, NRV_ERR_DTYPE, "y is %s, expected f32, i32 or i64", nrv_dtype_str((nrv_dtype)dt));
+    NRV_TRY(check_scalar(a, 0, "start", dt));
+    NRV_TRY(check_scalar(a, 1, "limit", dt));
+    NRV_TRY(check_scalar(a, 2, "delta", dt));
+    if (y->rank != 1) return OPFAIL(a, NRV_ERR_SHAPE, "y has rank %d, expected 1", (int)y->rank);
+    const int64_t n = y->dims[0];
+    if (dt == NRV_F32) {
+        const float s = *(const float *)a->in[0]->data, l = *(const float *)a->in[1]->data,
+                    d = *(const float *)a->in[2]->data;
+        if (d == 0.0f) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "delta is 0");
+        const double qd = ceil(((double)l - (double)s) / (double)d);
+        const double qf = ceilf((l - s) / d);
+        if (!(fabs(qd) < 0x1p62))
+            return OPFAIL(a, NRV_ERR_INVALID_ARG, "range from %g to %g by %g has no finite length", (double)s,
+                          (double)l, (double)d);
+        const int64_t nd = qd > 0 ? (int64_t)qd : 0;
+        const int64_t nf = !(fabs(qf) < 0x1p62) ? -1 : qf > 0 ? (int64_t)qf : 0;
+        if (n != nd && n != nf)
+            return OPFAIL(a, NRV_ERR_SHAPE, "y has %lld elements, range from %g to %g by %g has %lld", (long long)n,
+                          (double)s, (double)l, (double)d, (long long)nd);
+        float *out = y->data;
+        for (int64_t i = 0; i < n; i++) out[i] = (float)((double)s + (double)i * (double)d);
+        return NRV_OK;
+    }
+    const int64_t s = nrv_int_at(a->in[0], 0), l = nrv_int_at(a->in[1], 0), d = nrv_int_at(a->in[2], 0);
+    if (d == 0) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "delta is 0");
+    int64_t diff;
+    if (__builtin_sub_overflow(l, s, &diff) || (d == -1 && diff == INT64_MIN))
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "range from %lld to %lld by %lld overflows", (long long)s,
+                      (long long)l, (long long)d);
+    int64_t q = diff / d;
+    if (diff % d != 0 && ((diff < 0) == (d < 0))) q++; /* ceil for a positive quotient */
+    if (q < 0) q = 0;
+    if (n != q)
+        return OPFAIL(a, NRV_ERR_SHAPE, "y has %lld elements, range from %lld to %lld by %lld has %lld", (long long)n,
+                      (long long)s, (long long)l, (long long)d, (long long)q);
+    /* every value lies between start and limit: no overflow (computed unsigned all the same) */
+    if (dt == NRV_I64) {
+        int64_t *out = y->data;
+        for (int64_t i = 0; i < n; i++) out[i] = (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)d);
+    } else {
+        int32_t *out = y->data;
+        for (int64_t i = 0; i < n; i++) out[i] = (int32_t)(s + i * d);
+    }
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ cast */
+
+#define CAST_CHUNK 256
+
+static int is_float_dtype(int32_t dt) { return dt == NRV_F32 || dt == NRV_F16 || dt == NRV_F64; }
+
+/* b[0, n) = x[off, off + n) as double (exact for f16, f32, f64). */
+static void load_f64(const void *x, int32_t dt, int64_t off, int n, double *b) {
+    switch (dt) {
+    case NRV_F32: {
+        const float *p = (const float *)x + off;
+        for (int i = 0; i < n; i++) b[i] = p[i];
+        break;
+    }
+    case NRV_F16: {
+        const uint16_t *p = (const uint16_t *)x + off;
+        for (int i = 0; i < n; i++) b[i] = nrv_half_to_float(p[i]);
+        break;
+    }
+    default: {
+        const double *p = (const double *)x + off;
+        for (int i = 0; i < n; i++) b[i] = p[i];
+        break;
+    }
+    }
+}
+
+/* b[0, n) = x[off, off + n) as int64 (BOOL: any nonzero byte is 1). */
+static void load_i64(const void *x, int32_t dt, int64_t off, int n, int64_t *b) {
+    switch (dt) {
+    case NRV_I8: {
+        const int8_t *p = (const int8_t *)x + off;
+        for (int i = 0; i < n; i++) b[i] = p[i];
+        break;
+    }
+    case NRV_U8: {
+        const uint8_t *p = (const uint8_t *)x + off;
+        for (int i = 0; i < n; i++) b[i] = p[i];
+        break;
+    }
+    case NRV_BOOL: {
+        const uint8_t *p = (const uint8_t *)x + off;
+        for (int i = 0; i < n; i++) b[i] = p[i] != 0;
+        break;
+    }
+    case NRV_I32: {
+        const int32_t *p = (const int32_t *)x + off;
+        for (int i = 0; i < n; i++) b[i] = p[i];
+        break;
+    }
+    default: {
+        const int64_t *p = (const int64_t *)x + off;
+        for (int i = 0; i < n; i++) b[i] = p[i];
+        break;
+    }
+    }
+}
+
+/* Truncates toward zero and saturates to [lo, hi_excl) (both exact doubles); NaN is 0. */
+static inline int64_t f2i_sat(double v, double lo, double hi_excl, int64_t ilo, int64_t ihi) {
+    if (v != v) return 0;
+    const double t = trunc(v);
+    if (t < lo) return ilo;
+    if (t >= hi_excl) return ihi;
+    return (int64_t)t;
+}
+
+static void store_from_f64(void *y, int32_t dt, int64_t off, int n, const double *b) {
+    switch (dt) {
+    case NRV_F32: {
+        float *p = (float *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (float)b[i];
+        break;
+    }
+    case NRV_F16: {
+        uint16_t *p = (uint16_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = nrv_float_to_half((float)b[i]);
+        break;
+    }
+    case NRV_F64: {
+        double *p = (double *)y + off;
+        for (int i = 0; i < n; i++) p[i] = b[i];
+        break;
+    }
+    case NRV_I8: {
+        int8_t *p = (int8_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (int8_t)f2i_sat(b[i], -128.0, 128.0, INT8_MIN, INT8_MAX);
+        break;
+    }
+    case NRV_U8: {
+        uint8_t *p = (uint8_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (uint8_t)f2i_sat(b[i], 0.0, 256.0, 0, UINT8_MAX);
+        break;
+    }
+    case NRV_I32: {
+        int32_t *p = (int32_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (int32_t)f2i_sat(b[i], -0x1p31, 0x1p31, INT32_MIN, INT32_MAX);
+        break;
+    }
+    case NRV_I64: {
+        int64_t *p = (int64_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = f2i_sat(b[i], -0x1p63, 0x1p63, INT64_MIN, INT64_MAX);
+        break;
+    }
+    default: { /* BOOL */
+        uint8_t *p = (uint8_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = b[i] != 0.0;
+        break;
+    }
+    }
+}
+
+static void store_from_i64(void *y, int32_t dt, int64_t off, int n, const int64_t *b) {
+    switch (dt) {
+    case NRV_F32: {
+        float *p = (float *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (float)b[i];
+        break;
+    }
+    case NRV_F16: {
+        uint16_t *p = (uint16_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = nrv_float_to_half((float)b[i]);
+        break;
+    }
+    case NRV_F64: {
+        double *p = (double *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (double)b[i];
+        break;
+    }
+    case NRV_I8: {
+        int8_t *p = (int8_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (int8_t)(uint8_t)(uint64_t)b[i];
+        break;
+    }
+    case NRV_U8: {
+        uint8_t *p = (uint8_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (uint8_t)(uint64_t)b[i];
+        break;
+    }
+    case NRV_I32: {
+        int32_t *p = (int32_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = (int32_t)(uint32_t)(uint64_t)b[i];
+        break;
+    }
+    case NRV_I64: {
+        int64_t *p = (int64_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = b[i];
+        break;
+    }
+    default: { /* BOOL */
+        uint8_t *p = (uint8_t *)y + off;
+        for (int i = 0; i < n; i++) p[i] = b[i] != 0;
+        break;
+    }
+    }
+}
+
+/* cast (ONNX Cast): y = x converted elementwise.
+ *  in[0] x; out[0] y, same numel (dims may differ); both of F32, F16, F64, I8, U8, I32, I64,
+ *  BOOL in any combination. iattr, fattr, dattr: none. Not in place (unless same dtype).
+ *  - float -> integer: truncates toward zero; values beyond the integer type saturate to its
+ *    limits (U8: negatives give 0); NaN gives 0. (ONNX leaves these undefined.)
+ *  - integer -> narrower integer: wraps (two's complement), like ONNX Runtime and numpy.
+ *  - anything -> BOOL: x != 0 (NaN is true); BOOL -> number: 0 or 1 (any nonzero byte is 1).
+ *  - F16 through nrv_half_to_float / nrv_float_to_half (round to nearest even); F64 -> F16
+ *    rounds to float first; integers -> floats round to nearest. */
+static nrv_status op_cast(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    NRV_TRY(check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
+    const int64_t n = x->numel;
+    if (n == 0) return NRV_OK;
+    if (x->dtype == y->dtype) {
+        if (y->data != x->data) memmove(y->data, x->data, (size_t)n * nrv_dtype_size((nrv_dtype)x->dtype));
+        return NRV_OK;
+    }
+    if (is_float_dtype(x->dtype)) {
+        double b[CAST_CHUNK];
+        for (int64_t off = 0; off < n; off += CAST_CHUNK) {
+            const int c = (int)(n - off < CAST_CHUNK ? n - off : CAST_CHUNK);
+            load_f64(x->data, x->dtype, off, c, b);
+            store_from_f64(y->data, y->dtype, off, c, b);
+        }
+    } else {
+        int64_t b[CAST_CHUNK];
+        for (int64_t off = 0; off < n; off += CAST_CHUNK) {
+            const int c = (int)(n - off < CAST_CHUNK ? n - off : CAST_CHUNK);
+            load_i64(x->data, x->dtype, off, c, b);
+            store_from_i64(y->data, y->dtype, off, c, b);
+        }
+    }
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ fill / dims */
+
+/* fill (ONNX ConstantOfShape and friends): every element of y = value.
+ *  No inputs; out[0] y (any dtype).
+ *  iattr: [int_value] used for I8, U8, I32, I64 (must fit the dtype, else
+ *  NRV_ERR_INVALID_ARG) and BOOL (value != 0);
+ *  fattr: [float_value] used for F32, F16, F64. Both are always present. dattr: none. */
+static nrv_status op_fill(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 0, 0, 1, 1, 1));
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    const int64_t iv = a->iattr[0];
+    const float fv = a->fattr[0];
+    unsigned char e[8];
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
+    switch (y->dtype) {
+    case NRV_F32: memcpy(e, &fv, 4); break;
+    case NRV_F64: {
+        const double d = fv;
+        memcpy(e, &d, 8);
+        break;
+    }
+    case NRV_F16: {
+        const uint16_t h = nrv_float_to_half(fv);
+        memcpy(e, &h, 2);
+        break;
+    }
+    case NRV_BOOL: e[0] = iv != 0; break;
+    case NRV_I8: lo = INT8_MIN; hi = INT8_MAX; e[0] = (uint8_t)(uint64_t)iv; break;
+    case NRV_U8: lo = 0; hi = UINT8_MAX; e[0] = (uint8_t)(uint64_t)iv; break;
+    case NRV_I32: {
+        lo = INT32_MIN;
+        hi = INT32_MAX;
+        const int32_t v = (int32_t)(uint32_t)(uint64_t)iv;
+        memcpy(e, &v, 4);
+        break;
+    }
+    default: memcpy(e, &iv, 8); break; /* I64 */
+    }
+    if (iv < lo || iv > hi)
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "value %lld does not fit in %s", (long long)iv,
+                      nrv_dtype_str((nrv_dtype)y->dtype));
+    if (y->numel == 0) return NRV_OK;
+    const size_t esz = nrv_dtype_size((nrv_dtype)y->dtype);
+    int uniform = 1;
+    for (size_t i = 1; i < esz; i++) uniform &= e[i] == e[0];
+    if (uniform) {
+        memset(y->data, e[0], (size_t)y->numel * esz);
+    } else {
+        memcpy(y->data, e, esz);
+        replicate(y->data, esz, y->numel);
+    }
+    return NRV_OK;
+}
+
+/* dims: materialises a shape computed from symbolic dims.
+ *  No inputs; out[0] y I64, rank 1 of length n (rank 0 allowed when n == 1).
+ *  dattr: values[n] (n_dattr == y.numel, else NRV_ERR_SHAPE): y[i] = dattr[i].
+ *  iattr, fattr: none (ignored). */
+static nrv_status op_dims(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 0, 0, 1, -1, -1));
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_I64));
+    if (y->rank > 1) return OPFAIL(a, NRV_ERR_SHAPE, "y has rank %d, expected 1", (int)y->rank);
+    if (y->numel != a->n_dattr)
+        return OPFAIL(a, NRV_ERR_SHAPE, "y has %lld elements for %d values", (long long)y->numel, a->n_dattr);
+    if (y->numel > 0) memcpy(y->data, a->dattr, (size_t)y->numel * sizeof(int64_t));
+    return NRV_OK;
+}
+
+const nrv_op_def nrv_plan_ops_shape[] = {
+    {"copy", op_copy, NULL},
+    {"transpose", op_transpose, NULL},
+    {"concat", op_concat, NULL},
+    {"split", op_split, NULL},
+    {"slice", op_slice, NULL},
+    {"gather", op_gather, NULL},
+    {"expand", op_expand, NULL},
+    {"where", op_where, NULL},
+    {"trilu", op_trilu, NULL},
+    {"range", op_range, NULL},
+    {"cast", op_cast, NULL},
+    {"fill", op_fill, NULL},
+    {"dims", op_dims, NULL},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,65 @@
+/* plan_internal.h — the .nrv plan file format and the runtime's private helpers.
+ *
+ * File layout (all integers little-endian; docs/PLAN_FORMAT.md is the prose version):
+ *   header, NRV_PLAN_HEADER_BYTES bytes:
+ *     char magic[8] = "NRVPLAN\0"; u32 version; u32 header_bytes;
+ *     u64 file_bytes; u64 meta_offset; u64 meta_bytes; u64 weights_offset; u64 weights_bytes;
+ *     u8 sha256[32]  -- over file[header_bytes, file_bytes): metadata, padding and weights;
+ *     u8 reserved[8] (zero)
+ *   metadata (meta_offset, meta_bytes): sections in this order, each a u32 count then records:
+ *     strings   : u32 len, len bytes (UTF-8, no NUL)
+ *     symbols   : u32 name (string index), i64 upper bound
+ *     exprs     : u32 n_instr, n_instr × (i64 opcode, i64 operand)   -- RPN, see nrv_expr_op
+ *     weights   : u64 offset (in the weight section, 64-aligned), u64 bytes, u32 file dtype,
+ *                 u32 load dtype (f16 weights may be widened to f32 at load)
+ *     tensors   : u32 name, u8 dtype, u8 rank, u8 storage, u8 pad, i32 ref, u64 offset,
+ *                 u64 capacity (bytes reserved, at the symbols' upper bounds), i64 dims[rank]
+ *                 -- a dim >= 0 is literal, < 0 is expression -(d+1)
+ *     inputs    : u32 tensor
+ *     binds     : u32 input, u32 axis, u32 symbol     -- symbol values come from feed dims
+ *     outputs   : u32 tensor
+ *     states    : u32 input, u32 output               -- output written where the next run reads
+ *     u64 arena_bytes
+ *     ops       : u32 type (string), u32 name (string), u16 n_in, u16 n_out, u16 n_iattr,
+ *                 u16 n_fattr, u16 n_dattr, u16 pad, i32 scratch tensor (-1 none),
+ *                 i32 in[n_in] (-1 absent), i32 out[n_out], i64 iattr[], f32 fattr[], i64 dattr[]
+ */
+#ifndef NERVE_PLAN_INTERNAL_H
+#define NERVE_PLAN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan_ops.h"
+
+#define NRV_PLAN_MAGIC "NRVPLAN"
+#define NRV_PLAN_VERSION 1u
+#define NRV_PLAN_HEADER_BYTES 96u
+#define NRV_PLAN_MAX_EXPR_STACK 32
+
+/* Where a tensor's bytes live. */
+typedef enum nrv_storage {
+    NRV_STORAGE_ARENA = 0,  /* the session's activation arena, at `offset` */
+    NRV_STORAGE_WEIGHT = 1, /* weight `ref`, at `offset` inside it */
+    NRV_STORAGE_INPUT = 2,  /* the caller's feed for input `ref` (or its state buffer) */
+    NRV_STORAGE_STATE = 3   /* the state buffer written by this run for state pair `ref` */
+} nrv_storage;
+
+/* Expression opcodes (RPN over int64). */
+typedef enum nrv_expr_op {
+    NRV_EXPR_CONST = 0, /* push operand */
+    NRV_EXPR_SYM = 1,   /* push symbol[operand] */
+    NRV_EXPR_ADD = 2,
+    NRV_EXPR_SUB = 3,
+    NRV_EXPR_MUL = 4,
+    NRV_EXPR_FLOORDIV = 5, /* floor division; a zero divisor fails the run */
+    NRV_EXPR_MOD = 6,      /* floor modulo */
+    NRV_EXPR_MIN = 7,
+    NRV_EXPR_MAX = 8,
+    NRV_EXPR_REF = 9,      /* push the value of an earlier expression (operand < this one) */
+    NRV_EXPR_CEILDIV = 10
+} nrv_expr_op;
+
+void nrv_sha256(const void *data, size_t n, uint8_t out[32]);
+
+#endif /* NERVE_PLAN_INTERNAL_H */

@@ -1,0 +1,142 @@
+/* plan_ops.h — the contract between the plan runtime (plan.c) and the ops it executes.
+ *
+ * A compiled plan is a flat list of ops. Each op is identified in the plan file by a type
+ * string ("conv", "binary", "transpose", ...) that is resolved once, at load, to an
+ * nrv_op_def found in one of the per-family tables listed in plan_registry.c. At run time the
+ * runtime calls def->run(&args) in order; nothing else happens between ops.
+ *
+ * What an op receives (nrv_op_args):
+ *  - in[i] / out[i]: tensor views. The runtime has already set every view's data pointer and
+ *    dims for this run (output dims were computed by the compiler as expressions of the
+ *    model's symbolic dimensions and evaluated by the runtime), so an op never allocates and
+ *    never decides an output shape. An absent optional input is NULL.
+ *  - iattr[]: integer attributes (literal, fixed in the plan). fattr[]: float attributes.
+ *  - dattr[]: integer attributes whose values depend on symbolic dimensions (a slice start
+ *    counted from a symbolic end, a pad of a symbolic length); the runtime evaluates them
+ *    for each run. Ops that have none ignore them.
+ *  - scratch: an arena buffer reserved for this op alone (NULL when the op asked for none),
+ *    scratch_bytes long; its contents are garbage on entry.
+ *  Each op documents its inputs, outputs and attribute layout in a comment at its run
+ *  function: that comment is what the compiler (sdk/nerve/compiler) emits against.
+ *
+ * What an op must do:
+ *  - check what the plan could have got wrong cheaply (dtypes, ranks, extents that must
+ *    agree, indices read from tensors) and return nrv_fail(...) naming the op, `a->name` (the
+ *    ONNX node) and the problem, before writing any output; a plan file is hash-checked,
+ *    but a plan is still data and must not be able to make an op write out of bounds;
+ *  - read inputs, write outputs only within their views (numel elements of their dtype);
+ *  - treat out[i]->data == in[j]->data as legal where the op's comment says "in place ok"
+ *    (the memory planner only does this for elementwise ops that say so).
+ * Views are dense row-major (C order); there are no strides.
+ *
+ * Thread safety: run functions are re-entrant; all state is in the args.
+ */
+#ifndef NERVE_PLAN_OPS_H
+#define NERVE_PLAN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../internal.h"
+
+#define NRV_PLAN_MAX_RANK 8
+
+typedef struct nrv_tview {
+    void *data;
+    int64_t dims[NRV_PLAN_MAX_RANK];
+    int32_t rank;
+    int32_t dtype;  /* nrv_dtype */
+    int64_t numel;  /* product of dims (1 for rank 0) */
+} nrv_tview;
+
+typedef struct nrv_op_args {
+    const char *type;  /* op type string, e.g. "conv" */
+    const char *name;  /* ONNX node name(s) it came from, for error messages */
+    const nrv_tview *const *in;
+    int n_in;
+    nrv_tview *const *out;
+    int n_out;
+    const int64_t *iattr;
+    int n_iattr;
+    const float *fattr;
+    int n_fattr;
+    const int64_t *dattr; /* evaluated for this run */
+    int n_dattr;
+    void *scratch;
+    size_t scratch_bytes;
+} nrv_op_args;
+
+typedef nrv_status (*nrv_op_run_fn)(const nrv_op_args *a);
+
+typedef struct nrv_op_def {
+    const char *type;
+    nrv_op_run_fn run;
+    /* Name of the dispatch-table op whose variant this op's hot loop uses ("linear", "gemm",
+     * ...), so `nerve plan` can say which kernel runs; NULL for ops with one portable loop. */
+    const char *kernel_op;
+} nrv_op_def;
+
+/* Looks a type string up in every family table; NULL if unknown. */
+const nrv_op_def *nrv_plan_op_find(const char *type);
+
+/* Per-family tables, each terminated by an entry with type == NULL (plan_registry.c lists
+ * them). A new family adds its table here and to plan_registry.c. */
+extern const nrv_op_def nrv_plan_ops_elementwise[];
+extern const nrv_op_def nrv_plan_ops_linalg[];
+extern const nrv_op_def nrv_plan_ops_conv[];
+extern const nrv_op_def nrv_plan_ops_shape[];
+extern const nrv_op_def nrv_plan_ops_reduce[];
+extern const nrv_op_def nrv_plan_ops_rnn[];
+
+/* ---- helpers every op uses (plan_util.c) */
+
+/* Fails with NRV_ERR_INVALID_ARG unless the op got exactly n_in inputs (optional ones may be
+ * NULL), n_out outputs, n_iattr integer and n_fattr float attributes (-1 = any number). */
+nrv_status nrv_op_expect(const nrv_op_args *a, int n_in_min, int n_in_max, int n_out, int n_iattr, int n_fattr);
+
+/* Fails with NRV_ERR_INVALID_ARG unless input i is present. */
+nrv_status nrv_op_require_input(const nrv_op_args *a, int i);
+
+/* Fails with NRV_ERR_DTYPE unless view v (input or output `what`) has dtype dt. */
+nrv_status nrv_op_expect_dtype(const nrv_op_args *a, const nrv_tview *v, const char *what, nrv_dtype dt);
+
+/* Fails with NRV_ERR_SHAPE unless a and b have the same number of elements. */
+nrv_status nrv_op_expect_same_numel(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, const char *what);
+
+/* Normalises an axis in [-rank, rank) to [0, rank); fails with NRV_ERR_INVALID_ARG otherwise. */
+nrv_status nrv_op_axis(const nrv_op_args *a, int64_t axis, int32_t rank, int32_t *out);
+
+/* Product of dims[from, to). */
+static inline int64_t nrv_dims_product(const int64_t *dims, int from, int to) {
+    int64_t p = 1;
+    for (int i = from; i < to; i++) p *= dims[i];
+    return p;
+}
+
+/* Element i of an integer tensor of dtype I64, I32, U8 or BOOL, as int64. */
+static inline int64_t nrv_int_at(const nrv_tview *v, int64_t i) {
+    switch (v->dtype) {
+    case NRV_I64: return ((const int64_t *)v->data)[i];
+    case NRV_I32: return ((const int32_t *)v->data)[i];
+    case NRV_I8: return ((const int8_t *)v->data)[i];
+    default: return ((const uint8_t *)v->data)[i];
+    }
+}
+
+/* Activation fused into the op that produces a tensor (conv, linear, matmul): iattr code,
+ * with LEAKY_RELU's slope and CLIP's bounds in fattr where the op's comment says. */
+typedef enum nrv_plan_act {
+    NRV_PLAN_ACT_NONE = 0,
+    NRV_PLAN_ACT_RELU = 1,
+    NRV_PLAN_ACT_GELU = 2,      /* exact erf form */
+    NRV_PLAN_ACT_SIGMOID = 3,
+    NRV_PLAN_ACT_TANH = 4,
+    NRV_PLAN_ACT_GELU_TANH = 5,
+    NRV_PLAN_ACT_LEAKY_RELU = 6, /* p0 = alpha */
+    NRV_PLAN_ACT_CLIP = 7        /* p0 = min, p1 = max */
+} nrv_plan_act;
+
+/* y[i] = act(y[i]) for i < n, in place; NRV_ERR_INVALID_ARG for an unknown code. */
+nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n);
+
+#endif /* NERVE_PLAN_OPS_H */

@@ -1,0 +1,63 @@
+"""nerve's graph compiler: ONNX in, a ``.nrv`` plan out.
+
+    compile_onnx(model_bytes, model_dir, dims=..., state=..., fuse=True) -> bytes
+
+Stages: import (onnx_import + onnx_ops*: shapes, symbolic dims, constant folding through the
+C runtime, If specialisation) → passes (passes.py: dead-op elimination, fusion) → static
+memory plan (memplan.py) → serialisation (planfile.py). Importing this package needs the
+``onnx`` package; the runtime (nerve.Session on a ready .nrv) does not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Optional
+
+from ..errors import ModelError
+from .graph import CompileError
+
+__all__ = ["compile_onnx", "compile_program", "CompileError"]
+
+
+def _load_model(model_bytes: bytes):
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - onnx is a dependency
+        raise ModelError("compiling an ONNX model needs the 'onnx' package (pip install onnx)") from exc
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.ModelProto()
+        model.ParseFromString(model_bytes)  # external data is read by the importer, path-checked
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"not a valid ONNX model (truncated or corrupted?): {exc}") from exc
+    if not model.graph.node and not model.graph.output:
+        raise ModelError("not a valid ONNX model: the graph is empty (truncated or corrupted file?)")
+    return model
+
+
+def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
+                    state: Optional[Mapping[str, str]] = None, fuse: bool = True):
+    """Imports and optimises a model; returns the Program (before serialisation)."""
+    from . import onnx_ops  # noqa: F401  (registers the handlers)
+    from . import passes
+    from .onnx_import import Importer
+
+    model = _load_model(model_bytes)
+    try:
+        prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {})
+        passes.optimize(prog, fuse=fuse)
+    except CompileError as exc:
+        raise ModelError(str(exc)) from None
+    return prog
+
+
+def compile_onnx(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
+                 state: Optional[Mapping[str, str]] = None, fuse: bool = True) -> bytes:
+    from .planfile import serialize
+
+    prog = compile_program(model_bytes, model_dir, dims, state, fuse)
+    try:
+        return serialize(prog)
+    except CompileError as exc:
+        raise ModelError(str(exc)) from None

@@ -1,0 +1,247 @@
+"""ONNX → nerve program: reads the model safely, walks the graph in order and hands each node
+to its handler (``onnx_ops*.py``), which emits runtime ops through the :class:`Builder`.
+
+Handlers are registered with :func:`handler`. Each receives a :class:`NodeCtx` (attributes,
+names, the builder) and the node's input values, and returns its output values. An op type
+without a handler, or an attribute a handler does not support, fails the compile with a
+:class:`CompileError` naming the node, its type and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import symbolic as S
+from .builder import Builder
+from .graph import CompileError, Op, Program, Value
+
+_HANDLERS: Dict[str, Callable] = {}
+
+
+def handler(*op_types: str):
+    def deco(fn):
+        for t in op_types:
+            _HANDLERS[t] = fn
+        return fn
+    return deco
+
+
+def supported_ops() -> List[str]:
+    return sorted(_HANDLERS)
+
+
+class NodeCtx:
+    def __init__(self, imp: "Importer", node, index: int):
+        import onnx
+
+        self.imp = imp
+        self.b: Builder = imp.b
+        self.node = node
+        self.op_type = node.op_type
+        self.name = node.name or f"{node.op_type}_{index}"
+        self.outputs = list(node.output)
+        self.opset = imp.opset
+        self.attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        for k, v in list(self.attrs.items()):
+            if isinstance(v, bytes):
+                self.attrs[k] = v.decode("utf-8")
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    def fail(self, reason: str) -> CompileError:
+        return CompileError(f"node '{self.name}' ({self.op_type}): {reason}")
+
+    def out_name(self, i: int = 0) -> str:
+        return self.outputs[i] if i < len(self.outputs) and self.outputs[i] else self.b.fresh(f"{self.name}:{i}")
+
+    def require_attrs(self, allowed: Sequence[str]) -> None:
+        extra = sorted(set(self.attrs) - set(allowed))
+        if extra:
+            raise self.fail(f"attribute(s) {extra} not supported")
+
+    def known(self, v: Optional[Value], what: str) -> List:
+        vals = self.b.known_values(v)
+        if vals is None:
+            raise self.fail(f"{what} must be known when the model is compiled (a constant or shape arithmetic); "
+                            "it depends on the data")
+        return vals
+
+
+def np_dtype_of(elem_type: int):
+    import onnx
+
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        raise CompileError(f"ONNX element type {elem_type} is not supported") from None
+
+
+class Importer:
+    def __init__(self, model, model_dir: Path, dims: Mapping[str, int], fold: bool = True):
+        self.model = model
+        self.model_dir = Path(model_dir)
+        self.dims = dict(dims)
+        self.b = Builder(fold=fold)
+        self.opset = 1
+        for imp in model.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                self.opset = imp.version
+        for imp in model.opset_import:
+            if imp.domain not in ("", "ai.onnx"):
+                # the ops themselves fail clearly if used
+                pass
+        self.symbols: Dict[str, int] = {}
+
+    # ---- tensors
+    def load_initializer(self, tensor) -> np.ndarray:
+        import onnx
+        from onnx import numpy_helper
+
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            self._load_external(tensor)
+        try:
+            return numpy_helper.to_array(tensor)
+        except Exception as exc:  # noqa: BLE001 - onnx raises many kinds for bad data
+            raise CompileError(f"initializer '{tensor.name}' cannot be read: {exc}") from exc
+
+    def _load_external(self, tensor) -> None:
+        """Reads external data into the tensor, refusing paths that leave the model's folder
+        (absolute, '..', or through a symlink)."""
+        import onnx
+
+        info = {e.key: e.value for e in tensor.external_data}
+        loc = info.get("location", "")
+        if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
+            raise CompileError(f"initializer '{tensor.name}': external data location {loc!r} must be a relative path")
+        base = self.model_dir.resolve()
+        target = self.model_dir / loc
+        # every component must be a plain file/folder inside the model folder
+        walk = self.model_dir
+        for part in Path(loc).parts:
+            if part in ("..", ""):
+                raise CompileError(f"initializer '{tensor.name}': external data path {loc!r} leaves the model folder")
+            walk = walk / part
+            if walk.is_symlink():
+                raise CompileError(f"initializer '{tensor.name}': external data path {loc!r} goes through a symlink")
+        real = target.resolve()
+        if base not in real.parents:
+            raise CompileError(f"initializer '{tensor.name}': external data path {loc!r} leaves the model folder")
+        if not real.is_file():
+            raise CompileError(f"initializer '{tensor.name}': external data file {loc!r} not found next to the model")
+        offset = int(info.get("offset", 0) or 0)
+        size = real.stat().st_size
+        length = int(info["length"]) if "length" in info else size - offset
+        if offset < 0 or length < 0 or offset + length > size:
+            raise CompileError(f"initializer '{tensor.name}': external data {loc!r} is truncated "
+                               f"(needs bytes {offset}..{offset + length}, the file has {size})")
+        with open(real, "rb") as f:
+            f.seek(offset)
+            tensor.raw_data = f.read(length)
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+
+    def input_value(self, vi, index: int) -> Value:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise CompileError(f"input '{vi.name}' is not a tensor (sequences and maps are not supported)")
+        dtype = np_dtype_of(tt.elem_type)
+        shape = []
+        if not tt.HasField("shape"):
+            raise CompileError(f"input '{vi.name}' has no declared rank")
+        for k, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                shape.append(int(d.dim_value))
+            else:
+                name = d.dim_param or f"{vi.name}_dim{k}"
+                self.symbols.setdefault(name, None)
+                shape.append(S.sym(name))
+        v = Value(vi.name, dtype, shape)
+        v.is_input = True
+        return v
+
+    # ---- graphs
+    def run_graph(self, graph, scope: Dict[str, Value]) -> None:
+        """Imports graph's initializers and nodes into scope (names -> values)."""
+        outer = getattr(self, "current_scope", None)
+        self.current_scope = scope  # what an If branch sees of the enclosing graph
+        try:
+            self._run_nodes(graph, scope)
+        finally:
+            self.current_scope = outer
+
+    def _run_nodes(self, graph, scope: Dict[str, Value]) -> None:
+        for t in graph.initializer:
+            scope[t.name] = self.b.const(self.load_initializer(t), t.name)
+        for t in getattr(graph, "sparse_initializer", []):
+            raise CompileError(f"sparse initializer '{t.values.name}' is not supported")
+        for i, node in enumerate(graph.node):
+            ctx = NodeCtx(self, node, i)
+            if node.domain not in ("", "ai.onnx"):
+                raise ctx.fail(f"operator domain '{node.domain}' is not supported")
+            fn = _HANDLERS.get(node.op_type)
+            if fn is None:
+                raise ctx.fail("operator not supported by nerve")
+            ins = []
+            for name in node.input:
+                if not name:
+                    ins.append(None)
+                elif name not in scope:
+                    raise ctx.fail(f"input '{name}' is not defined before the node")
+                else:
+                    ins.append(scope[name])
+            outs = fn(ctx, ins)
+            for name, v in zip(node.output, outs):
+                if name:
+                    scope[name] = v
+
+    def import_model(self, state: Mapping[str, str]) -> Program:
+        g = self.model.graph
+        init_names = {t.name for t in g.initializer}
+        scope: Dict[str, Value] = {}
+        inputs = []
+        for i, vi in enumerate(x for x in g.input if x.name not in init_names):
+            v = self.input_value(vi, i)
+            inputs.append(v)
+            scope[vi.name] = v
+        missing = sorted(n for n in self.symbols if n not in self.dims)
+        if missing:
+            shapes = {v.name: [str(d) for d in v.shape] for v in inputs if not v.static}
+            raise CompileError(f"the model has symbolic dimensions {missing} (inputs: {shapes}); give each an upper "
+                               f"bound, e.g. dims={{{', '.join(repr(m) + ': N' for m in missing)}}}")
+        for n in self.symbols:
+            if int(self.dims[n]) < 0:
+                raise CompileError(f"bound of dimension '{n}' must be >= 0, got {self.dims[n]}")
+        self.run_graph(g, scope)
+        outputs = []
+        for vi in g.output:
+            if vi.name not in scope:
+                raise CompileError(f"graph output '{vi.name}' is not computed by any node")
+            v = scope[vi.name]
+            v = self.b.materialize(v)
+            if v.name != vi.name or v in outputs:
+                v = self.b.alias(v, v.shape, vi.name)  # its own name, same bytes
+            outputs.append(v)
+        states = []
+        out_names = [o.name for o in g.output]
+        in_names = [v.name for v in inputs]
+        for out_name, in_name in (state or {}).items():
+            if out_name not in out_names:
+                raise CompileError(f"state: '{out_name}' is not an output of the model (outputs: {out_names})")
+            if in_name not in in_names:
+                raise CompileError(f"state: '{in_name}' is not an input of the model (inputs: {in_names})")
+            o, i = outputs[out_names.index(out_name)], inputs[in_names.index(in_name)]
+            if o.dtype != i.dtype or o.rank != i.rank:
+                raise CompileError(f"state: output '{out_name}' ({o.dtype}, rank {o.rank}) cannot feed input "
+                                   f"'{in_name}' ({i.dtype}, rank {i.rank})")
+            r = o.root()
+            if r.const is not None or r.is_input or r.producer is None or r.producer.type in ("label",):
+                o = self.b.emit("copy", [o], [(out_name + ".state", o.dtype, o.shape)], name=out_name, fold=False)[0]
+                outputs[out_names.index(out_name)] = o
+            states.append((in_names.index(in_name), out_names.index(out_name)))
+        symbols = {n: int(self.dims[n]) for n in self.symbols}
+        return Program(ops=self.b.ops, inputs=inputs, outputs=outputs, symbols=symbols, binds=[], states=states)

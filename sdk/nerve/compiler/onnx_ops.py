@@ -1,0 +1,863 @@
+"""Handlers for the core ONNX operators: elementwise math, shape manipulation and the shape
+arithmetic around it, indexing, reductions, matrix products, normalisation, Conv, If.
+
+Each handler checks what it supports, computes output dtypes and (symbolic) shapes, and emits
+runtime ops whose attribute layouts are documented at the C run functions
+(``native/src/plan/op_*.c``). Integer tensors whose values are known at compile time
+("symvals": shapes and the arithmetic on them) are computed here, on dims, and never reach
+the runtime unless a data op consumes them.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from . import symbolic as S
+from .graph import CompileError, Value
+from .onnx_import import NodeCtx, handler, np_dtype_of
+from .symbolic import Dim
+
+INT64_MAX = 2 ** 63 - 1
+
+# ---------------------------------------------------------------- shape helpers
+
+
+def broadcast_shapes(ctx: NodeCtx, *shapes: Sequence[Dim]) -> List[Dim]:
+    rank = max(len(s) for s in shapes)
+    out: List[Dim] = []
+    for i in range(rank):
+        dims = [s[i - (rank - len(s))] for s in shapes if i - (rank - len(s)) >= 0]
+        d: Dim = 1
+        for x in dims:
+            if S.is_static(x) and int(x) == 1:
+                continue
+            if S.is_static(d) and int(d) == 1:
+                d = x
+            elif x == d:
+                continue
+            elif S.is_static(x) and S.is_static(d):
+                raise ctx.fail(f"shapes {[list(s) for s in shapes]} do not broadcast (axis {i}: {d} vs {x})")
+            elif S.is_static(d):
+                d = d  # a symbolic extent must equal the static one (checked at run time)
+            elif S.is_static(x):
+                d = x
+            else:
+                d = S.dim_max(d, x)
+        out.append(d)
+    return out
+
+
+def norm_axis(ctx: NodeCtx, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ctx.fail(f"axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def spec(name: str, dtype, shape) -> tuple:
+    return (name, np.dtype(dtype), tuple(shape))
+
+
+# ---------------------------------------------------------------- trivial and constants
+
+
+@handler("Identity", "Dropout")
+def _identity(ctx: NodeCtx, ins):
+    if ctx.op_type == "Dropout":
+        if len(ctx.outputs) > 1 and ctx.outputs[1]:
+            mask = ctx.b.const(np.ones([int(d) for d in ins[0].shape], dtype=bool)) if ins[0].static else None
+            if mask is None:
+                raise ctx.fail("the mask output of Dropout is not supported for symbolic shapes")
+            return [ins[0], mask]
+    return [ins[0]]
+
+
+@handler("Constant")
+def _constant(ctx: NodeCtx, ins):
+    from onnx import numpy_helper
+
+    a = ctx.attrs
+    if "value" in a:
+        arr = numpy_helper.to_array(a["value"])
+    elif "value_float" in a:
+        arr = np.array(a["value_float"], dtype=np.float32)
+    elif "value_floats" in a:
+        arr = np.array(a["value_floats"], dtype=np.float32)
+    elif "value_int" in a:
+        arr = np.array(a["value_int"], dtype=np.int64)
+    elif "value_ints" in a:
+        arr = np.array(a["value_ints"], dtype=np.int64)
+    else:
+        raise ctx.fail(f"Constant with attribute(s) {sorted(a)} is not supported")
+    return [ctx.b.const(arr, ctx.out_name())]
+
+
+@handler("Shape")
+def _shape(ctx: NodeCtx, ins):
+    x = ins[0]
+    r = x.rank
+    start = ctx.attr("start", 0)
+    end = ctx.attr("end", r)
+    start = min(max(start + r if start < 0 else start, 0), r)
+    end = min(max(end + r if end < 0 else end, 0), r)
+    dims = list(x.shape[start:end])
+    return [ctx.b.from_known(dims, np.int64, (len(dims),), ctx.out_name())]
+
+
+@handler("Size")
+def _size(ctx: NodeCtx, ins):
+    return [ctx.b.from_known([ins[0].numel()], np.int64, (), ctx.out_name())]
+
+
+@handler("ConstantOfShape")
+def _constant_of_shape(ctx: NodeCtx, ins):
+    from onnx import numpy_helper
+
+    dims = ctx.known(ins[0], "the shape")
+    value = numpy_helper.to_array(ctx.attrs["value"]) if "value" in ctx.attrs else np.zeros(1, np.float32)
+    value = value.reshape(-1)
+    if value.size != 1:
+        raise ctx.fail("value must have one element")
+    dt = value.dtype
+    ival = int(value[0]) if dt.kind in "iub" else 0
+    fval = float(value[0]) if dt.kind == "f" else 0.0
+    return ctx.b.emit("fill", [], [spec(ctx.out_name(), dt, dims)], iattr=[ival], fattr=[fval], name=ctx.name)
+
+
+# ---------------------------------------------------------------- reshapes (free: aliases)
+
+
+def _reshape_to(ctx: NodeCtx, x: Value, target: List[Dim], allowzero: int = 0) -> List[Dim]:
+    out: List[Dim] = []
+    infer = -1
+    for i, d in enumerate(target):
+        if S.is_static(d) and int(d) == -1:
+            if infer >= 0:
+                raise ctx.fail("more than one -1 in the target shape")
+            infer = i
+            out.append(1)
+        elif S.is_static(d) and int(d) == 0 and not allowzero:
+            if i >= x.rank:
+                raise ctx.fail(f"0 in the target shape at axis {i} copies an axis the input does not have")
+            out.append(x.shape[i])
+        else:
+            out.append(d)
+    if infer >= 0:
+        known = S.prod(out)
+        if S.is_static(known) and int(known) == 0:
+            raise ctx.fail("cannot infer -1 next to a zero-size dimension")
+        out[infer] = S.dim_floordiv(x.numel(), known)
+    total = S.prod(out)
+    if S.is_static(total) and S.is_static(x.numel()) and int(total) != int(x.numel()):
+        raise ctx.fail(f"cannot reshape {list(x.shape)} ({x.numel()} elements) to {out}")
+    return out
+
+
+@handler("Reshape")
+def _reshape(ctx: NodeCtx, ins):
+    x = ins[0]
+    target = ctx.known(ins[1], "the target shape")
+    shape = _reshape_to(ctx, x, target, ctx.attr("allowzero", 0))
+    return [ctx.b.alias(x, shape, ctx.out_name())]
+
+
+@handler("Flatten")
+def _flatten(ctx: NodeCtx, ins):
+    x = ins[0]
+    axis = norm_axis(ctx, ctx.attr("axis", 1), x.rank + 1) if x.rank else 0
+    return [ctx.b.alias(x, [S.prod(x.shape[:axis]), S.prod(x.shape[axis:])], ctx.out_name())]
+
+
+def _axes_input_or_attr(ctx: NodeCtx, ins, index: int) -> Optional[List[int]]:
+    if len(ins) > index and ins[index] is not None:
+        return [int(a) for a in ctx.known(ins[index], "axes")]
+    a = ctx.attr("axes")
+    return None if a is None else [int(x) for x in a]
+
+
+@handler("Squeeze")
+def _squeeze(ctx: NodeCtx, ins):
+    x = ins[0]
+    axes = _axes_input_or_attr(ctx, ins, 1)
+    if axes is None:
+        if not x.static and any(not S.is_static(d) for d in x.shape):
+            axes = [i for i, d in enumerate(x.shape) if S.is_static(d) and int(d) == 1]
+        else:
+            axes = [i for i, d in enumerate(x.shape) if int(d) == 1]
+    axes = {norm_axis(ctx, a, x.rank) for a in axes}
+    for a in axes:
+        if S.is_static(x.shape[a]) and int(x.shape[a]) != 1:
+            raise ctx.fail(f"cannot squeeze axis {a} of extent {x.shape[a]}")
+    shape = [d for i, d in enumerate(x.shape) if i not in axes]
+    return [ctx.b.alias(x, shape, ctx.out_name())]
+
+
+@handler("Unsqueeze")
+def _unsqueeze(ctx: NodeCtx, ins):
+    x = ins[0]
+    axes = _axes_input_or_attr(ctx, ins, 1)
+    if axes is None:
+        raise ctx.fail("axes are required")
+    r = x.rank + len(axes)
+    axes = sorted(norm_axis(ctx, a, r) for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return [ctx.b.alias(x, shape, ctx.out_name())]
+
+
+# ---------------------------------------------------------------- elementwise
+
+_BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "Min": 5, "Max": 6, "Equal": 9, "Less": 10,
+           "Greater": 11, "LessOrEqual": 12, "GreaterOrEqual": 13, "And": 14, "Or": 15, "Xor": 16}
+_COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}
+
+
+def _known_binary(op: str, x: Dim, y: Dim) -> Optional[Dim]:
+    if op == "Add":
+        return S.dim_add(x, y)
+    if op == "Sub":
+        return S.dim_sub(x, y)
+    if op == "Mul":
+        return S.dim_mul(x, y)
+    if op == "Div":
+        if S.is_static(x) and S.is_static(y):
+            if int(y) == 0:
+                return None
+            q = abs(int(x)) // abs(int(y))
+            return q if (int(x) >= 0) == (int(y) > 0) else -q  # ONNX integer Div truncates
+        return S.dim_floordiv(x, y)  # shape arithmetic: sizes are >= 0
+    if op == "Min":
+        return S.dim_min(x, y)
+    if op == "Max":
+        return S.dim_max(x, y)
+    if op == "Mod":
+        return S.dim_mod(x, y) if not (S.is_static(y) and int(y) == 0) else None
+    if S.is_static(x) and S.is_static(y):
+        x, y = int(x), int(y)
+        return {"Equal": x == y, "Less": x < y, "Greater": x > y, "LessOrEqual": x <= y,
+                "GreaterOrEqual": x >= y}.get(op)
+    if op == "Equal" and x == y:
+        return 1
+    return None
+
+
+def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
+    """Emits (or computes at compile time) one broadcasting binary op."""
+    if a.dtype != b.dtype:
+        if op == "Pow" and b.const is not None:
+            b = ctx.b.const(b.const.astype(a.dtype))
+        else:
+            raise ctx.fail(f"operands have different dtypes {a.dtype} and {b.dtype}")
+    shape = broadcast_shapes(ctx, a.shape, b.shape)
+    out_dtype = np.dtype(bool) if op in _COMPARE else a.dtype
+    ka, kb = ctx.b.known_values(a), ctx.b.known_values(b)
+    if ka is not None and kb is not None and a.dtype.kind in "iub" and len(shape) <= 1 and a.rank <= 1 and b.rank <= 1:
+        n = shape[0] if shape else 1
+        if S.is_static(n):
+            n = int(n)
+            xs = ka * n if len(ka) == 1 else ka
+            ys = kb * n if len(kb) == 1 else kb
+            vals = [_known_binary(op, x, y) for x, y in zip(xs, ys)]
+            if all(v is not None for v in vals):
+                if out_dtype == np.bool_:
+                    vals = [int(bool(v)) if S.is_static(v) else v for v in vals]
+                if all(S.is_static(v) for v in vals) or out_dtype != np.bool_:
+                    return ctx.b.from_known(vals, out_dtype, shape, name)
+    if op == "Pow" and b.const is not None and b.const.size == 1 and a.dtype == np.float32:
+        e = float(b.const.reshape(-1)[0])
+        if e in (2.0, 0.5, 1.0) and list(shape) == list(a.shape):
+            code = {2.0: 24, 0.5: 4, 1.0: 20}[e]  # square, sqrt, identity
+            return ctx.b.emit("unary", [a], [spec(name, a.dtype, shape)], iattr=[code], fattr=[0, 0],
+                              name=ctx.name, inplace=True)[0]
+    if op not in _BINARY and op != "Mod":
+        raise ctx.fail(f"{op} is not a binary op")
+    code = _BINARY.get(op)
+    if op == "Mod":
+        code = 8 if ctx.attr("fmod", 0) else 7
+    if a.dtype.kind == "f" and a.dtype != np.float32:
+        raise ctx.fail(f"{a.dtype} arithmetic is not supported (float32 only)")
+    return ctx.b.emit("binary", [a, b], [spec(name, out_dtype, shape)], iattr=[code], name=ctx.name,
+                      inplace=list(shape) == list(a.shape) and out_dtype == a.dtype)[0]
+
+
+@handler("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+         "Xor", "Mod")
+def _binary(ctx: NodeCtx, ins):
+    return [binary(ctx, ctx.op_type, ins[0], ins[1], ctx.out_name())]
+
+
+@handler("Min", "Max", "Sum", "Mean")
+def _variadic(ctx: NodeCtx, ins):
+    op = {"Sum": "Add", "Mean": "Add"}.get(ctx.op_type, ctx.op_type)
+    acc = ins[0]
+    for i, v in enumerate(ins[1:]):
+        last = i == len(ins) - 2 and ctx.op_type != "Mean"
+        acc = binary(ctx, op, acc, v, ctx.out_name() if last else ctx.b.fresh(ctx.name))
+    if ctx.op_type == "Mean":
+        acc = binary(ctx, "Div", acc, ctx.b.const(np.array(len(ins), dtype=acc.dtype)), ctx.out_name())
+    elif len(ins) == 1:
+        acc = ctx.b.alias(acc, acc.shape, ctx.out_name())
+    return [acc]
+
+
+_UNARY = {"Neg": 0, "Abs": 1, "Exp": 2, "Log": 3, "Sqrt": 4, "Sin": 5, "Cos": 6, "Erf": 7, "Tanh": 8, "Sigmoid": 9,
+          "Relu": 10, "LeakyRelu": 13, "HardSigmoid": 14, "Reciprocal": 16, "Floor": 17, "Ceil": 18, "Not": 19,
+          "Softplus": 21, "Sign": 22, "Round": 23}
+
+
+def unary(ctx: NodeCtx, code: int, x: Value, name: str, p0: float = 0.0, p1: float = 0.0) -> Value:
+    return ctx.b.emit("unary", [x], [spec(name, x.dtype, x.shape)], iattr=[code], fattr=[p0, p1], name=ctx.name,
+                      inplace=True)[0]
+
+
+@handler(*_UNARY)
+def _unary(ctx: NodeCtx, ins):
+    x = ins[0]
+    k = ctx.b.known_values(x)
+    if k is not None and ctx.op_type in ("Neg", "Abs") and x.dtype.kind == "i":
+        vals = [S.dim_mul(-1, v) if ctx.op_type == "Neg" else v for v in k]
+        if ctx.op_type == "Neg" or all(S.is_static(v) for v in vals):
+            if ctx.op_type == "Abs":
+                vals = [abs(int(v)) for v in vals]
+            return [ctx.b.from_known(vals, x.dtype, x.shape, ctx.out_name())]
+    p0 = p1 = 0.0
+    if ctx.op_type == "LeakyRelu":
+        p0 = ctx.attr("alpha", 0.01)
+    elif ctx.op_type == "HardSigmoid":
+        p0, p1 = ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5)
+    return [unary(ctx, _UNARY[ctx.op_type], x, ctx.out_name(), p0, p1)]
+
+
+@handler("Gelu")
+def _gelu(ctx: NodeCtx, ins):
+    approx = ctx.attr("approximate", "none")
+    return [unary(ctx, 12 if approx == "tanh" else 11, ins[0], ctx.out_name())]
+
+
+@handler("Clip")
+def _clip(ctx: NodeCtx, ins):
+    x = ins[0]
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min", -3.4028234663852886e38), ctx.attr("max", 3.4028234663852886e38)
+    else:
+        def bound(i, default):
+            if len(ins) <= i or ins[i] is None:
+                return default
+            if ins[i].const is None:
+                raise ctx.fail("min/max must be constants")
+            return float(ins[i].const.reshape(-1)[0])
+        lo, hi = bound(1, -np.inf), bound(2, np.inf)
+    if x.dtype != np.float32:
+        raise ctx.fail(f"Clip of {x.dtype} is not supported")
+    return [unary(ctx, 15, x, ctx.out_name(), lo, hi)]
+
+
+@handler("Cast")
+def _cast(ctx: NodeCtx, ins):
+    x = ins[0]
+    to = np_dtype_of(ctx.attr("to"))
+    k = ctx.b.known_values(x)
+    if k is not None and x.const is None and to.kind in "iu":
+        return [ctx.b.from_known(k, to, x.shape, ctx.out_name())]
+    if x.dtype == to:
+        return [ctx.b.alias(x, x.shape, ctx.out_name())]
+    return ctx.b.emit("cast", [x], [spec(ctx.out_name(), to, x.shape)], name=ctx.name)
+
+
+@handler("Where")
+def _where(ctx: NodeCtx, ins):
+    c, x, y = ins
+    if x.dtype != y.dtype:
+        raise ctx.fail(f"x and y have different dtypes {x.dtype} and {y.dtype}")
+    shape = broadcast_shapes(ctx, c.shape, x.shape, y.shape)
+    return ctx.b.emit("where", [c, x, y], [spec(ctx.out_name(), x.dtype, shape)], name=ctx.name)
+
+
+# ---------------------------------------------------------------- indexing and movement
+
+
+@handler("Gather")
+def _gather(ctx: NodeCtx, ins):
+    data, idx = ins
+    axis = norm_axis(ctx, ctx.attr("axis", 0), data.rank)
+    shape = list(data.shape[:axis]) + list(idx.shape) + list(data.shape[axis + 1:])
+    kd, ki = ctx.b.known_values(data), ctx.b.known_values(idx)
+    if kd is not None and ki is not None and data.rank == 1 and data.dtype.kind in "iu":
+        n = len(kd)
+        vals = []
+        for i in ki:
+            i = int(i)
+            if not -n <= i < n:
+                raise ctx.fail(f"index {i} out of range for {n} elements")
+            vals.append(kd[i])
+        return [ctx.b.from_known(vals, data.dtype, shape, ctx.out_name())]
+    if idx.dtype not in (np.int64, np.int32):
+        raise ctx.fail(f"indices must be int32 or int64, got {idx.dtype}")
+    return ctx.b.emit("gather", [data, idx], [spec(ctx.out_name(), data.dtype, shape)], iattr=[axis], name=ctx.name)
+
+
+@handler("Concat")
+def _concat(ctx: NodeCtx, ins):
+    ins = [v for v in ins if v is not None]
+    r = ins[0].rank
+    axis = norm_axis(ctx, ctx.attr("axis"), r)
+    for v in ins:
+        if v.rank != r or v.dtype != ins[0].dtype:
+            raise ctx.fail("inputs differ in rank or dtype")
+    known = [ctx.b.known_values(v) for v in ins]
+    if r == 1 and all(k is not None for k in known) and ins[0].dtype.kind in "iu":
+        vals = [x for k in known for x in k]
+        return [ctx.b.from_known(vals, ins[0].dtype, (len(vals),), ctx.out_name())]
+    shape = list(ins[0].shape)
+    shape[axis] = S.prod([1])
+    total: Dim = 0
+    for v in ins:
+        total = S.dim_add(total, v.shape[axis])
+    shape[axis] = total
+    parts = [v for v in ins if not (S.is_static(v.shape[axis]) and int(v.shape[axis]) == 0)]
+    if len(parts) == 1:
+        return [ctx.b.emit("copy", parts, [spec(ctx.out_name(), parts[0].dtype, shape)], name=ctx.name)[0]]
+    return ctx.b.emit("concat", parts, [spec(ctx.out_name(), ins[0].dtype, shape)], iattr=[axis], name=ctx.name)
+
+
+@handler("Split")
+def _split(ctx: NodeCtx, ins):
+    x = ins[0]
+    axis = norm_axis(ctx, ctx.attr("axis", 0), x.rank)
+    n_out = len(ctx.outputs)
+    if len(ins) > 1 and ins[1] is not None:
+        sizes = ctx.known(ins[1], "split sizes")
+    elif ctx.attr("split") is not None:
+        sizes = list(ctx.attr("split"))
+    else:
+        d = x.shape[axis]
+        n = ctx.attr("num_outputs", n_out)
+        chunk = S.dim_ceildiv(d, n)
+        sizes = [chunk] * (n - 1) + [S.dim_sub(d, S.dim_mul(chunk, n - 1))]
+    outs = []
+    for i, sz in enumerate(sizes):
+        shape = list(x.shape)
+        shape[axis] = sz
+        outs.append(spec(ctx.out_name(i), x.dtype, shape))
+    return ctx.b.emit("split", [x], outs, iattr=[axis], name=ctx.name)
+
+
+def _clamp(v: Dim, lo: Dim, hi: Dim) -> Dim:
+    return S.dim_min(S.dim_max(v, lo), hi)
+
+
+@handler("Slice")
+def _slice(ctx: NodeCtx, ins):
+    x = ins[0]
+    if ctx.opset < 10:
+        starts, ends = ctx.attr("starts"), ctx.attr("ends")
+        axes = ctx.attr("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts = ctx.known(ins[1], "starts")
+        ends = ctx.known(ins[2], "ends")
+        axes = ctx.known(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+        steps = ctx.known(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    first = [0] * x.rank
+    count = list(x.shape)
+    step_of = [1] * x.rank
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = norm_axis(ctx, int(a), x.rank)
+        if not S.is_static(st) or int(st) == 0:
+            raise ctx.fail("steps must be non-zero constants")
+        st = int(st)
+        d = x.shape[a]
+        def norm(v, is_end):
+            if S.is_static(v):
+                v = int(v)
+                if v >= INT64_MAX // 2:
+                    return d
+                if v <= -INT64_MAX // 2:
+                    return -1 if st < 0 and is_end else 0
+                if v < 0:
+                    return S.dim_add(d, v)
+            return v
+        sv, ev = norm(s, False), norm(e, True)
+        if st > 0:
+            sv, ev = _clamp(sv, 0, d), _clamp(ev, 0, d)
+            n = S.dim_max(S.dim_ceildiv(S.dim_sub(ev, sv), st), 0)
+        else:
+            sv, ev = _clamp(sv, 0, S.dim_sub(d, 1)), _clamp(ev, -1, S.dim_sub(d, 1))
+            n = S.dim_max(S.dim_ceildiv(S.dim_sub(sv, ev), -st), 0)
+        first[a], count[a], step_of[a] = sv, n, st
+    kx = ctx.b.known_values(x)
+    if kx is not None and x.rank == 1 and all(S.is_static(v) for v in (first[0], count[0])):
+        vals = [kx[int(first[0]) + i * step_of[0]] for i in range(int(count[0]))]
+        return [ctx.b.from_known(vals, x.dtype, (len(vals),), ctx.out_name())]
+    if all(S.is_static(f) and int(f) == 0 for f in first) and step_of == [1] * x.rank and count == list(x.shape):
+        return [ctx.b.alias(x, x.shape, ctx.out_name())]
+    return ctx.b.emit("slice", [x], [spec(ctx.out_name(), x.dtype, count)], iattr=[x.rank] + step_of, dattr=first,
+                      name=ctx.name)
+
+
+@handler("Transpose")
+def _transpose(ctx: NodeCtx, ins):
+    x = ins[0]
+    perm = ctx.attr("perm", list(reversed(range(x.rank))))
+    perm = [norm_axis(ctx, p, x.rank) for p in perm]
+    if sorted(perm) != list(range(x.rank)):
+        raise ctx.fail(f"perm {perm} is not a permutation")
+    shape = [x.shape[p] for p in perm]
+    # moving only axes of extent 1 keeps the bytes in order: a reshape
+    moved = [p for p in perm if not (S.is_static(x.shape[p]) and int(x.shape[p]) == 1)]
+    if moved == sorted(moved):
+        return [ctx.b.alias(x, shape, ctx.out_name())]
+    return ctx.b.emit("transpose", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=perm, name=ctx.name)
+
+
+@handler("Expand")
+def _expand(ctx: NodeCtx, ins):
+    x = ins[0]
+    target = ctx.known(ins[1], "the shape")
+    shape = broadcast_shapes(ctx, x.shape, target)
+    if list(shape) == list(x.shape):
+        return [ctx.b.alias(x, shape, ctx.out_name())]
+    return ctx.b.emit("expand", [x], [spec(ctx.out_name(), x.dtype, shape)], name=ctx.name)
+
+
+@handler("Tile")
+def _tile(ctx: NodeCtx, ins):
+    x = ins[0]
+    reps = ctx.known(ins[1], "repeats")
+    if len(reps) != x.rank:
+        raise ctx.fail("repeats must have one entry per axis")
+    # Tile = expand over interleaved unit axes, then a reshape
+    mid_in, mid_out = [], []
+    for d, r in zip(x.shape, reps):
+        mid_in += [1, d]
+        mid_out += [r, d]
+    xi = ctx.b.alias(x, mid_in, ctx.b.fresh(ctx.name))
+    y = ctx.b.emit("expand", [xi], [spec(ctx.b.fresh(ctx.name), x.dtype, mid_out)], name=ctx.name)[0]
+    return [ctx.b.alias(y, [S.dim_mul(d, r) for d, r in zip(x.shape, reps)], ctx.out_name())]
+
+
+@handler("Range")
+def _range(ctx: NodeCtx, ins):
+    ks = [ctx.b.known_values(v) for v in ins]
+    dt = ins[0].dtype
+    if all(k is not None for k in ks) and dt.kind in "iu":
+        start, limit, delta = (k[0] for k in ks)
+        if S.is_static(delta) and int(delta) != 0:
+            n = S.dim_max(S.dim_ceildiv(S.dim_sub(limit, start), int(delta)), 0)
+            if S.is_static(n) and S.is_static(start):
+                vals = [int(start) + i * int(delta) for i in range(int(n))]
+                return [ctx.b.from_known(vals, dt, (len(vals),), ctx.out_name())]
+            return ctx.b.emit("range", [ctx.b.materialize(v) for v in ins], [spec(ctx.out_name(), dt, (n,))],
+                              name=ctx.name)
+    for v in ins:
+        if v.const is None:
+            raise ctx.fail("start, limit and delta must be known at compile time (the output size depends on them)")
+    start, limit, delta = (float(v.const.reshape(-1)[0]) for v in ins)
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return ctx.b.emit("range", ins, [spec(ctx.out_name(), dt, (n,))], name=ctx.name)
+
+
+@handler("Trilu")
+def _trilu(ctx: NodeCtx, ins):
+    x = ins[0]
+    k = int(ctx.known(ins[1], "k")[0]) if len(ins) > 1 and ins[1] is not None else 0
+    return ctx.b.emit("trilu", [x], [spec(ctx.out_name(), x.dtype, x.shape)], iattr=[ctx.attr("upper", 1), k],
+                      name=ctx.name)
+
+
+@handler("Pad")
+def _pad(ctx: NodeCtx, ins):
+    x = ins[0]
+    mode = ctx.attr("mode", "constant")
+    modes = {"constant": 0, "reflect": 1, "edge": 2}
+    if mode not in modes:
+        raise ctx.fail(f"mode {mode!r} is not supported")
+    if ctx.opset < 11:
+        pads, value = ctx.attr("pads"), ctx.attr("value", 0.0)
+        axes = list(range(x.rank))
+    else:
+        pads = ctx.known(ins[1], "pads")
+        value = 0.0
+        if len(ins) > 2 and ins[2] is not None:
+            if ins[2].const is None:
+                raise ctx.fail("constant_value must be a constant")
+            value = float(ins[2].const.reshape(-1)[0]) if ins[2].const.size else 0.0
+        axes = ctx.known(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(x.rank))
+    axes = [norm_axis(ctx, int(a), x.rank) for a in axes]
+    if len(pads) != 2 * len(axes) or not all(S.is_static(p) for p in pads):
+        raise ctx.fail("pads must be constants, two per padded axis")
+    pb, pe = [0] * x.rank, [0] * x.rank
+    for i, a in enumerate(axes):
+        pb[a], pe[a] = int(pads[i]), int(pads[i + len(axes)])
+    shape = [S.dim_add(S.dim_add(d, b), e) for d, b, e in zip(x.shape, pb, pe)]
+    if pb == [0] * x.rank and pe == [0] * x.rank:
+        return [ctx.b.alias(x, x.shape, ctx.out_name())]
+    return ctx.b.emit("pad", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=[modes[mode], x.rank] + pb + pe,
+                      fattr=[value], name=ctx.name)
+
+
+# ---------------------------------------------------------------- reductions and normalisation
+
+_REDUCE = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4, "ReduceSumSquare": 5,
+           "ReduceL2": 6, "ReduceLogSumExp": 7}
+
+
+@handler(*_REDUCE)
+def _reduce(ctx: NodeCtx, ins):
+    x = ins[0]
+    axes_from_input = ctx.opset >= 18 or (ctx.op_type == "ReduceSum" and ctx.opset >= 13)
+    axes = _axes_input_or_attr(ctx, ins, 1) if axes_from_input else ctx.attr("axes")
+    if axes is None or len(axes) == 0:
+        if ctx.attr("noop_with_empty_axes", 0):
+            return [ctx.b.alias(x, x.shape, ctx.out_name())]
+        axes = list(range(x.rank))
+    axes = sorted({norm_axis(ctx, int(a), x.rank) for a in axes})
+    keep = ctx.attr("keepdims", 1)
+    shape = [(1 if i in axes else d) for i, d in enumerate(x.shape)] if keep else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    return ctx.b.emit("reduce", [x], [spec(ctx.out_name(), x.dtype, shape)],
+                      iattr=[_REDUCE[ctx.op_type], len(axes)] + axes, name=ctx.name)
+
+
+@handler("ArgMax", "ArgMin")
+def _argmax(ctx: NodeCtx, ins):
+    x = ins[0]
+    axis = norm_axis(ctx, ctx.attr("axis", 0), x.rank)
+    keep = ctx.attr("keepdims", 1)
+    shape = [(1 if i == axis else d) for i, d in enumerate(x.shape)] if keep else \
+        [d for i, d in enumerate(x.shape) if i != axis]
+    return ctx.b.emit(ctx.op_type.lower(), [x], [spec(ctx.out_name(), np.int64, shape)],
+                      iattr=[axis, ctx.attr("select_last_index", 0)], name=ctx.name)
+
+
+@handler("Softmax", "LogSoftmax")
+def _softmax(ctx: NodeCtx, ins):
+    x = ins[0]
+    kind = "softmax" if ctx.op_type == "Softmax" else "log_softmax"
+    if ctx.opset >= 13:
+        axis = norm_axis(ctx, ctx.attr("axis", -1), x.rank)
+        return ctx.b.emit(kind, [x], [spec(ctx.out_name(), x.dtype, x.shape)], iattr=[axis], name=ctx.name,
+                          inplace=True)
+    # opset < 13: softmax over the flattened [axis:] block
+    axis = norm_axis(ctx, ctx.attr("axis", 1), x.rank)
+    flat = ctx.b.alias(x, [S.prod(x.shape[:axis]), S.prod(x.shape[axis:])], ctx.b.fresh(ctx.name))
+    y = ctx.b.emit(kind, [flat], [spec(ctx.b.fresh(ctx.name), x.dtype, flat.shape)], iattr=[1], name=ctx.name)[0]
+    return [ctx.b.alias(y, x.shape, ctx.out_name())]
+
+
+@handler("LayerNormalization")
+def _layernorm(ctx: NodeCtx, ins):
+    x, gamma = ins[0], ins[1]
+    beta = ins[2] if len(ins) > 2 else None
+    axis = norm_axis(ctx, ctx.attr("axis", -1), x.rank)
+    if len([o for o in ctx.outputs if o]) > 1:
+        raise ctx.fail("the Mean and InvStdDev outputs are not supported")
+    norm_shape = list(x.shape[axis:])
+    gamma = _broadcast_param(ctx, gamma, norm_shape, "scale")
+    beta = _broadcast_param(ctx, beta, norm_shape, "bias") if beta is not None else None
+    return ctx.b.emit("layernorm", [x, gamma, beta], [spec(ctx.out_name(), x.dtype, x.shape)], iattr=[axis],
+                      fattr=[ctx.attr("epsilon", 1e-5)], name=ctx.name, inplace=True)
+
+
+def _broadcast_param(ctx: NodeCtx, v: Value, shape, what: str) -> Value:
+    """A per-element parameter (layernorm scale/bias) as a dense tensor of exactly shape."""
+    if list(v.shape) == list(shape):
+        return v
+    if v.const is not None and all(S.is_static(d) for d in shape):
+        return ctx.b.const(np.ascontiguousarray(np.broadcast_to(v.const, [int(d) for d in shape])))
+    if S.prod(v.shape) == S.prod(shape):
+        return ctx.b.alias(v, shape, ctx.b.fresh(ctx.name))
+    raise ctx.fail(f"{what} of shape {list(v.shape)} does not match the normalised shape {list(shape)}")
+
+
+# ---------------------------------------------------------------- matrix products
+
+
+def linear(ctx: NodeCtx, x: Value, w_out_in: np.ndarray, bias: Optional[np.ndarray], name: str) -> Value:
+    """y = x · Wᵀ + b with a constant W [out, in] (the fast path for MatMul/Gemm by weights)."""
+    n, k = w_out_in.shape
+    if not (S.is_static(x.shape[-1]) and int(x.shape[-1]) == k):
+        if S.is_static(x.shape[-1]):
+            raise ctx.fail(f"inner dimensions differ: {x.shape[-1]} vs {k}")
+    w = ctx.b.const(np.ascontiguousarray(w_out_in, dtype=np.float32), ctx.b.fresh(ctx.name + ".weight"))
+    b = ctx.b.const(np.ascontiguousarray(bias, dtype=np.float32), ctx.b.fresh(ctx.name + ".bias")) \
+        if bias is not None else None
+    shape = list(x.shape[:-1]) + [n]
+    return ctx.b.emit("linear", [x, w, b], [spec(name, np.float32, shape)], iattr=[0], fattr=[0, 0],
+                      name=ctx.name)[0]
+
+
+@handler("MatMul")
+def _matmul(ctx: NodeCtx, ins):
+    a, b = ins
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        raise ctx.fail(f"MatMul of {a.dtype} x {b.dtype} is not supported (float32)")
+    if b.const is not None and b.rank == 2 and a.rank >= 1:
+        if a.rank == 1:
+            a2 = ctx.b.alias(a, [1, a.shape[0]], ctx.b.fresh(ctx.name))
+            y = linear(ctx, a2, b.const.T, None, ctx.b.fresh(ctx.name))
+            return [ctx.b.alias(y, [b.shape[1]], ctx.out_name())]
+        return [linear(ctx, a, b.const.T, None, ctx.out_name())]
+    a2 = ctx.b.alias(a, [1, a.shape[0]], ctx.b.fresh(ctx.name)) if a.rank == 1 else a
+    b2 = ctx.b.alias(b, [b.shape[0], 1], ctx.b.fresh(ctx.name)) if b.rank == 1 else b
+    batch = broadcast_shapes(ctx, a2.shape[:-2], b2.shape[:-2])
+    shape = list(batch) + [a2.shape[-2], b2.shape[-1]]
+    y = ctx.b.emit("matmul", [a2, b2], [spec(ctx.b.fresh(ctx.name), np.float32, shape)], iattr=[0], fattr=[0, 0],
+                   name=ctx.name)[0]
+    final = list(shape)
+    if b.rank == 1:
+        final.pop(-1)
+    if a.rank == 1:
+        final.pop(-2 if b.rank != 1 else -1)
+    return [ctx.b.alias(y, final, ctx.out_name())]
+
+
+@handler("Gemm")
+def _gemm(ctx: NodeCtx, ins):
+    a, b = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
+    ta, tb = ctx.attr("transA", 0), ctx.attr("transB", 0)
+    if b.const is not None and (c is None or c.const is not None):
+        w = (b.const if tb else b.const.T) * np.float32(alpha)
+        bias = None
+        if c is not None and beta != 0:
+            n = w.shape[0]
+            if c.const.size not in (1, n) or (c.const.ndim == 2 and c.const.shape[0] != 1):
+                bias = None
+            else:
+                bias = np.broadcast_to(c.const.reshape(-1), (n,)) * np.float32(beta)
+            if bias is not None or c.const.size == 0:
+                x = a
+                if ta:
+                    x = ctx.b.emit("transpose", [a], [spec(ctx.b.fresh(ctx.name), a.dtype, a.shape[::-1])],
+                                   iattr=[1, 0], name=ctx.name)[0]
+                return [linear(ctx, x, w, bias, ctx.out_name())]
+        else:
+            x = a
+            if ta:
+                x = ctx.b.emit("transpose", [a], [spec(ctx.b.fresh(ctx.name), a.dtype, a.shape[::-1])],
+                               iattr=[1, 0], name=ctx.name)[0]
+            return [linear(ctx, x, w, None, ctx.out_name())]
+    m = a.shape[1] if ta else a.shape[0]
+    n = b.shape[0] if tb else b.shape[1]
+    return ctx.b.emit("gemm", [a, b, c], [spec(ctx.out_name(), np.float32, [m, n])], iattr=[ta, tb],
+                      fattr=[alpha, beta], name=ctx.name)
+
+
+# ---------------------------------------------------------------- convolution
+
+
+def conv_out_dim(ctx, d: Dim, k: int, s: int, dil: int, pb: int, pe: int) -> Dim:
+    return S.dim_add(S.dim_floordiv(S.dim_sub(S.dim_add(d, pb + pe), dil * (k - 1) + 1), s), 1)
+
+
+def _auto_pads(ctx: NodeCtx, spatial, kernel, strides, dil):
+    auto = ctx.attr("auto_pad", "NOTSET")
+    sr = len(kernel)
+    if auto in ("NOTSET", ""):
+        pads = ctx.attr("pads", [0] * (2 * sr))
+        return list(pads[:sr]), list(pads[sr:])
+    if auto == "VALID":
+        return [0] * sr, [0] * sr
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pb, pe = [], []
+        for d, k, s, dl in zip(spatial, kernel, strides, dil):
+            if not S.is_static(d):
+                raise ctx.fail("auto_pad SAME needs static spatial sizes")
+            d = int(d)
+            out = -(-d // s)
+            total = max((out - 1) * s + dl * (k - 1) + 1 - d, 0)
+            small, big = total // 2, total - total // 2
+            pb.append(small if auto == "SAME_UPPER" else big)
+            pe.append(big if auto == "SAME_UPPER" else small)
+        return pb, pe
+    raise ctx.fail(f"auto_pad {auto!r} is not supported")
+
+
+@handler("Conv")
+def _conv(ctx: NodeCtx, ins):
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    if x.dtype != np.float32 or w.dtype != np.float32:
+        raise ctx.fail("Conv is supported for float32")
+    sr = x.rank - 2
+    if sr not in (1, 2):
+        raise ctx.fail(f"{sr}-D convolution is not supported (1-D and 2-D are)")
+    if w.const is None or not w.static:
+        raise ctx.fail("the weights must be constants")
+    kernel = [int(d) for d in w.shape[2:]]
+    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
+        raise ctx.fail("kernel_shape does not match the weights")
+    strides = list(ctx.attr("strides", [1] * sr))
+    dil = list(ctx.attr("dilations", [1] * sr))
+    group = ctx.attr("group", 1)
+    pb, pe = _auto_pads(ctx, x.shape[2:], kernel, strides, dil)
+    m = int(w.shape[0])
+    c = x.shape[1]
+    if S.is_static(c) and int(c) != int(w.shape[1]) * group:
+        raise ctx.fail(f"input has {c} channels, weights expect {int(w.shape[1]) * group}")
+    out_sp = [conv_out_dim(ctx, d, k, s, dl, b_, e_) for d, k, s, dl, b_, e_ in
+              zip(x.shape[2:], kernel, strides, dil, pb, pe)]
+    shape = [x.shape[0], m] + out_sp
+    pointwise = all(k == 1 for k in kernel) and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
+    scratch = 0 if pointwise else S.dim_mul(4 * int(w.shape[1]) * int(np.prod(kernel)), S.prod(out_sp))
+    if bias is not None and bias.const is None:
+        raise ctx.fail("the bias must be a constant")
+    return ctx.b.emit("conv", [x, w, bias], [spec(ctx.out_name(), np.float32, shape)],
+                      iattr=[sr, group, 0] + strides + dil + pb + pe, fattr=[0, 0], scratch_bytes=scratch,
+                      name=ctx.name)
+
+
+# ---------------------------------------------------------------- control flow
+
+
+@handler("If")
+def _if(ctx: NodeCtx, ins):
+    cond = ins[0]
+    then_g, else_g = ctx.attrs["then_branch"], ctx.attrs["else_branch"]
+    imp = ctx.imp
+    k = ctx.b.known_values(cond)
+    if k is not None and S.is_static(k[0]):
+        branch = then_g if int(k[0]) else else_g
+        return _inline_branch(ctx, branch)
+    # specialise: both branches in the plan, one runs, chosen per run by the condition
+    b = ctx.b
+    else_label, end_label = b.label(ctx.name + ".else"), b.label(ctx.name + ".end")
+    from .graph import Op
+    b.ops.append(Op("if", [b.materialize(cond)], [], iattr=[else_label], name=ctx.name))
+    then_out = _inline_branch(ctx, then_g)
+    results = []
+    for i, v in enumerate(then_out):
+        results.append(_branch_result(ctx, v, ctx.out_name(i), None))
+    b.ops.append(Op("jump", [], [], iattr=[end_label], name=ctx.name))
+    b.place(else_label)
+    else_out = _inline_branch(ctx, else_g)
+    for i, v in enumerate(else_out):
+        tv = results[i]
+        if v.dtype != tv.dtype or len(v.shape) != len(tv.shape) or list(v.shape) != list(tv.shape):
+            raise ctx.fail(f"output {i}: the branches give {v.dtype}{list(v.shape)} and {tv.dtype}{list(tv.shape)}; "
+                           "nerve needs both branches to agree on dtype and shape")
+        _branch_result(ctx, v, ctx.out_name(i), tv)
+    b.place(end_label)
+    return results
+
+
+def _inline_branch(ctx: NodeCtx, graph) -> List[Value]:
+    scope = dict(ctx.imp.current_scope)
+    ctx.imp.run_graph(graph, scope)
+    return [scope[o.name] for o in graph.output]
+
+
+def _branch_result(ctx: NodeCtx, v: Value, name: str, target: Optional[Value]) -> Value:
+    """Writes a branch's output into the If's output tensor (one tensor for both branches)."""
+    b = ctx.b
+    if target is None:
+        return b.emit("copy", [v], [spec(name, v.dtype, v.shape)], name=ctx.name, fold=False)[0]
+    from .graph import Op
+    v = b.materialize(v)
+    op = Op("copy", [v], [target], name=ctx.name)
+    b.ops.append(op)
+    return target

@@ -1,0 +1,285 @@
+"""Graph passes over a Program's op list: dead-op elimination and fusion.
+
+Fusions rewrite runtime ops (the fused op keeps the ONNX node names it came from, joined by
+'+', so `nerve plan` shows what became what):
+  * decomposed layernorm (ReduceMean, Sub, Pow 2 / Mul, ReduceMean, Add eps, Sqrt, Div,
+    Mul gamma, Add beta)                              -> layernorm
+  * decomposed GELU  x·½·(1 + erf(x/√2))              -> gelu
+  * linear + Add of a constant vector                 -> linear with bias
+  * conv / linear / matmul + an activation            -> the op's fused activation
+  * layernorm + linear                                -> layernorm_linear
+A fusion only fires when the intermediate values have no other reader and are not outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Set
+
+import numpy as np
+
+from . import symbolic as S
+from .graph import Op, Program, Value
+
+CONTROL = {"if", "jump", "label"}
+
+# unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
+_ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7}
+# where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
+_ACT_SLOT = {"conv": (2, 0), "linear": (0, 0), "matmul": (0, 0), "layernorm_linear": (0, 1)}
+
+
+def eliminate_dead_ops(prog: Program) -> None:
+    needed: Set[int] = {v.root().uid for v in prog.outputs}
+    needed |= {v.uid for v in prog.outputs}
+    keep: List[Op] = []
+    for op in reversed(prog.ops):
+        live = op.type in CONTROL or any(v.uid in needed or v.root().uid in needed for v in op.outputs)
+        if not live:
+            continue
+        keep.append(op)
+        for v in op.inputs:
+            while v is not None:
+                needed.add(v.uid)
+                v = v.alias_of
+    keep.reverse()
+    prog.ops[:] = keep
+
+
+class _Uses:
+    """Who reads each value (through aliases), and which values are graph outputs."""
+
+    def __init__(self, prog: Program):
+        self.readers: Dict[int, List[Op]] = {}
+        self.aliased: Set[int] = set()  # values some alias points at
+        for op in prog.ops:
+            for v in op.inputs:
+                if v is not None:
+                    self.readers.setdefault(v.uid, []).append(op)
+                    w = v
+                    while w.alias_of is not None:
+                        self.aliased.add(w.alias_of.uid)
+                        self.readers.setdefault(w.alias_of.uid, []).append(op)
+                        w = w.alias_of
+        self.outputs = {v.uid for v in prog.outputs} | {v.root().uid for v in prog.outputs}
+
+    def only_reader(self, v: Value) -> Optional[Op]:
+        """The single op reading v, if v has exactly one reader, is no output and no alias base."""
+        if v.uid in self.outputs or v.uid in self.aliased or v.alias_of is not None:
+            return None
+        r = self.readers.get(v.uid, [])
+        return r[0] if len(r) == 1 else None
+
+
+def _scalar_const(v: Optional[Value]) -> Optional[float]:
+    if v is None or v.const is None or v.const.size != 1:
+        return None
+    return float(v.const.reshape(-1)[0])
+
+
+def _replace_output(op: Op, new_out: Value) -> None:
+    op.outputs[0] = new_out
+    new_out.producer = op
+
+
+def fuse_bias(prog: Program) -> bool:
+    uses = _Uses(prog)
+    changed = False
+    for op in list(prog.ops):
+        if op.type != "linear" or op.inputs[2] is not None or op.iattr[0] != 0:
+            continue
+        add = uses.only_reader(op.outputs[0])
+        if add is None or add.type != "binary" or add.iattr[0] != 0:
+            continue
+        other = add.inputs[1] if add.inputs[0] is op.outputs[0] else add.inputs[0]
+        n = op.inputs[1].shape[0]
+        if other is None or other.const is None or other.const.size != int(n):
+            continue
+        if list(add.outputs[0].shape) != list(op.outputs[0].shape) or other.const.shape[-1:] != (int(n),):
+            continue
+        op.inputs[2] = Value(other.name + ".bias", np.float32, (int(n),), const=other.const.reshape(-1).astype(np.float32))
+        op.name = op.name + "+" + add.name
+        _replace_output(op, add.outputs[0])
+        prog.ops.remove(add)
+        changed = True
+    return changed
+
+
+def fuse_activation(prog: Program) -> bool:
+    uses = _Uses(prog)
+    changed = False
+    for op in list(prog.ops):
+        if op.type not in _ACT_SLOT:
+            continue
+        ai, fi = _ACT_SLOT[op.type]
+        if op.iattr[ai] != 0:
+            continue
+        act = uses.only_reader(op.outputs[0])
+        if act is None or act.type != "unary" or act.iattr[0] not in _ACT_OF_UNARY:
+            continue
+        op.iattr[ai] = _ACT_OF_UNARY[act.iattr[0]]
+        op.fattr[fi], op.fattr[fi + 1] = act.fattr[0], act.fattr[1]
+        op.name = op.name + "+" + act.name
+        _replace_output(op, act.outputs[0])
+        prog.ops.remove(act)
+        changed = True
+    return changed
+
+
+def _is(op: Optional[Op], type_: str, code: Optional[int] = None) -> bool:
+    return op is not None and op.type == type_ and (code is None or (op.iattr and op.iattr[0] == code))
+
+
+def _last_axis_mean(op: Optional[Op]) -> bool:
+    if not _is(op, "reduce", 1) or op.iattr[1] != 1:
+        return False
+    x = op.inputs[0]
+    return op.iattr[2] == x.rank - 1 and op.outputs[0].rank == x.rank
+
+
+def fuse_layernorm(prog: Program) -> bool:
+    """Matches the decomposition torch.onnx.export writes for LayerNorm (over the last axis)."""
+    uses = _Uses(prog)
+    changed = False
+    for mean in list(prog.ops):
+        if mean not in prog.ops or not _last_axis_mean(mean):
+            continue
+        x = mean.inputs[0]
+        sub = uses.only_reader(mean.outputs[0])
+        if not _is(sub, "binary", 1) or sub.inputs[0] is not x or sub.inputs[1] is not mean.outputs[0]:
+            continue
+        d = sub.outputs[0]
+        readers = uses.readers.get(d.uid, [])
+        if d.uid in uses.outputs or len(readers) not in (2, 3):
+            continue
+        sq = next((r for r in readers if _is(r, "unary", 24) or (_is(r, "binary", 2) and r.inputs[0] is d
+                                                                  and r.inputs[1] is d)), None)
+        div = next((r for r in readers if _is(r, "binary", 3) and r.inputs[0] is d), None)
+        if sq is None or div is None or len(set(map(id, readers))) != 2:
+            continue
+        var = uses.only_reader(sq.outputs[0])
+        if not _last_axis_mean(var):
+            continue
+        add_eps = uses.only_reader(var.outputs[0])
+        if not _is(add_eps, "binary", 0):
+            continue
+        eps = _scalar_const(add_eps.inputs[1])
+        sqrt = uses.only_reader(add_eps.outputs[0])
+        if eps is None or not _is(sqrt, "unary", 4) or div.inputs[1] is not sqrt.outputs[0]:
+            continue
+        if uses.only_reader(sqrt.outputs[0]) is not div:
+            continue
+        chain = [mean, sub, sq, var, add_eps, sqrt, div]
+        out = div.outputs[0]
+        dim = x.shape[-1]
+        gamma = beta = None
+        mul = uses.only_reader(out)
+        if _is(mul, "binary", 2):
+            g = mul.inputs[1] if mul.inputs[0] is out else mul.inputs[0]
+            if g is not None and g.const is not None and g.const.size == int(dim) and S.is_static(dim):
+                gamma = g.const.reshape(-1)
+                chain.append(mul)
+                out = mul.outputs[0]
+                add = uses.only_reader(out)
+                if _is(add, "binary", 0):
+                    bb = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+                    if bb is not None and bb.const is not None and bb.const.size == int(dim):
+                        beta = bb.const.reshape(-1)
+                        chain.append(add)
+                        out = add.outputs[0]
+        if list(out.shape) != list(x.shape) or not S.is_static(dim):
+            continue
+        if gamma is None:
+            gamma = np.ones(int(dim), np.float32)
+        g_v = Value(mean.name + ".gamma", np.float32, (int(dim),), const=gamma.astype(np.float32))
+        b_v = Value(mean.name + ".beta", np.float32, (int(dim),), const=beta.astype(np.float32)) \
+            if beta is not None else None
+        ln = Op("layernorm", [x, g_v, b_v], [out], iattr=[x.rank - 1], fattr=[eps],
+                name="+".join(o.name for o in chain if o.name), inplace=True)
+        out.producer = ln
+        at = prog.ops.index(chain[-1])
+        prog.ops[at] = ln
+        for o in chain[:-1]:
+            prog.ops.remove(o)
+        uses = _Uses(prog)
+        changed = True
+    return changed
+
+
+def fuse_gelu(prog: Program) -> bool:
+    """x · ½ · (1 + erf(x / √2)) in the orders exporters write it -> gelu."""
+    uses = _Uses(prog)
+    changed = False
+    for erf in list(prog.ops):
+        if erf not in prog.ops or not _is(erf, "unary", 7):
+            continue
+        scale = erf.inputs[0].producer
+        if scale is None or scale not in prog.ops or uses.only_reader(scale.outputs[0]) is not erf:
+            continue
+        c = _scalar_const(scale.inputs[1])
+        if c is None or not ((_is(scale, "binary", 3) and abs(c - math.sqrt(2)) < 1e-3)
+                             or (_is(scale, "binary", 2) and abs(c - 1 / math.sqrt(2)) < 1e-4)):
+            continue
+        x = scale.inputs[0]
+        add1 = uses.only_reader(erf.outputs[0])
+        if not _is(add1, "binary", 0) or _scalar_const(add1.inputs[1]) != 1.0:
+            continue
+        mul_x = uses.only_reader(add1.outputs[0])
+        if not _is(mul_x, "binary", 2):
+            continue
+        other = mul_x.inputs[0] if mul_x.inputs[1] is add1.outputs[0] else mul_x.inputs[1]
+        chain = [scale, erf, add1, mul_x]
+        if other is x:  # x * (1 + erf) then * 0.5
+            half = uses.only_reader(mul_x.outputs[0])
+            if not _is(half, "binary", 2) or _scalar_const(half.inputs[1]) != 0.5:
+                continue
+            chain.append(half)
+        else:  # (x * 0.5) * (1 + erf)
+            hp = other.producer if other is not None else None
+            if not (_is(hp, "binary", 2) and hp.inputs[0] is x and _scalar_const(hp.inputs[1]) == 0.5
+                    and uses.only_reader(other) is mul_x):
+                continue
+            chain.insert(0, hp)
+        out = chain[-1].outputs[0]
+        if list(out.shape) != list(x.shape):
+            continue
+        g = Op("unary", [x], [out], iattr=[11], fattr=[0, 0], name="+".join(o.name for o in chain), inplace=True)
+        out.producer = g
+        at = prog.ops.index(chain[-1])
+        prog.ops[at] = g
+        for o in chain[:-1]:
+            prog.ops.remove(o)
+        uses = _Uses(prog)
+        changed = True
+    return changed
+
+
+def fuse_layernorm_linear(prog: Program) -> bool:
+    uses = _Uses(prog)
+    changed = False
+    for ln in list(prog.ops):
+        if ln.type != "layernorm" or ln.iattr[0] != ln.inputs[0].rank - 1 or ln.inputs[1].rank != 1:
+            continue
+        lin = uses.only_reader(ln.outputs[0])
+        if lin is None or lin.type != "linear" or lin.inputs[0] is not ln.outputs[0]:
+            continue
+        fused = Op("layernorm_linear", [ln.inputs[0], ln.inputs[1], ln.inputs[2], lin.inputs[1], lin.inputs[2]],
+                   [lin.outputs[0]], iattr=[lin.iattr[0]], fattr=[ln.fattr[0], lin.fattr[0], lin.fattr[1]],
+                   name=ln.name + "+" + lin.name)
+        lin.outputs[0].producer = fused
+        prog.ops[prog.ops.index(lin)] = fused
+        prog.ops.remove(ln)
+        changed = True
+    return changed
+
+
+def optimize(prog: Program, fuse: bool = True) -> None:
+    eliminate_dead_ops(prog)
+    if not fuse:
+        return
+    fuse_layernorm(prog)
+    fuse_gelu(prog)
+    fuse_bias(prog)
+    fuse_layernorm_linear(prog)
+    fuse_activation(prog)
+    eliminate_dead_ops(prog)

@@ -1,0 +1,225 @@
+"""What the ``nerve plan``, ``nerve run`` and ``nerve bench MODEL`` commands do, as functions.
+
+* :func:`input_specs` reads a model's declared inputs (names, dtypes, dims with the names of
+  the symbolic ones) without compiling it;
+* :func:`example_feeds` makes inputs for a model: the caller's ``.npy`` files, or generated
+  ones — for models nerve recognises (the silero VAD family) the real streaming chunk, else
+  random data with each symbolic dim set from ``dims`` (default 1 for batch-like names, 16
+  otherwise);
+* :func:`bench_model` times nerve and (optionally) onnxruntime on the same feeds in one
+  process, interleaved, and reports median and p99 per run and the ratio;
+* :func:`format_plan` prints a session's plan: ops after fusion, the kernel chosen for each,
+  the arena layout, weight/arena/peak bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+import numpy as np
+
+from .errors import InputError, ModelError
+
+__all__ = ["input_specs", "example_feeds", "dims_from_feeds", "bench_model", "format_plan", "parse_assignments"]
+
+
+def parse_assignments(items: Optional[List[str]], what: str) -> Dict[str, str]:
+    """["a=1", "b=x.npy"] -> {"a": "1", "b": "x.npy"}."""
+    out: Dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"{what} must look like NAME=VALUE, got {item!r}")
+        out[name] = value
+    return out
+
+
+def input_specs(model_path: str) -> List[dict]:
+    """[{'name', 'dtype', 'shape': [int | str]}] of a model's graph inputs (not initializers)."""
+    if str(model_path).endswith(".nrv"):
+        from .session import Session
+
+        return [{"name": i["name"], "dtype": i["dtype"], "shape": i["shape"]} for i in Session(model_path).inputs]
+    import onnx
+
+    from .compiler.onnx_import import np_dtype_of
+
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises several kinds
+        raise ModelError(f"cannot read {model_path} as ONNX: {exc}") from exc
+    inits = {t.name for t in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = []
+        for k, d in enumerate(tt.shape.dim):
+            shape.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0
+                         else (d.dim_param or f"{vi.name}_dim{k}"))
+        specs.append({"name": vi.name, "dtype": np_dtype_of(tt.elem_type), "shape": shape})
+    return specs
+
+
+def _is_silero_vad(specs: List[dict]) -> bool:
+    names = {s["name"] for s in specs}
+    return names == {"input", "state", "sr"}
+
+
+def example_feeds(specs: List[dict], dims: Mapping[str, int], files: Mapping[str, str], seed: int = 0
+                  ) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds: Dict[str, np.ndarray] = {}
+    for name, path in files.items():
+        if name not in {s["name"] for s in specs}:
+            raise InputError(f"--input {name}: the model has no input of that name "
+                             f"(inputs: {[s['name'] for s in specs]})")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--input {name}={path}: cannot read a .npy array: {exc}") from exc
+    silero = _is_silero_vad(specs)
+    for s in specs:
+        if s["name"] in feeds:
+            continue
+        if silero:
+            # the streaming chunk of silero VAD at 16 kHz: 64 context + 512 new samples
+            t = np.arange(576) / 16000.0
+            chunk = 0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+            feeds[s["name"]] = {"input": (chunk + 0.01 * rng.standard_normal(576)).astype(np.float32)[None],
+                                "state": np.zeros((2, 1, 128), np.float32),
+                                "sr": np.array(16000, np.int64)}[s["name"]]
+            continue
+        shape = []
+        for d in s["shape"]:
+            if isinstance(d, str):
+                shape.append(int(dims.get(d, 1 if "batch" in d.lower() else 16)))
+            else:
+                shape.append(int(d))
+        dt = np.dtype(s["dtype"])
+        if dt.kind == "f":
+            feeds[s["name"]] = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "b":
+            feeds[s["name"]] = rng.random(shape) < 0.5
+        else:
+            feeds[s["name"]] = rng.integers(0, 2, size=shape).astype(dt)
+    return feeds
+
+
+def dims_from_feeds(specs: List[dict], feeds: Mapping[str, np.ndarray], extra: Mapping[str, int]) -> Dict[str, int]:
+    """Upper bounds for the symbolic dims: the --dim values, else the feeds' sizes."""
+    dims = {k: int(v) for k, v in extra.items()}
+    for s in specs:
+        arr = feeds.get(s["name"])
+        if arr is None:
+            continue
+        if arr.ndim != len(s["shape"]):
+            raise InputError(f"input '{s['name']}' has rank {arr.ndim}, the model declares {len(s['shape'])}")
+        for d, n in zip(s["shape"], arr.shape):
+            if isinstance(d, str):
+                dims[d] = max(dims.get(d, 0), int(n))
+    return dims
+
+
+def _percentile(xs: List[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(math.ceil(q * len(xs)) - 1))]
+
+
+def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], vs: Optional[str],
+                threads: int = 1, seconds: float = 3.0, repeat: int = 7) -> dict:
+    """Times Session.run (and onnxruntime's run on the same feeds) in this process."""
+    from .session import Session
+
+    sess = Session(model_path, threads=threads, dims=dims)
+    result = {"model": str(model_path), "threads": threads, "inputs": {k: list(v.shape) for k, v in feeds.items()}}
+    runners = {"nerve": lambda: sess.run(feeds)}
+    peer_out = None
+    if vs:
+        if vs != "onnxruntime":
+            raise InputError(f"--vs {vs!r}: only onnxruntime is supported")
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise InputError("--vs onnxruntime needs the onnxruntime package (pip install onnxruntime)") from exc
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        peer = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in peer.get_outputs()]
+        runners["onnxruntime"] = lambda: peer.run(None, feeds)
+        peer_out = dict(zip(names, peer.run(None, feeds)))
+        result["onnxruntime_version"] = ort.__version__
+    ours = sess.run(feeds)
+    if peer_out is not None:
+        diffs = {k: float(np.max(np.abs(ours[k].astype(np.float64) - peer_out[k].astype(np.float64))))
+                 if ours[k].size else 0.0 for k in ours if k in peer_out}
+        result["max_abs_diff"] = diffs
+    # calibrate a block size so one block takes ~seconds / (repeat * len(runners))
+    per = {}
+    for name, fn in runners.items():
+        t0 = time.perf_counter()
+        n = 0
+        while time.perf_counter() - t0 < 0.05:
+            fn()
+            n += 1
+        per[name] = (time.perf_counter() - t0) / n
+    samples: Dict[str, List[float]] = {k: [] for k in runners}
+    budget = seconds / (repeat * len(runners))
+    for _ in range(repeat):
+        for name, fn in runners.items():  # interleaved: both see the same machine state
+            n = max(int(budget / per[name]), 5)
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - t0)
+    for name, xs in samples.items():
+        result[name] = {"median_us": _percentile(xs, 0.5) * 1e6, "p99_us": _percentile(xs, 0.99) * 1e6,
+                        "runs": len(xs)}
+    if vs:
+        result["ratio"] = result["onnxruntime"]["median_us"] / result["nerve"]["median_us"]
+    return result
+
+
+def format_bench(r: dict) -> str:
+    lines = [f"model   {r['model']}", f"inputs  {r['inputs']}  threads={r['threads']}"]
+    for name in ("nerve", "onnxruntime"):
+        if name in r:
+            label = name + (f" {r['onnxruntime_version']}" if name == "onnxruntime" else "")
+            lines.append(f"{label:<20} median {r[name]['median_us']:9.1f} us   p99 {r[name]['p99_us']:9.1f} us   "
+                         f"({r[name]['runs']} runs)")
+    if "ratio" in r:
+        lines.append(f"ratio   {r['ratio']:.2f}x  (onnxruntime median / nerve median; > 1: nerve is faster)")
+    if "max_abs_diff" in r:
+        lines.append("max |nerve - onnxruntime|  " + ", ".join(f"{k}: {v:.3g}" for k, v in r["max_abs_diff"].items()))
+    return "\n".join(lines)
+
+
+_STORAGE_ORDER = {"arena": 0, "state": 1, "input": 2, "weight": 3}
+
+
+def format_plan(sess) -> str:
+    tensors = sess.tensors()
+    ops = sess.ops()
+    mem = sess.memory_report()
+    lines = [f"plan sha256 {sess.hash}", f"inputs   " + ", ".join(f"{i['name']} {i['dtype']}{i['shape']}"
+                                                                  for i in sess.inputs),
+             f"outputs  " + ", ".join(f"{o['name']} {o['dtype']}{o['shape']}" for o in sess.outputs), "",
+             f"ops after fusion ({len(ops)}):"]
+    for i, op in enumerate(ops):
+        outs = ", ".join(tensors[t]["name"] for t in op["outputs"])
+        kernel = f" [{op['kernel']}]" if op["kernel"] else ""
+        lines.append(f"  {i:3d} {op['type']:<17}{kernel:<10} {op['name']}  -> {outs}")
+    arena = sorted((t for t in tensors if t["storage"] == "arena"), key=lambda t: (t["offset"], -t["capacity"]))
+    lines += ["", f"arena layout ({mem['arena_bytes']} bytes; offset, bytes reserved, tensor):"]
+    for t in arena:
+        lines.append(f"  {t['offset']:>10} {t['capacity']:>10}  {t['name']}")
+    lines += ["", f"weights  {mem['weight_bytes']} bytes", f"arena    {mem['arena_bytes']} bytes (peak)",
+              f"state    {mem['state_bytes']} bytes", f"total    {mem['total_bytes']} bytes"]
+    return "\n".join(lines)

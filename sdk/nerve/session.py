@@ -1,0 +1,312 @@
+"""Sessions: a compiled plan loaded into libnerve and run in one native call.
+
+    sess = nerve.Session("model.onnx", dims={"sequence": 576})   # compiled on load, cached
+    out = sess.run({"input": x, "state": s, "sr": np.array(16000)})
+
+    plan = nerve.compile("model.onnx", dims={...})   # -> Plan
+    plan.save("model.nrv"); nerve.Session("model.nrv")
+
+The plan is produced by :mod:`nerve.compiler` (Python) and executed by ``native/src/plan``
+(C). Compiled plans are cached under ``$XDG_CACHE_HOME/nerve/plans`` keyed by the SHA-256 of
+the model bytes and the compile options (``NERVE_PLAN_CACHE=0`` or ``cache=False`` disables).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from ._native import check, ffi, lib, to_str
+from .errors import InputError, ModelError, NerveError
+
+__all__ = ["Session", "Plan", "compile", "run_program_once", "cache_dir"]
+
+_DTYPE_OF_CODE = {0: np.float32, 1: np.float16, 2: np.int8, 3: np.int32, 4: np.int64, 5: np.uint8, 6: np.bool_,
+                  7: np.float64}
+_CODE_OF_DTYPE = {np.dtype(v): k for k, v in _DTYPE_OF_CODE.items()}
+_STORAGE = {0: "arena", 1: "weight", 2: "input", 3: "state"}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nerve"
+
+
+class Plan:
+    """A compiled plan: the bytes of a ``.nrv`` file."""
+
+    def __init__(self, data: bytes, source: str = ""):
+        self.data = bytes(data)
+        self.source = source
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 (hex) over the plan's metadata and weights, as stored in its header."""
+        return self.data[56:88].hex()
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, self.data)
+        return path
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "Plan":
+        try:
+            return cls(Path(path).read_bytes(), str(path))
+        except OSError as exc:
+            raise ModelError(f"cannot read plan {path}: {exc}") from exc
+
+    def __len__(self):
+        return len(self.data)
+
+    def __repr__(self):
+        return f"<nerve.Plan {len(self.data)} bytes sha256={self.hash[:12]}… from {self.source or '?'}>"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _options_key(options: Mapping) -> str:
+    return json.dumps({k: options[k] for k in sorted(options)}, sort_keys=True, default=str)
+
+
+def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]] = None,
+            state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True) -> Plan:
+    """Compiles an ONNX model into a :class:`Plan`.
+
+    dims: upper bounds of the model's symbolic dimensions (``{"sequence": 576}``); memory is
+    planned for them and each run may use any size up to them.
+    state: ``{output_name: input_name}`` pairs carried from one run to the next inside the
+    session (the output is written where the next run reads the input: no copy).
+    fuse: apply the fusion passes (layernorm, gelu, linear, conv+activation, ...).
+    """
+    from .compiler import compile_onnx  # the compiler imports onnx: only when compiling
+
+    path = Path(model)
+    try:
+        model_bytes = path.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"cannot read model {path}: {exc}") from exc
+    options = {"dims": dict(dims or {}), "state": dict(state or {}), "fuse": bool(fuse)}
+    key = hashlib.sha256(model_bytes + _options_key(options).encode() + b"nrv1").hexdigest()
+    use_cache = cache and os.environ.get("NERVE_PLAN_CACHE", "1") != "0"
+    cached = cache_dir() / "plans" / f"{key}.nrv"
+    if use_cache and cached.is_file():
+        return Plan(cached.read_bytes(), str(path))
+    data = compile_onnx(model_bytes, path.parent, **options)
+    plan = Plan(data, str(path))
+    if use_cache:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(cached, data)
+        except OSError:
+            pass  # a read-only cache is not an error
+    return plan
+
+
+class _Native:
+    """Owns one nrv_session_t."""
+
+    def __init__(self, data: bytes):
+        out = ffi.new("nrv_session_t **")
+        buf = ffi.from_buffer(data)
+        check(lib.nrv_session_create(buf, len(data), out))
+        self.ptr = ffi.gc(out[0], lib.nrv_session_free)
+
+    def io(self, is_output: bool) -> List[dict]:
+        n = (lib.nrv_session_output_count if is_output else lib.nrv_session_input_count)(self.ptr)
+        infos = []
+        for i in range(n):
+            raw = ffi.new("nrv_io_info *")
+            check(lib.nrv_session_io_info(self.ptr, int(is_output), i, raw))
+            dims = []
+            for k in range(raw.rank):
+                dims.append(int(raw.dims[k]) if raw.dims[k] >= 0 else (to_str(raw.dim_names[k]) or "?"))
+            bounds = {to_str(raw.dim_names[k]): int(raw.dim_bounds[k]) for k in range(raw.rank) if raw.dims[k] < 0}
+            infos.append({"name": to_str(raw.name), "dtype": np.dtype(_DTYPE_OF_CODE[raw.dtype]), "shape": dims,
+                          "bounds": bounds, "state_partner": int(raw.state_partner)})
+        return infos
+
+
+def _run_native(native: _Native, feeds_c, n_in: int, outs_c, n_out: int) -> None:
+    check(lib.nrv_session_run(native.ptr, feeds_c, n_in, outs_c, n_out))
+
+
+_NP_DTYPE = {k: np.dtype(v) for k, v in _DTYPE_OF_CODE.items()}
+
+
+def _copy_out(t) -> np.ndarray:
+    dt = _NP_DTYPE[t.dtype]
+    shape = tuple(t.dims[0:t.rank])
+    n = math.prod(shape)
+    if n == 0:
+        return np.empty(shape, dtype=dt)
+    return np.frombuffer(ffi.buffer(t.data, n * dt.itemsize), dtype=dt).reshape(shape).copy()
+
+
+def run_program_once(prog) -> List[np.ndarray]:
+    """Serialises a feed-less program, runs it once, returns its outputs (constant folding)."""
+    from .compiler.planfile import serialize
+
+    native = _Native(serialize(prog))
+    n_out = len(prog.outputs)
+    outs = ffi.new("nrv_tensor[]", max(n_out, 1))
+    _run_native(native, ffi.NULL, 0, outs, n_out)
+    return [_copy_out(outs[i]) for i in range(n_out)]
+
+
+class Session:
+    """A model loaded for inference.
+
+    ``model``: an ``.onnx`` file (compiled on load; cached) or a ``.nrv`` plan, or a
+    :class:`Plan`. ``dims``/``state``: see :func:`compile` (ignored for a ready plan).
+    ``device="cpu"`` and ``precision="fp32"`` are what this version runs; ``threads`` is the
+    number of threads for the big ops (1: the goals are measured at one thread).
+    """
+
+    def __init__(self, model: Union[str, os.PathLike, Plan], device: str = "cpu", precision: str = "fp32",
+                 threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
+                 state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True):
+        if device != "cpu":
+            raise InputError(f"device {device!r} is not supported by Session yet (use 'cpu')")
+        if precision != "fp32":
+            raise InputError(f"precision {precision!r} is not supported by Session yet (use 'fp32')")
+        if not isinstance(threads, int) or threads < 1:
+            raise InputError(f"threads must be a positive int, got {threads!r}")
+        self.threads = threads
+        if isinstance(model, Plan):
+            self.plan = model
+        elif str(model).endswith(".nrv"):
+            self.plan = Plan.load(model)
+        else:
+            self.plan = compile(model, dims=dims, state=state, fuse=fuse, cache=cache)
+        self._native = _Native(self.plan.data)
+        self._inputs = self._native.io(False)
+        self._outputs = self._native.io(True)
+        self.input_names = [i["name"] for i in self._inputs]
+        self.output_names = [o["name"] for o in self._outputs]
+        self._input_index = {n: i for i, n in enumerate(self.input_names)}
+        self._feeds_c = ffi.new("nrv_tensor[]", max(len(self._inputs), 1))
+        self._outs_c = ffi.new("nrv_tensor[]", max(len(self._outputs), 1))
+        # results skip outputs that feed a state input: the session keeps them
+        self._returned = [i for i, o in enumerate(self._outputs) if o["state_partner"] < 0]
+        self._state_inputs = {self._inputs[i]["name"] for i in range(len(self._inputs))
+                              if self._inputs[i]["state_partner"] >= 0}
+        self._input_plan = [(i, info["name"], info["dtype"], _CODE_OF_DTYPE[info["dtype"]],
+                             info["name"] in self._state_inputs) for i, info in enumerate(self._inputs)]
+
+    @property
+    def inputs(self) -> List[dict]:
+        """Name, dtype, shape (ints, or the name of a symbolic dim) and bounds of each input."""
+        return [dict(i) for i in self._inputs]
+
+    @property
+    def outputs(self) -> List[dict]:
+        return [dict(o) for o in self._outputs]
+
+    @property
+    def hash(self) -> str:
+        return to_str(lib.nrv_session_hash(self._native.ptr))
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Runs the plan on feeds (name -> array, exactly the input's dtype) and returns
+        {output name: array}. Inputs bound to a state may be omitted after the first run:
+        they then read what the previous run wrote (its state output is not returned)."""
+        unknown = [k for k in feeds if k not in self._input_index]
+        if unknown:
+            raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}")
+        keep = []
+        feeds_c = self._feeds_c
+        for i, name, dtype, code, is_state in self._input_plan:
+            t = feeds_c[i]
+            arr = feeds.get(name)
+            if arr is None:
+                if not is_state:
+                    raise InputError(f"input '{name}' was not fed (inputs: {self.input_names})")
+                t.data = ffi.NULL
+                t.rank = 0
+                continue
+            if type(arr) is not np.ndarray:
+                arr = np.asarray(arr)
+            if arr.dtype != dtype:
+                raise InputError(f"input '{name}' must be {dtype}, got {arr.dtype}")
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
+            if arr.ndim > 8:
+                raise InputError(f"input '{name}' has rank {arr.ndim} (nerve supports up to 8)")
+            keep.append(arr)
+            t.data = ffi.from_buffer(arr) if arr.size else ffi.NULL
+            t.dtype = code
+            t.rank = arr.ndim
+            if arr.ndim:
+                t.dims[0:arr.ndim] = arr.shape
+        _run_native(self._native, feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
+        outs_c = self._outs_c
+        return {self.output_names[i]: _copy_out(outs_c[i]) for i in self._returned}
+
+    def reset_state(self) -> None:
+        """Forgets the carried state: the next run must feed every state input."""
+        check(lib.nrv_session_reset_state(self._native.ptr))
+
+    def memory_report(self) -> Dict[str, object]:
+        """Bytes this session holds, from nerve's exact pool counters: weights, the activation
+        arena (planned once for the dims' bounds), state buffers, and the pools' capacities."""
+        raw = ffi.new("nrv_session_memory *")
+        check(lib.nrv_session_memory_get(self._native.ptr, raw))
+        report = {
+            "weight_bytes": int(raw.weight_bytes),
+            "arena_bytes": int(raw.arena_bytes),
+            "state_bytes": int(raw.state_bytes),
+            "pools": {
+                "weights": {"capacity": int(raw.weight_pool_capacity), "allocated": int(raw.weight_bytes)},
+                "arena": {"capacity": int(raw.arena_pool_capacity), "allocated": int(raw.arena_bytes)},
+                "state": {"capacity": int(raw.state_pool_capacity), "allocated": int(raw.state_bytes)},
+            },
+        }
+        # the arena is one planned block: its peak is its size
+        report["peak_bytes"] = report["arena_bytes"]
+        report["total_bytes"] = report["weight_bytes"] + report["arena_bytes"] + report["state_bytes"]
+        return report
+
+    def ops(self) -> List[dict]:
+        """The plan's ops after fusion, with the kernel variant chosen on this machine."""
+        n = lib.nrv_session_op_count(self._native.ptr)
+        out = []
+        raw = ffi.new("nrv_op_info *")
+        for i in range(n):
+            check(lib.nrv_session_op_info(self._native.ptr, i, raw))
+            out.append({"type": to_str(raw.type), "name": to_str(raw.name), "kernel": to_str(raw.kernel) or "",
+                        "inputs": [int(getattr(raw, "in")[k]) for k in range(min(raw.n_in, 16))],
+                        "outputs": [int(raw.out[k]) for k in range(min(raw.n_out, 16))],
+                        "scratch": int(raw.scratch)})
+        return out
+
+    def tensors(self) -> List[dict]:
+        n = lib.nrv_session_tensor_count(self._native.ptr)
+        out = []
+        raw = ffi.new("nrv_tensor_info *")
+        for i in range(n):
+            check(lib.nrv_session_tensor_info(self._native.ptr, i, raw))
+            out.append({"name": to_str(raw.name), "dtype": np.dtype(_DTYPE_OF_CODE[raw.dtype]),
+                        "storage": _STORAGE.get(raw.storage, "?"), "ref": int(raw.ref), "offset": int(raw.offset),
+                        "capacity": int(raw.capacity), "shape": [int(raw.dims[k]) for k in range(raw.rank)]})
+        return out
