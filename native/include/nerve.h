@@ -454,6 +454,13 @@ NRV_API void nrv_session_free(nrv_session_t *session);
 NRV_API nrv_status nrv_session_run(nrv_session_t *session, const nrv_tensor *feeds, int n_feeds,
                                    nrv_tensor *outputs, int n_outputs);
 
+/* Runs the big ops (linear, matmul, conv) on `threads` threads (1..256; 1 = the caller
+ * only, the default). The session owns the worker threads; they sleep between runs. Every
+ * op splits its work from the problem's shape alone, so results are bit-identical for any
+ * thread count. */
+NRV_API nrv_status nrv_session_set_threads(nrv_session_t *session, int threads);
+NRV_API int nrv_session_threads(const nrv_session_t *session);
+
 /* Forgets the carried state: the next run must feed every state input. */
 NRV_API nrv_status nrv_session_reset_state(nrv_session_t *session);
 
@@ -486,9 +493,15 @@ typedef struct nrv_op_info {
     int32_t in[16];
     int32_t out[16];
     int32_t scratch;
+    uint64_t calls;    /* runs of this op since profiling was switched on */
+    uint64_t total_ns; /* time spent in it (monotonic clock) */
 } nrv_op_info;
 NRV_API int nrv_session_op_count(const nrv_session_t *session);
 NRV_API nrv_status nrv_session_op_info(const nrv_session_t *session, int i, nrv_op_info *out);
+
+/* Switches per-op timing on (enable != 0) or off and zeroes the counters; costs two clock
+ * reads per op while on. */
+NRV_API nrv_status nrv_session_profile(nrv_session_t *session, int enable);
 
 /* The plan's tensors: storage 0 = arena, 1 = weight, 2 = a feed, 3 = a state buffer; offset
  * and capacity in bytes within it; dims as of the last run (or the load, if fixed). */

@@ -6,6 +6,7 @@
                                                  one model's latency (median, p99), next to a peer
     nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
     nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
+    nerve replay LOG                             re-run a provenance log, confirm every output
 
 Also runnable as ``python -m nerve`` or ``python -m nerve.cli``.
 """
@@ -138,6 +139,19 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_replay(args) -> int:
+    from .provenance import replay
+
+    r = replay(args.log)
+    print(f"{r['runs']} runs replayed: {r['identical']} identical, {r['close']} within tolerance, "
+          f"{len(r['mismatched'])} mismatched")
+    for k in r["kernel_changes"]:
+        print(f"  kernels changed since line {k['line']}: recorded {k['recorded']}, now {k['now']}")
+    for m in r["mismatched"][:20]:
+        print(f"  line {m['line']}: max |diff| {m['max_abs_diff']}")
+    return 0 if not r["mismatched"] else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nerve", description="nerve edge inference SDK")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -171,6 +185,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", metavar="OUT.npz", help="write the outputs to an .npz file")
     run.add_argument("--dim", action="append", metavar="NAME=N", help="upper bound of a symbolic dimension")
     run.set_defaults(func=_cmd_run)
+
+    rep = commands.add_parser("replay", help="re-run the runs of a provenance log and confirm their outputs")
+    rep.add_argument("log", metavar="LOG.jsonl")
+    rep.set_defaults(func=_cmd_replay)
     return parser
 
 

@@ -155,12 +155,11 @@ _NP_DTYPE = {k: np.dtype(v) for k, v in _DTYPE_OF_CODE.items()}
 
 
 def _copy_out(t) -> np.ndarray:
-    dt = _NP_DTYPE[t.dtype]
-    shape = tuple(t.dims[0:t.rank])
-    n = math.prod(shape)
-    if n == 0:
-        return np.empty(shape, dtype=dt)
-    return np.frombuffer(ffi.buffer(t.data, n * dt.itemsize), dtype=dt).reshape(shape).copy()
+    """A fresh array holding the run's output t (which points into the session's memory)."""
+    arr = np.empty(tuple(t.dims[0:t.rank]), _NP_DTYPE[t.dtype])
+    if arr.nbytes:
+        ffi.memmove(arr, t.data, arr.nbytes)
+    return arr
 
 
 def run_program_once(prog) -> List[np.ndarray]:
@@ -181,11 +180,14 @@ class Session:
     :class:`Plan`. ``dims``/``state``: see :func:`compile` (ignored for a ready plan).
     ``device="cpu"`` and ``precision="fp32"`` are what this version runs; ``threads`` is the
     number of threads for the big ops (1: the goals are measured at one thread).
+    ``log``: a JSON-lines provenance log (see :mod:`nerve.provenance`); ``nerve replay LOG``
+    re-runs it and confirms the outputs.
     """
 
     def __init__(self, model: Union[str, os.PathLike, Plan], device: str = "cpu", precision: str = "fp32",
                  threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
-                 state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True):
+                 state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
+                 log: Optional[Union[str, os.PathLike]] = None):
         if device != "cpu":
             raise InputError(f"device {device!r} is not supported by Session yet (use 'cpu')")
         if precision != "fp32":
@@ -200,6 +202,8 @@ class Session:
         else:
             self.plan = compile(model, dims=dims, state=state, fuse=fuse, cache=cache)
         self._native = _Native(self.plan.data)
+        if threads > 1:
+            check(lib.nrv_session_set_threads(self._native.ptr, threads))
         self._inputs = self._native.io(False)
         self._outputs = self._native.io(True)
         self.input_names = [i["name"] for i in self._inputs]
@@ -211,8 +215,16 @@ class Session:
         self._returned = [i for i, o in enumerate(self._outputs) if o["state_partner"] < 0]
         self._state_inputs = {self._inputs[i]["name"] for i in range(len(self._inputs))
                               if self._inputs[i]["state_partner"] >= 0}
-        self._input_plan = [(i, info["name"], info["dtype"], _CODE_OF_DTYPE[info["dtype"]],
-                             info["name"] in self._state_inputs) for i, info in enumerate(self._inputs)]
+        self._input_plan = [(i, info["name"], info["dtype"], info["name"] in self._state_inputs)
+                            for i, info in enumerate(self._inputs)]
+        self._fed_shapes: List[Optional[tuple]] = [None] * len(self._inputs)
+        for i, info in enumerate(self._inputs):
+            self._feeds_c[i].dtype = _CODE_OF_DTYPE[info["dtype"]]  # a feed of another dtype is refused
+        self._log = None
+        if log is not None:
+            from .provenance import RunLog
+
+            self._log = RunLog(log, self)
 
     @property
     def inputs(self) -> List[dict]:
@@ -236,7 +248,8 @@ class Session:
             raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}")
         keep = []
         feeds_c = self._feeds_c
-        for i, name, dtype, code, is_state in self._input_plan:
+        shapes = self._fed_shapes
+        for i, name, dtype, is_state in self._input_plan:
             t = feeds_c[i]
             arr = feeds.get(name)
             if arr is None:
@@ -244,6 +257,7 @@ class Session:
                     raise InputError(f"input '{name}' was not fed (inputs: {self.input_names})")
                 t.data = ffi.NULL
                 t.rank = 0
+                shapes[i] = None
                 continue
             if type(arr) is not np.ndarray:
                 arr = np.asarray(arr)
@@ -251,17 +265,23 @@ class Session:
                 raise InputError(f"input '{name}' must be {dtype}, got {arr.dtype}")
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)
-            if arr.ndim > 8:
-                raise InputError(f"input '{name}' has rank {arr.ndim} (nerve supports up to 8)")
             keep.append(arr)
             t.data = ffi.from_buffer(arr) if arr.size else ffi.NULL
-            t.dtype = code
-            t.rank = arr.ndim
-            if arr.ndim:
-                t.dims[0:arr.ndim] = arr.shape
+            shape = arr.shape
+            if shape != shapes[i]:  # the dims only change when the caller's shapes do
+                if len(shape) > 8:
+                    raise InputError(f"input '{name}' has rank {len(shape)} (nerve supports up to 8)")
+                t.rank = len(shape)
+                if shape:
+                    t.dims[0:len(shape)] = shape
+                shapes[i] = shape
         _run_native(self._native, feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
         outs_c = self._outs_c
-        return {self.output_names[i]: _copy_out(outs_c[i]) for i in self._returned}
+        result = {self.output_names[i]: _copy_out(outs_c[i]) for i in self._returned}
+        if self._log is not None:
+            self._log.record({k: v for k, v in feeds.items()},
+                             [n for _, n, _, st in self._input_plan if st and feeds.get(n) is None], result)
+        return result
 
     def reset_state(self) -> None:
         """Forgets the carried state: the next run must feed every state input."""
@@ -297,8 +317,12 @@ class Session:
             out.append({"type": to_str(raw.type), "name": to_str(raw.name), "kernel": to_str(raw.kernel) or "",
                         "inputs": [int(getattr(raw, "in")[k]) for k in range(min(raw.n_in, 16))],
                         "outputs": [int(raw.out[k]) for k in range(min(raw.n_out, 16))],
-                        "scratch": int(raw.scratch)})
+                        "scratch": int(raw.scratch), "calls": int(raw.calls), "total_ns": int(raw.total_ns)})
         return out
+
+    def profile(self, enable: bool = True) -> None:
+        """Per-op timing on/off (counters reset); read them back with ops() (calls, total_ns)."""
+        check(lib.nrv_session_profile(self._native.ptr, int(enable)))
 
     def tensors(self) -> List[dict]:
         n = lib.nrv_session_tensor_count(self._native.ptr)

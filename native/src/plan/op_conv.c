@@ -257,9 +257,45 @@ static int conv_use_rows(const conv_geom *g) {
 
 /* y_g[M/g, P] = W_g · col + bias_g for one image and group, via "linear" on the transposed
  * im2col matrix (built in scratch, or for a pointwise conv x^T on the stack). */
-static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg, const float *bg, float *scratch,
-                            float *yg) {
+/* One block of output channels [m0, m0 + mb) of conv_group_rows: "linear" on the transposed
+ * im2col rows into a stack tile, then transposed into y. */
+typedef struct conv_rows_job {
+    const conv_geom *g;
+    const float *rows, *wg, *bg;
+    float *yg;
+    int64_t block;
+} conv_rows_job;
+
+static void conv_rows_task(void *ctx, int64_t t) {
+    const conv_rows_job *j = ctx;
+    const conv_geom *g = j->g;
     float out[CONV_OUT_BLOCK];
+    const int64_t m0 = t * j->block;
+    const int64_t mb = g->mg - m0 < j->block ? g->mg - m0 : j->block;
+    nrv_kernel_get(NRV_OP_LINEAR).linear(j->rows, g->p, g->kdim, j->wg + m0 * g->kdim, j->bg ? j->bg + m0 : NULL, mb,
+                                         out);
+    for (int64_t jj = 0; jj < mb; jj++) {
+        float *yr = j->yg + (m0 + jj) * g->p;
+        for (int64_t q = 0; q < g->p; q++) yr[q] = out[q * mb + jj];
+    }
+}
+
+/* Blocks of output channels per task: as large as the stack tile allows, and with threads
+ * at most a share of the channels. Each output channel is the same dot products whatever
+ * the block, so the thread count does not change results. */
+static int64_t conv_channel_block(const conv_geom *g, nrv_threadpool *pool, int64_t cap) {
+    int64_t block = cap;
+    const int threads = nrv_threadpool_size(pool);
+    if (threads > 1 && g->mg * g->kdim * g->p >= (1 << 16)) {
+        int64_t share = (g->mg + threads - 1) / threads;
+        share = (share + 15) / 16 * 16;
+        if (share < block) block = share;
+    }
+    return block > 0 ? block : 1;
+}
+
+static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg, const float *bg, float *scratch,
+                            float *yg, nrv_threadpool *pool) {
     float xt[CONV_PW_ROWS_MAX];
     const float *rows;
     if (g->pointwise) {
@@ -270,16 +306,24 @@ static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg
         conv_im2row(g, xg, scratch);
         rows = scratch;
     }
-    const nrv_linear_fn linear = nrv_kernel_get(NRV_OP_LINEAR).linear;
-    const int64_t block = CONV_OUT_BLOCK / g->p; /* >= 128 output channels per call */
-    for (int64_t m0 = 0; m0 < g->mg; m0 += block) {
-        const int64_t mb = g->mg - m0 < block ? g->mg - m0 : block;
-        linear(rows, g->p, g->kdim, wg + m0 * g->kdim, bg ? bg + m0 : NULL, mb, out);
-        for (int64_t j = 0; j < mb; j++) {
-            float *yr = yg + (m0 + j) * g->p;
-            for (int64_t q = 0; q < g->p; q++) yr[q] = out[q * mb + j];
-        }
-    }
+    const int64_t block = conv_channel_block(g, pool, CONV_OUT_BLOCK / g->p); /* >= 128 channels per call alone */
+    conv_rows_job j = {g, rows, wg, bg, yg, block};
+    nrv_parallel_for(pool, (g->mg + block - 1) / block, conv_rows_task, &j);
+}
+
+/* The GEMM path, cut into blocks of output channels (rows of W and of y) for the threads. */
+typedef struct conv_gemm_job {
+    const float *wg, *b;
+    float *yg;
+    int64_t mg, p, k, block;
+} conv_gemm_job;
+
+static void conv_gemm_task(void *ctx, int64_t t) {
+    const conv_gemm_job *j = ctx;
+    const int64_t m0 = t * j->block;
+    const int64_t mb = j->mg - m0 < j->block ? j->mg - m0 : j->block;
+    nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, j->p, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b, j->p, 0.0f,
+                                     j->yg + m0 * j->p, j->p);
 }
 
 /* y[m][i] += b[m] over [rows, cols]. noinline: inlined into conv_run, GCC 12 left this
@@ -403,7 +447,6 @@ static nrv_status conv_run(const nrv_op_args *a) {
     const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
     float *yd = y->data, *col = a->scratch;
     const float p0 = a->fattr[0], p1 = a->fattr[1];
-    const nrv_gemm_fn gemm = nrv_kernel_get(NRV_OP_GEMM).gemm;
     const int depthwise = g.cg == 1 && g.mg == 1;
     const int use_rows = !depthwise && conv_use_rows(&g);
     const int bias_done = depthwise || use_rows; /* those paths add the bias themselves */
@@ -419,12 +462,16 @@ static nrv_status conv_run(const nrv_op_args *a) {
                 if (depthwise) {
                     conv_direct_1ch(&g, xg, wg, bd ? bd[gi] : 0.0f, yg);
                 } else if (use_rows) {
-                    conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg);
-                } else if (g.pointwise) {
-                    gemm(0, 0, g.mg, g.p, g.cg, 1.0f, wg, g.cg, xg, g.p, 0.0f, yg, g.p);
+                    conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg, a->pool);
                 } else {
-                    conv_im2col(&g, xg, col);
-                    gemm(0, 0, g.mg, g.p, g.kdim, 1.0f, wg, g.kdim, col, g.p, 0.0f, yg, g.p);
+                    const float *b_in = xg;
+                    if (!g.pointwise) {
+                        conv_im2col(&g, xg, col);
+                        b_in = col;
+                    }
+                    const int64_t block = conv_channel_block(&g, a->pool, g.mg);
+                    conv_gemm_job j = {wg, b_in, yg, g.mg, g.p, g.pointwise ? g.cg : g.kdim, block};
+                    nrv_parallel_for(a->pool, (g.mg + block - 1) / block, conv_gemm_task, &j);
                 }
             }
         }
@@ -525,9 +572,9 @@ static nrv_status pool_run(const nrv_op_args *a) {
                 if (kind == 0) {
                     float mx = -FLT_MAX;
                     for (int64_t j = jlo; j < jhi; j++) {
-                        const float *xr = xp + (y0 + j * d_[0]) * iw + x0;
+                        const float *xr = xp + (y0 + j * d_[0]) * iw;
                         for (int64_t i = ilo; i < ihi; i++) {
-                            const float v = xr[i * d_[1]];
+                            const float v = xr[x0 + i * d_[1]];
                             mx = v > mx ? v : mx;
                         }
                     }
@@ -535,8 +582,8 @@ static nrv_status pool_run(const nrv_op_args *a) {
                 } else {
                     float sum = 0.0f;
                     for (int64_t j = jlo; j < jhi; j++) {
-                        const float *xr = xp + (y0 + j * d_[0]) * iw + x0;
-                        for (int64_t i = ilo; i < ihi; i++) sum += xr[i * d_[1]];
+                        const float *xr = xp + (y0 + j * d_[0]) * iw;
+                        for (int64_t i = ilo; i < ihi; i++) sum += xr[x0 + i * d_[1]];
                     }
                     const int64_t cnt = cip ? npad_h * count_below(x0, d_[1], iw + pe_[1], kw)
                                             : (jhi - jlo) * (ihi - ilo);
@@ -736,6 +783,16 @@ static void pad_fill(const pad_ctx *p, unsigned char *dst, int64_t n) {
     }
 }
 
+/* Innermost axis, reflect or edge: y[o] for o outside the kept run [pb, pb + cd) copies the
+ * element it mirrors (es a literal at the f32 call: the copies inline to moves). */
+static inline __attribute__((always_inline)) void pad_border(unsigned char *dst, int64_t pb, int64_t cd, int64_t yd,
+                                                             int mode, size_t es) {
+    for (int64_t o = 0; o < pb; o++)
+        memcpy(dst + (size_t)o * es, dst + (size_t)(pb + pad_source(mode, o - pb, cd)) * es, es);
+    for (int64_t o = pb + cd; o < yd; o++)
+        memcpy(dst + (size_t)o * es, dst + (size_t)(pb + pad_source(mode, o - pb, cd)) * es, es);
+}
+
 static void pad_axis(const pad_ctx *p, int axis, const unsigned char *src, unsigned char *dst) {
     const size_t es = p->es;
     const int64_t cd = p->cd[axis], pb = p->pb[axis], yd = p->yd[axis];
@@ -746,15 +803,10 @@ static void pad_axis(const pad_ctx *p, int axis, const unsigned char *src, unsig
         if (p->mode == 0) {
             pad_fill(p, dst, pb);
             pad_fill(p, dst + (size_t)(pb + cd) * es, yd - pb - cd);
-        } else if (es == 4) {
-            float *d = (float *)(void *)dst; /* 4-byte elements: copy as float-sized words */
-            for (int64_t o = 0; o < pb; o++) d[o] = d[pb + pad_source(p->mode, o - pb, cd)];
-            for (int64_t o = pb + cd; o < yd; o++) d[o] = d[pb + pad_source(p->mode, o - pb, cd)];
+        } else if (es == 4) { /* f32 (the VAD's reflect pad): element copies of a literal size */
+            pad_border(dst, pb, cd, yd, p->mode, 4);
         } else {
-            for (int64_t o = 0; o < pb; o++)
-                memcpy(dst + (size_t)o * es, dst + (size_t)(pb + pad_source(p->mode, o - pb, cd)) * es, es);
-            for (int64_t o = pb + cd; o < yd; o++)
-                memcpy(dst + (size_t)o * es, dst + (size_t)(pb + pad_source(p->mode, o - pb, cd)) * es, es);
+            pad_border(dst, pb, cd, yd, p->mode, es);
         }
         return;
     }
@@ -783,7 +835,11 @@ static int pad_value(nrv_dtype dt, float v, unsigned char out[8]) {
         memcpy(out, &i, 1);
         return 1;
     }
-    case NRV_U8: { const uint8_t u = (uint8_t)(d < 0.0 ? 0.0 : d > 255.0 ? 255.0 : d); memcpy(out, &u, 1); return 1; }
+    case NRV_U8: {
+        const uint8_t u = (uint8_t)(d < 0.0 ? 0.0 : d > 255.0 ? 255.0 : d);
+        memcpy(out, &u, 1);
+        return 1;
+    }
     case NRV_BOOL: { const uint8_t u = v != 0.0f; memcpy(out, &u, 1); return 1; }
     case NRV_I32: {
         const int32_t i = (int32_t)(d < -2147483648.0 ? -2147483648.0 : d > 2147483647.0 ? 2147483647.0 : d);
@@ -792,7 +848,9 @@ static int pad_value(nrv_dtype dt, float v, unsigned char out[8]) {
     }
     case NRV_I64: {
         /* 2^63 is not representable as int64: clamp just below it */
-        const int64_t i = d <= -9223372036854775808.0 ? INT64_MIN : d >= 9223372036854775808.0 ? INT64_MAX : (int64_t)d;
+        const int64_t i = d <= -9223372036854775808.0  ? INT64_MIN
+                          : d >= 9223372036854775808.0 ? INT64_MAX
+                                                       : (int64_t)d;
         memcpy(out, &i, 8);
         return 1;
     }

@@ -73,6 +73,28 @@ static void fill_rows(float *y, int64_t rows, int64_t n, const float *row) {
 
 /* ------------------------------------------------------------------ matmul */
 
+typedef struct matmul_job {
+    const float *a, *b;
+    float *y;
+    int64_t m, n, k;
+    int nb;
+    const int64_t *bdims, *sa, *sb;
+} matmul_job;
+
+/* Output matrix e of a broadcast batched matmul: its operands' offsets from e's batch index. */
+static void matmul_task(void *ctx, int64_t e) {
+    const matmul_job *j = ctx;
+    int64_t off_a = 0, off_b = 0, rest = e;
+    for (int i = j->nb - 1; i >= 0; i--) {
+        const int64_t idx = rest % j->bdims[i];
+        rest /= j->bdims[i];
+        off_a += idx * j->sa[i];
+        off_b += idx * j->sb[i];
+    }
+    nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, j->m, j->n, j->k, 1.0f, j->a + off_a, j->k, j->b + off_b, j->n, 0.0f,
+                                     j->y + e * j->m * j->n, j->n);
+}
+
 /* "matmul": numpy matmul with a fused activation.
  *   in[0] A [..., M, K] f32, in[1] B [..., K, N] f32, both rank >= 2 (the compiler turns 1-D
  *   operands into 2-D views); out[0] Y [..., M, N] f32 whose batch dims are A's and B's
@@ -136,25 +158,51 @@ static nrv_status run_matmul(const nrv_op_args *a) {
         /* B is one matrix; Y's batch is A's (contiguous), so stack A's rows. */
         gemm(0, 0, batch * M, N, K, 1.0f, pa, K, pb, N, 0.0f, y, N);
     } else {
-        int64_t idx[NRV_PLAN_MAX_RANK] = {0};
-        int64_t off_a = 0, off_b = 0;
-        for (int64_t e = 0; e < batch; e++) {
-            gemm(0, 0, M, N, K, 1.0f, pa + off_a, K, pb + off_b, N, 0.0f, y + e * M * N, N);
-            /* odometer over the batch axes, innermost fastest */
-            for (int i = nb - 1; i >= 0; i--) {
-                off_a += sa[i];
-                off_b += sb[i];
-                if (++idx[i] < bdims[i]) break;
-                off_a -= sa[i] * bdims[i];
-                off_b -= sb[i] * bdims[i];
-                idx[i] = 0;
-            }
-        }
+        /* one gemm per output matrix; with threads, the matrices are the tasks */
+        matmul_job j = {pa, pb, y, M, N, K, nb, bdims, sa, sb};
+        nrv_parallel_for(batch * M * N * K >= (1 << 16) ? a->pool : NULL, batch, matmul_task, &j);
     }
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y, total);
 }
 
 /* ------------------------------------------------------------------ linear */
+
+/* With the session's threads, a linear layer is cut along its outputs: each task computes
+ * all rows for a block of outputs into a stack tile and copies it into y's columns. Every
+ * output element is still the same dot product computed by the same kernel path (the path
+ * depends on the row count, which is not cut), so results do not depend on the thread
+ * count. Small layers (where a task would cost more than it saves) stay on one thread. */
+#define LINEAR_TILE_FLOATS 8192       /* 32 KiB of output per task */
+#define LINEAR_PARALLEL_MIN_MACS (1 << 17)
+
+typedef struct linear_job {
+    const float *x, *w, *b;
+    float *y;
+    int64_t rows, k, n, cols_per_task;
+} linear_job;
+
+static void linear_task(void *ctx, int64_t t) {
+    const linear_job *j = ctx;
+    float tile[LINEAR_TILE_FLOATS];
+    const int64_t o0 = t * j->cols_per_task;
+    const int64_t nb = j->n - o0 < j->cols_per_task ? j->n - o0 : j->cols_per_task;
+    nrv_kernel_get(NRV_OP_LINEAR).linear(j->x, j->rows, j->k, j->w + o0 * j->k, j->b ? j->b + o0 : NULL, nb, tile);
+    for (int64_t r = 0; r < j->rows; r++) memcpy(j->y + r * j->n + o0, tile + r * nb, (size_t)nb * sizeof(float));
+}
+
+static void linear_maybe_parallel(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w,
+                                  const float *b, int64_t n, float *y) {
+    const int threads = nrv_threadpool_size(pool);
+    if (threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS && rows * 16 <= LINEAR_TILE_FLOATS && n >= 32) {
+        int64_t per = (n + 2 * threads - 1) / (2 * threads); /* two tasks per thread: some balance */
+        per = (per + 15) / 16 * 16;
+        if (per * rows > LINEAR_TILE_FLOATS) per = LINEAR_TILE_FLOATS / rows / 16 * 16;
+        linear_job j = {x, w, b, y, rows, k, n, per};
+        nrv_parallel_for(pool, (n + per - 1) / per, linear_task, &j);
+        return;
+    }
+    nrv_kernel_get(NRV_OP_LINEAR).linear(x, rows, k, w, b, n, y);
+}
 
 /* "linear": y = act(x · wᵀ + bias).
  *   in[0] x [..., K] f32 (rank >= 1); in[1] w [N, K] f32; in[2] bias [N] f32, optional;
@@ -182,7 +230,7 @@ static nrv_status run_linear(const nrv_op_args *a) {
     if (rows == 0 || N == 0) return NRV_OK;
     const float *b = bias ? bias->data : NULL;
     if (K == 0) fill_rows(y->data, rows, N, b);
-    else nrv_kernel_get(NRV_OP_LINEAR).linear(x->data, rows, K, w->data, b, N, y->data);
+    else linear_maybe_parallel(a->pool, x->data, rows, K, w->data, b, N, y->data);
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../kernels/kernels.h"
 #include "plan_internal.h"
@@ -39,6 +40,7 @@ typedef struct plan_op {
     const int64_t *dattr_refs;
     int64_t *dattr_vals;
     int control; /* 0 = kernel, 1 = if, 2 = jump */
+    uint64_t calls, total_ns; /* with profiling on */
 } plan_op;
 
 typedef struct plan_bind {
@@ -79,6 +81,14 @@ struct nrv_session {
     int64_t *expr_vals;
     const nrv_tensor *feeds;
     int has_symbols;
+    int profile;
+    nrv_threadpool *pool;
+    /* tensors whose view can change between runs: symbolic dims, or bytes in a feed or a
+     * state buffer; the rest are fixed at load */
+    uint32_t *dynamic;
+    uint32_t n_dynamic;
+    int64_t *prev_symbol_vals; /* the sizes the views were last refreshed for */
+    int views_valid;
     uint8_t hash[32];
     char hash_hex[65];
     /* every allocation made for the metadata, freed together */
@@ -332,6 +342,7 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
     S_ALLOC(s, s->symbol_names, s->n_symbols);
     S_ALLOC(s, s->symbol_bounds, s->n_symbols);
     S_ALLOC(s, s->symbol_vals, s->n_symbols);
+    S_ALLOC(s, s->prev_symbol_vals, s->n_symbols);
     for (uint32_t i = 0; i < s->n_symbols; i++) {
         NRV_TRY(rd_string_ref(s, r, &s->symbol_names[i]));
         NRV_TRY(rd_i64(r, &s->symbol_bounds[i]));
@@ -583,6 +594,12 @@ static nrv_status place_tensors(nrv_session_t *s) {
         }
         if (!t->symbolic && t->storage != NRV_STORAGE_INPUT) NRV_TRY(check_fits(t));
     }
+    S_ALLOC(s, s->dynamic, s->n_tensors);
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        const plan_tensor *t = &s->tensors[i];
+        if (t->symbolic || t->storage == NRV_STORAGE_INPUT || t->storage == NRV_STORAGE_STATE)
+            s->dynamic[s->n_dynamic++] = i;
+    }
     return NRV_OK;
 }
 
@@ -681,6 +698,7 @@ nrv_status nrv_session_create_from_file(const char *path, nrv_session_t **out) {
 
 void nrv_session_free(nrv_session_t *s) {
     if (!s) return;
+    nrv_threadpool_free(s->pool);
     if (s->weight_pool) {
         if (s->weights) nrv_buffer_release(s->weights);
         nrv_pool_free(s->weight_pool);
@@ -701,6 +719,19 @@ void nrv_session_free(nrv_session_t *s) {
 }
 
 /* ------------------------------------------------------------------ running */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+nrv_status nrv_session_profile(nrv_session_t *s, int enable) {
+    NRV_REQUIRE_PTR("nrv_session_profile", s);
+    s->profile = enable != 0;
+    for (uint32_t i = 0; i < s->n_ops; i++) s->ops[i].calls = s->ops[i].total_ns = 0;
+    return NRV_OK;
+}
 
 static int state_of_input(const nrv_session_t *s, uint32_t input) {
     for (uint32_t i = 0; i < s->n_states; i++)
@@ -771,7 +802,10 @@ static nrv_status bind_inputs(nrv_session_t *s, const nrv_tensor *feeds, const v
     for (uint32_t k = 0; k < s->n_symbols; k++)
         if (s->symbol_vals[k] < 0)
             return nrv_fail(NRV_ERR_FORMAT, "run: dimension '%s' is not given by any input", s->symbol_names[k]);
-    for (uint32_t e = 0; e < s->n_exprs; e++) NRV_TRY(eval_expr(s, e));
+    if (!s->views_valid || memcmp(s->prev_symbol_vals, s->symbol_vals, s->n_symbols * sizeof(int64_t)) != 0) {
+        s->views_valid = 0; /* until refresh_tensors has re-derived the views for these sizes */
+        for (uint32_t e = 0; e < s->n_exprs; e++) NRV_TRY(eval_expr(s, e));
+    }
     /* every input's shape must now match exactly */
     for (uint32_t i = 0; i < s->n_inputs; i++) {
         const plan_tensor *t = &s->tensors[s->inputs[i]];
@@ -785,27 +819,36 @@ static nrv_status bind_inputs(nrv_session_t *s, const nrv_tensor *feeds, const v
     return NRV_OK;
 }
 
+/* Refreshes the views that can change. Dims are re-derived only when the bound sizes differ
+ * from the last run's (a stream feeding equal chunks pays for pointers only). */
 static nrv_status refresh_tensors(nrv_session_t *s, const void **srcs) {
-    for (uint32_t i = 0; i < s->n_tensors; i++) {
-        plan_tensor *t = &s->tensors[i];
-        if (t->symbolic) {
+    const int sizes_changed =
+        !s->views_valid || memcmp(s->prev_symbol_vals, s->symbol_vals, s->n_symbols * sizeof(int64_t)) != 0;
+    s->views_valid = 0;
+    for (uint32_t k = 0; k < s->n_dynamic; k++) {
+        plan_tensor *t = &s->tensors[s->dynamic[k]];
+        if (t->symbolic && sizes_changed) {
             NRV_TRY(refresh_dims(s, t));
             if (t->storage != NRV_STORAGE_INPUT) NRV_TRY(check_fits(t));
         }
         if (t->storage == NRV_STORAGE_INPUT) {
-            /* an alias of a feed must lie inside the feed */
-            const plan_tensor *base = &s->tensors[s->inputs[t->ref]];
-            uint64_t bytes, base_bytes;
-            NRV_TRY(tensor_bytes(t, &bytes));
-            NRV_TRY(tensor_bytes(base, &base_bytes));
-            if (t->offset > base_bytes || bytes > base_bytes - t->offset)
-                return nrv_fail(NRV_ERR_FORMAT, "plan: tensor '%s' lies outside input '%s'", t->name, base->name);
+            if (sizes_changed) {
+                /* an alias of a feed must lie inside the feed */
+                const plan_tensor *base = &s->tensors[s->inputs[t->ref]];
+                uint64_t bytes, base_bytes;
+                NRV_TRY(tensor_bytes(t, &bytes));
+                NRV_TRY(tensor_bytes(base, &base_bytes));
+                if (t->offset > base_bytes || bytes > base_bytes - t->offset)
+                    return nrv_fail(NRV_ERR_FORMAT, "plan: tensor '%s' lies outside input '%s'", t->name, base->name);
+            }
             t->view.data = (uint8_t *)(uintptr_t)srcs[t->ref] + t->offset;
         } else if (t->storage == NRV_STORAGE_STATE) {
             plan_state *ps = &s->states[t->ref];
             t->view.data = (uint8_t *)ps->buf[1 - ps->cur] + t->offset;
         }
     }
+    if (s->n_symbols) memcpy(s->prev_symbol_vals, s->symbol_vals, s->n_symbols * sizeof(int64_t));
+    s->views_valid = 1;
     return NRV_OK;
 }
 
@@ -860,7 +903,14 @@ nrv_status nrv_session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feed
             NRV_TRY(tensor_bytes(&s->tensors[op->scratch_id], &bytes));
             op->args.scratch_bytes = (size_t)bytes;
         }
-        NRV_TRY(op->def->run(&op->args));
+        if (s->profile) {
+            const uint64_t t0 = now_ns();
+            NRV_TRY(op->def->run(&op->args));
+            op->total_ns += now_ns() - t0;
+            op->calls++;
+        } else {
+            NRV_TRY(op->def->run(&op->args));
+        }
         pc++;
     }
 
@@ -882,6 +932,18 @@ nrv_status nrv_session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feed
     }
     return NRV_OK;
 }
+
+nrv_status nrv_session_set_threads(nrv_session_t *s, int threads) {
+    NRV_REQUIRE_PTR("nrv_session_set_threads", s);
+    nrv_threadpool *pool = NULL;
+    NRV_TRY(nrv_threadpool_create(threads, &pool));
+    nrv_threadpool_free(s->pool);
+    s->pool = pool;
+    for (uint32_t i = 0; i < s->n_ops; i++) s->ops[i].args.pool = pool;
+    return NRV_OK;
+}
+
+int nrv_session_threads(const nrv_session_t *s) { return s ? nrv_threadpool_size(s->pool) : 0; }
 
 nrv_status nrv_session_reset_state(nrv_session_t *s) {
     NRV_REQUIRE_PTR("nrv_session_reset_state", s);
@@ -950,6 +1012,8 @@ nrv_status nrv_session_op_info(const nrv_session_t *s, int i, nrv_op_info *out) 
     for (int k = 0; k < op->args.n_in && k < 16; k++) out->in[k] = op->in_ids[k];
     for (int k = 0; k < op->args.n_out && k < 16; k++) out->out[k] = op->out_ids[k];
     out->scratch = op->scratch_id;
+    out->calls = op->calls;
+    out->total_ns = op->total_ns;
     return NRV_OK;
 }
 

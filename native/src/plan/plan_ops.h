@@ -49,6 +49,19 @@ typedef struct nrv_tview {
     int64_t numel;  /* product of dims (1 for rank 0) */
 } nrv_tview;
 
+/* The session's worker threads (NULL when it runs on one thread): see threadpool.c. */
+typedef struct nrv_threadpool nrv_threadpool;
+typedef void (*nrv_task_fn)(void *ctx, int64_t task);
+
+/* Runs fn(ctx, t) for every t in [0, n_tasks) on the pool's threads and the caller, and
+ * returns when all are done; with pool NULL, in order on the caller. An op must split its
+ * work from the problem's shape alone (never from the thread count), so that results are
+ * the same for every number of threads. */
+void nrv_parallel_for(nrv_threadpool *pool, int64_t n_tasks, nrv_task_fn fn, void *ctx);
+int nrv_threadpool_size(const nrv_threadpool *pool);
+nrv_status nrv_threadpool_create(int n_threads, nrv_threadpool **out); /* NULL for 1 thread */
+void nrv_threadpool_free(nrv_threadpool *pool);
+
 typedef struct nrv_op_args {
     const char *type;  /* op type string, e.g. "conv" */
     const char *name;  /* ONNX node name(s) it came from, for error messages */
@@ -64,6 +77,7 @@ typedef struct nrv_op_args {
     int n_dattr;
     void *scratch;
     size_t scratch_bytes;
+    nrv_threadpool *pool; /* the session's threads, or NULL */
 } nrv_op_args;
 
 typedef nrv_status (*nrv_op_run_fn)(const nrv_op_args *a);

@@ -8,6 +8,8 @@ Fusions rewrite runtime ops (the fused op keeps the ONNX node names it came from
   * linear + Add of a constant vector                 -> linear with bias
   * conv / linear / matmul + an activation            -> the op's fused activation
   * layernorm + linear                                -> layernorm_linear
+  * linear(a; W1, b1) + linear(b; W2, b2)             -> linear([a | b]; [W1 | W2], b1 + b2)
+    (an RNN cell's input and recurrent products: one pass, one op, no add)
 A fusion only fires when the intermediate values have no other reader and are not outputs.
 """
 
@@ -273,6 +275,60 @@ def fuse_layernorm_linear(prog: Program) -> bool:
     return changed
 
 
+def fuse_sum_of_linears(prog: Program) -> bool:
+    uses = _Uses(prog)
+    changed = False
+    for add in list(prog.ops):
+        if not _is(add, "binary", 0) or add.inputs[0] is None or add.inputs[1] is None:
+            continue
+        l1, l2 = add.inputs[0].producer, add.inputs[1].producer
+        if l1 is None or l2 is None or l1 is l2 or l1.type != "linear" or l2.type != "linear":
+            continue
+        if l1 not in prog.ops or l2 not in prog.ops or l1.iattr[0] or l2.iattr[0]:
+            continue
+        if uses.only_reader(l1.outputs[0]) is not add or uses.only_reader(l2.outputs[0]) is not add:
+            continue
+        x1, x2 = l1.inputs[0], l2.inputs[0]
+        w1, w2 = l1.inputs[1].const, l2.inputs[1].const
+        out = add.outputs[0]
+        if w1 is None or w2 is None or w1.shape[0] != w2.shape[0] or x1.dtype != x2.dtype:
+            continue
+        if list(x1.shape[:-1]) != list(x2.shape[:-1]) or list(out.shape) != list(l1.outputs[0].shape) \
+                or list(out.shape) != list(l2.outputs[0].shape):
+            continue
+        bias = None
+        for lin in (l1, l2):
+            if lin.inputs[2] is not None:
+                b = lin.inputs[2].const.astype(np.float32)
+                bias = b if bias is None else bias + b
+        name = l1.name + "+" + l2.name + "+" + add.name
+        bias_v = Value(name + ".bias", np.float32, bias.shape, const=bias) if bias is not None else None
+        if x1 is x2:
+            w = Value(name + ".weight", np.float32, w1.shape, const=(w1 + w2).astype(np.float32))
+            x = x1
+            new_ops = []
+        else:
+            k = S.dim_add(x1.shape[-1], x2.shape[-1])
+            x = Value(name + ".concat", x1.dtype, list(x1.shape[:-1]) + [k])
+            cat = Op("concat", [x1, x2], [x], iattr=[x1.rank - 1], name=name)
+            x.producer = cat
+            w = Value(name + ".weight", np.float32, (w1.shape[0], w1.shape[1] + w2.shape[1]),
+                      const=np.ascontiguousarray(np.concatenate([w1, w2], axis=1), dtype=np.float32))
+            new_ops = [cat]
+        lin = Op("linear", [x, w, bias_v], [out], iattr=[0], fattr=[0, 0], name=name)
+        out.producer = lin
+        # the fused product runs where the later of the two did: both inputs exist there
+        at = max(prog.ops.index(l1), prog.ops.index(l2))
+        prog.ops[at:at + 1] = new_ops + [lin]
+        prog.ops.remove(add)
+        for old in (l1, l2):
+            if old in prog.ops:
+                prog.ops.remove(old)
+        uses = _Uses(prog)
+        changed = True
+    return changed
+
+
 def optimize(prog: Program, fuse: bool = True) -> None:
     eliminate_dead_ops(prog)
     if not fuse:
@@ -280,6 +336,7 @@ def optimize(prog: Program, fuse: bool = True) -> None:
     fuse_layernorm(prog)
     fuse_gelu(prog)
     fuse_bias(prog)
+    fuse_sum_of_linears(prog)
     fuse_layernorm_linear(prog)
     fuse_activation(prog)
     eliminate_dead_ops(prog)

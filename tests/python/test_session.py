@@ -1,0 +1,178 @@
+"""nerve.Session / nerve.compile / Plan, the plan cache, provenance + replay, the model CLI
+commands, and the BERT-style encoder of the graph-compiler issue (parity and fusion)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import nerve
+from nerve import cli
+
+ort = pytest.importorskip("onnxruntime")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "models"))
+import tiny_bert  # noqa: E402
+
+
+def ref_run(path, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    rng = np.random.default_rng(3)
+    w1, b1 = rng.standard_normal((13, 29)).astype(np.float32), rng.standard_normal(29).astype(np.float32)
+    w2 = rng.standard_normal((29, 7)).astype(np.float32)
+    g = h.make_graph([
+        h.make_node("MatMul", ["x", "w1"], ["m1"]), h.make_node("Add", ["m1", "b1"], ["a1"]),
+        h.make_node("Relu", ["a1"], ["r1"]), h.make_node("MatMul", ["r1", "w2"], ["y"]),
+        h.make_node("ReduceSum", ["y", "ax"], ["s"], keepdims=0),
+    ], "mlp", [h.make_tensor_value_info("x", T.FLOAT, ["n", 13])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["n", 7]), h.make_tensor_value_info("s", T.FLOAT, ["n"])],
+        [nh.from_array(w1, "w1"), nh.from_array(b1, "b1"), nh.from_array(w2, "w2"),
+         nh.from_array(np.array([1], np.int64), "ax")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = tmp_path / "mlp.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_session_api_and_parity(mlp):
+    s = nerve.Session(mlp, dims={"n": 10})
+    assert s.input_names == ["x"] and s.output_names == ["y", "s"]
+    assert s.inputs[0]["shape"] == ["n", 13] and s.inputs[0]["bounds"] == {"n": 10}
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 10, 0):
+        x = rng.standard_normal((n, 13)).astype(np.float32)
+        out, ref = s.run({"x": x}), ref_run(mlp, {"x": x})
+        for k in ("y", "s"):
+            np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-5)
+    types = [op["type"] for op in s.ops()]
+    assert types.count("linear") == 2 and "unary" not in types  # bias and relu fused into the first
+    mem = s.memory_report()
+    assert mem["weight_bytes"] >= 4 * (13 * 29 + 29 + 29 * 7)
+    # the arena is planned for n = 10: y (10x7) and the hidden (10x29) at most, 64-byte aligned blocks
+    assert 0 < mem["arena_bytes"] <= 64 * ((10 * 29 * 4 + 63) // 64 + (10 * 7 * 4 + 63) // 64 + 2)
+    with pytest.raises(nerve.InputError, match="bound"):
+        s.run({"x": np.zeros((11, 13), np.float32)})
+
+
+def test_plan_save_load_and_cache(mlp, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("NERVE_PLAN_CACHE", "1")
+    plan = nerve.compile(mlp, dims={"n": 4})
+    cached = list((tmp_path / "cache" / "nerve" / "plans").glob("*.nrv"))
+    assert len(cached) == 1 and cached[0].read_bytes() == plan.data
+    assert nerve.compile(mlp, dims={"n": 4}).data == plan.data
+    assert nerve.compile(mlp, dims={"n": 5}).hash != plan.hash  # options are part of the key and the plan
+    f = plan.save(tmp_path / "mlp.nrv")
+    s1, s2 = nerve.Session(f), nerve.Session(mlp, dims={"n": 4})
+    assert s1.hash == plan.hash == s2.hash
+    x = np.random.default_rng(1).standard_normal((4, 13)).astype(np.float32)
+    np.testing.assert_array_equal(s1.run({"x": x})["y"], s2.run({"x": x})["y"])
+
+
+def test_provenance_log_and_replay(mlp, tmp_path, capsys):
+    log = tmp_path / "runs.jsonl"
+    s = nerve.Session(mlp, dims={"n": 6}, log=log)
+    rng = np.random.default_rng(2)
+    for n in (2, 6, 6):
+        s.run({"x": rng.standard_normal((n, 13)).astype(np.float32)})
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == 3 and lines[0]["plan"] == s.hash and "linear:" in " ".join(lines[0]["kernels"])
+    assert cli.main(["replay", str(log)]) == 0
+    assert "3 identical" in capsys.readouterr().out
+    # a recorded output that does not match what the plan computes is reported, exit 1
+    first = lines[0]
+    bad = np.load(log.parent / "runs.jsonl.d" / "arrays" / f"{first['outputs']['y']['sha256']}.npy") + 1.0
+    from nerve.provenance import array_sha256
+
+    digest = array_sha256(bad)
+    np.save(log.parent / "runs.jsonl.d" / "arrays" / f"{digest}.npy", bad)
+    first["outputs"]["y"]["sha256"] = digest
+    log.write_text("\n".join(json.dumps(x) for x in [first] + lines[1:]) + "\n")
+    assert cli.main(["replay", str(log)]) == 1
+    assert "1 mismatched" in capsys.readouterr().out
+
+
+def test_cli_plan_run_bench(mlp, tmp_path, capsys):
+    assert cli.main(["plan", str(mlp), "--dim", "n=8", "--save", str(tmp_path / "p.nrv")]) == 0
+    text = capsys.readouterr().out
+    assert "linear" in text and "arena layout" in text and "weights" in text and (tmp_path / "p.nrv").is_file()
+    x = np.random.default_rng(5).standard_normal((3, 13)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert cli.main(["run", str(mlp), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(tmp_path / "o.npz")]) == 0
+    assert "y  float32[3, 7]" in capsys.readouterr().out
+    out = np.load(tmp_path / "o.npz")
+    np.testing.assert_allclose(out["y"], ref_run(mlp, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    assert cli.main(["bench", str(mlp), "--vs", "onnxruntime", "--quick", "--json", "--dim", "n=4"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["ratio"] > 0 and r["nerve"]["median_us"] > 0 and max(r["max_abs_diff"].values()) < 1e-4
+
+
+def test_bert_encoder_parity_and_fusion(tmp_path):
+    path = tiny_bert.build(str(tmp_path / "bert.onnx"))
+    feeds = tiny_bert.example_feeds(batch=2, seq=16)
+    s = nerve.Session(path, dims={"batch": 2, "sequence": 16})
+    out = s.run(feeds)["last_hidden_state"]
+    ref = ref_run(path, feeds)["last_hidden_state"]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    types = [op["type"] for op in s.ops()]
+    assert types.count("layernorm") + types.count("layernorm_linear") == 5  # embeddings + 2 per layer
+    assert "reduce" not in types  # no decomposed layernorm left
+    assert "unary" not in types  # Erf-GELU became the linear's fused activation
+    assert types.count("linear") + types.count("layernorm_linear") == 12
+    assert "concat" not in types  # the Reshape targets (Shape/Gather/Concat) were folded at compile time
+    # a shorter batch within the bounds reuses the same plan
+    short = tiny_bert.example_feeds(batch=1, seq=9, seed=4)
+    np.testing.assert_allclose(s.run(short)["last_hidden_state"], ref_run(path, short)["last_hidden_state"],
+                               rtol=1e-4, atol=1e-4)
+
+
+def _conv_model(tmp_path):
+    rng = np.random.default_rng(7)
+    w1 = rng.standard_normal((48, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((64, 48, 1, 1)).astype(np.float32)
+    g = h.make_graph([
+        h.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        h.make_node("Relu", ["c1"], ["r1"]),
+        h.make_node("Conv", ["r1", "w2"], ["y"]),
+    ], "convnet", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 33, 31])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)], [nh.from_array(w1, "w1"), nh.from_array(w2, "w2")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = tmp_path / "convnet.onnx"
+    onnx.save(m, p)
+    return p, {"x": rng.standard_normal((1, 3, 33, 31)).astype(np.float32)}
+
+
+def test_threads_give_identical_results(tmp_path):
+    bert = tiny_bert.build(str(tmp_path / "bert.onnx"), hidden=256, ff=1024, heads=4)
+    conv, conv_feeds = _conv_model(tmp_path)
+    cases = [(bert, {"batch": 2, "sequence": 32}, tiny_bert.example_feeds(batch=2, seq=32)),
+             (conv, {}, conv_feeds)]
+    for path, dims, feeds in cases:
+        outs = []
+        for threads in (1, 2, 3):
+            s = nerve.Session(path, threads=threads, dims=dims)
+            outs.append(s.run(feeds))
+        for o in outs[1:]:
+            for k in outs[0]:
+                np.testing.assert_array_equal(o[k], outs[0][k])
+        ref = ref_run(path, feeds)
+        for k in outs[0]:
+            np.testing.assert_allclose(outs[0][k], ref[k], rtol=1e-4, atol=1e-4)
+    with pytest.raises(nerve.InputError):
+        nerve.Session(conv, threads=0)
