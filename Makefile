@@ -35,9 +35,14 @@ install: venv
 	$(PIP) install --quiet --no-build-isolation .
 
 # ---- the README's two commands
+# The silero VAD model (from the silero-vad wheel) located without importing the package.
+SILERO_VAD = $(shell $(PY) -c "import importlib.util as u; print(u.find_spec('silero_vad').submodule_search_locations[0] + '/data/silero_vad_op18_ifless.onnx')" 2>/dev/null)
+
 demo: install
 	$(VENV)/bin/nerve info
-	$(VENV)/bin/nerve bench ops
+	$(VENV)/bin/nerve plan "$(SILERO_VAD)"
+	$(VENV)/bin/nerve bench "$(SILERO_VAD)" --vs onnxruntime
+	$(VENV)/bin/nerve bench ops --quick
 
 test: install test-native test-python
 
