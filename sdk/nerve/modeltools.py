@@ -59,7 +59,7 @@ def input_specs(model_path: str) -> List[dict]:
         tt = vi.type.tensor_type
         shape = []
         for k, d in enumerate(tt.shape.dim):
-            shape.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0
+            shape.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
                          else (d.dim_param or f"{vi.name}_dim{k}"))
         specs.append({"name": vi.name, "dtype": np_dtype_of(tt.elem_type), "shape": shape})
     return specs

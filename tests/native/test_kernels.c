@@ -344,12 +344,20 @@ static int lin_cases(lin_case *cs, int cap) {
                                     {257, 13},  {1025, 3},  {3, 1025},  {384, 257}, {1025, 127}};
     static const lin_case large[] = {{32, 127, 97}, {33, 257, 129}, {64, 384, 1536}, {100, 257, 129},
                                      {257, 127, 97}, {37, 1025, 65}, {129, 64, 300}};
+    /* Between the few-rows and GEMM paths (the x86 mid-rows kernel): rows on both sides of
+     * whole vectors and tiles, outputs that are not whole tiles, depths cut into chunks. */
+    static const int64_t mid_rows[] = {5, 8, 11, 16, 20, 24, 31, 33, 40, 47, 48, 57, 64};
+    static const int64_t mid_io[][2] = {{128, 128}, {129, 129}, {387, 512}, {512, 387},
+                                        {1025, 70}, {200, 25},  {1025, 13}, {3, 1}};
     int n = 0;
     for (size_t r = 0; r < sizeof rowsv / sizeof rowsv[0]; r++)
         for (size_t i = 0; i < sizeof io / sizeof io[0]; i++)
             if (n < cap) cs[n++] = (lin_case){rowsv[r], io[i][0], io[i][1]};
     for (size_t i = 0; i < sizeof large / sizeof large[0]; i++)
         if (n < cap) cs[n++] = large[i];
+    for (size_t r = 0; r < sizeof mid_rows / sizeof mid_rows[0]; r++)
+        for (size_t i = 0; i < sizeof mid_io / sizeof mid_io[0]; i++)
+            if (n < cap) cs[n++] = (lin_case){mid_rows[r], mid_io[i][0], mid_io[i][1]};
     return n;
 }
 

@@ -161,7 +161,10 @@ def _conv_model(tmp_path):
 def test_threads_give_identical_results(tmp_path):
     bert = tiny_bert.build(str(tmp_path / "bert.onnx"), hidden=256, ff=1024, heads=4)
     conv, conv_feeds = _conv_model(tmp_path)
+    # 64 rows (GEMM path), 32 rows (mid-rows path), 6 rows (dot path) of the linear kernel
     cases = [(bert, {"batch": 2, "sequence": 32}, tiny_bert.example_feeds(batch=2, seq=32)),
+             (bert, {"batch": 2, "sequence": 16}, tiny_bert.example_feeds(batch=2, seq=16)),
+             (bert, {"batch": 2, "sequence": 3}, tiny_bert.example_feeds(batch=2, seq=3)),
              (conv, {}, conv_feeds)]
     for path, dims, feeds in cases:
         outs = []

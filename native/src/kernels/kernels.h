@@ -39,6 +39,11 @@ typedef void (*nrv_layernorm_linear_fn)(const float *x, int64_t rows, int64_t in
                                         const float *gamma, const float *beta, float eps,
                                         const float *w, const float *b, int64_t out, float *y);
 
+/* A linear kernel may pick its path (and so its rounding) from out only while out is below
+ * this: a caller that splits the outputs of one product across threads keeps every piece
+ * at least this wide, so each output is computed exactly as in the unsplit call. */
+#define NRV_LINEAR_SPLIT_MIN_OUT 64
+
 /* C = alpha · op(A) · op(B) + beta · C (beta == 0: C is write-only). */
 typedef void (*nrv_gemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                             float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,

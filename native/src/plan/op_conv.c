@@ -263,15 +263,14 @@ typedef struct conv_rows_job {
     const conv_geom *g;
     const float *rows, *wg, *bg;
     float *yg;
-    int64_t block;
+    int64_t pieces;
 } conv_rows_job;
 
 static void conv_rows_task(void *ctx, int64_t t) {
     const conv_rows_job *j = ctx;
     const conv_geom *g = j->g;
     float out[CONV_OUT_BLOCK];
-    const int64_t m0 = t * j->block;
-    const int64_t mb = g->mg - m0 < j->block ? g->mg - m0 : j->block;
+    const int64_t m0 = t * g->mg / j->pieces, mb = (t + 1) * g->mg / j->pieces - m0;
     nrv_kernel_get(NRV_OP_LINEAR).linear(j->rows, g->p, g->kdim, j->wg + m0 * g->kdim, j->bg ? j->bg + m0 : NULL, mb,
                                          out);
     for (int64_t jj = 0; jj < mb; jj++) {
@@ -280,18 +279,18 @@ static void conv_rows_task(void *ctx, int64_t t) {
     }
 }
 
-/* Blocks of output channels per task: as large as the stack tile allows, and with threads
- * at most a share of the channels. Each output channel is the same dot products whatever
- * the block, so the thread count does not change results. */
-static int64_t conv_channel_block(const conv_geom *g, nrv_threadpool *pool, int64_t cap) {
-    int64_t block = cap;
+/* Pieces of the output channels: enough for each to fit the stack tile (tile_floats;
+ * 0 = no limit), more with threads. Each piece keeps >= NRV_LINEAR_SPLIT_MIN_OUT channels
+ * where it can, so the kernel takes the same path for it as for all channels and the thread
+ * count does not change results. */
+static int64_t conv_channel_pieces(const conv_geom *g, nrv_threadpool *pool, int64_t tile_floats) {
+    const int64_t fit = tile_floats ? (g->mg * g->p + tile_floats - 1) / tile_floats : 1;
     const int threads = nrv_threadpool_size(pool);
     if (threads > 1 && g->mg * g->kdim * g->p >= (1 << 16)) {
-        int64_t share = (g->mg + threads - 1) / threads;
-        share = (share + 15) / 16 * 16;
-        if (share < block) block = share;
+        const int64_t par = nrv_plan_output_pieces(threads, g->p, g->mg, tile_floats ? tile_floats : INT64_MAX / 2);
+        if (par > fit) return par;
     }
-    return block > 0 ? block : 1;
+    return fit;
 }
 
 static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg, const float *bg, float *scratch,
@@ -306,22 +305,20 @@ static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg
         conv_im2row(g, xg, scratch);
         rows = scratch;
     }
-    const int64_t block = conv_channel_block(g, pool, CONV_OUT_BLOCK / g->p); /* >= 128 channels per call alone */
-    conv_rows_job j = {g, rows, wg, bg, yg, block};
-    nrv_parallel_for(pool, (g->mg + block - 1) / block, conv_rows_task, &j);
+    conv_rows_job j = {g, rows, wg, bg, yg, conv_channel_pieces(g, pool, CONV_OUT_BLOCK)};
+    nrv_parallel_for(pool, j.pieces, conv_rows_task, &j);
 }
 
 /* The GEMM path, cut into blocks of output channels (rows of W and of y) for the threads. */
 typedef struct conv_gemm_job {
     const float *wg, *b;
     float *yg;
-    int64_t mg, p, k, block;
+    int64_t mg, p, k, pieces;
 } conv_gemm_job;
 
 static void conv_gemm_task(void *ctx, int64_t t) {
     const conv_gemm_job *j = ctx;
-    const int64_t m0 = t * j->block;
-    const int64_t mb = j->mg - m0 < j->block ? j->mg - m0 : j->block;
+    const int64_t m0 = t * j->mg / j->pieces, mb = (t + 1) * j->mg / j->pieces - m0;
     nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, j->p, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b, j->p, 0.0f,
                                      j->yg + m0 * j->p, j->p);
 }
@@ -469,9 +466,9 @@ static nrv_status conv_run(const nrv_op_args *a) {
                         conv_im2col(&g, xg, col);
                         b_in = col;
                     }
-                    const int64_t block = conv_channel_block(&g, a->pool, g.mg);
-                    conv_gemm_job j = {wg, b_in, yg, g.mg, g.p, g.pointwise ? g.cg : g.kdim, block};
-                    nrv_parallel_for(a->pool, (g.mg + block - 1) / block, conv_gemm_task, &j);
+                    conv_gemm_job j = {wg, b_in, yg, g.mg, g.p, g.pointwise ? g.cg : g.kdim,
+                                       conv_channel_pieces(&g, a->pool, 0)};
+                    nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
                 }
             }
         }

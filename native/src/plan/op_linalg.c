@@ -178,27 +178,39 @@ static nrv_status run_matmul(const nrv_op_args *a) {
 typedef struct linear_job {
     const float *x, *w, *b;
     float *y;
-    int64_t rows, k, n, cols_per_task;
+    int64_t rows, k, n, pieces;
 } linear_job;
 
 static void linear_task(void *ctx, int64_t t) {
     const linear_job *j = ctx;
     float tile[LINEAR_TILE_FLOATS];
-    const int64_t o0 = t * j->cols_per_task;
-    const int64_t nb = j->n - o0 < j->cols_per_task ? j->n - o0 : j->cols_per_task;
+    const int64_t o0 = t * j->n / j->pieces, o1 = (t + 1) * j->n / j->pieces, nb = o1 - o0;
     nrv_kernel_get(NRV_OP_LINEAR).linear(j->x, j->rows, j->k, j->w + o0 * j->k, j->b ? j->b + o0 : NULL, nb, tile);
     for (int64_t r = 0; r < j->rows; r++) memcpy(j->y + r * j->n + o0, tile + r * nb, (size_t)nb * sizeof(float));
+}
+
+/* Pieces of n outputs for `threads` threads: each at least NRV_LINEAR_SPLIT_MIN_OUT wide
+ * (kernels.h: the kernel's path, hence its rounding, then does not depend on the piece) and
+ * with rows x piece fitting tile_floats; 0 if no such split exists. */
+int64_t nrv_plan_output_pieces(int threads, int64_t rows, int64_t n, int64_t tile_floats) {
+    int64_t pieces = 2 * (int64_t)threads; /* two per thread: some balance */
+    if (pieces > n / NRV_LINEAR_SPLIT_MIN_OUT) pieces = n / NRV_LINEAR_SPLIT_MIN_OUT;
+    while (pieces >= 2 && rows * ((n + pieces - 1) / pieces) > tile_floats) {
+        if ((pieces + 1) * NRV_LINEAR_SPLIT_MIN_OUT > n) return 0;
+        pieces++;
+    }
+    return pieces >= 2 ? pieces : 0;
 }
 
 static void linear_maybe_parallel(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w,
                                   const float *b, int64_t n, float *y) {
     const int threads = nrv_threadpool_size(pool);
-    if (threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS && rows * 16 <= LINEAR_TILE_FLOATS && n >= 32) {
-        int64_t per = (n + 2 * threads - 1) / (2 * threads); /* two tasks per thread: some balance */
-        per = (per + 15) / 16 * 16;
-        if (per * rows > LINEAR_TILE_FLOATS) per = LINEAR_TILE_FLOATS / rows / 16 * 16;
-        linear_job j = {x, w, b, y, rows, k, n, per};
-        nrv_parallel_for(pool, (n + per - 1) / per, linear_task, &j);
+    const int64_t pieces = threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS
+                               ? nrv_plan_output_pieces(threads, rows, n, LINEAR_TILE_FLOATS)
+                               : 0;
+    if (pieces) {
+        linear_job j = {x, w, b, y, rows, k, n, pieces};
+        nrv_parallel_for(pool, pieces, linear_task, &j);
         return;
     }
     nrv_kernel_get(NRV_OP_LINEAR).linear(x, rows, k, w, b, n, y);

@@ -551,7 +551,7 @@ static nrv_status load_weights(nrv_session_t *s, const uint8_t *section, uint64_
         const uint8_t *src = section + w_file[4 * i];
         uint8_t *dst = s->weights + s->weight_at[i];
         if (w_file[4 * i + 2] == w_file[4 * i + 3]) {
-            memcpy(dst, src, s->weight_len[i]);
+            if (s->weight_len[i]) memcpy(dst, src, s->weight_len[i]);
         } else { /* f16 -> f32 */
             const uint64_t n = w_file[4 * i + 1] / 2;
             float *f = (float *)dst;
@@ -559,6 +559,28 @@ static nrv_status load_weights(nrv_session_t *s, const uint8_t *section, uint64_
                 uint16_t h;
                 memcpy(&h, src + 2 * k, 2);
                 f[k] = nrv_half_to_float(h);
+            }
+        }
+    }
+    return NRV_OK;
+}
+
+/* An op's output in the arena may share bytes with one of its arena inputs only exactly (an
+ * elementwise op writing in place); a partial overlap would make the op read what it has
+ * already overwritten, so a plan that asks for one is refused. */
+static nrv_status check_no_partial_overlap(const nrv_session_t *s) {
+    for (uint32_t i = 0; i < s->n_ops; i++) {
+        const plan_op *op = &s->ops[i];
+        for (int o = 0; o < op->args.n_out; o++) {
+            const plan_tensor *y = &s->tensors[op->out_ids[o]];
+            if (y->storage != NRV_STORAGE_ARENA || !y->capacity) continue;
+            for (int k = 0; k < op->args.n_in; k++) {
+                if (op->in_ids[k] < 0) continue;
+                const plan_tensor *x = &s->tensors[op->in_ids[k]];
+                if (x->storage != NRV_STORAGE_ARENA || !x->capacity || x->offset == y->offset) continue;
+                if (x->offset < y->offset + y->capacity && y->offset < x->offset + x->capacity)
+                    return nrv_fail(NRV_ERR_FORMAT, "plan: op %u (%s): output '%s' partly overlaps input '%s'", i,
+                                    op->args.type, y->name, x->name);
             }
         }
     }
@@ -593,7 +615,10 @@ static nrv_status place_tensors(nrv_session_t *s) {
             break;
         }
         if (!t->symbolic && t->storage != NRV_STORAGE_INPUT) NRV_TRY(check_fits(t));
+        if (t->offset % nrv_dtype_size((nrv_dtype)t->view.dtype) != 0)
+            return nrv_fail(NRV_ERR_FORMAT, "plan: tensor '%s' is not aligned to its element size", t->name);
     }
+    NRV_TRY(check_no_partial_overlap(s));
     S_ALLOC(s, s->dynamic, s->n_tensors);
     for (uint32_t i = 0; i < s->n_tensors; i++) {
         const plan_tensor *t = &s->tensors[i];

@@ -62,6 +62,11 @@ int nrv_threadpool_size(const nrv_threadpool *pool);
 nrv_status nrv_threadpool_create(int n_threads, nrv_threadpool **out); /* NULL for 1 thread */
 void nrv_threadpool_free(nrv_threadpool *pool);
 
+/* How many pieces to cut n outputs of a product with `rows` rows into for `threads`
+ * threads, each piece >= NRV_LINEAR_SPLIT_MIN_OUT outputs and rows x piece <= tile_floats;
+ * 0 = do not split (op_linalg.c). */
+int64_t nrv_plan_output_pieces(int threads, int64_t rows, int64_t n, int64_t tile_floats);
+
 typedef struct nrv_op_args {
     const char *type;  /* op type string, e.g. "conv" */
     const char *name;  /* ONNX node name(s) it came from, for error messages */

@@ -10,16 +10,24 @@
  * x vectors feed DOT_O·DOT_R FMAs into as many independent accumulators; the sums of a
  * row are reduced together at the end (vhsum4).
  *
+ * Mid rows (13-48 with AVX-512, 13-32 with AVX2; from 8 when in <= 128, see
+ * mid_rows_wins): x transposed to the stack and yᵀ = W · xᵀ built from outer products,
+ * W broadcast element by element where it lies: no horizontal sums, no packing of W.
+ *
  * Many rows: the blocked GEMM (gemm_impl.h, shared driver) with W as a transposed B and
  * the bias folded into its first store, re-using each packed W panel for every row.
  *
- * Fused layernorm + linear, few rows: up to 16 rows at a time are normalised into a 56 KiB
- * (L2-resident) stack block, cut along k when they do not fit whole, and the dot kernel reads it
- * from there; no normalised tensor is written to memory. Many rows: the GEMM driver
- * (up to GEMM_LN_ONCE_ROWS rows: each KC slice of x normalised once per call into a
- * stack block; beyond: each MR x KC tile of x normalised while packing it). What fusing saves is the layernorm pass and its output tensor; at the shapes
- * of a decode step (rows <= 16, W of MBs) that is < 1% of the time, which is dominated by
- * the same dot kernel as nrv_linear (measured: bench/native, fused section).
+ * Fused layernorm + linear, the same three paths with the same thresholds. Few rows: up
+ * to 16 rows at a time are normalised into a 56 KiB (L2-resident) stack block, cut along
+ * k when they do not fit whole, and the dot kernel reads it from there; no normalised
+ * tensor is written to memory. Mid rows: each transposed block of x is normalised in place
+ * (measured like nrv_linear: 13-48 rows 73-101 GFLOP/s vs 46-86 for the dot kernel and
+ * 51-84 for the GEMM, AVX-512). Many rows: the GEMM driver (up to GEMM_LN_ONCE_ROWS rows:
+ * each KC slice of x normalised once per call into a stack block; beyond: each MR x KC
+ * tile of x normalised while packing it). What fusing saves is the layernorm pass and its
+ * output tensor; at the shapes of a decode step (rows <= 16, W of MBs) that is < 1% of the
+ * time, which is dominated by the same kernels as nrv_linear (measured: bench/native, fused
+ * section).
  */
 #include "simd_math.h"
 #include "x86_kernels.h"
@@ -47,7 +55,8 @@
 /* From this many rows on, linear and the fused op go through the blocked GEMM: measured
  * crossover (bench, in x out = 1024 x 1024 and 384 x 1536) ~32 rows with AVX2, 48-64
  * with AVX-512, whose dot kernel holds more rows in registers. Below it the dot kernel
- * wins: no packing of W, which costs as much as the product for few rows. */
+ * wins: no packing of W, which costs as much as the product for few rows. (Both defer
+ * to the mid-rows path first where mid_rows_wins says so: up to 48 / 32 rows.) */
 #ifndef LINEAR_GEMM_MIN_ROWS
 #if VL == 8
 #define LINEAR_GEMM_MIN_ROWS 32
@@ -149,8 +158,386 @@ static void dot_all(const float *x, int64_t ldx, int64_t rows, const float *w, i
     }
 }
 
+/* ---------------------------------------------------------------- mid rows */
+
+/* yᵀ = W · xᵀ as outer products: x (rows <= 48) is transposed to a stack block, xᵀ[k, :]
+ * (all the rows at depth k) then being a few contiguous vectors; per step of k those are
+ * loaded once and W[n, k] broadcast for each of NB outputs, FMA'd into NB x rows/VL
+ * accumulators. No horizontal sums (what costs the dot kernel ~30% on top of its FMAs at
+ * in = 128: it stays at 48-53 GFLOP/s there at every row count) and W read in place, each
+ * element once per call (no packing, which costs the GEMM as much as the product at these
+ * row counts).
+ *
+ * Rows are handled in units of 8 (one 256-bit vector of rows: a whole vector with AVX2, a
+ * half one with AVX-512, so 24 rows cost 3 halves, not 2 whole vectors: with only whole
+ * vectors, 17-24 rows ran at 56-80 GFLOP/s against 90-100 at 16 and 32). A tile of S units
+ * keeps S / MID_UPV vectors (+ a 256-bit half when S is odd with AVX-512) per output, for
+ * MID_NB_<S> outputs: accumulators + S vectors of xᵀ (+ one broadcast register with AVX2,
+ * which has no broadcast memory operand) fill the register file. Rows past MID_UNITS_MAX
+ * units are cut into panels of as even a size as units allow.
+ *
+ * NB stays <= 8 with AVX-512 too, though 32 registers would hold 24 accumulators of one
+ * vector: the NB rows of W are read in step, and at in = 512 or 1024 (rows 2 or 4 KiB
+ * apart) more than 8 of them share an L1 set (8 ways): NB = 24 measured 13-27 GFLOP/s at
+ * 1024 x 1024 against ~100 with NB = 8, and no faster elsewhere (NB 12, 16: same story at
+ * in = 1024). Copying each NB x 16 block of W to the stack first (broadcasts from there)
+ * avoided the conflicts but cost 5-15% everywhere else. */
+#define MID_UPV (VL / 8) /* units per vector */
+#if VL == 8
+#ifndef MID_UNITS_MAX
+#define MID_UNITS_MAX 3
+#endif
+/* 16 ymm: 8 x 1, 6 x 2, 4 x 3 accumulators */
+#define MID_NB_1 8
+#define MID_NB_2 6
+#define MID_NB_3 4
+#define MID_NB_4 4 /* (only as the NB of panels one unit larger than 3: none) */
+#else
+#ifndef MID_UNITS_MAX
+#define MID_UNITS_MAX 8
+#endif
+/* 32 zmm: 8 outputs up to 3 vectors (24 accumulators), 6 for 3.5 and 4 */
+#define MID_NB_1 8
+#define MID_NB_2 8
+#define MID_NB_3 8
+#define MID_NB_4 8
+#define MID_NB_5 8
+#define MID_NB_6 8
+#define MID_NB_7 6
+#define MID_NB_8 6
+#endif
+#define MID_NB_MAX 8
+/* Depths per step of the tile loop (unrolled): 8 and 16 measured the same with AVX-512
+ * (8: half the code), 16 up to 5% faster with AVX2 at 14-16 rows. */
+#ifndef MID_KB
+#if VL == 8
+#define MID_KB 16
+#else
+#define MID_KB 8
+#endif
+#endif
+/* Stack block of xᵀ (k-major panels of rows padded to whole units): 32 KiB. */
+#ifndef MID_XT_FLOATS
+#define MID_XT_FLOATS 8192
+#endif
+/* Rows that take the mid-rows path (linear and the fused op), measured against the dot
+ * kernel and the GEMM in one process (Zen 4, 2 cores; GFLOP/s, medians, (in, out) in
+ * (128, 128), (128, 512), (512, 128), (387, 128), (256, 258), (1024, 1024)):
+ *  - from LINEAR_MID_MIN_ROWS = 13 rows (2 units, 81% of the lanes used): 13-16 rows
+ *    72-106 vs dot 47-98 (AVX-512; AVX2 alike); at 10-12 rows the dot kernel still wins
+ *    for in >= 387 (12 rows, 512 x 128: dot 95, here 77);
+ *  - from 8 rows when in <= LINEAR_MID_SHORT_IN = 128, where the dot kernel's horizontal
+ *    sums weigh most (48-54 at every row count): 8-12 rows 57-77 vs 45-54;
+ *  - up to LINEAR_MID_MAX_ROWS - 1. AVX-512: 48; at 24, 32 and 48 rows 85-104 vs GEMM
+ *    72-92 and dot 52-86; row counts in between dip to 66-90, still ahead or level but
+ *    at in = 512, where the dot kernel holds ~95 at any row count (44 rows: 97 vs 88);
+ *    from 52 rows the GEMM is as fast or faster (1024 x 1024, 60-64 rows: 79-85 vs
+ *    67-78). AVX2: 32; 32 rows 78-93 vs GEMM 62-70; at 36-64 the two trade places.
+ *  - outputs: transposing x and writing y out cost per row and depth whatever out, so few
+ *    outputs leave the dot kernel ahead (AVX-512, 32 rows: 768 x 16 dot 82, here 67;
+ *    128 x 3: 38 vs 23). From LINEAR_MID_MIN_OUT = 16 outputs while in <= 8·out (256 x 32:
+ *    88-90 vs 70-71; 384 x 32 level; 768 x 40: 89-93 vs 100-105), from 64 whatever in
+ *    (768 x 64: 92 vs 88; 4096 x 128: 88 vs 74). */
+#ifndef LINEAR_MID_MIN_ROWS
+#define LINEAR_MID_MIN_ROWS 13
+#endif
+#ifndef LINEAR_MID_SHORT_MIN_ROWS
+#define LINEAR_MID_SHORT_MIN_ROWS 8
+#endif
+#ifndef LINEAR_MID_SHORT_IN
+#define LINEAR_MID_SHORT_IN 128
+#endif
+#ifndef LINEAR_MID_MIN_OUT
+#define LINEAR_MID_MIN_OUT 16
+#endif
+#ifndef LINEAR_MID_MAX_ROWS
+#if VL == 8
+#define LINEAR_MID_MAX_ROWS 33
+#else
+#define LINEAR_MID_MAX_ROWS 49
+#endif
+#endif
+_Static_assert(MID_UNITS_MAX <= 8 && MID_UNITS_MAX <= 4 * MID_UPV, "tiles of at most 4 vectors");
+_Static_assert(MID_XT_FLOATS / (LINEAR_MID_MAX_ROWS + 7) >= 64, "at least 64 depths per chunk");
+
+static int mid_nb(int s) {
+    switch (s) {
+    case 1: return MID_NB_1;
+    case 2: return MID_NB_2;
+#if MID_UNITS_MAX >= 3
+    case 3: return MID_NB_3;
+#endif
+#if MID_UNITS_MAX >= 4
+    case 4: return MID_NB_4;
+#endif
+#if MID_UNITS_MAX >= 5
+    case 5: return MID_NB_5;
+    case 6: return MID_NB_6;
+    case 7: return MID_NB_7;
+    case 8: return MID_NB_8;
+#endif
+    default: return MID_NB_1;
+    }
+}
+
+/* 8x8 transpose of floats in eight 256-bit registers (AVX, available in both ISAs). */
+static inline void lin_transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* One panel: xt[p·ldt + r] = x[r·ldx + p] for r < rows, p < kc, and 0 for rows <= r < ldt
+ * (ldt: a multiple of 8): blocks of 8 rows x 8 depths through lin_transpose8 (rows past
+ * `rows` load as zeros), the kc % 8 last depths one by one. */
+static void mid_transpose(const float *x, int64_t ldx, int64_t rows, int64_t kc, float *xt, int64_t ldt) {
+    for (int64_t r = 0; r < ldt; r += 8) {
+        const int64_t nr = rows - r < 0 ? 0 : (rows - r < 8 ? rows - r : 8);
+        const float *xr = x + (nr > 0 ? r : 0) * ldx;
+        int64_t p = 0;
+        for (; p + 8 <= kc; p += 8) {
+            __m256 v[8];
+            for (int t = 0; t < 8; t++) v[t] = t < nr ? _mm256_loadu_ps(xr + t * ldx + p) : _mm256_setzero_ps();
+            lin_transpose8(v);
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(xt + (p + t) * ldt + r, v[t]);
+        }
+        for (; p < kc; p++)
+            for (int t = 0; t < 8; t++) xt[p * ldt + r + t] = t < nr ? xr[t * ldx + p] : 0.0f;
+    }
+}
+
+/* Fused op: one transposed panel normalised in place, xt[p, r] = (xt[p, r] - mean[r]) ·
+ * rstd[r] · gamma[p] + beta[p], the same operations as v_normalise_row (so the same
+ * values), 8 rows at a time (padding rows have mean = rstd = 0 there: finite, unused). */
+static void mid_normalise(float *xt, int64_t kc, int64_t ldt, const float *mean, const float *rstd,
+                          const float *gamma, const float *beta) {
+    for (int64_t r = 0; r < ldt; r += 8) {
+        const __m256 m = _mm256_loadu_ps(mean + r), rs = _mm256_loadu_ps(rstd + r);
+        for (int64_t p = 0; p < kc; p++) {
+            float *xp = xt + p * ldt + r;
+            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xp), m), rs);
+            _mm256_storeu_ps(xp, beta ? _mm256_fmadd_ps(d, _mm256_set1_ps(gamma[p]), _mm256_set1_ps(beta[p]))
+                                      : _mm256_mul_ps(d, _mm256_set1_ps(gamma[p])));
+        }
+    }
+}
+
+/* The half vector's broadcast: the low half of the full one when that one is in a register
+ * anyway (RV >= 2: measured +10-15% at rows 36-56), else its own (RV = 1: the full
+ * vector's FMA takes its broadcast from memory; sharing one measured 5-8% slower at rows
+ * 18-24). */
+#if VL == 16
+#define MID_LOW8(v) _mm512_castps512_ps256(v)
+#else
+#define MID_LOW8(v) (v)
+#endif
+/* One step of k for a tile: S·8 values of xᵀ at xp, NB broadcasts of W at depth p. */
+#define MID_STEP(xp, p)                                                                                        \
+    do {                                                                                                       \
+        vf xv_[4];                                                                                             \
+        __m256 xh_ = _mm256_setzero_ps();                                                                      \
+        _Pragma("GCC unroll 8") for (int v = 0; v < RV; v++) xv_[v] = vload((xp) + v * VL);                     \
+        if (H) xh_ = _mm256_loadu_ps((xp) + RV * VL);                                                          \
+        _Pragma("GCC unroll 8") for (int j = 0; j < NB; j++) {                                                 \
+            const float wv_ = wn[j][p];                                                                        \
+            const vf bw_ = vset1(wv_);                                                                         \
+            _Pragma("GCC unroll 8") for (int v = 0; v < RV; v++) acc[j][v] = vfmadd(bw_, xv_[v], acc[j][v]);    \
+            if (H) acch[j] = _mm256_fmadd_ps(RV >= 2 ? MID_LOW8(bw_) : _mm256_set1_ps(wv_), xh_, acch[j]);     \
+        }                                                                                                      \
+    } while (0)
+
+/* The first n (1..8) floats of v to p, in at most three stores. */
+static inline void mid_store_n(float *p, __m256 v, int64_t n) {
+    if (n == 8) {
+        _mm256_storeu_ps(p, v);
+        return;
+    }
+    __m128 h = _mm256_castps256_ps128(v);
+    if (n >= 4) {
+        _mm_storeu_ps(p, h);
+        h = _mm256_extractf128_ps(v, 1);
+        p += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        _mm_storel_pi((__m64 *)(void *)p, h);
+        h = _mm_movehl_ps(h, h);
+        p += 2;
+        n -= 2;
+    }
+    if (n) _mm_store_ss(p, h);
+}
+
+/* y[r, o..o+nout) (=|+=) Σ_p xt[p, r] · w[o.., p] for the S·8 rows of a panel of xt (S·8
+ * floats per depth; rows >= rvalid are padding: computed, not stored) and NB outputs (rows
+ * of w past nout read row 0 and are discarded). Per step of k: S·8 values of xᵀ in RV
+ * vectors (+ H halves), NB broadcasts of W read in place, NB·(RV + H) FMAs into as many
+ * accumulators; no horizontal sum, no copy of W. The accumulators start at the bias
+ * (first k-chunk) and go out through a small stack tile, transposed (see below). */
+static inline __attribute__((always_inline)) void mid_tile(int S, int NB, const float *xt, const float *w,
+                                                           int64_t ldw, int64_t nout, int64_t kc, const float *bias,
+                                                           int accumulate, int64_t rvalid, float *y, int64_t ldy) {
+    const int RV = S / MID_UPV, H = S % MID_UPV, W8 = S * 8;
+    const float *wn[MID_NB_MAX];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; j++) wn[j] = w + (j < nout ? j : 0) * ldw;
+    vf acc[MID_NB_MAX][4];
+    __m256 acch[MID_NB_MAX];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; j++) {
+        const float b0 = (!accumulate && bias) ? bias[j < nout ? j : 0] : 0.0f;
+#pragma GCC unroll 8
+        for (int v = 0; v < RV; v++) acc[j][v] = vset1(b0);
+        acch[j] = _mm256_set1_ps(b0);
+    }
+    const float *xp = xt;
+    int64_t p = 0;
+    for (; p + MID_KB <= kc; p += MID_KB, xp += MID_KB * W8) {
+#pragma GCC unroll 16
+        for (int kk = 0; kk < MID_KB; kk++) MID_STEP(xp + kk * W8, p + kk);
+    }
+    for (; p < kc; p++, xp += W8) MID_STEP(xp, p);
+    /* out through the stack, transposed: with NB = 8, each 8 rows x 8 outputs in registers
+     * (lin_transpose8), then a row's outputs stored at once (+1-3% overall at in = 128 with
+     * AVX-512 over scalar copies; no gain for the NB = 6 and 4 tiles of AVX2, which copy) */
+    _Alignas(64) float t[MID_NB_MAX * 64];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; j++) {
+#pragma GCC unroll 8
+        for (int v = 0; v < RV; v++) vstore(t + j * W8 + v * VL, acc[j][v]);
+        if (H) _mm256_store_ps(t + j * W8 + RV * VL, acch[j]);
+    }
+    /* (rvalid <= S·8 and nout <= NB by construction; the clamps say so to the compiler) */
+    const int64_t rn = rvalid < W8 ? rvalid : W8, nn = nout < NB ? nout : NB;
+    if (NB == 8 && !accumulate) {
+        for (int u = 0; u * 8 < rn; u++) {
+            __m256 tr[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) tr[j] = _mm256_load_ps(t + j * W8 + u * 8);
+            lin_transpose8(tr);
+            const int nr = rn - u * 8 < 8 ? (int)(rn - u * 8) : 8;
+            for (int i = 0; i < nr; i++) mid_store_n(y + (u * 8 + i) * ldy, tr[i], nn);
+        }
+        return;
+    }
+    for (int64_t r = 0; r < rn; r++) {
+        float *yr = y + r * ldy;
+        if (accumulate)
+            for (int64_t j = 0; j < nn; j++) yr[j] += t[j * W8 + r];
+        else
+            for (int64_t j = 0; j < nn; j++) yr[j] = t[j * W8 + r];
+    }
+}
+
+/* Tile instances: S units with NB(S) or NB(S + 1) outputs (panels of S and S + 1 units
+ * share the NB of the larger). The last outputs, when fewer than NB, run a full tile
+ * (rows of W past out read the tile's first row, results discarded). */
+#define MID_TILE_S(S, NBOWN, NBUP)                                                                             \
+    case S:                                                                                                    \
+        if ((NBUP) == (NBOWN) || nb == (NBOWN))                                                                \
+            mid_tile(S, NBOWN, xt, w, ldw, nout, kc, bias, accumulate, rvalid, y, ldy);                        \
+        else mid_tile(S, NBUP, xt, w, ldw, nout, kc, bias, accumulate, rvalid, y, ldy);                         \
+        break
+
+static __attribute__((noinline)) void mid_tile_any(int s, int nb, const float *xt, const float *w, int64_t ldw,
+                                                   int64_t nout, int64_t kc, const float *bias, int accumulate,
+                                                   int64_t rvalid, float *y, int64_t ldy) {
+    switch (s) {
+        MID_TILE_S(1, MID_NB_1, MID_NB_2);
+        MID_TILE_S(2, MID_NB_2, MID_NB_3);
+#if MID_UNITS_MAX >= 3
+        MID_TILE_S(3, MID_NB_3, MID_NB_4);
+#endif
+#if MID_UNITS_MAX >= 4
+        MID_TILE_S(4, MID_NB_4, MID_NB_5);
+#endif
+#if MID_UNITS_MAX >= 5
+        MID_TILE_S(5, MID_NB_5, MID_NB_6);
+        MID_TILE_S(6, MID_NB_6, MID_NB_7);
+        MID_TILE_S(7, MID_NB_7, MID_NB_8);
+        MID_TILE_S(8, MID_NB_8, MID_NB_8);
+#endif
+    default: break; /* 1 <= s <= MID_UNITS_MAX by construction */
+    }
+}
+
+/* The mid-rows path of nrv_linear. x is cut along k into chunks whose transpose fits
+ * MID_XT_FLOATS (equal chunks); each chunk is transposed to the stack as panels of up to
+ * MID_UNITS_MAX units of rows (each k-major with its own width, so a tile steps through it
+ * at constant offsets), then for each group of NB outputs, every panel (re-reading the NB
+ * rows of W, NB·kc floats, from L1); later chunks add to y. Out of line: its 32 KiB block
+ * must never share a frame with the GEMM driver's buffers. */
+static __attribute__((noinline)) void mid_rows(const float *x, int64_t rows, int64_t in, const float *w,
+                                               const float *b, int64_t out, float *y, const float *gamma,
+                                               const float *beta, float eps) {
+    _Alignas(64) float xt[MID_XT_FLOATS];
+    /* fused op (gamma non-NULL): every row's statistics first; 0 past the last row */
+    _Alignas(32) float mean[LINEAR_MID_MAX_ROWS + 7], rstd[LINEAR_MID_MAX_ROWS + 7];
+    if (gamma) {
+        for (int64_t r = 0; r < rows; r++) v_row_stats(x + r * in, in, eps, &mean[r], &rstd[r]);
+        for (int64_t r = rows; r < (rows + 7) / 8 * 8; r++) mean[r] = rstd[r] = 0.0f;
+    }
+    const int units = (int)((rows + 7) / 8);
+    const int np = (units + MID_UNITS_MAX - 1) / MID_UNITS_MAX;
+    const int s0 = (units + np - 1) / np, nbig = units - (s0 - 1) * np; /* panels: nbig of s0 units, then s0 - 1 */
+    const int nb = mid_nb(s0);
+    int64_t kmax = MID_XT_FLOATS / ((int64_t)units * 8);
+    if (kmax >= in) kmax = in;
+    else {
+        const int64_t nch = (in + kmax - 1) / kmax;
+        const int64_t keq = ((in + nch - 1) / nch + 7) / 8 * 8;
+        if (keq < kmax) kmax = keq;
+    }
+    for (int64_t pc = 0; pc < in; pc += kmax) {
+        const int64_t kc = in - pc < kmax ? in - pc : kmax;
+        for (int i = 0, r = 0; i < np; i++) {
+            const int s = i < nbig ? s0 : s0 - 1;
+            mid_transpose(x + r * in + pc, in, rows - r < s * 8 ? rows - r : s * 8, kc, xt + (int64_t)r * kc, s * 8);
+            if (gamma)
+                mid_normalise(xt + (int64_t)r * kc, kc, s * 8, mean + r, rstd + r, gamma + pc, beta ? beta + pc : NULL);
+            r += s * 8;
+        }
+        for (int64_t o = 0; o < out; o += nb) {
+            const int64_t nout = out - o < nb ? out - o : nb;
+            for (int i = 0, r = 0; i < np; i++) {
+                const int s = i < nbig ? s0 : s0 - 1;
+                mid_tile_any(s, nb, xt + (int64_t)r * kc, w + o * in + pc, in, nout, kc, b ? b + o : NULL, pc > 0,
+                             rows - r < s * 8 ? rows - r : s * 8, y + (int64_t)r * out + o, out);
+                r += s * 8;
+            }
+        }
+    }
+}
+
+/* Whether nrv_linear / the fused op take the mid-rows path (the measurements are with
+ * LINEAR_MID_MIN_ROWS above). */
+_Static_assert(4 * LINEAR_MID_MIN_OUT <= NRV_LINEAR_SPLIT_MIN_OUT,
+               "mid_rows_wins may depend on out only below NRV_LINEAR_SPLIT_MIN_OUT (kernels.h)");
+static inline int mid_rows_wins(int64_t rows, int64_t in, int64_t out) {
+    if (rows >= LINEAR_MID_MAX_ROWS || out < LINEAR_MID_MIN_OUT || (out < 4 * LINEAR_MID_MIN_OUT && in > 8 * out))
+        return 0;
+    return rows >= LINEAR_MID_MIN_ROWS || (rows >= LINEAR_MID_SHORT_MIN_ROWS && in <= LINEAR_MID_SHORT_IN);
+}
+
 void X86FN(nrv_linear)(const float *x, int64_t rows, int64_t in, const float *w, const float *b, int64_t out,
                        float *y) {
+    if (mid_rows_wins(rows, in, out)) {
+        mid_rows(x, rows, in, w, b, out, y, NULL, NULL, 0.0f);
+        return;
+    }
     if (rows < LINEAR_GEMM_MIN_ROWS) {
         dot_all(x, in, rows, w, in, out, in, b, 0, y, out);
         return;
@@ -201,6 +588,10 @@ static __attribute__((noinline)) void fused_few_rows(const float *x, int64_t row
 
 void X86FN(nrv_layernorm_linear)(const float *x, int64_t rows, int64_t in, const float *gamma, const float *beta,
                                  float eps, const float *w, const float *b, int64_t out, float *y) {
+    if (mid_rows_wins(rows, in, out)) {
+        mid_rows(x, rows, in, w, b, out, y, gamma, beta, eps);
+        return;
+    }
     if (rows < LINEAR_GEMM_MIN_ROWS) {
         fused_few_rows(x, rows, in, gamma, beta, eps, w, b, out, y);
         return;

@@ -40,6 +40,7 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
                     state: Optional[Mapping[str, str]] = None, fuse: bool = True):
     """Imports and optimises a model; returns the Program (before serialisation)."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
+    from . import onnx_ops_nn  # noqa: F401
     from . import passes
     from .onnx_import import Importer
 

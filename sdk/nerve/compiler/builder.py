@@ -83,7 +83,7 @@ class Builder:
         out = Value(name, v.dtype, shape)
         if v.symval is not None:
             out.symval = list(v.symval)
-            if v.producer is None and not v.is_input:
+            if v.producer is None and not v.is_input and v.alias_of is None:
                 return out  # still a compile-time value; materialised on demand
         out.alias_of = v
         return out

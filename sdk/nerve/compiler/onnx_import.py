@@ -133,9 +133,13 @@ class Importer:
             raise CompileError(f"initializer '{tensor.name}': external data path {loc!r} leaves the model folder")
         if not real.is_file():
             raise CompileError(f"initializer '{tensor.name}': external data file {loc!r} not found next to the model")
-        offset = int(info.get("offset", 0) or 0)
         size = real.stat().st_size
-        length = int(info["length"]) if "length" in info else size - offset
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if "length" in info else size - offset
+        except ValueError:
+            raise CompileError(f"initializer '{tensor.name}': external data offset/length must be integers, got "
+                               f"{info.get('offset')!r} / {info.get('length')!r}") from None
         if offset < 0 or length < 0 or offset + length > size:
             raise CompileError(f"initializer '{tensor.name}': external data {loc!r} is truncated "
                                f"(needs bytes {offset}..{offset + length}, the file has {size})")
@@ -154,7 +158,7 @@ class Importer:
         if not tt.HasField("shape"):
             raise CompileError(f"input '{vi.name}' has no declared rank")
         for k, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 shape.append(int(d.dim_value))
             else:
                 name = d.dim_param or f"{vi.name}_dim{k}"
@@ -214,8 +218,8 @@ class Importer:
             raise CompileError(f"the model has symbolic dimensions {missing} (inputs: {shapes}); give each an upper "
                                f"bound, e.g. dims={{{', '.join(repr(m) + ': N' for m in missing)}}}")
         for n in self.symbols:
-            if int(self.dims[n]) < 0:
-                raise CompileError(f"bound of dimension '{n}' must be >= 0, got {self.dims[n]}")
+            if not 0 <= int(self.dims[n]) < 2 ** 62:
+                raise CompileError(f"bound of dimension '{n}' must be in [0, 2**62), got {self.dims[n]}")
         self.run_graph(g, scope)
         outputs = []
         for vi in g.output:

@@ -69,8 +69,17 @@ def _identity(ctx: NodeCtx, ins):
             mask = ctx.b.const(np.ones([int(d) for d in ins[0].shape], dtype=bool)) if ins[0].static else None
             if mask is None:
                 raise ctx.fail("the mask output of Dropout is not supported for symbolic shapes")
-            return [ins[0], mask]
-    return [ins[0]]
+            return [_same(ctx, ins[0]), mask]
+    return [_same(ctx, ins[0])]
+
+
+def _same(ctx: NodeCtx, x: Value) -> Value:
+    """x under the node's output name. A compile-time value (a shape) gets its own value: the
+    graph output of that name is then materialised under it (Builder.alias of a value that
+    was already materialised would lose its "dims" op)."""
+    if x.symval is not None and x.producer is None and not x.is_input and x.alias_of is None:
+        return ctx.b.from_known(list(x.symval), x.dtype, x.shape, ctx.out_name())
+    return x
 
 
 @handler("Constant")
@@ -165,7 +174,10 @@ def _reshape(ctx: NodeCtx, ins):
 @handler("Flatten")
 def _flatten(ctx: NodeCtx, ins):
     x = ins[0]
-    axis = norm_axis(ctx, ctx.attr("axis", 1), x.rank + 1) if x.rank else 0
+    axis = ctx.attr("axis", 1) if x.rank else 0
+    if not -x.rank <= axis <= x.rank:
+        raise ctx.fail(f"axis {axis} out of range for rank {x.rank}")
+    axis = axis + x.rank if axis < 0 else axis  # in [-r, r]: -1 is r - 1 (not r)
     return [ctx.b.alias(x, [S.prod(x.shape[:axis]), S.prod(x.shape[axis:])], ctx.out_name())]
 
 
@@ -214,7 +226,48 @@ _BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "Min": 5, "Max": 6,
 _COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}
 
 
-def _known_binary(op: str, x: Dim, y: Dim) -> Optional[Dim]:
+def _nonneg(d: Dim) -> bool:
+    """True when d is >= 0 for every run: symbols are sizes (>= 0), and sums and products of
+    them with non-negative coefficients, their quotients, min, max stay so."""
+    if S.is_static(d):
+        return int(d) >= 0
+    for mono, c in d.terms.items():
+        if c < 0:
+            return False
+        for atom in mono:
+            if atom[0] == "s":
+                continue
+            op, a, b = atom
+            if op in ("floordiv", "min") and not (_nonneg(a) and _nonneg(b)):
+                return False
+            if op == "max" and not (_nonneg(a) or _nonneg(b)):
+                return False
+            if op not in ("floordiv", "min", "max"):
+                return False
+    return True
+
+
+def _interval(d: Dim):
+    if S.is_static(d):
+        return int(d), int(d)
+    return (0 if _nonneg(d) else -np.inf), np.inf
+
+
+def _known_compare(op: str, x: Dim, y: Dim) -> Optional[int]:
+    """A comparison of dims decided by their ranges (a size never equals -1), else None."""
+    (xl, xh), (yl, yh) = _interval(x), _interval(y)
+    if op == "Equal":
+        return 0 if (xh < yl or yh < xl) else None
+    if op in ("Less", "GreaterOrEqual"):
+        r = 1 if xh < yl else 0 if xl >= yh else None
+        return r if r is None or op == "Less" else 1 - r
+    if op in ("Greater", "LessOrEqual"):
+        r = 1 if xl > yh else 0 if xh <= yl else None
+        return r if r is None or op == "Greater" else 1 - r
+    return None
+
+
+def _known_binary(op: str, x: Dim, y: Dim, fmod: int = 0) -> Optional[Dim]:
     if op == "Add":
         return S.dim_add(x, y)
     if op == "Sub":
@@ -228,19 +281,30 @@ def _known_binary(op: str, x: Dim, y: Dim) -> Optional[Dim]:
             q = abs(int(x)) // abs(int(y))
             return q if (int(x) >= 0) == (int(y) > 0) else -q  # ONNX integer Div truncates
         return S.dim_floordiv(x, y)  # shape arithmetic: sizes are >= 0
+    if op == "Pow":
+        if S.is_static(x) and S.is_static(y) and int(y) >= 0:
+            return int(x) ** int(y)
+        return None
     if op == "Min":
         return S.dim_min(x, y)
     if op == "Max":
         return S.dim_max(x, y)
     if op == "Mod":
-        return S.dim_mod(x, y) if not (S.is_static(y) and int(y) == 0) else None
+        if S.is_static(y) and int(y) == 0:
+            return None
+        if fmod:  # C fmod: the sign of the dividend (dims' mod takes the divisor's)
+            if not (S.is_static(x) and S.is_static(y)):
+                return None
+            r = abs(int(x)) % abs(int(y))
+            return -r if int(x) < 0 else r
+        return S.dim_mod(x, y)
     if S.is_static(x) and S.is_static(y):
         x, y = int(x), int(y)
         return {"Equal": x == y, "Less": x < y, "Greater": x > y, "LessOrEqual": x <= y,
                 "GreaterOrEqual": x >= y}.get(op)
     if op == "Equal" and x == y:
         return 1
-    return None
+    return _known_compare(op, x, y)
 
 
 def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
@@ -248,6 +312,10 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
     if a.dtype != b.dtype:
         if op == "Pow" and b.const is not None:
             b = ctx.b.const(b.const.astype(a.dtype))
+        elif op == "Pow" and a.dtype.kind == "f" and b.dtype.kind in "iuf":
+            # the exponent's dtype may differ from the base's (ONNX Pow): convert it at run time
+            b = ctx.b.emit("cast", [b], [spec(ctx.b.fresh(ctx.name + ".exponent"), a.dtype, b.shape)],
+                           name=ctx.name)[0]
         else:
             raise ctx.fail(f"operands have different dtypes {a.dtype} and {b.dtype}")
     shape = broadcast_shapes(ctx, a.shape, b.shape)
@@ -259,7 +327,8 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
             n = int(n)
             xs = ka * n if len(ka) == 1 else ka
             ys = kb * n if len(kb) == 1 else kb
-            vals = [_known_binary(op, x, y) for x, y in zip(xs, ys)]
+            fmod = ctx.attr("fmod", 0) if op == "Mod" else 0
+            vals = [_known_binary(op, x, y, fmod) for x, y in zip(xs, ys)]
             if all(v is not None for v in vals):
                 if out_dtype == np.bool_:
                     vals = [int(bool(v)) if S.is_static(v) else v for v in vals]
@@ -271,6 +340,16 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
             code = {2.0: 24, 0.5: 4, 1.0: 20}[e]  # square, sqrt, identity
             return ctx.b.emit("unary", [a], [spec(name, a.dtype, shape)], iattr=[code], fattr=[0, 0],
                               name=ctx.name, inplace=True)[0]
+    if op == "Pow" and a.dtype.kind in "iu":
+        # the runtime's pow is float only: a small constant exponent becomes multiplications
+        e = kb[0] if kb is not None and len(kb) == 1 and S.is_static(kb[0]) else None
+        if e is None or not 1 <= int(e) <= 8 or list(shape) != list(a.shape):
+            raise ctx.fail(f"Pow of {a.dtype} is supported for a constant exponent 1..8 only")
+        y = a
+        for i in range(int(e) - 1):
+            y = ctx.b.emit("binary", [y, a], [spec(name if i == int(e) - 2 else ctx.b.fresh(ctx.name), a.dtype, shape)],
+                           iattr=[2], name=ctx.name)[0]
+        return y if int(e) > 1 else ctx.b.alias(a, shape, name)
     if op not in _BINARY and op != "Mod":
         raise ctx.fail(f"{op} is not a binary op")
     code = _BINARY.get(op)
@@ -342,15 +421,31 @@ def _clip(ctx: NodeCtx, ins):
     if ctx.opset < 11:
         lo, hi = ctx.attr("min", -3.4028234663852886e38), ctx.attr("max", 3.4028234663852886e38)
     else:
+        present = [(i, op) for i, op in ((1, "Max"), (2, "Min")) if len(ins) > i and ins[i] is not None]
+        if x.dtype.kind in "iu" or any(ins[i].const is None for i, _ in present):
+            # Max(x, min) then Min(., max) on the binary ops: integer inputs, or bounds known only at run time
+            if not present:
+                return [ctx.b.alias(x, x.shape, ctx.out_name())]
+            y = x
+            for k, (i, op) in enumerate(present):
+                bnd = ins[i]
+                if bnd.rank > 1 or not (bnd.rank == 0 or (S.is_static(bnd.shape[0]) and int(bnd.shape[0]) == 1)):
+                    raise ctx.fail("min/max must be scalars")
+                if bnd.dtype != x.dtype:
+                    raise ctx.fail(f"min/max of dtype {bnd.dtype} for an input of {x.dtype}")
+                bnd = ctx.b.alias(bnd, [], ctx.b.fresh(ctx.name))
+                y = binary(ctx, op, y, bnd, ctx.out_name() if k == len(present) - 1 else ctx.b.fresh(ctx.name))
+            return [y]
+
         def bound(i, default):
             if len(ins) <= i or ins[i] is None:
                 return default
-            if ins[i].const is None:
-                raise ctx.fail("min/max must be constants")
             return float(ins[i].const.reshape(-1)[0])
         lo, hi = bound(1, -np.inf), bound(2, np.inf)
     if x.dtype != np.float32:
         raise ctx.fail(f"Clip of {x.dtype} is not supported")
+    if lo > hi:
+        lo = hi  # ONNX: min(max(x, lo), hi) = hi everywhere
     return [unary(ctx, 15, x, ctx.out_name(), lo, hi)]
 
 
@@ -372,6 +467,15 @@ def _where(ctx: NodeCtx, ins):
     if x.dtype != y.dtype:
         raise ctx.fail(f"x and y have different dtypes {x.dtype} and {y.dtype}")
     shape = broadcast_shapes(ctx, c.shape, x.shape, y.shape)
+    kc, kx, ky = (ctx.b.known_values(v) for v in (c, x, y))
+    if kc is not None and kx is not None and ky is not None and x.dtype.kind in "iu" and len(shape) <= 1 \
+            and all(v.rank <= 1 for v in (c, x, y)) and all(S.is_static(v) for v in kc):
+        n = shape[0] if shape else 1
+        if S.is_static(n):  # shape arithmetic (exporters' Where(Equal(shape, -1), 1, shape)): on dims
+            n = int(n)
+            cs, xs, ys = (k * n if len(k) == 1 else k for k in (kc, kx, ky))
+            vals = [xv if int(cv) else yv for cv, xv, yv in zip(cs, xs, ys)]
+            return [ctx.b.from_known(vals, x.dtype, shape, ctx.out_name())]
     return ctx.b.emit("where", [c, x, y], [spec(ctx.out_name(), x.dtype, shape)], name=ctx.name)
 
 
@@ -436,6 +540,15 @@ def _split(ctx: NodeCtx, ins):
         n = ctx.attr("num_outputs", n_out)
         chunk = S.dim_ceildiv(d, n)
         sizes = [chunk] * (n - 1) + [S.dim_sub(d, S.dim_mul(chunk, n - 1))]
+    if len(sizes) != n_out:
+        raise ctx.fail(f"{len(sizes)} split sizes for {n_out} outputs")
+    if any(S.is_static(sz) and int(sz) < 0 for sz in sizes):
+        raise ctx.fail(f"split sizes {sizes} of axis {axis} (extent {x.shape[axis]}) include a negative one")
+    total: Dim = 0
+    for sz in sizes:
+        total = S.dim_add(total, sz)
+    if S.is_static(total) and S.is_static(x.shape[axis]) and int(total) != int(x.shape[axis]):
+        raise ctx.fail(f"split sizes {sizes} do not add up to the extent {x.shape[axis]} of axis {axis}")
     outs = []
     for i, sz in enumerate(sizes):
         shape = list(x.shape)
@@ -617,6 +730,13 @@ def _reduce(ctx: NodeCtx, ins):
     keep = ctx.attr("keepdims", 1)
     shape = [(1 if i in axes else d) for i, d in enumerate(x.shape)] if keep else \
         [d for i, d in enumerate(x.shape) if i not in axes]
+    kx = ctx.b.known_values(x)
+    fold = {"ReduceSum": S.dim_add, "ReduceProd": S.dim_mul, "ReduceMax": S.dim_max, "ReduceMin": S.dim_min}
+    if kx is not None and x.rank == 1 and axes == [0] and x.dtype.kind in "iu" and ctx.op_type in fold and kx:
+        acc = kx[0]  # shape arithmetic (ReduceProd(Shape(x)) = numel): on dims
+        for v in kx[1:]:
+            acc = fold[ctx.op_type](acc, v)
+        return [ctx.b.from_known([acc], x.dtype, shape, ctx.out_name())]
     return ctx.b.emit("reduce", [x], [spec(ctx.out_name(), x.dtype, shape)],
                       iattr=[_REDUCE[ctx.op_type], len(axes)] + axes, name=ctx.name)
 
@@ -704,6 +824,9 @@ def _matmul(ctx: NodeCtx, ins):
     b2 = ctx.b.alias(b, [b.shape[0], 1], ctx.b.fresh(ctx.name)) if b.rank == 1 else b
     batch = broadcast_shapes(ctx, a2.shape[:-2], b2.shape[:-2])
     shape = list(batch) + [a2.shape[-2], b2.shape[-1]]
+    if a.rank >= 2 and b.rank >= 2:  # no view around the product: an activation after it can fuse
+        return ctx.b.emit("matmul", [a2, b2], [spec(ctx.out_name(), np.float32, shape)], iattr=[0], fattr=[0, 0],
+                          name=ctx.name)
     y = ctx.b.emit("matmul", [a2, b2], [spec(ctx.b.fresh(ctx.name), np.float32, shape)], iattr=[0], fattr=[0, 0],
                    name=ctx.name)[0]
     final = list(shape)
@@ -765,11 +888,14 @@ def _auto_pads(ctx: NodeCtx, spatial, kernel, strides, dil):
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         pb, pe = [], []
         for d, k, s, dl in zip(spatial, kernel, strides, dil):
-            if not S.is_static(d):
-                raise ctx.fail("auto_pad SAME needs static spatial sizes")
-            d = int(d)
-            out = -(-d // s)
-            total = max((out - 1) * s + dl * (k - 1) + 1 - d, 0)
+            if S.is_static(d):
+                d = int(d)
+                out = -(-d // s)
+                total = max((out - 1) * s + dl * (k - 1) + 1 - d, 0)
+            elif s == 1:
+                total = dl * (k - 1)  # out = d: the same total for every length
+            else:
+                raise ctx.fail("auto_pad SAME with a stride > 1 needs static spatial sizes")
             small, big = total // 2, total - total // 2
             pb.append(small if auto == "SAME_UPPER" else big)
             pe.append(big if auto == "SAME_UPPER" else small)

@@ -146,11 +146,14 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
 
     p32(len(tensor_recs))
     for k, (v, pl, dims) in enumerate(tensor_recs):
+        cap = bytes_at_bounds(v, prog.symbols)
+        if cap >= 2 ** 63:
+            raise CompileError(f"tensor '{v.name}' would need {cap} bytes at the dims' bounds: too large to plan")
         p32(t_names[k])
         out.extend(struct.pack("<BBBB", dtype_code(v.dtype), len(dims), pl.storage, 0))
         pi32(pl.ref)
         p64(pl.offset)
-        p64(bytes_at_bounds(v, prog.symbols))
+        p64(cap)
         for d in dims:
             pi64(d)
 

@@ -1,0 +1,362 @@
+"""Handlers for the neural-network ONNX operators beyond Conv: pooling (MaxPool, AveragePool,
+GlobalMaxPool, GlobalAveragePool), normalisation (BatchNormalization — folded into the
+preceding Conv when it is that Conv's only reader — and InstanceNormalization) and the
+recurrent cells (LSTM, GRU).
+
+The runtime ops and their attribute layouts are documented at the C run functions:
+``pool``, ``global_pool``, ``channel_affine``, ``instancenorm`` in
+``native/src/plan/op_conv.c``; ``lstm``, ``gru`` in ``native/src/plan/op_rnn.c``.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+
+from . import symbolic as S
+from .graph import Value
+from .onnx_import import NodeCtx, handler
+from .onnx_ops import _auto_pads, conv_out_dim, spec
+from .symbolic import Dim
+
+# ---------------------------------------------------------------- pooling
+
+
+def _pool_out_dim(d: Dim, k: int, s: int, dil: int, pb: int, pe: int, ceil_mode: bool) -> Dim:
+    """Output extent of one pooled axis. ceil_mode: the ceiling of the window count, less the
+    last window when it would start in the right padding (ONNX: windows that start there are
+    dropped), i.e. min(ceil count, ceil((d + pb) / s))."""
+    floor_out = conv_out_dim(None, d, k, s, dil, pb, pe)
+    if not ceil_mode:
+        return floor_out
+    span = dil * (k - 1) + 1
+    ceil_out = S.dim_add(S.dim_ceildiv(S.dim_sub(S.dim_add(d, pb + pe), span), s), 1)
+    if pe <= span - s:
+        return ceil_out  # the last ceil window always starts inside the input or the left padding
+    starts = S.dim_ceildiv(S.dim_add(d, pb), s)  # windows starting before the right padding
+    if S.is_static(ceil_out) and S.is_static(starts):
+        return min(int(ceil_out), int(starts))
+    return S.dim_min(ceil_out, starts)
+
+
+@handler("MaxPool", "AveragePool")
+def _pool(ctx: NodeCtx, ins):
+    x = ins[0]
+    is_max = ctx.op_type == "MaxPool"
+    ctx.require_attrs(["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides"]
+                      + (["storage_order"] if is_max else ["count_include_pad"]))
+    if is_max and len(ctx.outputs) > 1 and ctx.outputs[1]:
+        raise ctx.fail("the Indices output of MaxPool is not supported")
+    if x.dtype != np.float32:
+        raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32 only)")
+    sr = x.rank - 2
+    if sr not in (1, 2):
+        raise ctx.fail(f"{sr}-D pooling is not supported (1-D and 2-D are)")
+    kernel = ctx.attr("kernel_shape")
+    if kernel is None or len(kernel) != sr:
+        raise ctx.fail(f"kernel_shape must give {sr} sizes, got {kernel}")
+    kernel = [int(k) for k in kernel]
+    strides = [int(s) for s in ctx.attr("strides", [1] * sr)]
+    dil = [int(d) for d in ctx.attr("dilations", [1] * sr)]
+    if len(strides) != sr or len(dil) != sr:
+        raise ctx.fail(f"strides {strides} / dilations {dil} must give {sr} sizes")
+    if any(k < 1 for k in kernel) or any(s < 1 for s in strides) or any(d < 1 for d in dil):
+        raise ctx.fail(f"kernel_shape {kernel}, strides {strides}, dilations {dil} must be >= 1")
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    cip = int(ctx.attr("count_include_pad", 0)) if not is_max else 0
+    if cip not in (0, 1):
+        raise ctx.fail(f"count_include_pad {cip}, expected 0 or 1")
+    auto = ctx.attr("auto_pad", "NOTSET")
+    pads = ctx.attr("pads")
+    if auto in ("NOTSET", "") and pads is not None and len(pads) != 2 * sr:
+        raise ctx.fail(f"pads must give {2 * sr} values, got {list(pads)}")
+    pb, pe = _auto_pads(ctx, x.shape[2:], kernel, strides, dil)
+    if not all(S.is_static(p) for p in list(pb) + list(pe)):
+        raise ctx.fail("pooling needs pads known at compile time (auto_pad SAME needs static spatial sizes)")
+    pb, pe = [int(p) for p in pb], [int(p) for p in pe]
+    for i in range(sr):
+        if pb[i] < 0 or pe[i] < 0:
+            raise ctx.fail(f"negative pads {pb + pe} are not supported")
+        if pb[i] >= kernel[i] or pe[i] >= kernel[i]:
+            raise ctx.fail(f"pads {pb[i]}, {pe[i]} on spatial axis {i} must be smaller than the kernel size "
+                           f"{kernel[i]}")
+    out_sp: List[Dim] = []
+    for i, d in enumerate(x.shape[2:]):
+        span = dil[i] * (kernel[i] - 1) + 1
+        if S.is_static(d) and int(d) + pb[i] + pe[i] < span:
+            raise ctx.fail(f"spatial axis {i}: the window ({span}) is larger than the padded input "
+                           f"({int(d) + pb[i] + pe[i]})")
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out_sp.append(S.dim_ceildiv(d, strides[i]))  # _auto_pads made these pads give exactly this
+        else:
+            out_sp.append(_pool_out_dim(d, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode))
+    shape = [x.shape[0], x.shape[1]] + out_sp
+    iattr = [0 if is_max else 1, sr, cip] + kernel + strides + dil + pb + pe
+    return ctx.b.emit("pool", [x], [spec(ctx.out_name(), np.float32, shape)], iattr=iattr, name=ctx.name)
+
+
+@handler("GlobalMaxPool", "GlobalAveragePool")
+def _global_pool(ctx: NodeCtx, ins):
+    x = ins[0]
+    ctx.require_attrs([])
+    if x.dtype != np.float32:
+        raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32 only)")
+    if x.rank < 3:
+        raise ctx.fail(f"input of rank {x.rank}: expected [N, C, spatial...] (rank >= 3)")
+    for i, d in enumerate(x.shape[2:]):
+        if S.is_static(d) and int(d) == 0:
+            raise ctx.fail(f"spatial axis {i} is empty: nothing to pool")
+    shape = [x.shape[0], x.shape[1]] + [1] * (x.rank - 2)
+    kind = 0 if ctx.op_type == "GlobalMaxPool" else 1
+    return ctx.b.emit("global_pool", [x], [spec(ctx.out_name(), np.float32, shape)], iattr=[kind], name=ctx.name)
+
+
+# ---------------------------------------------------------------- normalisation
+
+
+def _const_param(ctx: NodeCtx, v: Optional[Value], what: str, c: Optional[int]) -> np.ndarray:
+    if v is None:
+        raise ctx.fail(f"input {what} is required")
+    if v.const is None:
+        raise ctx.fail(f"{what} must be a constant")
+    arr = np.asarray(v.const)
+    if arr.dtype.kind != "f":
+        raise ctx.fail(f"{what} has dtype {arr.dtype}, expected a float type")
+    arr = arr.reshape(-1).astype(np.float64)
+    if c is not None and arr.size != c:
+        raise ctx.fail(f"{what} has {arr.size} elements, expected one per channel ({c})")
+    return arr
+
+
+def _graph_readers(graph, name: str) -> int:
+    """How many node inputs of graph (and the subgraphs in its nodes' attributes) are name."""
+    import onnx
+
+    n = 0
+    for node in graph.node:
+        n += sum(1 for i in node.input if i == name)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                n += _graph_readers(a.g, name)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                n += sum(_graph_readers(g, name) for g in a.graphs)
+    return n
+
+
+def _graph_outputs(graph) -> set:
+    import onnx
+
+    names = {o.name for o in graph.output}
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                names |= _graph_outputs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    names |= _graph_outputs(g)
+    return names
+
+
+def _foldable_conv(ctx: NodeCtx, x: Value):
+    """The conv op producing x when BatchNormalization can be folded into it, else None: x is the
+    conv's own output (no alias), the conv has no fused activation, constant weights (and bias),
+    and this node is the only reader of x in the whole model (x is no graph output either)."""
+    op = x.producer
+    if op is None or op.type != "conv" or x.alias_of is not None or x.const is not None:
+        return None
+    if len(op.outputs) != 1 or op.outputs[0] is not x or x.dtype != np.float32:
+        return None
+    if len(op.iattr) < 3 or op.iattr[2] != 0:
+        return None  # a fused activation (not at import time, but be safe)
+    w = op.inputs[1]
+    b = op.inputs[2] if len(op.inputs) > 2 else None
+    if w is None or w.const is None or (b is not None and b.const is None):
+        return None
+    name = ctx.node.input[0]
+    if x.name != name:
+        return None  # reached through another name (Identity...): other readers are not counted
+    graph = ctx.imp.model.graph
+    if _graph_readers(graph, name) != 1 or name in _graph_outputs(graph):
+        return None
+    return op
+
+
+@handler("BatchNormalization")
+def _batchnorm(ctx: NodeCtx, ins):
+    ctx.require_attrs(["epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs"])
+    if ctx.attr("training_mode", 0):
+        raise ctx.fail("training_mode = 1 is not supported (inference only)")
+    if ctx.attr("spatial", 1) != 1:
+        raise ctx.fail("spatial = 0 (per-element statistics) is not supported")
+    if any(o for o in ctx.outputs[1:]):
+        raise ctx.fail("the running mean/variance outputs (training mode) are not supported")
+    if len(ins) < 5:
+        raise ctx.fail(f"{len(ins)} inputs, expected 5 (X, scale, B, input_mean, input_var)")
+    x = ins[0]
+    if x.dtype != np.float32:
+        raise ctx.fail(f"BatchNormalization of {x.dtype} is not supported (float32 only)")
+    if x.rank < 2:
+        raise ctx.fail(f"input of rank {x.rank}: expected [N, C, ...]")
+    c = x.shape[1]
+    if not S.is_static(c):
+        raise ctx.fail("the channel axis must have a static extent")
+    c = int(c)
+    scale = _const_param(ctx, ins[1], "scale", c)
+    bias = _const_param(ctx, ins[2], "B", c)
+    mean = _const_param(ctx, ins[3], "input_mean", c)
+    var = _const_param(ctx, ins[4], "input_var", c)
+    eps = float(ctx.attr("epsilon", 1e-5))
+    f = scale / np.sqrt(var + eps)
+    shift = bias - mean * f
+
+    conv = _foldable_conv(ctx, x)
+    if conv is not None:
+        w = conv.inputs[1].const.astype(np.float64)
+        b = conv.inputs[2].const.astype(np.float64).reshape(-1) if len(conv.inputs) > 2 and \
+            conv.inputs[2] is not None else np.zeros(c)
+        new_w = (w * f.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+        new_b = ((b - mean) * f + bias).astype(np.float32)
+        conv.inputs[1] = ctx.b.const(new_w, ctx.b.fresh(ctx.name + ".weight"))
+        bv = ctx.b.const(new_b, ctx.b.fresh(ctx.name + ".bias"))
+        if len(conv.inputs) > 2:
+            conv.inputs[2] = bv
+        else:
+            conv.inputs.append(bv)
+        conv.name = f"{conv.name}+{ctx.name}" if conv.name else ctx.name
+        x.name = ctx.out_name()  # the conv now computes the normalised tensor
+        return [x]
+
+    sc = ctx.b.const(f.astype(np.float32), ctx.b.fresh(ctx.name + ".scale"))
+    sh = ctx.b.const(shift.astype(np.float32), ctx.b.fresh(ctx.name + ".shift"))
+    return ctx.b.emit("channel_affine", [x, sc, sh], [spec(ctx.out_name(), np.float32, x.shape)], iattr=[0],
+                      fattr=[0, 0], name=ctx.name, inplace=True)
+
+
+@handler("InstanceNormalization")
+def _instancenorm(ctx: NodeCtx, ins):
+    ctx.require_attrs(["epsilon"])
+    x, scale, bias = ins[0], ins[1], ins[2]
+    if x.dtype != np.float32 or scale.dtype != np.float32 or bias.dtype != np.float32:
+        raise ctx.fail("InstanceNormalization is supported for float32")
+    if x.rank < 3:
+        raise ctx.fail(f"input of rank {x.rank}: expected [N, C, spatial...] (rank >= 3)")
+    for what, v in (("scale", scale), ("B", bias)):
+        if v.rank != 1:
+            raise ctx.fail(f"{what} must be [C], got shape {list(v.shape)}")
+    eps = float(ctx.attr("epsilon", 1e-5))
+    if not eps >= 0 or not np.isfinite(eps):
+        raise ctx.fail(f"epsilon {eps} must be finite and >= 0")
+    return ctx.b.emit("instancenorm", [x, scale, bias], [spec(ctx.out_name(), np.float32, x.shape)],
+                      fattr=[eps], name=ctx.name, inplace=True)
+
+
+# ---------------------------------------------------------------- recurrent cells
+
+_DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}
+_DEFAULT_ACTS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
+
+
+def _rnn(ctx: NodeCtx, ins, gates: int) -> List[Value]:
+    kind = ctx.op_type
+    extra = ["input_forget"] if kind == "LSTM" else ["linear_before_reset"]
+    ctx.require_attrs(["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
+                       "layout"] + extra)
+    if ctx.attr("layout", 0) != 0:
+        raise ctx.fail(f"layout = {ctx.attr('layout')} (batch first) is not supported; only layout = 0")
+    direction = ctx.attr("direction", "forward")
+    if direction not in _DIRECTIONS:
+        raise ctx.fail(f"direction {direction!r} is not supported (forward, reverse, bidirectional)")
+    code = _DIRECTIONS[direction]
+    dirs = 2 if code == 2 else 1
+    acts = ctx.attr("activations")
+    if acts is not None:
+        got = [a.decode() if isinstance(a, bytes) else str(a) for a in acts]
+        if [a.lower() for a in got] != _DEFAULT_ACTS[kind] * dirs:
+            raise ctx.fail(f"activations {got} are not supported; only the defaults "
+                           f"({', '.join(a.capitalize() for a in _DEFAULT_ACTS[kind])} per direction)")
+    clip = ctx.attr("clip")
+    clip = 0.0 if clip is None else float(clip)
+    if clip < 0 or not np.isfinite(clip):
+        raise ctx.fail(f"clip {clip} must be a finite value >= 0")
+
+    def inp(i):
+        return ins[i] if len(ins) > i else None
+
+    x, w, r = ins[0], ins[1], ins[2]
+    for what, v in (("X", x), ("W", w), ("R", r)):
+        if v is None:
+            raise ctx.fail(f"input {what} is required")
+        if v.dtype != np.float32:
+            raise ctx.fail(f"{what} is {v.dtype}; {kind} is supported for float32")
+        if v.rank != 3:
+            raise ctx.fail(f"{what} has rank {v.rank}, expected 3")
+    if not all(S.is_static(d) for d in list(w.shape) + list(r.shape)):
+        raise ctx.fail("W and R must have static shapes")
+    hidden = ctx.attr("hidden_size")
+    hidden = int(r.shape[2]) if hidden is None else int(hidden)
+    if hidden <= 0:
+        raise ctx.fail(f"hidden_size {hidden} must be > 0")
+    in_size = x.shape[2]
+    want_w = [dirs, gates * hidden, in_size]
+    if int(w.shape[0]) != dirs or int(w.shape[1]) != gates * hidden or \
+            (S.is_static(in_size) and int(w.shape[2]) != int(in_size)):
+        raise ctx.fail(f"W has shape {list(w.shape)}, expected {want_w}")
+    if [int(d) for d in r.shape] != [dirs, gates * hidden, hidden]:
+        raise ctx.fail(f"R has shape {list(r.shape)}, expected {[dirs, gates * hidden, hidden]}")
+    seq, batch = x.shape[0], x.shape[1]
+    b = inp(3)
+    if b is not None:
+        if b.dtype != np.float32 or list(b.shape) != [dirs, 2 * gates * hidden]:
+            raise ctx.fail(f"B has shape {list(b.shape)} ({b.dtype}), expected f32 {[dirs, 2 * gates * hidden]}")
+    sl = inp(4)
+    if sl is not None:
+        if sl.dtype.kind not in "iu":
+            raise ctx.fail(f"sequence_lens is {sl.dtype}, expected int32")
+        if sl.rank != 1:
+            raise ctx.fail(f"sequence_lens has shape {list(sl.shape)}, expected [batch]")
+        if sl.dtype != np.int32:
+            known = ctx.b.known_values(sl)
+            if known is not None and all(S.is_static(v) for v in known):
+                sl = ctx.b.const(np.array([int(v) for v in known], dtype=np.int32).reshape(
+                    [int(d) for d in sl.shape]), ctx.b.fresh(ctx.name + ".sequence_lens"))
+            else:
+                sl = ctx.b.emit("cast", [sl], [spec(ctx.b.fresh(ctx.name + ".sequence_lens"), np.int32, sl.shape)],
+                                name=ctx.name)[0]
+    state_names = ["initial_h"] + (["initial_c"] if kind == "LSTM" else [])
+    for k, what in enumerate(state_names):
+        v = inp(5 + k)
+        if v is not None and (v.dtype != np.float32 or v.rank != 3):
+            raise ctx.fail(f"{what} is {v.dtype} of rank {v.rank}, expected f32 [dirs, batch, hidden]")
+    inputs = [x, w, r, b, sl, inp(5)]
+    if kind == "LSTM":
+        p = inp(7)
+        if p is not None and (p.dtype != np.float32 or list(p.shape) != [dirs, 3 * hidden]):
+            raise ctx.fail(f"P has shape {list(p.shape)}, expected f32 {[dirs, 3 * hidden]}")
+        inputs += [inp(6), p]
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    y_shape = [seq, dirs, batch, hidden]
+    h_shape = [dirs, batch, hidden]
+    outs = [spec(ctx.out_name(0), np.float32, y_shape), spec(ctx.out_name(1), np.float32, h_shape)]
+    if kind == "LSTM":
+        outs.append(spec(ctx.out_name(2), np.float32, h_shape))
+        flag = int(ctx.attr("input_forget", 0))
+        scratch = S.dim_mul(batch, 4 * 4 * hidden * 2)
+    else:
+        flag = int(ctx.attr("linear_before_reset", 0))
+        scratch = S.dim_mul(batch, 4 * 3 * hidden * 2 + 4 * hidden)
+    if flag not in (0, 1):
+        raise ctx.fail(f"{extra[0]} = {flag}, expected 0 or 1")
+    return ctx.b.emit(kind.lower(), inputs, outs, iattr=[code, hidden, flag], fattr=[clip], scratch_bytes=scratch,
+                      name=ctx.name)
+
+
+@handler("LSTM")
+def _lstm(ctx: NodeCtx, ins):
+    return _rnn(ctx, ins, 4)
+
+
+@handler("GRU")
+def _gru(ctx: NodeCtx, ins):
+    return _rnn(ctx, ins, 3)
