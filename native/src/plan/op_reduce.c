@@ -22,59 +22,9 @@
 
 /* ------------------------------------------------------------------ shared checks */
 
-static const char *fmt_dims(char *buf, size_t size, const nrv_tview *v) {
-    size_t used = 0;
-    int n = snprintf(buf, size, "[");
-    used = n > 0 ? (size_t)n : 0;
-    for (int d = 0; d < v->rank && d < NRV_PLAN_MAX_RANK && used < size; d++) {
-        n = snprintf(buf + used, size - used, d ? ", %lld" : "%lld", (long long)v->dims[d]);
-        if (n > 0) used += (size_t)n;
-    }
-    if (used < size) snprintf(buf + used, size - used, "]");
-    return buf;
-}
 
-/* A view the op is about to index: rank in range, known dtype, dims >= 0 whose product is
- * numel (and fits), data present when there is anything to read or write. */
-static nrv_status check_view(const nrv_op_args *a, const nrv_tview *v, const char *what) {
-    if (!v) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s is missing", what);
-    if (v->rank < 0 || v->rank > NRV_PLAN_MAX_RANK)
-        return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s has rank %d (0..%d allowed)", what, (int)v->rank,
-                      NRV_PLAN_MAX_RANK);
-    const size_t esz = nrv_dtype_size((nrv_dtype)v->dtype);
-    if (esz == 0) return OPFAIL(a, NRV_ERR_DTYPE, "%s has unknown dtype %d", what, (int)v->dtype);
-    uint64_t p = 1;
-    for (int d = 0; d < v->rank; d++) {
-        if (v->dims[d] < 0)
-            return OPFAIL(a, NRV_ERR_SHAPE, "%s dim %d is negative (%lld)", what, d, (long long)v->dims[d]);
-        if (nrv_mul_overflow(p, (uint64_t)v->dims[d], &p) || p > (uint64_t)INT64_MAX / esz)
-            return OPFAIL(a, NRV_ERR_OVERFLOW, "%s: element count overflows", what);
-    }
-    if ((int64_t)p != v->numel) {
-        char b[128];
-        return OPFAIL(a, NRV_ERR_SHAPE, "%s: numel %lld does not match dims %s", what, (long long)v->numel,
-                      fmt_dims(b, sizeof b, v));
-    }
-    if (v->numel > 0 && !v->data) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s has no data", what);
-    return NRV_OK;
-}
 
-static nrv_status check_in(const nrv_op_args *a, int i, const char *what) {
-    NRV_TRY(nrv_op_require_input(a, i));
-    return check_view(a, a->in[i], what);
-}
 
-static nrv_status same_dims(const nrv_op_args *a, const nrv_tview *v, const char *what, const nrv_tview *ref,
-                            const char *ref_what) {
-    int ok = v->rank == ref->rank;
-    for (int d = 0; ok && d < v->rank; d++) ok = v->dims[d] == ref->dims[d];
-    if (!ok) {
-        char b1[128], b2[128];
-        return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s differ from %s dims %s", what, fmt_dims(b1, sizeof b1, v),
-                      ref_what, fmt_dims(b2, sizeof b2, ref));
-    }
-    return NRV_OK;
-}
 
 /* ------------------------------------------------------------------ axis groups */
 
@@ -282,10 +232,10 @@ static void i_store(void *y, int32_t dt, int64_t i, int64_t v) {
  *  prod wrap on overflow. */
 static nrv_status op_reduce(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     if (a->n_iattr < 2)
         return OPFAIL(a, NRV_ERR_INVALID_ARG, "iattr must be [kind, n_axes, axes...]; got %d values", a->n_iattr);
     const int64_t kind64 = a->iattr[0], nax = a->iattr[1];
@@ -319,7 +269,7 @@ static nrv_status op_reduce(const nrv_op_args *a) {
     if (y->numel != kept) {
         char b[128];
         return OPFAIL(a, NRV_ERR_SHAPE, "y has %lld elements, x %s reduced over %lld axes leaves %lld",
-                      (long long)y->numel, fmt_dims(b, sizeof b, x), (long long)nax, (long long)kept);
+                      (long long)y->numel, nrv_op_fmt_dims(b, sizeof b, x), (long long)nax, (long long)kept);
     }
     if (kept == 0) return NRV_OK;
     if (count == 0) {
@@ -429,10 +379,10 @@ static nrv_status op_reduce(const nrv_op_args *a) {
  *  returned (the last NaN's with select_last_index). */
 static nrv_status arg_common(const nrv_op_args *a, int is_max) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 2, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     const int32_t dt = x->dtype;
     if (dt != NRV_F32 && dt != NRV_I64 && dt != NRV_I32)
         return OPFAIL(a, NRV_ERR_DTYPE, "x is %s, expected f32, i64 or i32", nrv_dtype_str((nrv_dtype)dt));
@@ -496,13 +446,13 @@ static nrv_status op_argmin(const nrv_op_args *a) { return arg_common(a, 0); }
  *  the sum in double); another axis is done in blocks of BLOCK columns across it. */
 static nrv_status softmax_common(const nrv_op_args *a, int log_form) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
     NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
-    NRV_TRY(same_dims(a, y, "y", x, "x"));
+    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "x"));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     if (x->numel == 0) return NRV_OK;
@@ -587,18 +537,18 @@ static nrv_status op_log_softmax(const nrv_op_args *a) { return softmax_common(a
  *  layernorm kernel over [prod(x.dims[:axis]), D] (nothing when y is empty). */
 static nrv_status op_layernorm(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 3, 1, 1, 1));
-    NRV_TRY(check_in(a, 0, "x"));
-    NRV_TRY(check_in(a, 1, "gamma"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "gamma"));
     const nrv_tview *x = a->in[0], *gamma = a->in[1];
     const nrv_tview *beta = a->n_in > 2 ? a->in[2] : NULL;
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
-    if (beta) NRV_TRY(check_view(a, beta, "beta"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    if (beta) NRV_TRY(nrv_op_check_view(a, beta, "beta"));
     NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
     NRV_TRY(nrv_op_expect_dtype(a, gamma, "gamma", NRV_F32));
     if (beta) NRV_TRY(nrv_op_expect_dtype(a, beta, "beta", NRV_F32));
     NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
-    NRV_TRY(same_dims(a, y, "y", x, "x"));
+    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "x"));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     const int64_t rows = nrv_dims_product(x->dims, 0, ax), d = nrv_dims_product(x->dims, ax, x->rank);

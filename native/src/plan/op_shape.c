@@ -22,48 +22,8 @@
 
 /* ------------------------------------------------------------------ shared checks */
 
-/* "[2, 3, 4]" into buf (always terminated). */
-static const char *fmt_dims(char *buf, size_t size, const nrv_tview *v) {
-    size_t used = 0;
-    int n = snprintf(buf, size, "[");
-    used = n > 0 ? (size_t)n : 0;
-    for (int d = 0; d < v->rank && d < NRV_PLAN_MAX_RANK && used < size; d++) {
-        n = snprintf(buf + used, size - used, d ? ", %lld" : "%lld", (long long)v->dims[d]);
-        if (n > 0) used += (size_t)n;
-    }
-    if (used < size) snprintf(buf + used, size - used, "]");
-    return buf;
-}
 
-/* A view the op is about to index: rank in range, known dtype, dims >= 0 whose product is
- * numel (and fits), data present when there is anything to read or write. */
-static nrv_status check_view(const nrv_op_args *a, const nrv_tview *v, const char *what) {
-    if (!v) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s is missing", what);
-    if (v->rank < 0 || v->rank > NRV_PLAN_MAX_RANK)
-        return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s has rank %d (0..%d allowed)", what, (int)v->rank,
-                      NRV_PLAN_MAX_RANK);
-    const size_t esz = nrv_dtype_size((nrv_dtype)v->dtype);
-    if (esz == 0) return OPFAIL(a, NRV_ERR_DTYPE, "%s has unknown dtype %d", what, (int)v->dtype);
-    uint64_t p = 1;
-    for (int d = 0; d < v->rank; d++) {
-        if (v->dims[d] < 0)
-            return OPFAIL(a, NRV_ERR_SHAPE, "%s dim %d is negative (%lld)", what, d, (long long)v->dims[d]);
-        if (nrv_mul_overflow(p, (uint64_t)v->dims[d], &p) || p > (uint64_t)INT64_MAX / esz)
-            return OPFAIL(a, NRV_ERR_OVERFLOW, "%s: element count overflows", what);
-    }
-    if ((int64_t)p != v->numel) {
-        char b[128];
-        return OPFAIL(a, NRV_ERR_SHAPE, "%s: numel %lld does not match dims %s", what, (long long)v->numel,
-                      fmt_dims(b, sizeof b, v));
-    }
-    if (v->numel > 0 && !v->data) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s has no data", what);
-    return NRV_OK;
-}
 
-static nrv_status check_in(const nrv_op_args *a, int i, const char *what) {
-    NRV_TRY(nrv_op_require_input(a, i));
-    return check_view(a, a->in[i], what);
-}
 
 static nrv_status same_dtype(const nrv_op_args *a, const nrv_tview *v, const char *what, const nrv_tview *ref,
                              const char *ref_what) {
@@ -73,17 +33,6 @@ static nrv_status same_dtype(const nrv_op_args *a, const nrv_tview *v, const cha
     return NRV_OK;
 }
 
-static nrv_status same_dims(const nrv_op_args *a, const nrv_tview *v, const char *what, const nrv_tview *ref,
-                            const char *ref_what) {
-    int ok = v->rank == ref->rank;
-    for (int d = 0; ok && d < v->rank; d++) ok = v->dims[d] == ref->dims[d];
-    if (!ok) {
-        char b1[128], b2[128];
-        return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s differ from %s dims %s", what, fmt_dims(b1, sizeof b1, v),
-                      ref_what, fmt_dims(b2, sizeof b2, ref));
-    }
-    return NRV_OK;
-}
 
 /* Row-major element strides of v. */
 static void strides_of(const nrv_tview *v, int64_t *st) {
@@ -100,8 +49,8 @@ static nrv_status broadcast_strides(const nrv_op_args *a, const nrv_tview *x, co
                                     const nrv_tview *out, int64_t *st) {
     char b1[128], b2[128];
     if (x->rank > out->rank)
-        return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not broadcast to %s", what, fmt_dims(b1, sizeof b1, x),
-                      fmt_dims(b2, sizeof b2, out));
+        return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not broadcast to %s", what, nrv_op_fmt_dims(b1, sizeof b1, x),
+                      nrv_op_fmt_dims(b2, sizeof b2, out));
     int64_t xs[NRV_PLAN_MAX_RANK];
     strides_of(x, xs);
     const int lead = out->rank - x->rank;
@@ -115,7 +64,7 @@ static nrv_status broadcast_strides(const nrv_op_args *a, const nrv_tview *x, co
             st[d] = 0;
         } else {
             return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not broadcast to %s (axis %d)", what,
-                          fmt_dims(b1, sizeof b1, x), fmt_dims(b2, sizeof b2, out), d);
+                          nrv_op_fmt_dims(b1, sizeof b1, x), nrv_op_fmt_dims(b2, sizeof b2, out), d);
         }
     }
     return NRV_OK;
@@ -237,10 +186,10 @@ static void run_copy_loop(const nd_loop *L, char *y, const char *x, int64_t xbas
  *  iattr, fattr, dattr: none (ignored). In place ok. */
 static nrv_status op_copy(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(same_dtype(a, y, "y", x, "x"));
     NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
     if (y->numel > 0 && y->data != x->data)
@@ -297,10 +246,10 @@ static void run_transpose_blocked(const nd_loop *L, int q, char *y, const char *
  *  innermost, rows are memcpy'd; otherwise a 32 x 32 blocked transpose. */
 static nrv_status op_transpose(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(same_dtype(a, y, "y", x, "x"));
     const int r = x->rank;
     if (a->n_iattr != r)
@@ -318,7 +267,7 @@ static nrv_status op_transpose(const nrv_op_args *a) {
         if (y->dims[i] != x->dims[a->iattr[i]]) {
             char b1[128], b2[128];
             return OPFAIL(a, NRV_ERR_SHAPE, "y dims %s are not x dims %s permuted (axis %d)",
-                          fmt_dims(b1, sizeof b1, y), fmt_dims(b2, sizeof b2, x), i);
+                          nrv_op_fmt_dims(b1, sizeof b1, y), nrv_op_fmt_dims(b2, sizeof b2, x), i);
         }
     if (y->numel == 0) return NRV_OK;
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
@@ -354,14 +303,14 @@ static nrv_status check_part(const nrv_op_args *a, const nrv_tview *part, const 
                              const nrv_tview *whole, const char *whole_what, int ax) {
     char w[48];
     snprintf(w, sizeof w, "%s %d", what, idx);
-    NRV_TRY(check_view(a, part, w));
+    NRV_TRY(nrv_op_check_view(a, part, w));
     NRV_TRY(same_dtype(a, part, w, whole, whole_what));
     int ok = part->rank == whole->rank;
     for (int d = 0; ok && d < whole->rank; d++) ok = d == ax || part->dims[d] == whole->dims[d];
     if (!ok) {
         char b1[128], b2[128];
         return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not match %s dims %s outside axis %d", w,
-                      fmt_dims(b1, sizeof b1, part), whole_what, fmt_dims(b2, sizeof b2, whole), ax);
+                      nrv_op_fmt_dims(b1, sizeof b1, part), whole_what, nrv_op_fmt_dims(b2, sizeof b2, whole), ax);
     }
     return NRV_OK;
 }
@@ -373,7 +322,7 @@ static nrv_status check_part(const nrv_op_args *a, const nrv_tview *part, const 
 static nrv_status op_concat(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, INT_MAX, 1, 1, -1));
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], y->rank, &ax));
     int64_t sum = 0;
@@ -408,7 +357,7 @@ static nrv_status op_concat(const nrv_op_args *a) {
 static nrv_status op_split(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, -1, 1, -1));
     if (a->n_out < 1) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "no outputs");
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
@@ -446,10 +395,10 @@ static nrv_status op_split(const nrv_op_args *a) {
  *  start + (y.dims[d] - 1) * step in [0, x.dims[d]), else NRV_ERR_SHAPE. Not in place. */
 static nrv_status op_slice(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(same_dtype(a, y, "y", x, "x"));
     const int r = x->rank;
     if (a->n_iattr < 1 || a->iattr[0] != r || a->n_iattr != 1 + r)
@@ -504,11 +453,11 @@ static inline int64_t index_at(const nrv_tview *v, int64_t i) {
  *  flat position and value, checked for all indices before anything is written. */
 static nrv_status op_gather(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
-    NRV_TRY(check_in(a, 0, "data"));
-    NRV_TRY(check_in(a, 1, "indices"));
+    NRV_TRY(nrv_op_check_in(a, 0, "data"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
     const nrv_tview *x = a->in[0], *ind = a->in[1];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(same_dtype(a, y, "y", x, "data"));
     if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
         return OPFAIL(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
@@ -523,8 +472,8 @@ static nrv_status op_gather(const nrv_op_args *a) {
     if (!ok) {
         char b1[128], b2[128], b3[128];
         return OPFAIL(a, NRV_ERR_SHAPE, "y dims %s do not match data %s gathered on axis %d by indices %s",
-                      fmt_dims(b1, sizeof b1, y), fmt_dims(b2, sizeof b2, x), (int)ax,
-                      fmt_dims(b3, sizeof b3, ind));
+                      nrv_op_fmt_dims(b1, sizeof b1, y), nrv_op_fmt_dims(b2, sizeof b2, x), (int)ax,
+                      nrv_op_fmt_dims(b3, sizeof b3, ind));
     }
     const int64_t dim = x->dims[ax], n_idx = ind->numel;
     for (int64_t i = 0; i < n_idx; i++) {
@@ -570,10 +519,10 @@ static nrv_status op_gather(const nrv_op_args *a) {
  *  in[0] x (any dtype); out[0] y, same dtype. iattr, fattr, dattr: none. Not in place. */
 static nrv_status op_expand(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(same_dtype(a, y, "y", x, "x"));
     nd_loop L;
     L.n = y->rank;
@@ -592,12 +541,12 @@ static nrv_status op_expand(const nrv_op_args *a) {
  *  out[0] z, x's dtype. iattr, fattr, dattr: none. Not in place. */
 static nrv_status op_where(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 3, 1, -1, -1));
-    NRV_TRY(check_in(a, 0, "cond"));
-    NRV_TRY(check_in(a, 1, "x"));
-    NRV_TRY(check_in(a, 2, "y"));
+    NRV_TRY(nrv_op_check_in(a, 0, "cond"));
+    NRV_TRY(nrv_op_check_in(a, 1, "x"));
+    NRV_TRY(nrv_op_check_in(a, 2, "y"));
     const nrv_tview *c = a->in[0], *x = a->in[1], *y = a->in[2];
     nrv_tview *z = a->out[0];
-    NRV_TRY(check_view(a, z, "z"));
+    NRV_TRY(nrv_op_check_view(a, z, "z"));
     NRV_TRY(nrv_op_expect_dtype(a, c, "cond", NRV_BOOL));
     NRV_TRY(same_dtype(a, y, "y", x, "x"));
     NRV_TRY(same_dtype(a, z, "z", x, "x"));
@@ -638,13 +587,13 @@ static nrv_status op_where(const nrv_op_args *a) {
  *  fattr, dattr: none. In place ok. */
 static nrv_status op_trilu(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 2, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(same_dtype(a, y, "y", x, "x"));
     if (x->rank < 2) return OPFAIL(a, NRV_ERR_SHAPE, "x has rank %d, needs at least 2", (int)x->rank);
-    NRV_TRY(same_dims(a, y, "y", x, "x"));
+    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "x"));
     const int64_t upper = a->iattr[0];
     if (upper != 0 && upper != 1)
         return OPFAIL(a, NRV_ERR_INVALID_ARG, "upper is %lld, expected 0 or 1", (long long)upper);
@@ -683,7 +632,7 @@ static nrv_status op_trilu(const nrv_op_args *a) {
 /* ------------------------------------------------------------------ range */
 
 static nrv_status check_scalar(const nrv_op_args *a, int i, const char *what, int32_t dtype) {
-    NRV_TRY(check_in(a, i, what));
+    NRV_TRY(nrv_op_check_in(a, i, what));
     const nrv_tview *v = a->in[i];
     if (v->dtype != dtype)
         return OPFAIL(a, NRV_ERR_DTYPE, "%s is %s, y is %s", what, nrv_dtype_str((nrv_dtype)v->dtype),
@@ -701,7 +650,7 @@ static nrv_status check_scalar(const nrv_op_args *a, int i, const char *what, in
 static nrv_status op_range(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 3, 1, -1, -1));
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     const int32_t dt = y->dtype;
     if (dt != NRV_F32 && dt != NRV_I32 && dt != NRV_I64)
         return OPFAIL(a, NRV_ERR_DTYPE, "y is %s, expected f32, i32 or i64", nrv_dtype_str((nrv_dtype)dt));
@@ -919,10 +868,10 @@ static void store_from_i64(void *y, int32_t dt, int64_t off, int n, const int64_
  *    rounds to float first; integers -> floats round to nearest. */
 static nrv_status op_cast(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
     const int64_t n = x->numel;
     if (n == 0) return NRV_OK;
@@ -958,7 +907,7 @@ static nrv_status op_cast(const nrv_op_args *a) {
 static nrv_status op_fill(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 0, 0, 1, 1, 1));
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     const int64_t iv = a->iattr[0];
     const float fv = a->fattr[0];
     unsigned char e[8];
@@ -1010,7 +959,7 @@ static nrv_status op_fill(const nrv_op_args *a) {
 static nrv_status op_dims(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 0, 0, 1, -1, -1));
     nrv_tview *y = a->out[0];
-    NRV_TRY(check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_I64));
     if (y->rank > 1) return OPFAIL(a, NRV_ERR_SHAPE, "y has rank %d, expected 1", (int)y->rank);
     if (y->numel != a->n_dattr)

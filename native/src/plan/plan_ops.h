@@ -122,6 +122,20 @@ nrv_status nrv_op_expect_dtype(const nrv_op_args *a, const nrv_tview *v, const c
 /* Fails with NRV_ERR_SHAPE unless a and b have the same number of elements. */
 nrv_status nrv_op_expect_same_numel(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, const char *what);
 
+/* "[2, 3, 4]" into buf (always terminated); returns buf. */
+const char *nrv_op_fmt_dims(char *buf, size_t size, const nrv_tview *v);
+
+/* A view the op is about to index: present, rank in range, known dtype, dims >= 0 whose
+ * product is numel (and fits), data present when there is anything to read or write. */
+nrv_status nrv_op_check_view(const nrv_op_args *a, const nrv_tview *v, const char *what);
+
+/* Input i is present and passes nrv_op_check_view. */
+nrv_status nrv_op_check_in(const nrv_op_args *a, int i, const char *what);
+
+/* v has exactly ref's dims (NRV_ERR_SHAPE naming both otherwise). */
+nrv_status nrv_op_same_dims(const nrv_op_args *a, const nrv_tview *v, const char *what, const nrv_tview *ref,
+                            const char *ref_what);
+
 /* Normalises an axis in [-rank, rank) to [0, rank); fails with NRV_ERR_INVALID_ARG otherwise. */
 nrv_status nrv_op_axis(const nrv_op_args *a, int64_t axis, int32_t rank, int32_t *out);
 

@@ -1,5 +1,6 @@
 /* plan_util.c — argument checks and the fused-activation helper shared by every plan op. */
 #include <math.h>
+#include <stdio.h>
 
 #include "../kernels/kernels.h"
 #include "plan_ops.h"
@@ -68,4 +69,61 @@ nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): unknown fused activation code %lld", a->type, a->name,
                         (long long)act);
     }
+}
+
+/* ---- view checks shared by the shape and reduce families */
+
+/* "[2, 3, 4]" into buf (always terminated). */
+const char *nrv_op_fmt_dims(char *buf, size_t size, const nrv_tview *v) {
+    size_t used = 0;
+    int n = snprintf(buf, size, "[");
+    used = n > 0 ? (size_t)n : 0;
+    for (int d = 0; d < v->rank && d < NRV_PLAN_MAX_RANK && used < size; d++) {
+        n = snprintf(buf + used, size - used, d ? ", %lld" : "%lld", (long long)v->dims[d]);
+        if (n > 0) used += (size_t)n;
+    }
+    if (used < size) snprintf(buf + used, size - used, "]");
+    return buf;
+}
+
+/* A view the op is about to index: rank in range, known dtype, dims >= 0 whose product is
+ * numel (and fits), data present when there is anything to read or write. */
+nrv_status nrv_op_check_view(const nrv_op_args *a, const nrv_tview *v, const char *what) {
+    if (!v) return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): %s is missing", a->type, a->name, what);
+    if (v->rank < 0 || v->rank > NRV_PLAN_MAX_RANK)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): %s has rank %d (0..%d allowed)", a->type, a->name, what, (int)v->rank,
+                      NRV_PLAN_MAX_RANK);
+    const size_t esz = nrv_dtype_size((nrv_dtype)v->dtype);
+    if (esz == 0) return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): %s has unknown dtype %d", a->type, a->name, what, (int)v->dtype);
+    uint64_t p = 1;
+    for (int d = 0; d < v->rank; d++) {
+        if (v->dims[d] < 0)
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s dim %d is negative (%lld)", a->type, a->name, what, d, (long long)v->dims[d]);
+        if (nrv_mul_overflow(p, (uint64_t)v->dims[d], &p) || p > (uint64_t)INT64_MAX / esz)
+            return nrv_fail(NRV_ERR_OVERFLOW, "%s (node '%s'): %s: element count overflows", a->type, a->name, what);
+    }
+    if ((int64_t)p != v->numel) {
+        char b[128];
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s: numel %lld does not match dims %s", a->type, a->name, what, (long long)v->numel,
+                      nrv_op_fmt_dims(b, sizeof b, v));
+    }
+    if (v->numel > 0 && !v->data) return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): %s has no data", a->type, a->name, what);
+    return NRV_OK;
+}
+
+nrv_status nrv_op_check_in(const nrv_op_args *a, int i, const char *what) {
+    NRV_TRY(nrv_op_require_input(a, i));
+    return nrv_op_check_view(a, a->in[i], what);
+}
+
+nrv_status nrv_op_same_dims(const nrv_op_args *a, const nrv_tview *v, const char *what, const nrv_tview *ref,
+                            const char *ref_what) {
+    int ok = v->rank == ref->rank;
+    for (int d = 0; ok && d < v->rank; d++) ok = v->dims[d] == ref->dims[d];
+    if (!ok) {
+        char b1[128], b2[128];
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s dims %s differ from %s dims %s", a->type, a->name, what, nrv_op_fmt_dims(b1, sizeof b1, v),
+                      ref_what, nrv_op_fmt_dims(b2, sizeof b2, ref));
+    }
+    return NRV_OK;
 }
