@@ -88,8 +88,10 @@ def _cmd_bench(args) -> int:
     dims = {k: int(v) for k, v in mt.parse_assignments(args.dim, "--dim").items()}
     feeds = mt.example_feeds(specs, dims, mt.parse_assignments(args.input, "--input"))
     dims = mt.dims_from_feeds(specs, feeds, dims)
+    state = mt.parse_assignments(args.state, "--state") if args.state else mt.default_state(specs)
     result = mt.bench_model(args.target, feeds, dims, args.vs, threads=args.threads,
-                            seconds=1.0 if args.quick else 4.0, repeat=args.repeat or (3 if args.quick else 7))
+                            seconds=1.0 if args.quick else 4.0, repeat=args.repeat or (3 if args.quick else 7),
+                            state=state)
     print(json.dumps(result, indent=2) if args.json else mt.format_bench(result))
     return 0
 
@@ -171,6 +173,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--dim", action="append", metavar="NAME=N", help="size of a symbolic dimension")
     bench.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     bench.add_argument("--threads", type=int, default=1, help="threads for both runtimes (default 1)")
+    bench.add_argument("--state", action="append", metavar="OUTPUT=INPUT",
+                       help="also time nerve with this output carried into this input inside the session "
+                            "(silero VAD: stateN=state by default)")
     bench.set_defaults(func=_cmd_bench)
 
     plan = commands.add_parser("plan", help="compile a model and print the plan: fused ops, kernels, arena, bytes")

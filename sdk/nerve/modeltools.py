@@ -130,14 +130,28 @@ def _percentile(xs: List[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(math.ceil(q * len(xs)) - 1))]
 
 
+def default_state(specs: List[dict]) -> Dict[str, str]:
+    """State pairs nerve knows for recognised models (silero VAD: stateN feeds state)."""
+    return {"stateN": "state"} if _is_silero_vad(specs) else {}
+
+
 def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], vs: Optional[str],
-                threads: int = 1, seconds: float = 3.0, repeat: int = 7) -> dict:
-    """Times Session.run (and onnxruntime's run on the same feeds) in this process."""
+                threads: int = 1, seconds: float = 3.0, repeat: int = 7,
+                state: Optional[Mapping[str, str]] = None) -> dict:
+    """Times Session.run (and onnxruntime's run on the same feeds) in this process. With state
+    pairs, nerve is also timed the way a stream runs it: the state stays in the session (not
+    fed, not returned), while onnxruntime feeds and returns it as it must."""
     from .session import Session
 
     sess = Session(model_path, threads=threads, dims=dims)
     result = {"model": str(model_path), "threads": threads, "inputs": {k: list(v.shape) for k, v in feeds.items()}}
     runners = {"nerve": lambda: sess.run(feeds)}
+    if state:
+        streaming = Session(model_path, threads=threads, dims=dims, state=state)
+        streaming.run(feeds)  # the first run takes the state from the feeds
+        stream_feeds = {k: v for k, v in feeds.items() if k not in set(state.values())}
+        runners["nerve (state in session)"] = lambda: streaming.run(stream_feeds)
+        result["state"] = dict(state)
     peer_out = None
     if vs:
         if vs != "onnxruntime":
@@ -184,18 +198,26 @@ def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[
                         "runs": len(xs)}
     if vs:
         result["ratio"] = result["onnxruntime"]["median_us"] / result["nerve"]["median_us"]
+        if state:
+            result["ratio_streaming"] = (result["onnxruntime"]["median_us"]
+                                         / result["nerve (state in session)"]["median_us"])
     return result
 
 
 def format_bench(r: dict) -> str:
     lines = [f"model   {r['model']}", f"inputs  {r['inputs']}  threads={r['threads']}"]
-    for name in ("nerve", "onnxruntime"):
+    for name in ("nerve", "nerve (state in session)", "onnxruntime"):
         if name in r:
             label = name + (f" {r['onnxruntime_version']}" if name == "onnxruntime" else "")
-            lines.append(f"{label:<20} median {r[name]['median_us']:9.1f} us   p99 {r[name]['p99_us']:9.1f} us   "
+            lines.append(f"{label:<26} median {r[name]['median_us']:9.1f} us   p99 {r[name]['p99_us']:9.1f} us   "
                          f"({r[name]['runs']} runs)")
     if "ratio" in r:
-        lines.append(f"ratio   {r['ratio']:.2f}x  (onnxruntime median / nerve median; > 1: nerve is faster)")
+        lines.append(f"ratio   {r['ratio']:.2f}x  (onnxruntime median / nerve median, same feeds and outputs; "
+                     "> 1: nerve is faster)")
+    if "ratio_streaming" in r:
+        pairs = ", ".join(f"{o} -> {i}" for o, i in r["state"].items())
+        lines.append(f"ratio   {r['ratio_streaming']:.2f}x  streaming: nerve keeps the state ({pairs}) in the "
+                     "session, onnxruntime feeds and returns it")
     if "max_abs_diff" in r:
         lines.append("max |nerve - onnxruntime|  " + ", ".join(f"{k}: {v:.3g}" for k, v in r["max_abs_diff"].items()))
     return "\n".join(lines)

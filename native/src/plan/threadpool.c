@@ -17,16 +17,30 @@ struct nrv_threadpool {
     pthread_cond_t wake, done;
     pthread_t *threads;
     int n_workers;
-    int started;      /* workers actually created */
-    uint64_t generation;
-    int stop;
+    int started; /* workers actually created */
+    atomic_ullong generation; /* bumped (release) once the job below is set */
+    atomic_int stop;
+    atomic_int sleepers; /* workers blocked on `wake` */
     /* the current job */
     nrv_task_fn fn;
     void *ctx;
     int64_t n_tasks;
     atomic_llong next;
-    int busy; /* workers still inside the current job */
+    atomic_int busy; /* workers still inside the current job */
 };
+
+/* A parallel region of a plan lasts microseconds: waking a sleeping thread through the
+ * kernel costs tens of them in a VM. So workers (and the caller, waiting for them) spin on
+ * the atomics for a while first and only then sleep; an idle session's threads sleep. */
+#define SPIN_ROUNDS 20000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 static void run_tasks(nrv_threadpool *p) {
     for (;;) {
@@ -38,19 +52,26 @@ static void run_tasks(nrv_threadpool *p) {
 
 static void *worker(void *arg) {
     nrv_threadpool *p = arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->lock);
+    unsigned long long seen = 0;
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->lock);
+        for (int i = 0; i < SPIN_ROUNDS && atomic_load(&p->generation) == seen && !atomic_load(&p->stop); i++)
+            cpu_relax();
+        if (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->lock);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->lock);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->lock);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = atomic_load(&p->generation);
         run_tasks(p);
-        pthread_mutex_lock(&p->lock);
-        if (--p->busy == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->busy, 1) == 1) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
-    pthread_mutex_unlock(&p->lock);
-    return NULL;
 }
 
 nrv_status nrv_threadpool_create(int n_threads, nrv_threadpool **out) {
@@ -66,6 +87,11 @@ nrv_status nrv_threadpool_create(int n_threads, nrv_threadpool **out) {
         nrv_sys_free(p);
         return nrv_fail(NRV_ERR_OUT_OF_MEMORY, "thread pool: out of memory");
     }
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->stop, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->next, 0);
+    atomic_init(&p->busy, 0);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -84,7 +110,7 @@ nrv_status nrv_threadpool_create(int n_threads, nrv_threadpool **out) {
 void nrv_threadpool_free(nrv_threadpool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
@@ -102,17 +128,22 @@ void nrv_parallel_for(nrv_threadpool *p, int64_t n_tasks, nrv_task_fn fn, void *
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t);
         return;
     }
-    pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store(&p->next, 0);
-    p->busy = p->started;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    atomic_store(&p->busy, p->started);
+    atomic_fetch_add(&p->generation, 1); /* publishes the job (seq_cst) */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
     run_tasks(p);
-    pthread_mutex_lock(&p->lock);
-    while (p->busy > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < SPIN_ROUNDS && atomic_load(&p->busy) > 0; i++) cpu_relax();
+    if (atomic_load(&p->busy) > 0) {
+        pthread_mutex_lock(&p->lock);
+        while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+    }
 }
