@@ -21,10 +21,49 @@ ALIGN = 64
 ARENA, WEIGHT, INPUT, STATE = 0, 1, 2, 3
 
 
+# Expressions that may be larger below the bound (a slice clamped by min/max, the last chunk
+# of a split, a size with a negative coefficient) are evaluated at every value of their
+# symbol up to this bound; larger bounds are sampled densely near 0 and near the bound.
+_EXHAUSTIVE_UP_TO = 4096
+
+
+def _monotone(d) -> bool:
+    """Non-decreasing in every symbol: a polynomial with non-negative coefficients over symbols."""
+    if S.is_static(d):
+        return True
+    return all(c >= 0 and all(a[0] == "s" for a in mono) for mono, c in d.terms.items())
+
+
+def _max_extent(d, bounds: Dict[str, int]) -> int:
+    """The largest value of dim d for symbol values in [0, bound] (the runtime also checks
+    each run, so an expression this cannot bound exactly fails clearly, never overflows)."""
+    at_bounds = S.evaluate(d, bounds)
+    if _monotone(d):
+        return at_bounds
+    names = sorted(S.symbols_of(d))
+    best = at_bounds
+    if len(names) == 1:
+        (name,) = names
+        bound = int(bounds[name])
+        values = range(bound + 1) if bound <= _EXHAUSTIVE_UP_TO else \
+            list(range(0, 1025)) + list(range(max(bound - 1024, 0), bound + 1))
+        env = dict(bounds)
+        for x in values:
+            env[name] = x
+            best = max(best, S.evaluate(d, env))
+        return best
+    # several symbols: each at 0, 1 and its bound, the others at their bounds
+    for name in names:
+        for x in (0, 1, int(bounds[name])):
+            best = max(best, S.evaluate(d, {**bounds, name: x}))
+    return best
+
+
 def bytes_at_bounds(v: Value, bounds: Dict[str, int]) -> int:
+    """Bytes v can need for any sizes within the bounds (what the plan reserves for it)."""
     n = 1
     for d in v.shape:
-        n *= max(S.evaluate(d, bounds), 0)
+        n *= max(_max_extent(d, bounds), 0)
     return n * v.dtype.itemsize
 
 
