@@ -25,54 +25,8 @@
 #define GUARD 16
 #define SENTINEL 12345.5f
 
-static nrv_tview mkview(void *data, nrv_dtype dt, int rank, const int64_t *dims) {
-    nrv_tview v;
-    memset(&v, 0, sizeof v);
-    v.data = data;
-    v.dtype = dt;
-    v.rank = rank;
-    v.numel = 1;
-    for (int i = 0; i < rank; i++) {
-        v.dims[i] = dims[i];
-        v.numel *= dims[i];
-    }
-    return v;
-}
-
-static void *xmalloc(size_t n) {
-    void *p = calloc(n ? n : 1, 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-/* n random floats in [-1, 1), exactly n allocated (ASan sees reads past the end). */
-static float *rnd(int64_t n) {
-    float *p = xmalloc((size_t)n * sizeof(float));
-    nrv_test_fill(p, n, -1.0f, 1.0f);
-    return p;
-}
-
-/* Output buffer: n floats of sentinel followed by GUARD sentinel floats. */
-static float *outbuf(int64_t n) {
-    float *p = xmalloc((size_t)(n + GUARD) * sizeof(float));
-    for (int64_t i = 0; i < n + GUARD; i++) p[i] = SENTINEL;
-    return p;
-}
-
-static int tail_intact(const float *p, int64_t n) {
-    for (int64_t i = n; i < n + GUARD; i++)
-        if (p[i] != SENTINEL) return 0;
-    return 1;
-}
-
-static int all_sentinel(const float *p, int64_t n) {
-    for (int64_t i = 0; i < n + GUARD; i++)
-        if (p[i] != SENTINEL) return 0;
-    return 1;
-}
+static const char *const kOps[] = {"gemm", "linear", "layernorm_linear", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"};
+#include "nrv_plan_test.h"
 
 static nrv_status run_op(const char *type, const nrv_tview *const *in, int n_in, nrv_tview *out0,
                          const int64_t *ia, int nia, const float *fa, int nfa) {
@@ -95,69 +49,6 @@ static nrv_status run_op(const char *type, const nrv_tview *const *in, int n_in,
     a.fattr = fa;
     a.n_fattr = nfa;
     return def->run(&a);
-}
-
-static double worst_seen = 0.0; /* worst passing error as a fraction of the tolerance */
-
-/* Compares n values with rtol/atol; records one check. */
-static void check_close(const char *what, const float *got, const double *want, int64_t n) {
-    double worst = 0.0;
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double g = got[i], w = want[i];
-        double e;
-        if (isnan(g) || isnan(w)) e = (isnan(g) && isnan(w)) ? 0.0 : INFINITY;
-        else e = fabs(g - w) / (ATOL + RTOL * fabs(w));
-        if (e > worst) {
-            worst = e;
-            at = i;
-        }
-    }
-    if (worst > worst_seen) worst_seen = worst;
-    NRV_EXPECT(worst <= 1.0, "%s: err %.3g of tolerance at %lld: got %.9g want %.9g", what, worst, (long long)at,
-               n ? (double)got[at] : 0.0, n ? want[at] : 0.0);
-}
-
-/* ------------------------------------------------------------------ variant rounds */
-
-static const char *const kOps[] = {"gemm", "linear", "layernorm_linear", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"};
-#define N_OPS ((int)(sizeof kOps / sizeof kOps[0]))
-
-/* Names of the runnable variants of op; returns their count. */
-static int runnable_variants(const char *op, const char **names, int cap) {
-    int n = 0;
-    for (int i = 0; i < nrv_kernel_variant_count(op) && n < cap; i++)
-        if (nrv_kernel_variant_runnable(op, i)) names[n++] = nrv_kernel_variant_name(op, i);
-    return n;
-}
-
-static int rounds(void) {
-    int r = 1;
-    for (int o = 0; o < N_OPS; o++) {
-        const char *names[16];
-        const int n = runnable_variants(kOps[o], names, 16);
-        if (n > r) r = n;
-    }
-    return r;
-}
-
-static char round_desc[256];
-
-static void force_round(int k) {
-    int len = 0;
-    round_desc[0] = '\0';
-    for (int o = 0; o < N_OPS; o++) {
-        const char *names[16];
-        const int n = runnable_variants(kOps[o], names, 16);
-        if (n == 0) continue;
-        const char *v = names[k < n ? k : n - 1];
-        NRV_EXPECT_STATUS(nrv_kernel_force(kOps[o], v), NRV_OK);
-        if (len < 200) len += snprintf(round_desc + len, sizeof round_desc - (size_t)len, "%s%s=%s", o ? "," : "", kOps[o], v);
-    }
-}
-
-static void unforce(void) {
-    for (int o = 0; o < N_OPS; o++) NRV_EXPECT_STATUS(nrv_kernel_force(kOps[o], NULL), NRV_OK);
 }
 
 /* ------------------------------------------------------------------ reference helpers */
@@ -206,7 +97,7 @@ static void test_matmul_case(const mm_case *c, int64_t act) {
     yd[ry - 2] = M;
     yd[ry - 1] = N;
     nrv_tview A = mkview(NULL, NRV_F32, c->ra, c->ad), B = mkview(NULL, NRV_F32, c->rb, c->bd);
-    float *pa = rnd(A.numel), *pb = rnd(B.numel);
+    float *pa = rnd(A.numel, 1.0f), *pb = rnd(B.numel, 1.0f);
     A.data = pa;
     B.data = pb;
     nrv_tview Y = mkview(NULL, NRV_F32, ry, yd);
@@ -221,7 +112,7 @@ static void test_matmul_case(const mm_case *c, int64_t act) {
     NRV_EXPECT_STATUS(s, NRV_OK);
 
     /* reference: walk Y's batch index, map to A's and B's */
-    double *want = xmalloc((size_t)(Y.numel ? Y.numel : 1) * sizeof(double));
+    double *want = xcalloc((size_t)(Y.numel ? Y.numel : 1) * sizeof(double));
     const int64_t nbatch = nrv_dims_product(yd, 0, ry - 2);
     for (int64_t e = 0; e < nbatch; e++) {
         int64_t rem = e, offa = 0, offb = 0, sa = M * K, sb = K * N;
@@ -286,16 +177,16 @@ static void test_linear_case(int fused, int xrank, const int64_t *xd, int64_t N,
                              int64_t act) {
     const int64_t K = xd[xrank - 1];
     nrv_tview x = mkview(NULL, NRV_F32, xrank, xd);
-    float *px = rnd(x.numel);
+    float *px = rnd(x.numel, 1.0f);
     x.data = px;
     if (fused)
         for (int64_t i = 0; i < x.numel; i++) px[i] = px[i] * 2.0f + 0.5f;
     const int64_t wd[2] = {N, K};
     nrv_tview w = mkview(NULL, NRV_F32, 2, wd);
-    float *pw = rnd(w.numel);
+    float *pw = rnd(w.numel, 1.0f);
     w.data = pw;
     nrv_tview b = mkview(NULL, NRV_F32, 1, &N), g = mkview(NULL, NRV_F32, 1, &K), bt = mkview(NULL, NRV_F32, 1, &K);
-    float *pb = rnd(N), *pg = rnd(K), *pbt = rnd(K);
+    float *pb = rnd(N, 1.0f), *pg = rnd(K, 1.0f), *pbt = rnd(K, 1.0f);
     b.data = pb;
     g.data = pg;
     bt.data = pbt;
@@ -322,8 +213,8 @@ static void test_linear_case(int fused, int xrank, const int64_t *xd, int64_t N,
     }
     NRV_EXPECT_STATUS(s, NRV_OK);
     const int64_t rows = nrv_dims_product(xd, 0, xrank - 1);
-    double *want = xmalloc((size_t)(rows * N + 1) * sizeof(double));
-    double *z = xmalloc((size_t)(K + 1) * sizeof(double));
+    double *want = xcalloc((size_t)(rows * N + 1) * sizeof(double));
+    double *z = xcalloc((size_t)(K + 1) * sizeof(double));
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = px + r * K;
         for (int64_t k = 0; k < K; k++) z[k] = xr[k];
@@ -389,7 +280,7 @@ static void test_gemm_case(int64_t M, int64_t N, int64_t K, int ta, int tb, int 
                            float alpha, float beta) {
     const int64_t ad[2] = {ta ? K : M, ta ? M : K}, bd[2] = {tb ? N : K, tb ? K : N}, yd[2] = {M, N};
     nrv_tview A = mkview(NULL, NRV_F32, 2, ad), B = mkview(NULL, NRV_F32, 2, bd), Y = mkview(NULL, NRV_F32, 2, yd);
-    float *pa = rnd(A.numel), *pb = rnd(B.numel), *py = outbuf(Y.numel);
+    float *pa = rnd(A.numel, 1.0f), *pb = rnd(B.numel, 1.0f), *py = outbuf(Y.numel);
     A.data = pa;
     B.data = pb;
     Y.data = py;
@@ -400,14 +291,14 @@ static void test_gemm_case(int64_t M, int64_t N, int64_t K, int ta, int tb, int 
         cd[1] = cc;
     }
     nrv_tview C = mkview(NULL, NRV_F32, crank < 0 ? 0 : crank, cd);
-    float *pc = rnd(C.numel);
+    float *pc = rnd(C.numel, 1.0f);
     C.data = pc;
     const int64_t ia[2] = {ta, tb};
     const float fa[2] = {alpha, beta};
     const nrv_tview *in[3] = {&A, &B, crank >= 0 ? &C : NULL};
     const nrv_status s = run_op("gemm", in, crank >= 0 ? 3 : 2, &Y, ia, 2, fa, 2);
     NRV_EXPECT_STATUS(s, NRV_OK);
-    double *want = xmalloc((size_t)(M * N + 1) * sizeof(double));
+    double *want = xcalloc((size_t)(M * N + 1) * sizeof(double));
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             double acc = 0.0;
@@ -483,7 +374,7 @@ static void expect_fail(const char *what, const char *type, const nrv_tview *con
 }
 
 static void test_errors(void) {
-    float *buf = rnd(4096);
+    float *buf = rnd(4096, 1.0f);
     int32_t ibuf[64] = {0};
     const int64_t act0[1] = {0}, act_bad[1] = {99};
     const float f2[2] = {0, 0}, f3[3] = {1e-5f, 0, 0};
