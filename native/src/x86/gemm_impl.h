@@ -87,25 +87,6 @@ _Static_assert((GEMM_KC * GEMM_NC + GEMM_MR * GEMM_KC + VL + 2 * GEMM_LN_ROWS) *
 
 /* ---------------------------------------------------------------- packing */
 
-/* 8x8 transpose of floats in eight 256-bit registers (AVX, available in both ISAs). */
-static inline void gemm_transpose8(__m256 r[8]) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 /* bpack[strip][p][jj] = B(pc + p, jc + strip·NR + jj), zero beyond n. */
 static void gemm_pack_b(const nrv_x86_gemm_args *g, int64_t pc, int64_t kc, int64_t jc, int64_t nc, float *bpack) {
@@ -138,7 +119,7 @@ static void gemm_pack_b(const nrv_x86_gemm_args *g, int64_t pc, int64_t kc, int6
                 for (; p + 8 <= kc; p += 8) {
                     __m256 r[8];
                     for (int t = 0; t < 8; t++) r[t] = valid[t] ? _mm256_loadu_ps(rows[t] + p) : _mm256_setzero_ps();
-                    gemm_transpose8(r);
+                    nrv_x86_transpose8(r);
                     for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (p + t) * GEMM_NR + j8, r[t]);
                 }
                 for (; p < kc; p++)

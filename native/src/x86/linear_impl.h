@@ -280,28 +280,9 @@ static int mid_nb(int s) {
     }
 }
 
-/* 8x8 transpose of floats in eight 256-bit registers (AVX, available in both ISAs). */
-static inline void lin_transpose8(__m256 r[8]) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 /* One panel: xt[p·ldt + r] = x[r·ldx + p] for r < rows, p < kc, and 0 for rows <= r < ldt
- * (ldt: a multiple of 8): blocks of 8 rows x 8 depths through lin_transpose8 (rows past
+ * (ldt: a multiple of 8): blocks of 8 rows x 8 depths through nrv_x86_transpose8 (rows past
  * `rows` load as zeros), the kc % 8 last depths one by one. */
 static void mid_transpose(const float *x, int64_t ldx, int64_t rows, int64_t kc, float *xt, int64_t ldt) {
     for (int64_t r = 0; r < ldt; r += 8) {
@@ -311,7 +292,7 @@ static void mid_transpose(const float *x, int64_t ldx, int64_t rows, int64_t kc,
         for (; p + 8 <= kc; p += 8) {
             __m256 v[8];
             for (int t = 0; t < 8; t++) v[t] = t < nr ? _mm256_loadu_ps(xr + t * ldx + p) : _mm256_setzero_ps();
-            lin_transpose8(v);
+            nrv_x86_transpose8(v);
             for (int t = 0; t < 8; t++) _mm256_storeu_ps(xt + (p + t) * ldt + r, v[t]);
         }
         for (; p < kc; p++)
@@ -411,7 +392,7 @@ static inline __attribute__((always_inline)) void mid_tile(int S, int NB, const 
     }
     for (; p < kc; p++, xp += W8) MID_STEP(xp, p);
     /* out through the stack, transposed: with NB = 8, each 8 rows x 8 outputs in registers
-     * (lin_transpose8), then a row's outputs stored at once (+1-3% overall at in = 128 with
+     * (nrv_x86_transpose8), then a row's outputs stored at once (+1-3% overall at in = 128 with
      * AVX-512 over scalar copies; no gain for the NB = 6 and 4 tiles of AVX2, which copy) */
     _Alignas(64) float t[MID_NB_MAX * 64];
 #pragma GCC unroll 8
@@ -427,7 +408,7 @@ static inline __attribute__((always_inline)) void mid_tile(int S, int NB, const 
             __m256 tr[8];
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) tr[j] = _mm256_load_ps(t + j * W8 + u * 8);
-            lin_transpose8(tr);
+            nrv_x86_transpose8(tr);
             const int nr = rn - u * 8 < 8 ? (int)(rn - u * 8) : 8;
             for (int i = 0; i < nr; i++) mid_store_n(y + (u * 8 + i) * ldy, tr[i], nn);
         }
