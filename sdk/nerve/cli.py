@@ -125,12 +125,12 @@ def _cmd_run(args) -> int:
     from . import modeltools as mt
 
     specs = mt.input_specs(args.model)
-    feeds = mt.example_feeds(specs, {}, mt.parse_assignments(args.input, "--input")) if args.input else None
-    missing = [s["name"] for s in specs if not feeds or s["name"] not in mt.parse_assignments(args.input, "--input")]
+    files = mt.parse_assignments(args.input, "--input")
+    missing = [s["name"] for s in specs if s["name"] not in files]
     if missing:
         print(f"nerve: no --input for {missing}", file=sys.stderr)
         return 2
-    sess, feeds = _session_for(args, feeds)
+    sess, feeds = _session_for(args, mt.example_feeds(specs, {}, files))
     out = sess.run(feeds)
     if args.output:
         np.savez(args.output, **out)

@@ -19,12 +19,12 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
 from ._native import check, ffi, lib, to_str
-from .errors import InputError, ModelError, NerveError
+from .errors import InputError, ModelError
 
 __all__ = ["Session", "Plan", "compile", "run_program_once", "cache_dir"]
 

@@ -33,6 +33,19 @@ static nrv_status same_dtype(const nrv_op_args *a, const nrv_tview *v, const cha
     return NRV_OK;
 }
 
+/* The prologue of an op taking one tensor x to one y of the same dtype: counts, both views
+ * checked, dtypes equal. */
+static nrv_status x_to_y_same_dtype(const nrv_op_args *a, const nrv_tview **x, nrv_tview **y) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_view(a, a->out[0], "y"));
+    NRV_TRY(same_dtype(a, a->out[0], "y", a->in[0], "x"));
+    *x = a->in[0];
+    *y = a->out[0];
+    return NRV_OK;
+}
+
+
 
 /* Row-major element strides of v. */
 static void strides_of(const nrv_tview *v, int64_t *st) {
@@ -185,12 +198,9 @@ static void run_copy_loop(const nd_loop *L, char *y, const char *x, int64_t xbas
  *  in[0] x (any dtype); out[0] y, same dtype and numel as x (dims may differ).
  *  iattr, fattr, dattr: none (ignored). In place ok. */
 static nrv_status op_copy(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "x"));
-    const nrv_tview *x = a->in[0];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    const nrv_tview *x;
+    nrv_tview *y;
+    NRV_TRY(x_to_y_same_dtype(a, &x, &y));
     NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
     if (y->numel > 0 && y->data != x->data)
         memmove(y->data, x->data, (size_t)y->numel * nrv_dtype_size((nrv_dtype)x->dtype));
@@ -245,12 +255,9 @@ static void run_transpose_blocked(const nd_loop *L, int q, char *y, const char *
  *  Axes that stay contiguous together are merged first; when x's innermost axis stays the
  *  innermost, rows are memcpy'd; otherwise a 32 x 32 blocked transpose. */
 static nrv_status op_transpose(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "x"));
-    const nrv_tview *x = a->in[0];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    const nrv_tview *x;
+    nrv_tview *y;
+    NRV_TRY(x_to_y_same_dtype(a, &x, &y));
     const int r = x->rank;
     if (a->n_iattr != r)
         return OPFAIL(a, NRV_ERR_INVALID_ARG, "perm has %d entries for x of rank %d", a->n_iattr, r);
@@ -394,12 +401,9 @@ static nrv_status op_split(const nrv_op_args *a) {
  *  fattr: none. For every axis with y.dims[d] > 0: 0 <= start < x.dims[d] and
  *  start + (y.dims[d] - 1) * step in [0, x.dims[d]), else NRV_ERR_SHAPE. Not in place. */
 static nrv_status op_slice(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "x"));
-    const nrv_tview *x = a->in[0];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    const nrv_tview *x;
+    nrv_tview *y;
+    NRV_TRY(x_to_y_same_dtype(a, &x, &y));
     const int r = x->rank;
     if (a->n_iattr < 1 || a->iattr[0] != r || a->n_iattr != 1 + r)
         return OPFAIL(a, NRV_ERR_INVALID_ARG, "iattr must be [rank=%d, steps[%d]]; got %d values, rank %lld", r, r,
@@ -518,12 +522,9 @@ static nrv_status op_gather(const nrv_op_args *a) {
  *  y's; x.rank <= y.rank). Also serves Tile-like broadcasts.
  *  in[0] x (any dtype); out[0] y, same dtype. iattr, fattr, dattr: none. Not in place. */
 static nrv_status op_expand(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "x"));
-    const nrv_tview *x = a->in[0];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(same_dtype(a, y, "y", x, "x"));
+    const nrv_tview *x;
+    nrv_tview *y;
+    NRV_TRY(x_to_y_same_dtype(a, &x, &y));
     nd_loop L;
     L.n = y->rank;
     L.nv = 2;

@@ -79,10 +79,11 @@ struct nrv_session {
     /* per run */
     int64_t *symbol_vals;
     int64_t *expr_vals;
-    const nrv_tensor *feeds;
-    int has_symbols;
     int profile;
     nrv_threadpool *pool;
+    /* per run: where each input's bytes and dims are (the feed, or a state buffer) */
+    const void **input_srcs;
+    const int64_t **input_dims;
     /* tensors whose view can change between runs: symbolic dims, or bytes in a feed or a
      * state buffer; the rest are fixed at load */
     uint32_t *dynamic;
@@ -349,7 +350,6 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
         if (s->symbol_bounds[i] < 0)
             return nrv_fail(NRV_ERR_FORMAT, "plan: symbol '%s' has a negative bound", s->symbol_names[i]);
     }
-    s->has_symbols = s->n_symbols > 0;
 
     r->what = "expressions";
     NRV_TRY(rd_count(r, &s->n_exprs, 4));
@@ -413,6 +413,8 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
     r->what = "inputs";
     NRV_TRY(rd_count(r, &s->n_inputs, 4));
     S_ALLOC(s, s->inputs, s->n_inputs);
+    S_ALLOC(s, s->input_srcs, s->n_inputs);
+    S_ALLOC(s, s->input_dims, s->n_inputs);
     for (uint32_t i = 0; i < s->n_inputs; i++) {
         NRV_TRY(rd_u32(r, &s->inputs[i]));
         if (s->inputs[i] >= s->n_tensors) return nrv_fail(NRV_ERR_FORMAT, "plan: input %u: bad tensor index", i);
@@ -886,26 +888,8 @@ nrv_status nrv_session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feed
     if (n_outputs != (int)s->n_outputs || (s->n_outputs && !outputs))
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s: room for %d outputs given, the plan has %u", fn, n_outputs,
                         s->n_outputs);
-    const void *srcs_fixed[16];
-    const int64_t *dims_fixed[16];
-    const void **srcs = srcs_fixed;
-    const int64_t **src_dims = dims_fixed;
-    if (s->n_inputs > 16) {
-        /* rare: allocate once per session would be better; plans with > 16 inputs pay this */
-        srcs = nrv_sys_alloc(64, s->n_inputs * sizeof *srcs);
-        src_dims = nrv_sys_alloc(64, s->n_inputs * sizeof *src_dims);
-        if (!srcs || !src_dims) {
-            nrv_sys_free((void *)srcs);
-            nrv_sys_free((void *)src_dims);
-            return nrv_fail(NRV_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        }
-    }
-    nrv_status st = bind_inputs(s, feeds, srcs, src_dims);
-    if (st == NRV_OK) st = refresh_tensors(s, srcs);
-    if (s->n_inputs > 16) {
-        nrv_sys_free((void *)srcs);
-        nrv_sys_free((void *)src_dims);
-    }
+    NRV_TRY(bind_inputs(s, feeds, s->input_srcs, s->input_dims));
+    nrv_status st = refresh_tensors(s, s->input_srcs);
     NRV_TRY(st);
 
     for (uint32_t pc = 0; pc < s->n_ops;) {

@@ -69,8 +69,7 @@ class Builder:
         as_i64.producer = op
         self.ops.append(op)
         if v.dtype == np.int64:
-            as_i64.shape = v.shape if v.shape != (len(v.symval),) else as_i64.shape
-            v.alias_of = as_i64
+            v.alias_of = as_i64  # v keeps its own dims (any rank) over the flat values
             return v
         out = self.emit("cast", [as_i64], [(v.name + ".cast", v.dtype, v.shape)], name=v.name)[0]
         v.alias_of = out

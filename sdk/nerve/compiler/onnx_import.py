@@ -91,10 +91,6 @@ class Importer:
         for imp in model.opset_import:
             if imp.domain in ("", "ai.onnx"):
                 self.opset = imp.version
-        for imp in model.opset_import:
-            if imp.domain not in ("", "ai.onnx"):
-                # the ops themselves fail clearly if used
-                pass
         self.symbols: Dict[str, int] = {}
 
     # ---- tensors

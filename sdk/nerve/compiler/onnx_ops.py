@@ -515,7 +515,6 @@ def _concat(ctx: NodeCtx, ins):
         vals = [x for k in known for x in k]
         return [ctx.b.from_known(vals, ins[0].dtype, (len(vals),), ctx.out_name())]
     shape = list(ins[0].shape)
-    shape[axis] = S.prod([1])
     total: Dim = 0
     for v in ins:
         total = S.dim_add(total, v.shape[axis])

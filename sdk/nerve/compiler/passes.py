@@ -128,6 +128,18 @@ def fuse_activation(prog: Program) -> bool:
     return changed
 
 
+def _chain_name(chain: List[Op]) -> str:
+    return "+".join(o.name for o in chain if o.name)
+
+
+def _replace_chain(prog: Program, chain: List[Op], fused: Op) -> None:
+    """Puts fused where the chain's last op was (its output is the chain's) and drops the rest."""
+    fused.outputs[0].producer = fused
+    prog.ops[prog.ops.index(chain[-1])] = fused
+    for o in chain[:-1]:
+        prog.ops.remove(o)
+
+
 def _is(op: Optional[Op], type_: str, code: Optional[int] = None) -> bool:
     return op is not None and op.type == type_ and (code is None or (op.iattr and op.iattr[0] == code))
 
@@ -196,13 +208,8 @@ def fuse_layernorm(prog: Program) -> bool:
         g_v = Value(mean.name + ".gamma", np.float32, (int(dim),), const=gamma.astype(np.float32))
         b_v = Value(mean.name + ".beta", np.float32, (int(dim),), const=beta.astype(np.float32)) \
             if beta is not None else None
-        ln = Op("layernorm", [x, g_v, b_v], [out], iattr=[x.rank - 1], fattr=[eps],
-                name="+".join(o.name for o in chain if o.name), inplace=True)
-        out.producer = ln
-        at = prog.ops.index(chain[-1])
-        prog.ops[at] = ln
-        for o in chain[:-1]:
-            prog.ops.remove(o)
+        _replace_chain(prog, chain, Op("layernorm", [x, g_v, b_v], [out], iattr=[x.rank - 1], fattr=[eps],
+                                       name=_chain_name(chain), inplace=True))
         uses = _Uses(prog)
         changed = True
     return changed
@@ -245,12 +252,8 @@ def fuse_gelu(prog: Program) -> bool:
         out = chain[-1].outputs[0]
         if list(out.shape) != list(x.shape):
             continue
-        g = Op("unary", [x], [out], iattr=[11], fattr=[0, 0], name="+".join(o.name for o in chain), inplace=True)
-        out.producer = g
-        at = prog.ops.index(chain[-1])
-        prog.ops[at] = g
-        for o in chain[:-1]:
-            prog.ops.remove(o)
+        _replace_chain(prog, chain, Op("unary", [x], [out], iattr=[11], fattr=[0, 0], name=_chain_name(chain),
+                                       inplace=True))
         uses = _Uses(prog)
         changed = True
     return changed
