@@ -521,10 +521,12 @@ NRV_API nrv_status nrv_session_tensor_info(const nrv_session_t *session, int i, 
 /* Bytes the session holds, from its pools' exact counters: weights (after any widening),
  * the activation arena, the state double buffers; *_capacity include pool headers. */
 typedef struct nrv_session_memory {
-    uint64_t weight_bytes;
+    uint64_t weight_bytes;        /* weights this session uses (shared copies included) */
     uint64_t arena_bytes;
     uint64_t state_bytes;
-    uint64_t weight_pool_capacity;
+    uint64_t weight_loaded_bytes; /* of weight_bytes, loaded by this session; the rest was
+                                     already in the process-wide weight store (another
+                                     session holds the same bytes) and is shared */
     uint64_t arena_pool_capacity;
     uint64_t state_pool_capacity;
 } nrv_session_memory;

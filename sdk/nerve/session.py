@@ -19,7 +19,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -85,19 +85,30 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _json_key_part(obj) -> str:
+    if isinstance(obj, np.ndarray):  # by content, never numpy's abbreviated repr
+        return f"{obj.dtype.str}{obj.shape}:{hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest()}"
+    return str(obj)
+
+
 def _options_key(options: Mapping) -> str:
-    return json.dumps({k: options[k] for k in sorted(options)}, sort_keys=True, default=str)
+    return json.dumps({k: options[k] for k in sorted(options)}, sort_keys=True, default=_json_key_part)
 
 
 def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]] = None,
-            state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True) -> Plan:
-    """Compiles an ONNX model into a :class:`Plan`.
+            state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
+            constants: Optional[Mapping[str, object]] = None,
+            outputs: Optional[Sequence[str]] = None) -> Plan:
+    """Compiles an ONNX model (``.onnx``, or ONNX Runtime's ``.ort``) into a :class:`Plan`.
 
     dims: upper bounds of the model's symbolic dimensions (``{"sequence": 576}``); memory is
     planned for them and each run may use any size up to them.
     state: ``{output_name: input_name}`` pairs carried from one run to the next inside the
     session (the output is written where the next run reads the input: no copy).
     fuse: apply the fusion passes (layernorm, gelu, linear, conv+activation, ...).
+    constants: ``{input_name: value}`` inputs fixed at compile time (folded; an ``If`` on one
+    is specialised, so e.g. a merged decoder's first and next steps become two lean plans).
+    outputs: the output names to keep (default all); what only the others need is dropped.
     """
     from .compiler import compile_onnx  # the compiler imports onnx: only when compiling
 
@@ -107,12 +118,20 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     except OSError as exc:
         raise ModelError(f"cannot read model {path}: {exc}") from exc
     options = {"dims": dict(dims or {}), "state": dict(state or {}), "fuse": bool(fuse)}
-    key = hashlib.sha256(model_bytes + _options_key(options).encode() + b"nrv1").hexdigest()
+    if constants:
+        options["constants"] = {k: np.asarray(v) for k, v in constants.items()}
+    if outputs is not None:
+        options["outputs"] = list(outputs)
+    key = hashlib.sha256(model_bytes + _options_key(options).encode() + b"nrv2").hexdigest()
     use_cache = cache and os.environ.get("NERVE_PLAN_CACHE", "1") != "0"
     cached = cache_dir() / "plans" / f"{key}.nrv"
     if use_cache and cached.is_file():
         return Plan(cached.read_bytes(), str(path))
-    data = compile_onnx(model_bytes, path.parent, **options)
+    onnx_bytes = model_bytes
+    if model_bytes[4:8] == b"ORTM":  # ONNX Runtime's flatbuffer format: read into ONNX first
+        from .compiler.ort_format import load_ort
+        onnx_bytes = load_ort(model_bytes).SerializeToString()
+    data = compile_onnx(onnx_bytes, path.parent, **options)
     plan = Plan(data, str(path))
     if use_cache:
         try:
@@ -177,7 +196,8 @@ class Session:
     """A model loaded for inference.
 
     ``model``: an ``.onnx`` file (compiled on load; cached) or a ``.nrv`` plan, or a
-    :class:`Plan`. ``dims``/``state``: see :func:`compile` (ignored for a ready plan).
+    :class:`Plan`. ``dims``/``state``/``constants``/``outputs``: see :func:`compile` (ignored
+    for a ready plan).
     ``device="cpu"`` and ``precision="fp32"`` are what this version runs; ``threads`` is the
     number of threads for the big ops (1: the goals are measured at one thread).
     ``log``: a JSON-lines provenance log (see :mod:`nerve.provenance`); ``nerve replay LOG``
@@ -187,6 +207,7 @@ class Session:
     def __init__(self, model: Union[str, os.PathLike, Plan], device: str = "cpu", precision: str = "fp32",
                  threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
+                 constants: Optional[Mapping[str, object]] = None, outputs: Optional[Sequence[str]] = None,
                  log: Optional[Union[str, os.PathLike]] = None):
         if device != "cpu":
             raise InputError(f"device {device!r} is not supported by Session yet (use 'cpu')")
@@ -200,7 +221,8 @@ class Session:
         elif str(model).endswith(".nrv"):
             self.plan = Plan.load(model)
         else:
-            self.plan = compile(model, dims=dims, state=state, fuse=fuse, cache=cache)
+            self.plan = compile(model, dims=dims, state=state, fuse=fuse, cache=cache,
+                                constants=constants, outputs=outputs)
         self._native = _Native(self.plan.data)
         if threads > 1:
             check(lib.nrv_session_set_threads(self._native.ptr, threads))
@@ -297,7 +319,8 @@ class Session:
             "arena_bytes": int(raw.arena_bytes),
             "state_bytes": int(raw.state_bytes),
             "pools": {
-                "weights": {"capacity": int(raw.weight_pool_capacity), "allocated": int(raw.weight_bytes)},
+                "weights": {"allocated": int(raw.weight_bytes), "loaded": int(raw.weight_loaded_bytes),
+                            "shared": int(raw.weight_bytes - raw.weight_loaded_bytes)},
                 "arena": {"capacity": int(raw.arena_pool_capacity), "allocated": int(raw.arena_bytes)},
                 "state": {"capacity": int(raw.state_pool_capacity), "allocated": int(raw.state_bytes)},
             },

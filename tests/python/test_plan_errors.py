@@ -202,8 +202,10 @@ def header(data: bytes) -> dict:
 
 
 def rehash(data: bytearray) -> bytearray:
-    """Recomputes the header's SHA-256 (so that corruption reaches the parser, not the hash check)."""
-    data[56:88] = hashlib.sha256(bytes(data[HEADER:])).digest()
+    """Recomputes the header's SHA-256 (so that corruption reaches the parser, not the hash check).
+    It covers the metadata up to the weights (each weight has its own SHA-256 in the metadata)."""
+    end = min(max(header(data)["weights_offset"], HEADER), len(data))
+    data[56:88] = hashlib.sha256(bytes(data[HEADER:end])).digest()
     return data
 
 
@@ -260,7 +262,7 @@ def test_bad_magic_is_a_model_error(plan_file, tmp_path, magic):
         session(tmp_path / "x.nrv")
 
 
-@pytest.mark.parametrize("version", [0, 2, 0xFFFFFFFF])
+@pytest.mark.parametrize("version", [0, 1, 3, 0xFFFFFFFF])
 def test_wrong_version_is_a_model_error(plan_file, tmp_path, version):
     data = bytearray(plan_file.read_bytes())
     struct.pack_into("<I", data, 8, version)
@@ -290,7 +292,7 @@ def test_plan_object_with_corrupted_bytes(plan_file):
 
 
 _FUZZ = textwrap.dedent("""
-    import hashlib, sys
+    import hashlib, struct, sys
     import numpy as np
     import nerve
     data = open(sys.argv[1], "rb").read()
@@ -308,7 +310,8 @@ _FUZZ = textwrap.dedent("""
         else:              # a run of bytes zeroed
             at = int(rng.integers(start, end))
             d[at:at + 8] = bytes(len(d[at:at + 8]))
-        d[56:88] = hashlib.sha256(bytes(d[96:])).digest()
+        wo = struct.unpack_from("<Q", d, 40)[0]  # the hash covers the metadata up to the weights
+        d[56:88] = hashlib.sha256(bytes(d[96:wo])).digest()
         print("case", k, flush=True)
         try:
             s = nerve.Session(nerve.Plan(bytes(d)))

@@ -179,3 +179,25 @@ def test_threads_give_identical_results(tmp_path):
             np.testing.assert_allclose(outs[0][k], ref[k], rtol=1e-4, atol=1e-4)
     with pytest.raises(nerve.InputError):
         nerve.Session(conv, threads=0)
+
+
+def test_sessions_share_identical_weights(mlp, rng):
+    """A second session of one plan loads no weights (the process-wide store shares them by
+    SHA-256), keeps running after the first is freed, and gives the same results."""
+    plan = nerve.compile(mlp, dims={"n": 6})
+    first = nerve.Session(plan)
+    second = nerve.Session(plan)
+    w1, w2 = first.memory_report()["pools"]["weights"], second.memory_report()["pools"]["weights"]
+    assert w2["allocated"] == w1["allocated"] > 0
+    assert w2["loaded"] == 0 and w2["shared"] == w2["allocated"]
+    x = rng.standard_normal((5, 13)).astype(np.float32)
+    want = first.run({"x": x})
+    del first
+    import gc
+    gc.collect()
+    got = second.run({"x": x})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    # a plan compiled differently but holding the same w1/w2 bytes shares them too
+    other = nerve.Session(nerve.compile(mlp, dims={"n": 3}))
+    assert other.memory_report()["pools"]["weights"]["loaded"] == 0

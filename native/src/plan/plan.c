@@ -1,8 +1,10 @@
 /* plan.c — loads a compiled plan (.nrv) into a session and runs it in one call.
  *
  * Load: check the header and the SHA-256, parse the metadata with a bounds-checked cursor
- * (every count, index and offset is validated before use), copy the weights into the
- * session's static pool (widening f16 to f32 where the plan asks), reserve the activation
+ * (every count, index and offset is validated before use), take the weights from the
+ * process-wide weight store (shared with every session whose plan holds the same bytes;
+ * loaded, verified against their SHA-256 and widened f16 -> f32 where asked on a miss:
+ * weight_store.c), reserve the activation
  * arena and the state buffers, resolve every op type to its run function once, and build the
  * per-op argument blocks that point at the tensors' views.
  *
@@ -71,10 +73,13 @@ struct nrv_session {
     plan_op *ops;
     uint64_t arena_bytes;
     /* memory */
-    nrv_pool_t *weight_pool, *arena_pool, *state_pool;
-    uint8_t *weights;     /* loaded weights */
-    uint64_t *weight_at;  /* loaded offset of each weight */
-    uint64_t *weight_len; /* loaded bytes of each weight */
+    nrv_pool_t *arena_pool, *state_pool;
+    nrv_weight_request *weight_req; /* parsed weight records (src filled at load) */
+    nrv_weight_entry **weight_refs; /* the store's entries this session holds */
+    const uint8_t **weight_ptr;     /* loaded bytes of each weight */
+    uint64_t *weight_len;           /* loaded size of each weight */
+    uint64_t weight_bytes;          /* sum of weight_len */
+    uint64_t weight_new_bytes;      /* of those, loaded by this session (the rest was shared) */
     uint8_t *arena;
     /* per run */
     int64_t *symbol_vals;
@@ -317,10 +322,12 @@ static nrv_status parse_header(const uint8_t *buf, uint64_t size, uint64_t *meta
         return nrv_fail(NRV_ERR_FORMAT, "plan: the header says %" PRIu64 " bytes but %" PRIu64 " were given (truncated?)",
                         file_bytes, size);
     if (*meta_off < header_bytes || *meta_off > size || *meta_len > size - *meta_off || *w_off < header_bytes ||
-        *w_off > size || *w_len > size - *w_off || (*w_off % 64) != 0)
+        *w_off > size || *w_len > size - *w_off || (*w_off % 64) != 0 || *w_off < *meta_off + *meta_len)
         return nrv_fail(NRV_ERR_FORMAT, "plan: section offsets outside the file");
+    /* the metadata holds each weight's SHA-256: the weights are verified one by one when
+     * loaded (and not at all when an identical copy is already loaded) */
     uint8_t got[32];
-    nrv_sha256(buf + header_bytes, (size_t)(size - header_bytes), got);
+    nrv_sha256(buf + header_bytes, (size_t)(*w_off - header_bytes), got);
     if (memcmp(got, hash, 32) != 0)
         return nrv_fail(NRV_ERR_FORMAT, "plan: SHA-256 mismatch: the file is corrupted");
     return NRV_OK;
@@ -364,24 +371,24 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
     }
 
     r->what = "weights";
-    NRV_TRY(rd_count(r, &s->n_weights, 24));
-    S_ALLOC(s, s->weight_at, s->n_weights);
+    NRV_TRY(rd_count(r, &s->n_weights, 56));
+    S_ALLOC(s, s->weight_req, s->n_weights);
+    S_ALLOC(s, s->weight_refs, s->n_weights);
+    S_ALLOC(s, s->weight_ptr, s->n_weights);
     S_ALLOC(s, s->weight_len, s->n_weights);
-    /* file offset/bytes/dtypes are kept in a scratch array until the weights are copied */
-    uint64_t *w_file = NULL;
-    S_ALLOC(s, w_file, 4 * (uint64_t)s->n_weights);
     for (uint32_t i = 0; i < s->n_weights; i++) {
-        uint32_t fdt = 0, ldt = 0;
-        NRV_TRY(rd_u64(r, &w_file[4 * i]));
-        NRV_TRY(rd_u64(r, &w_file[4 * i + 1]));
-        NRV_TRY(rd_u32(r, &fdt));
-        NRV_TRY(rd_u32(r, &ldt));
+        nrv_weight_request *w = &s->weight_req[i];
+        uint64_t off = 0;
+        NRV_TRY(rd_u64(r, &off));
+        NRV_TRY(rd_u64(r, &w->file_bytes));
+        NRV_TRY(rd_u32(r, &w->file_dtype));
+        NRV_TRY(rd_u32(r, &w->load_dtype));
+        NRV_TRY(rd_bytes(r, w->digest, 32));
+        const uint32_t fdt = w->file_dtype, ldt = w->load_dtype;
         if (!dtype_known(fdt) || !dtype_known(ldt) || (fdt != ldt && !(fdt == NRV_F16 && ldt == NRV_F32)))
             return nrv_fail(NRV_ERR_FORMAT, "plan: weight %u: unsupported dtype conversion %u -> %u", i, fdt, ldt);
-        w_file[4 * i + 2] = fdt;
-        w_file[4 * i + 3] = ldt;
+        w->src = (const uint8_t *)(uintptr_t)off; /* an offset until load_weights checks it */
     }
-    s->weights = (uint8_t *)w_file; /* parked; replaced by load_weights */
 
     r->what = "tensors";
     NRV_TRY(rd_count(r, &s->n_tensors, 32));
@@ -532,37 +539,22 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
 
 static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
 
-/* Copies the weights into the static pool, widening f16 to f32 where asked. */
+/* Takes every weight from the process-wide store (shared, or loaded and verified there). */
 static nrv_status load_weights(nrv_session_t *s, const uint8_t *section, uint64_t section_len) {
-    const uint64_t *w_file = (const uint64_t *)s->weights;
-    s->weights = NULL;
-    uint64_t total = 0;
     for (uint32_t i = 0; i < s->n_weights; i++) {
-        const uint64_t off = w_file[4 * i], len = w_file[4 * i + 1];
-        const uint32_t fdt = (uint32_t)w_file[4 * i + 2], ldt = (uint32_t)w_file[4 * i + 3];
-        if (off > section_len || len > section_len - off || len % nrv_dtype_size((nrv_dtype)fdt) != 0)
+        nrv_weight_request *w = &s->weight_req[i];
+        const uint64_t off = (uint64_t)(uintptr_t)w->src, len = w->file_bytes;
+        if (off > section_len || len > section_len - off || len % nrv_dtype_size((nrv_dtype)w->file_dtype) != 0)
             return nrv_fail(NRV_ERR_FORMAT, "plan: weight %u lies outside the weight section", i);
-        const uint64_t loaded = len / nrv_dtype_size((nrv_dtype)fdt) * nrv_dtype_size((nrv_dtype)ldt);
-        s->weight_at[i] = total;
-        s->weight_len[i] = loaded;
-        total = align64(total + loaded);
+        w->src = section + off;
+        w->loaded_bytes = len / nrv_dtype_size((nrv_dtype)w->file_dtype) * nrv_dtype_size((nrv_dtype)w->load_dtype);
     }
-    NRV_TRY(nrv_pool_create(NRV_POOL_STATIC, total + 256, "plan weights", &s->weight_pool));
-    if (total) NRV_TRY(nrv_pool_alloc(s->weight_pool, total, (void **)&s->weights));
+    NRV_TRY(nrv_weights_acquire(s->weight_req, s->n_weights, s->weight_refs, &s->weight_new_bytes));
     for (uint32_t i = 0; i < s->n_weights; i++) {
-        const uint8_t *src = section + w_file[4 * i];
-        uint8_t *dst = s->weights + s->weight_at[i];
-        if (w_file[4 * i + 2] == w_file[4 * i + 3]) {
-            if (s->weight_len[i]) memcpy(dst, src, s->weight_len[i]);
-        } else { /* f16 -> f32 */
-            const uint64_t n = w_file[4 * i + 1] / 2;
-            float *f = (float *)dst;
-            for (uint64_t k = 0; k < n; k++) {
-                uint16_t h;
-                memcpy(&h, src + 2 * k, 2);
-                f[k] = nrv_half_to_float(h);
-            }
-        }
+        s->weight_ptr[i] = nrv_weight_data(s->weight_refs[i]);
+        s->weight_len[i] = s->weight_req[i].loaded_bytes;
+        s->weight_bytes += s->weight_len[i];
+        s->weight_req[i].src = NULL; /* the plan's bytes may go away after create */
     }
     return NRV_OK;
 }
@@ -605,7 +597,7 @@ static nrv_status place_tensors(nrv_session_t *s) {
             if (t->symbolic || t->ref < 0 || (uint32_t)t->ref >= s->n_weights || t->offset > s->weight_len[t->ref] ||
                 t->capacity > s->weight_len[t->ref] - t->offset)
                 return nrv_fail(NRV_ERR_FORMAT, "plan: weight tensor '%s' lies outside its weight", t->name);
-            t->view.data = s->weights + s->weight_at[t->ref] + t->offset;
+            t->view.data = (void *)(uintptr_t)(s->weight_ptr[t->ref] + t->offset); /* read-only */
             break;
         case NRV_STORAGE_INPUT:
             if (t->ref < 0 || (uint32_t)t->ref >= s->n_inputs)
@@ -726,10 +718,7 @@ nrv_status nrv_session_create_from_file(const char *path, nrv_session_t **out) {
 void nrv_session_free(nrv_session_t *s) {
     if (!s) return;
     nrv_threadpool_free(s->pool);
-    if (s->weight_pool) {
-        if (s->weights) nrv_buffer_release(s->weights);
-        nrv_pool_free(s->weight_pool);
-    }
+    if (s->weight_refs) nrv_weights_release(s->weight_refs, s->n_weights);
     if (s->arena_pool) {
         if (s->arena) nrv_buffer_release(s->arena);
         nrv_pool_free(s->arena_pool);
@@ -1051,10 +1040,8 @@ nrv_status nrv_session_memory_get(const nrv_session_t *s, nrv_session_memory *ou
     NRV_REQUIRE_PTR(fn, out);
     memset(out, 0, sizeof *out);
     nrv_pool_stats st;
-    if (s->weight_pool && nrv_pool_stats_get(s->weight_pool, &st) == NRV_OK) {
-        out->weight_bytes = st.allocated;
-        out->weight_pool_capacity = st.capacity;
-    }
+    out->weight_bytes = s->weight_bytes;
+    out->weight_loaded_bytes = s->weight_new_bytes;
     if (s->arena_pool && nrv_pool_stats_get(s->arena_pool, &st) == NRV_OK) {
         out->arena_bytes = st.allocated;
         out->arena_pool_capacity = st.capacity;

@@ -4,14 +4,17 @@
  *   header, NRV_PLAN_HEADER_BYTES bytes:
  *     char magic[8] = "NRVPLAN\0"; u32 version; u32 header_bytes;
  *     u64 file_bytes; u64 meta_offset; u64 meta_bytes; u64 weights_offset; u64 weights_bytes;
- *     u8 sha256[32]  -- over file[header_bytes, file_bytes): metadata, padding and weights;
+ *     u8 sha256[32]  -- over file[header_bytes, weights_offset): the metadata (which holds each
+ *                       weight's own SHA-256) and padding;
  *     u8 reserved[8] (zero)
  *   metadata (meta_offset, meta_bytes): sections in this order, each a u32 count then records:
  *     strings   : u32 len, len bytes (UTF-8, no NUL)
  *     symbols   : u32 name (string index), i64 upper bound
  *     exprs     : u32 n_instr, n_instr × (i64 opcode, i64 operand)   -- RPN, see nrv_expr_op
  *     weights   : u64 offset (in the weight section, 64-aligned), u64 bytes, u32 file dtype,
- *                 u32 load dtype (f16 weights may be widened to f32 at load)
+ *                 u32 load dtype (f16 weights may be widened to f32 at load), u8 sha256[32] of
+ *                 the weight's bytes in the file (verified when loaded; the key that shares
+ *                 one loaded copy between sessions, see weight_store.c)
  *     tensors   : u32 name, u8 dtype, u8 rank, u8 storage, u8 pad, i32 ref, u64 offset,
  *                 u64 capacity (bytes reserved, at the symbols' upper bounds), i64 dims[rank]
  *                 -- a dim >= 0 is literal, < 0 is expression -(d+1)
@@ -33,7 +36,7 @@
 #include "plan_ops.h"
 
 #define NRV_PLAN_MAGIC "NRVPLAN"
-#define NRV_PLAN_VERSION 1u
+#define NRV_PLAN_VERSION 2u
 #define NRV_PLAN_HEADER_BYTES 96u
 #define NRV_PLAN_MAX_EXPR_STACK 32
 
@@ -61,5 +64,22 @@ typedef enum nrv_expr_op {
 } nrv_expr_op;
 
 void nrv_sha256(const void *data, size_t n, uint8_t out[32]);
+
+/* The process-wide weight store (weight_store.c). */
+typedef struct nrv_weight_request {
+    uint8_t digest[32];     /* SHA-256 of the file bytes */
+    const uint8_t *src;     /* file bytes (file_bytes of them) */
+    uint64_t file_bytes, loaded_bytes;
+    uint32_t file_dtype, load_dtype;
+} nrv_weight_request;
+typedef struct nrv_weight_entry nrv_weight_entry;
+
+/* Shares or loads n weights; out[i] is a reference to release with nrv_weights_release.
+ * new_bytes: bytes this call loaded (the rest was shared). On error nothing is held. */
+nrv_status nrv_weights_acquire(const nrv_weight_request *req, uint32_t n, nrv_weight_entry **out,
+                               uint64_t *new_bytes);
+const uint8_t *nrv_weight_data(const nrv_weight_entry *e);
+void nrv_weights_release(nrv_weight_entry **entries, uint32_t n);
+void nrv_weights_store_stats(uint64_t *entries, uint64_t *bytes);
 
 #endif /* NERVE_PLAN_INTERNAL_H */

@@ -11,7 +11,7 @@ memory plan (memplan.py) → serialisation (planfile.py). Importing this package
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from ..errors import ModelError
 from .graph import CompileError
@@ -37,8 +37,13 @@ def _load_model(model_bytes: bytes):
 
 
 def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
-                    state: Optional[Mapping[str, str]] = None, fuse: bool = True):
-    """Imports and optimises a model; returns the Program (before serialisation)."""
+                    state: Optional[Mapping[str, str]] = None, fuse: bool = True,
+                    constants: Optional[Mapping[str, object]] = None,
+                    outputs: Optional[Sequence[str]] = None):
+    """Imports and optimises a model; returns the Program (before serialisation).
+
+    constants: graph inputs fixed at compile time (folded; an If on one is specialised).
+    outputs: the graph outputs to keep (default all); the ops only the others need are dropped."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
     from . import onnx_ops_nn  # noqa: F401
     from . import passes
@@ -46,7 +51,7 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
 
     model = _load_model(model_bytes)
     try:
-        prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {})
+        prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {}, constants, outputs)
         passes.optimize(prog, fuse=fuse)
     except CompileError as exc:
         raise ModelError(str(exc)) from None
@@ -54,10 +59,12 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
 
 
 def compile_onnx(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
-                 state: Optional[Mapping[str, str]] = None, fuse: bool = True) -> bytes:
+                 state: Optional[Mapping[str, str]] = None, fuse: bool = True,
+                 constants: Optional[Mapping[str, object]] = None,
+                 outputs: Optional[Sequence[str]] = None) -> bytes:
     from .planfile import serialize
 
-    prog = compile_program(model_bytes, model_dir, dims, state, fuse)
+    prog = compile_program(model_bytes, model_dir, dims, state, fuse, constants, outputs)
     try:
         return serialize(prog)
     except CompileError as exc:

@@ -34,10 +34,18 @@ def _monotone(d) -> bool:
     return all(c >= 0 and all(a[0] == "s" for a in mono) for mono, c in d.terms.items())
 
 
+def _value_or_floor(d, env: Dict[str, int]) -> int:
+    """d at env; sizes where d divides by zero are not runnable (the runtime refuses them)."""
+    try:
+        return S.evaluate(d, env)
+    except ZeroDivisionError:
+        return 0
+
+
 def _max_extent(d, bounds: Dict[str, int]) -> int:
     """The largest value of dim d for symbol values in [0, bound] (the runtime also checks
     each run, so an expression this cannot bound exactly fails clearly, never overflows)."""
-    at_bounds = S.evaluate(d, bounds)
+    at_bounds = _value_or_floor(d, bounds)
     if _monotone(d):
         return at_bounds
     names = sorted(S.symbols_of(d))
@@ -50,12 +58,12 @@ def _max_extent(d, bounds: Dict[str, int]) -> int:
         env = dict(bounds)
         for x in values:
             env[name] = x
-            best = max(best, S.evaluate(d, env))
+            best = max(best, _value_or_floor(d, env))
         return best
     # several symbols: each at 0, 1 and its bound, the others at their bounds
     for name in names:
         for x in (0, 1, int(bounds[name])):
-            best = max(best, S.evaluate(d, {**bounds, name: x}))
+            best = max(best, _value_or_floor(d, {**bounds, name: x}))
     return best
 
 

@@ -199,15 +199,46 @@ class Importer:
                 if name:
                     scope[name] = v
 
-    def import_model(self, state: Mapping[str, str]) -> Program:
+    def _constant_input(self, vi, value) -> Value:
+        """A graph input fixed at compile time: folded like an initializer (an If on it is
+        specialised, the ops that only depend on it disappear)."""
+        known_symbols = dict(self.symbols)
+        declared = self.input_value(vi, 0)
+        self.symbols = known_symbols  # its symbols are bound by the value, not free
+        arr = np.asarray(value)
+        if arr.dtype != declared.dtype:
+            cast = arr.astype(declared.dtype)
+            if not np.array_equal(cast.astype(arr.dtype), arr):
+                raise CompileError(f"constants: value of input '{vi.name}' does not fit its dtype {declared.dtype}")
+            arr = cast
+        ok = arr.ndim == declared.rank and all(
+            not S.is_static(d) or int(d) == n for d, n in zip(declared.shape, arr.shape))
+        if not ok:
+            raise CompileError(f"constants: input '{vi.name}' is declared {[str(d) for d in declared.shape]}, "
+                               f"the value has shape {list(arr.shape)}")
+        return self.b.const(np.ascontiguousarray(arr), vi.name)
+
+    def import_model(self, state: Mapping[str, str], constants: Optional[Mapping[str, object]] = None,
+                     keep_outputs: Optional[Sequence[str]] = None) -> Program:
         g = self.model.graph
         init_names = {t.name for t in g.initializer}
+        constants = dict(constants or {})
+        graph_inputs = [x for x in g.input if x.name not in init_names]
+        unknown = sorted(set(constants) - {x.name for x in graph_inputs})
+        if unknown:
+            raise CompileError(f"constants: {unknown} are not inputs of the model "
+                               f"(inputs: {[x.name for x in graph_inputs]})")
         scope: Dict[str, Value] = {}
         inputs = []
-        for i, vi in enumerate(x for x in g.input if x.name not in init_names):
-            v = self.input_value(vi, i)
+        for vi in graph_inputs:
+            if vi.name in constants:
+                continue
+            v = self.input_value(vi, len(inputs))
             inputs.append(v)
             scope[vi.name] = v
+        for vi in graph_inputs:
+            if vi.name in constants:
+                scope[vi.name] = self._constant_input(vi, constants[vi.name])
         missing = sorted(n for n in self.symbols if n not in self.dims)
         if missing:
             shapes = {v.name: [str(d) for d in v.shape] for v in inputs if not v.static}
@@ -217,8 +248,15 @@ class Importer:
             if not 0 <= int(self.dims[n]) < 2 ** 62:
                 raise CompileError(f"bound of dimension '{n}' must be in [0, 2**62), got {self.dims[n]}")
         self.run_graph(g, scope)
+        graph_outputs = list(g.output)
+        if keep_outputs is not None:
+            names = [vi.name for vi in graph_outputs]
+            unknown = sorted(set(keep_outputs) - set(names))
+            if unknown:
+                raise CompileError(f"outputs: {unknown} are not outputs of the model (outputs: {names})")
+            graph_outputs = [vi for vi in graph_outputs if vi.name in set(keep_outputs)]
         outputs = []
-        for vi in g.output:
+        for vi in graph_outputs:
             if vi.name not in scope:
                 raise CompileError(f"graph output '{vi.name}' is not computed by any node")
             v = scope[vi.name]
@@ -227,7 +265,7 @@ class Importer:
                 v = self.b.alias(v, v.shape, vi.name)  # its own name, same bytes
             outputs.append(v)
         states = []
-        out_names = [o.name for o in g.output]
+        out_names = [o.name for o in graph_outputs]
         in_names = [v.name for v in inputs]
         for out_name, in_name in (state or {}).items():
             if out_name not in out_names:

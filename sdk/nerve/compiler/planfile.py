@@ -18,7 +18,7 @@ from .graph import CompileError, Label, Program, dtype_code
 from .memplan import MemoryPlan, bytes_at_bounds, plan_memory
 
 MAGIC = b"NRVPLAN\0"
-VERSION = 1
+VERSION = 2
 HEADER_BYTES = 96
 
 
@@ -141,6 +141,7 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
         p64(len(b))
         p32(dtype_code(w.dtype))
         p32(dtype_code(w.dtype))
+        out.extend(hashlib.sha256(b).digest())  # verified at load; shares identical weights
         blobs.append((woff, b))
         woff = (woff + len(b) + 63) // 64 * 64
 
@@ -195,11 +196,11 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
     w_off = (meta_off + len(meta) + 63) // 64 * 64
     body = bytearray(meta)
     body.extend(b"\0" * (w_off - meta_off - len(meta)))
+    digest = hashlib.sha256(bytes(body)).digest()  # metadata (with the weights' digests)
     wsec = bytearray(woff)
     for off, b in blobs:
         wsec[off:off + len(b)] = b
     body.extend(wsec)
-    digest = hashlib.sha256(bytes(body)).digest()
     total = HEADER_BYTES + len(body)
     header = MAGIC + struct.pack("<IIQQQQQ", VERSION, HEADER_BYTES, total, meta_off, len(meta), w_off, len(wsec))
     header += digest + b"\0" * 8
