@@ -535,6 +535,120 @@ NRV_API nrv_status nrv_session_memory_get(const nrv_session_t *session, nrv_sess
 /* Hex SHA-256 of the plan (over its metadata and weights), as stored in the file. */
 NRV_API const char *nrv_session_hash(const nrv_session_t *session);
 
+/* ---------------------------------------------------------------- audio
+ *
+ * The input stage of the speech pipeline: interleaved samples of any format and channel
+ * count to mono float32 (nrv_audio_to_mono_f32), then a stateful resampler to the model's
+ * rate (nrv_resampler_*). Sample counts are size_t (buffers in memory).
+ *
+ * Resampler. in_rate / out_rate (each 1..384000 Hz) is reduced by the gcd to M / L; equal
+ * rates are an exact copy (no filter, no delay). Otherwise a windowed-sinc polyphase FIR
+ * (Kaiser window, designed for 90 dB; table computed at create): with fmin = min(in_rate,
+ * out_rate) the passband reaches 0.45 fmin (ripple < 0.001 dB), -6 dB at 0.475 fmin, and
+ * the stopband starts at 0.5 fmin (>= 89.8 dB measured on the float tables), so no alias or image
+ * lands below the lower Nyquist frequency. K taps per output: 320 for 44.1k -> 16k, 352
+ * for 48k -> 16k, 128 for 8k -> 16k (nrv_resampler_info_get gives the figures).
+ * Time base: the group delay is compensated, output sample k is the signal at time
+ * k / out_rate (input sample n at n / in_rate, zeros before the first). Output k needs
+ * input up to k * M / L + K/2 (the latency, in input samples), so a process call emits
+ * exactly the outputs whose inputs have all arrived: the count depends only on the total
+ * input so far, never on how it was sliced, and so do the values, bit for bit. flush emits
+ * the tail, up to ceil(N * L / M) outputs in all for N inputs, and resets the stream.
+ * Input samples are float32; NaN or Inf propagate into about K outputs (check first).
+ * Thread safety: a resampler is used by one thread at a time; separate resamplers are
+ * independent; nrv_resampler_create and nrv_audio_to_mono_f32 are thread-safe.
+ */
+typedef struct nrv_resampler nrv_resampler_t;
+
+/* Creates a resampler from in_rate to out_rate Hz; *out receives it, owned by the caller
+ * (nrv_resampler_free). NRV_ERR_INVALID_ARG for a rate outside [1, 384000];
+ * NRV_ERR_UNSUPPORTED for a downsampling ratio beyond ~2300:1 (the filter would need more
+ * than 262144 taps per output; resample in two stages). The only allocation it makes. */
+NRV_API nrv_status nrv_resampler_create(int in_rate, int out_rate, nrv_resampler_t **out);
+
+/* Frees the resampler; NULL is a no-op. */
+NRV_API void nrv_resampler_free(nrv_resampler_t *r);
+
+/* Forgets the stream: as just created (history zero, counters zero). */
+NRV_API nrv_status nrv_resampler_reset(nrv_resampler_t *r);
+
+/* The exact number of samples nrv_resampler_process(r, ., n_in, ...) writes in the
+ * resampler's current state; never more than ceil(n_in * L / M) + 1 (so that bound sizes a
+ * buffer for any call of n_in samples). SIZE_MAX if the count overflows, 0 for r NULL. */
+NRV_API size_t nrv_resampler_output_bound(const nrv_resampler_t *r, size_t n_in);
+
+/* The exact number of samples nrv_resampler_flush writes now (0 for r NULL); at most
+ * K/2 * L / M + 1. */
+NRV_API size_t nrv_resampler_flush_count(const nrv_resampler_t *r);
+
+/* Feeds n_in samples of in (may be NULL when n_in is 0) and writes the outputs they
+ * complete to out (room for out_cap floats; may be NULL when no output is due); *n_out
+ * receives their number. in and out must not overlap; neither is retained. If out_cap is
+ * smaller than the count (NRV_ERR_INVALID_ARG), nothing is written and the state is
+ * unchanged. */
+NRV_API nrv_status nrv_resampler_process(nrv_resampler_t *r, const float *in, size_t n_in, float *out,
+                                         size_t out_cap, size_t *n_out);
+
+/* Ends the stream: writes the remaining outputs (nrv_resampler_flush_count of them, the
+ * input treated as zero past its end) to out and resets the resampler, so the next
+ * process call starts a new stream. out_cap too small: NRV_ERR_INVALID_ARG, nothing written,
+ * state unchanged. */
+NRV_API nrv_status nrv_resampler_flush(nrv_resampler_t *r, float *out, size_t out_cap, size_t *n_out);
+
+/* Design and state of a resampler. The table (nrv_resampler_filter) has table_rows rows of
+ * taps floats: row p holds g(p / up + taps/2 - 1 - j), j = 0..taps-1, of the prototype
+ * g(t) = 2 fc sinc(2 fc t) I0(beta sqrt(1 - (2t/taps)^2)) / I0(beta), t in input samples,
+ * fc = cutoff_hz / in_rate; output k = q * up + p (k * down = q * up + p) is row p dotted
+ * with input samples q - taps/2 + 1 .. q + taps/2. When interp_phases > 0 the table has
+ * interp_phases + 1 rows at offsets i / interp_phases instead, and an output blends the
+ * dot products of rows i = floor(p * P / up) and i + 1 with weight (p * P mod up) / up. */
+typedef struct nrv_resampler_info {
+    int32_t in_rate;
+    int32_t out_rate;
+    int32_t up;              /* L = out_rate / gcd */
+    int32_t down;            /* M = in_rate / gcd */
+    int32_t taps;            /* K per output sample (a multiple of 16); 0 = exact copy */
+    int32_t table_rows;      /* L, or interp_phases + 1 */
+    int32_t interp_phases;   /* 0: one exact row per phase */
+    int32_t latency;         /* K/2: input samples of lookahead; the figures below are 0 for a copy */
+    double cutoff_hz;        /* 0.475 fmin: the -6 dB point */
+    double passband_hz;      /* 0.45 fmin */
+    double stopband_hz;      /* 0.5 fmin */
+    double kaiser_beta;
+    double design_atten_db;  /* 90 */
+    uint64_t total_in;       /* samples fed since create / reset / flush */
+    uint64_t total_out;      /* samples written by process since then */
+} nrv_resampler_info;
+NRV_API nrv_status nrv_resampler_info_get(const nrv_resampler_t *r, nrv_resampler_info *out);
+
+/* Copies the coefficient table (table_rows * taps floats, row-major) to taps (room for cap
+ * floats); *n receives the count. cap too small: NRV_ERR_INVALID_ARG, nothing written. */
+NRV_API nrv_status nrv_resampler_filter(const nrv_resampler_t *r, float *taps, size_t cap, size_t *n);
+
+/* Sample formats of interleaved audio, all little-endian (the WAV byte order). */
+typedef enum nrv_sample_format {
+    NRV_SAMPLE_U8 = 0,   /* unsigned 8-bit, 128 = silence */
+    NRV_SAMPLE_S16 = 1,
+    NRV_SAMPLE_S24 = 2,  /* packed: 3 bytes per sample */
+    NRV_SAMPLE_S32 = 3,
+    NRV_SAMPLE_F32 = 4,
+    NRV_SAMPLE_F64 = 5
+} nrv_sample_format;
+
+/* Bytes per sample of a format, 0 for an unknown one. */
+NRV_API size_t nrv_sample_format_size(nrv_sample_format format);
+
+/* Converts frames x channels interleaved samples (channels 1..65535) to mono float32: each
+ * out[i] is the mean of frame i's channels, integers scaled so full scale is [-1, 1)
+ * (u8 (v-128)/128, s16 v/2^15, s24 v/2^23, s32 v/2^31), floats kept as they are (not
+ * clipped); summed in double, rounded once. in needs no alignment. A NaN or infinite sample
+ * (or an f64 beyond the float range) is replaced by 0 and counted in *n_nonfinite (may be
+ * NULL), so the caller can refuse the input. out: frames floats; it must not overlap in,
+ * except out == in for F32, S32 and F64 (in-place downmix). NRV_ERR_DTYPE for an unknown
+ * format. */
+NRV_API nrv_status nrv_audio_to_mono_f32(const void *in, nrv_sample_format sample_format, size_t frames,
+                                         int channels, float *out, size_t *n_nonfinite);
+
 /* NRV_CDEF_END */
 
 /* Largest tensor rank a plan handles (the size of nrv_tensor.dims). */
