@@ -14,7 +14,7 @@ BUILD_CUDA := build/cuda
 CMAKE := $(VENV)/bin/cmake
 CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja)
 
-.PHONY: all venv install demo test test-python test-native test-asan test-aarch64 cuda-build bench clean
+.PHONY: all venv install models demo test test-python test-native test-asan test-aarch64 cuda-build bench clean
 
 all: install
 
@@ -34,19 +34,29 @@ venv: $(VENV)/.stamp
 install: venv
 	$(PIP) install --quiet --no-build-isolation .
 
+# ---- speech models: fetched once from the registry into the user cache (pip download),
+# verified by SHA-256, compiled; a no-op (about a second) when already there
+models: install
+	$(VENV)/bin/nerve models fetch moonshine-base
+
 # ---- the README's two commands
 # The silero VAD model (from the silero-vad wheel) located without importing the package.
 SILERO_VAD = $(shell $(PY) -c "import importlib.util as u; print(u.find_spec('silero_vad').submodule_search_locations[0] + '/data/silero_vad_op18_ifless.onnx')" 2>/dev/null)
 
-demo: install
+# The main job: speech commands in the example WAVs (8-48 kHz, mono/stereo) to text.
+demo: models
 	$(VENV)/bin/nerve info
-	$(VENV)/bin/nerve plan "$(SILERO_VAD)"
-	$(VENV)/bin/nerve bench "$(SILERO_VAD)" --vs onnxruntime
-	$(VENV)/bin/nerve bench ops --quick
+	@for wav in examples/audio/*.wav; do \
+	  echo; echo "== nerve asr $$wav --partials   (free text)"; \
+	  $(VENV)/bin/nerve asr "$$wav" --partials || exit 1; \
+	  echo "== nerve asr $$wav --words examples/command_words.txt   (command vocabulary)"; \
+	  $(VENV)/bin/nerve asr "$$wav" --words examples/command_words.txt || exit 1; \
+	done
+	$(VENV)/bin/nerve bench "$(SILERO_VAD)" --vs onnxruntime --quick
 
 test: install test-native test-python
 
-test-python: install
+test-python: models
 	$(PY) -m pytest -q tests/python
 
 test-native: venv

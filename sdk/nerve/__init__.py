@@ -10,6 +10,8 @@ Public API::
     nerve.memory_report()      counters of every pool of this process
     nerve.Session(model)       a model (.onnx compiled on load, or a .nrv plan) ready to run
     nerve.compile(onnx_path)   ONNX -> Plan (save with Plan.save("model.nrv"))
+    nerve.asr                  speech recognition (Recognizer, streams); imported on first use
+    nerve.audio                WAV reading, sample conversion, the stateful resampler
     nerve.NerveError, InputError, ModelError, DeviceError, OutOfMemoryError, NativeError
 """
 
@@ -56,6 +58,15 @@ __all__ = [
     "NativeError",
     "LibraryLoadError",
 ]
+
+
+def __getattr__(name: str):
+    # nerve.asr pulls in the speech stack (models, VAD, audio): only when first used
+    if name in ("asr", "audio"):
+        import importlib
+
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError(f"module 'nerve' has no attribute {name!r}")
 
 
 def cpu_features() -> List[str]:

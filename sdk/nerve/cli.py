@@ -2,11 +2,14 @@
 
     nerve info [--json]                          version, CPU, kernel dispatch table, CUDA
     nerve bench ops [--repeat N] [--quick] [--json]   kernel speed on this machine
+    nerve bench asr [--audio FILE.wav ...]       the speech pipeline vs onnxruntime and pocketsphinx
     nerve bench MODEL [--vs onnxruntime] [--dim NAME=N] [--input NAME=x.npy] [--threads N] [--json]
                                                  one model's latency (median, p99), next to a peer
     nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
     nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
     nerve replay LOG                             re-run a provenance log, confirm every output
+    nerve models fetch moonshine-base            fetch a speech model once (pip), verify, compile
+    nerve asr FILE.wav|- [--json] [--words F] [--phrases F]   speech to text (nerve.asr.cli)
 
 Also runnable as ``python -m nerve`` or ``python -m nerve.cli``.
 """
@@ -73,6 +76,12 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    if args.target == "asr":
+        from .asr import bench as asr_bench
+
+        result = asr_bench.run(args.audio, repeat=args.repeat or (1 if args.quick else 3))
+        print(json.dumps(result, indent=2, default=str) if args.json else asr_bench.format_report(result))
+        return 0
     if args.target == "ops":
         from . import bench
 
@@ -164,7 +173,10 @@ def _parser() -> argparse.ArgumentParser:
     info.set_defaults(func=_cmd_info)
 
     bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels) or a model file")
-    bench.add_argument("target", metavar="ops|MODEL", help="'ops' for the kernel suite, or an .onnx/.nrv model")
+    bench.add_argument("target", metavar="ops|asr|MODEL",
+                       help="'ops' for the kernel suite, 'asr' for the speech pipeline vs its peers, or an .onnx/.nrv model")
+    bench.add_argument("--audio", action="append", metavar="FILE.wav",
+                       help="asr: a recording to use (default: the example WAVs and the model's own recording)")
     bench.add_argument("--repeat", type=int, default=None, metavar="N",
                        help="samples (ops) or interleaved rounds (model); the median is reported")
     bench.add_argument("--quick", action="store_true", help="fewer/smaller measurements (smoke test)")
@@ -194,6 +206,10 @@ def _parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("replay", help="re-run the runs of a provenance log and confirm their outputs")
     rep.add_argument("log", metavar="LOG.jsonl")
     rep.set_defaults(func=_cmd_replay)
+
+    from .asr.cli import add_commands as add_speech_commands  # models, asr
+
+    add_speech_commands(commands)
     return parser
 
 

@@ -1,0 +1,295 @@
+"""Moonshine (base-en) on nerve's engine: the encoder plan and the merged decoder specialised
+into two plans, one for the first step (computes the cross-attention keys/values from the
+encoder states, once per segment) and one for every next step (reads them back).
+
+    model = MoonshineModel()                 # compiles (or loads cached) plans, once per process
+    decoder = model.decoder()                # per stream: its own arenas, the model's plans
+    result = decoder.transcribe(audio_16k)   # Transcript(tokens, text, ...)
+
+Decoding: greedy or beam search (beam <= 8), at most ``TOKENS_PER_SECOND`` tokens per second
+of audio, stopped when a pattern of 1..8 tokens repeats ``REPEAT_LIMIT`` times in a row, and
+with the end token barred from the first step when the caller knows speech is present (on
+band-limited recordings Moonshine can otherwise end before saying anything).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import InputError
+from ..session import Plan, Session, compile as compile_plan
+from .models import model_dir
+from .tokenizer import Tokenizer
+
+__all__ = ["MoonshineModel", "MoonshineDecoder", "Transcript", "SAMPLE_RATE"]
+
+SAMPLE_RATE = 16000
+LAYERS, HEADS, HEAD_DIM, HIDDEN = 8, 8, 52, 416
+TOKENS_PER_SECOND = 6.5     # Moonshine speaks at most ~6.5 tokens per second of audio
+MIN_TOKENS = 6
+REPEAT_LIMIT = 4            # a 1..8-token pattern seen this many times in a row: a loop
+MAX_BEAM = 8
+MIN_SAMPLES = 1600          # the encoder's convolutions need >= 0.1 s
+
+
+def _kv_names(prefix: str, part: str) -> List[str]:
+    return [f"{prefix}.{layer}.{part}.{kind}" for layer in range(LAYERS) for kind in ("key", "value")]
+
+
+@dataclass
+class Transcript:
+    tokens: List[int]
+    text: str
+    logprob: float
+    stopped: str                    # "end", "length", "repetition"
+    encoder_frames: int = 0
+    token_logprobs: List[float] = field(default_factory=list)
+
+
+class MoonshineModel:
+    """The compiled plans and tokenizer of one Moonshine model (shared by every stream)."""
+
+    def __init__(self, name: str = "moonshine-base", max_segment_s: float = 30.0,
+                 model_path: Optional[Path] = None):
+        folder = Path(model_path) if model_path else model_dir(name) / "models" / "base-en"
+        self.name = name
+        self.folder = folder
+        self.tokenizer = Tokenizer.load(folder / "tokenizer.bin")
+        self.max_samples = int(max_segment_s * SAMPLE_RATE)
+        frames = self.encoder_frames(self.max_samples)
+        self.max_tokens = self.token_limit(self.max_samples)
+        self.encoder_plan = compile_plan(folder / "encoder_model.ort",
+                                         dims={"batch_size": 1, "num_samples": self.max_samples})
+        dec_dims = {"batch_size": 1, "decoder_sequence_length": 1, "encoder_sequence_length": frames,
+                    "encoder_sequence_length_out": frames, "past_decoder_sequence_length": self.max_tokens + 1}
+        decoder_path = folder / "decoder_model_merged.ort"
+        self.first_plan = compile_plan(
+            decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([False])},
+            outputs=["logits"] + _kv_names("present", "decoder") + _kv_names("present", "encoder"))
+        self.next_plan = compile_plan(
+            decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([True])},
+            outputs=["logits"] + _kv_names("present", "decoder"))
+        self.vocab = len(self.tokenizer)
+        self._idle: List["MoonshineDecoder"] = []
+        self._idle_lock = threading.Lock()
+
+    KEEP_IDLE = 2  # released decoders kept for reuse
+
+    @staticmethod
+    def encoder_frames(samples: int) -> int:
+        """Encoder output length for `samples` inputs (conv strides 64, 3, 2; kernels 127, 7, 3)."""
+        t = (samples - 127) // 64 + 1
+        t = (t - 7) // 3 + 1
+        return max((t - 3) // 2 + 1, 0)
+
+    @staticmethod
+    def token_limit(samples: int) -> int:
+        return max(MIN_TOKENS, math.ceil(samples / SAMPLE_RATE * TOKENS_PER_SECOND))
+
+    def decoder(self, threads: int = 1) -> "MoonshineDecoder":
+        """A decoder for one stream: a released one when there is one, else a new one."""
+        with self._idle_lock:
+            for k, d in enumerate(self._idle):
+                if d.threads == threads:
+                    return self._idle.pop(k)
+        decoder = MoonshineDecoder(self, threads)
+        decoder.warm_up()
+        return decoder
+
+    def release(self, decoder: "MoonshineDecoder") -> None:
+        """Takes a stream's decoder back for the next stream (its arenas and, above all, the
+        shared weights stay loaded: the first decoder pays the load, later ones do not)."""
+        with self._idle_lock:
+            if decoder not in self._idle and len(self._idle) < self.KEEP_IDLE:
+                self._idle.append(decoder)
+
+
+def _repeating(tokens: Sequence[int]) -> bool:
+    for n in range(1, 9):
+        if len(tokens) < REPEAT_LIMIT * n:
+            break
+        tail = tokens[-n:]
+        if all(tokens[-(k + 1) * n:len(tokens) - k * n] == tail for k in range(1, REPEAT_LIMIT)):
+            return True
+    return False
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64) - logits.max()
+    return z - math.log(np.exp(z).sum())
+
+
+class NerveSteps:
+    """The three model calls of the decode loop, on nerve sessions of the model's plans."""
+
+    def __init__(self, model: MoonshineModel, threads: int = 1):
+        self.encoder = Session(model.encoder_plan, threads=threads)
+        self.first = Session(model.first_plan, threads=threads)
+        self.next = Session(model.next_plan, threads=threads)
+        empty = np.zeros((1, HEADS, 0, HEAD_DIM), np.float32)
+        self._empty_past = {n: empty for n in _kv_names("past_key_values", "decoder")}
+        self._empty_cross = {n: empty for n in _kv_names("past_key_values", "encoder")}
+
+    def encode(self, audio: np.ndarray) -> np.ndarray:
+        return self.encoder.run({"input_values": audio})["last_hidden_state"]
+
+    def first_step(self, states: np.ndarray) -> Tuple[np.ndarray, Dict, Dict]:
+        out = self.first.run({"input_ids": np.array([[Tokenizer.BOS]], np.int64),
+                              "encoder_hidden_states": states, **self._empty_past, **self._empty_cross})
+        return out["logits"][0, -1], _as_past(out, "decoder"), _as_past(out, "encoder")
+
+    def next_step(self, token: int, states, past: Dict, cross: Dict) -> Tuple[np.ndarray, Dict]:
+        out = self.next.run({"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states,
+                             **past, **cross})
+        return out["logits"][0, -1], _as_past(out, "decoder")
+
+
+def _as_past(out: Dict[str, np.ndarray], part: str) -> Dict[str, np.ndarray]:
+    return {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", part)}
+
+
+class MoonshineDecoder:
+    """The decode loop over one set of per-stream sessions (not thread-safe: one per thread).
+    ``steps``: the model calls (default: nerve sessions; nerve.asr.peers has onnxruntime's)."""
+
+    def __init__(self, model: MoonshineModel, threads: int = 1, steps=None):
+        self.model = model
+        self.threads = threads
+        self.steps = steps if steps is not None else NerveSteps(model, threads)
+        self._lock = threading.Lock()
+        self.seconds = {"encoder": 0.0, "decoder": 0.0, "tokens": 0}  # accumulated by transcribe
+
+    def warm_up(self) -> None:
+        """One short pass through every plan, so that a stream's first final does not pay for
+        touching fresh arenas (page faults) after the endpoint."""
+        self.transcribe(np.zeros(MIN_SAMPLES, np.float32), max_tokens=2)
+        self.seconds = {"encoder": 0.0, "decoder": 0.0, "tokens": 0}
+
+    def encode(self, audio: np.ndarray) -> np.ndarray:
+        audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(1, -1)
+        n = audio.shape[1]
+        if n > self.model.max_samples:
+            raise InputError(f"segment of {n / SAMPLE_RATE:.2f} s is longer than this model's "
+                             f"{self.model.max_samples / SAMPLE_RATE:.0f} s limit")
+        if n < MIN_SAMPLES:  # too short for the convolutions: pad with silence
+            audio = np.pad(audio, ((0, 0), (0, MIN_SAMPLES - n)))
+        return self.steps.encode(audio)
+
+    def _step_first(self, states: np.ndarray) -> Tuple[np.ndarray, Dict, Dict]:
+        logits, past, cross = self.steps.first_step(states)
+        return logits[:self.model.vocab], past, cross
+
+    def _step_next(self, token: int, states, past: Dict, cross: Dict) -> Tuple[np.ndarray, Dict]:
+        logits, past = self.steps.next_step(token, states, past, cross)
+        return logits[:self.model.vocab], past
+
+    def transcribe(self, audio: np.ndarray, beam: int = 1, speech_present: bool = True,
+                   max_tokens: Optional[int] = None, allowed=None) -> Transcript:
+        """Recognises one segment of 16 kHz mono audio.
+
+        allowed: an optional constraint object with ``start()`` -> state and
+        ``mask(state) -> bool array over the vocabulary`` / ``advance(state, token) -> state``
+        (see nerve.asr.vocabulary), applied at every step."""
+        if not 1 <= int(beam) <= MAX_BEAM:
+            raise InputError(f"beam must be in 1..{MAX_BEAM}, got {beam}")
+        with self._lock:
+            t0 = time.perf_counter()
+            states = self.encode(audio)
+            t1 = time.perf_counter()
+            # spelled-out words take more pieces than the digits Moonshine prefers
+            natural = self.model.token_limit(len(audio)) * (2 if allowed is not None else 1)
+            limit = min(max_tokens or self.model.max_tokens, natural, self.model.max_tokens)
+            logits, past, cross = self._step_first(states)
+            if beam == 1:
+                result = self._greedy(logits, states, past, cross, limit, speech_present, allowed)
+            else:
+                result = self._beam(logits, states, past, cross, limit, speech_present, allowed, int(beam))
+            self.seconds["encoder"] += t1 - t0
+            self.seconds["decoder"] += time.perf_counter() - t1
+            self.seconds["tokens"] += len(result.tokens)
+            return result
+
+    def _scores(self, logits: np.ndarray, step: int, speech_present: bool, allowed, cstate) -> np.ndarray:
+        logp = _log_softmax(logits)
+        if step == 0 and speech_present:
+            logp[Tokenizer.EOS] = -np.inf
+        if allowed is not None:
+            logp = np.where(allowed.mask(cstate), logp, -np.inf)
+        return logp
+
+    def _greedy(self, logits, states, past, cross, limit, speech_present, allowed) -> Transcript:
+        tokens: List[int] = []
+        token_lp: List[float] = []
+        cstate = allowed.start() if allowed is not None else None
+        stopped = "length"
+        for step in range(limit):
+            logp = self._scores(logits, step, speech_present, allowed, cstate)
+            token = int(np.argmax(logp))
+            if not np.isfinite(logp[token]) or token == Tokenizer.EOS:
+                stopped = "end"
+                break
+            tokens.append(token)
+            token_lp.append(float(logp[token]))
+            if allowed is not None:
+                cstate = allowed.advance(cstate, token)
+            if _repeating(tokens):
+                stopped = "repetition"
+                break
+            if step + 1 < limit:
+                logits, past = self._step_next(token, states, past, cross)
+        return self._finish(tokens, token_lp, stopped, states)
+
+    def _beam(self, logits, states, past, cross, limit, speech_present, allowed, width) -> Transcript:
+        # each hypothesis: (score, tokens, token logprobs, past, logits, constraint state)
+        start_state = allowed.start() if allowed is not None else None
+        live = [(0.0, [], [], past, logits, start_state)]
+        done: List[Tuple[float, List[int], List[float], str]] = []
+        for step in range(limit):
+            candidates = []
+            for score, toks, lps, hpast, hlogits, cst in live:
+                logp = self._scores(hlogits, step, speech_present, allowed, cst)
+                top = np.argpartition(-logp, width)[:width + 1] if logp.size > width + 1 else np.arange(logp.size)
+                for t in top:
+                    if np.isfinite(logp[t]):
+                        candidates.append((score + float(logp[t]), int(t), toks, lps, hpast, cst, float(logp[t])))
+            candidates.sort(key=lambda c: -c[0])
+            live = []
+            for total, t, toks, lps, hpast, cst, lp in candidates:
+                if t == Tokenizer.EOS:
+                    done.append((total, toks, lps, "end"))
+                else:
+                    new = toks + [t]
+                    nst = allowed.advance(cst, t) if allowed is not None else None
+                    if _repeating(new):
+                        done.append((total, new, lps + [lp], "repetition"))
+                    else:
+                        live.append((total, new, lps + [lp], hpast, None, nst))
+                if len(live) >= width:
+                    break
+            if not live or (len(done) >= width and max(d[0] for d in done) >= live[0][0]):
+                break
+            if step + 1 < limit:
+                stepped = []
+                for s, tk, lp, hp, _, cst in live:
+                    hlogits, hpast = self._step_next(tk[-1], states, hp, cross)
+                    stepped.append((s, tk, lp, hpast, hlogits, cst))
+                live = stepped
+        done += [(s, tk, lp, "length") for s, tk, lp, *_ in live]
+        # length-normalised choice (plain sums favour stopping early); under a constraint only
+        # a hypothesis that ended where a word/phrase is complete counts, when there is one
+        if allowed is not None and any(d[3] == "end" for d in done):
+            done = [d for d in done if d[3] == "end"]
+        best = max(done, key=lambda d: d[0] / max(len(d[1]), 1))
+        return self._finish(best[1], best[2], best[3], states)
+
+    def _finish(self, tokens, token_lp, stopped, states) -> Transcript:
+        text = self.model.tokenizer.decode(tokens)
+        return Transcript(tokens=tokens, text=text, logprob=float(sum(token_lp)), stopped=stopped,
+                          encoder_frames=int(states.shape[1]), token_logprobs=token_lp)

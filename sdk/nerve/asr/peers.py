@@ -1,0 +1,117 @@
+"""The same Moonshine model and decode loop on onnxruntime: the reference the tests compare
+nerve's transcripts with, and the peer ``nerve bench asr`` times in the same run.
+
+onnxruntime is a test/benchmark dependency, never a run-time one: it is imported here only.
+
+    decoder = ort_decoder(model, threads=1)   # a MoonshineDecoder whose steps run on onnxruntime
+    decoder.transcribe(audio)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from ..errors import NerveError
+from .moonshine import HEAD_DIM, HEADS, MoonshineDecoder, MoonshineModel, _kv_names
+from .tokenizer import Tokenizer
+
+__all__ = ["OrtSteps", "ort_decoder", "pocketsphinx_recognize", "sphinx_grammar"]
+
+
+class OrtSteps:
+    """encode / first_step / next_step on onnxruntime sessions of the model's .ort files."""
+
+    def __init__(self, folder: Path, threads: int = 1):
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise NerveError("the onnxruntime peer needs onnxruntime (pip install onnxruntime)") from exc
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        providers = ["CPUExecutionProvider"]
+        self.encoder = ort.InferenceSession(str(folder / "encoder_model.ort"), so, providers=providers)
+        self.decoder = ort.InferenceSession(str(folder / "decoder_model_merged.ort"), so, providers=providers)
+        self.out_names = [o.name for o in self.decoder.get_outputs()]
+        empty = np.zeros((1, HEADS, 0, HEAD_DIM), np.float32)
+        self._empty = {n: empty for n in _kv_names("past_key_values", "decoder") + _kv_names("past_key_values", "encoder")}
+
+    def encode(self, audio: np.ndarray) -> np.ndarray:
+        return self.encoder.run(None, {"input_values": audio})[0]
+
+    def _run(self, token: int, states, kv: Dict, use_cache: bool) -> Dict[str, np.ndarray]:
+        feeds = {"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states,
+                 "use_cache_branch": np.array([use_cache]), **kv}
+        return dict(zip(self.out_names, self.decoder.run(None, feeds)))
+
+    def first_step(self, states: np.ndarray) -> Tuple[np.ndarray, Dict, Dict]:
+        out = self._run(Tokenizer.BOS, states, self._empty, False)
+        past = {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", "decoder")}
+        cross = {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", "encoder")}
+        return out["logits"][0, -1], past, cross
+
+    def next_step(self, token: int, states, past: Dict, cross: Dict) -> Tuple[np.ndarray, Dict]:
+        out = self._run(token, states, {**past, **cross}, True)
+        past = {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", "decoder")}
+        return out["logits"][0, -1], past
+
+
+def ort_decoder(model: MoonshineModel, threads: int = 1) -> MoonshineDecoder:
+    return MoonshineDecoder(model, threads, steps=OrtSteps(model.folder, threads))
+
+
+# ---- PocketSphinx (CMU, 5.x): the classic offline command recogniser, with the English
+# acoustic model, trigram LM and CMUdict its wheel ships (nothing is downloaded).
+
+_sphinx = None
+_sphinx_searches: Dict[tuple, str] = {}
+
+
+def _sphinx_decoder():
+    global _sphinx
+    if _sphinx is None:
+        from pocketsphinx import Decoder  # test/bench dependency only
+
+        _sphinx = Decoder(loglevel="FATAL")
+    return _sphinx
+
+
+def sphinx_grammar(words) -> str:
+    """JSGF accepting one or more of `words`, in any order."""
+    return f"#JSGF V1.0;\ngrammar words;\npublic <utterance> = ( {' | '.join(sorted(set(words)))} )+ ;\n"
+
+
+def _sphinx_search(words) -> Optional[str]:
+    if words is None:
+        return None
+    key = tuple(sorted({w.strip().lower() for w in words if w.strip()}))
+    name = _sphinx_searches.get(key)
+    if name is None:
+        dec = _sphinx_decoder()
+        unknown = [w for w in key if dec.lookup_word(w) is None]
+        if unknown:
+            raise NerveError(f"not in the pocketsphinx dictionary: {unknown}")
+        name = f"words{len(_sphinx_searches)}"
+        dec.add_jsgf_string(name, sphinx_grammar(key))
+        _sphinx_searches[key] = name
+    return name
+
+
+def pocketsphinx_recognize(samples_16k: np.ndarray, words=None) -> Tuple[str, float]:
+    """(text, decode seconds) of one utterance (16 kHz mono float in [-1, 1]); words=None
+    uses its language model, else a grammar over the words."""
+    x = np.clip(np.asarray(samples_16k, np.float32).ravel(), -1.0, 1.0)
+    pcm = (x * 32767.0).round().astype("<i2").tobytes()
+    dec = _sphinx_decoder()
+    dec.activate_search(_sphinx_search(words))
+    t0 = time.perf_counter()
+    dec.start_utt()
+    dec.process_raw(pcm, no_search=False, full_utt=True)
+    dec.end_utt()
+    hyp = dec.hyp()
+    return (hyp.hypstr if hyp is not None else ""), time.perf_counter() - t0

@@ -1,0 +1,430 @@
+"""The speech pipeline: Moonshine on nerve vs onnxruntime, the decode loop, the streaming
+recogniser (slicing, rates, threads, memory), vocabularies, the CLI and bad input.
+
+Material: the real recording shipped in the moonshine-cpp wheel (a man reading Beckett,
+16 kHz) and command phrases spoken by espeak-ng (installed by CI).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import wave
+
+import numpy as np
+import pytest
+
+import nerve
+import nerve.audio
+from nerve.asr import models
+from nerve.asr.moonshine import MoonshineModel
+from nerve.asr.recognizer import Recognizer, shared_model
+from nerve.asr.tokenizer import Tokenizer, numbers_to_digits, numbers_to_words
+from nerve.asr.vocabulary import Vocabulary
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def model():
+    models.fetch("moonshine-base")  # idempotent: present after `make test`'s set-up
+    return shared_model("moonshine-base")
+
+
+@pytest.fixture(scope="module")
+def ort_steps(model):
+    from nerve.asr.peers import OrtSteps
+
+    return OrtSteps(model.folder)
+
+
+@pytest.fixture(scope="module")
+def beckett():
+    x, rate = nerve.audio.read_wav(models.model_file("moonshine-base", "test-data/beckett.wav"))
+    assert rate == SR
+    return x
+
+
+def say(text: str, voice: str = "en-us", rate: int = SR, speed: int = 150) -> np.ndarray:
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng is needed to synthesise the test speech (apt-get install espeak-ng; CI installs it)")
+    wav = subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "--stdout", text],
+                         check=True, capture_output=True).stdout
+    x, sr = nerve.audio.read_wav(wav)
+    r = nerve.audio.Resampler(sr, rate)
+    return np.concatenate([r.process(x), r.flush()])
+
+
+def with_silence(x: np.ndarray, before_s=0.6, after_s=0.9, rate=SR) -> np.ndarray:
+    return np.concatenate([np.zeros(int(before_s * rate), np.float32), x, np.zeros(int(after_s * rate), np.float32)])
+
+
+def rel_err(a, b) -> float:
+    return float(np.abs(a.astype(np.float64) - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+# ---- the model on nerve vs onnxruntime
+
+def test_encoder_matches_onnxruntime(model, ort_steps, beckett, rng):
+    dec = model.decoder()
+    try:
+        for n in (1600, 16000 * 3 + 37, len(beckett)):
+            x = beckett[:n] if n != 1600 else (rng.standard_normal(n) * 0.1).astype(np.float32)
+            x = x.reshape(1, -1)
+            got, want = dec.steps.encode(x), ort_steps.encode(x)
+            assert got.shape == want.shape == (1, MoonshineModel.encoder_frames(n), 416)
+            assert rel_err(got, want) < 1e-4
+    finally:
+        model.release(dec)
+
+
+def test_decoder_steps_match_onnxruntime(model, ort_steps, beckett, rng):
+    dec = model.decoder()
+    try:
+        states = ort_steps.encode(beckett[: SR * 2].reshape(1, -1))
+        lg, past, cross = dec.steps.first_step(states)
+        lw, pw, cw = ort_steps.first_step(states)
+        assert lg.shape == lw.shape and rel_err(lg, lw) < 1e-4
+        for k in cw:
+            assert rel_err(cross[k], cw[k]) < 1e-4
+        tokens = [int(x) for x in rng.integers(3, 30000, size=6)]  # any tokens: the cache must follow
+        for t in tokens:
+            lg, past = dec.steps.next_step(t, states, past, cross)
+            lw, pw = ort_steps.next_step(t, states, pw, cw)
+            assert rel_err(lg, lw) < 1e-4
+            for k in pw:
+                assert past[k].shape == pw[k].shape
+                assert rel_err(past[k], pw[k]) < 1e-4
+    finally:
+        model.release(dec)
+
+
+def test_transcripts_equal_the_onnxruntime_reference_decode(model, beckett):
+    """The recogniser's finals equal the same decode loop on onnxruntime over the same segments."""
+    from nerve.asr.moonshine import MoonshineDecoder
+    from nerve.asr.peers import OrtSteps
+
+    rec = Recognizer(partial_ms=0)
+    audio = np.concatenate([beckett, with_silence(say("Turn left ninety degrees, then stop."))])
+    finals = rec.transcribe(audio, sample_rate=SR)
+    assert len(finals) >= 3
+    reference = MoonshineDecoder(model, steps=OrtSteps(model.folder))
+    for ev in finals:
+        seg = audio[round(ev.start_s * SR):round(ev.end_s * SR)]
+        want = rec._text(reference.transcribe(seg).text)
+        assert ev.text == want
+    joined = " ".join(e.text.lower() for e in finals)
+    for word in ("ever", "tried", "failed", "matter", "again", "better", "turn", "left"):
+        assert word in joined
+
+
+# ---- decode loop guards
+
+def test_decode_guards(model, beckett):
+    dec = model.decoder()
+    try:
+        silence = np.zeros(SR, np.float32)
+        r = dec.transcribe(silence, speech_present=True)   # end token barred from step 0
+        assert len(r.tokens) >= 1
+        r = dec.transcribe(beckett[:SR * 3], max_tokens=3)  # length limit
+        assert len(r.tokens) <= 3 and r.stopped == "length"
+        assert dec.model.token_limit(SR) == 7                # 6.5 tokens per second, rounded up
+        with pytest.raises(nerve.InputError, match="beam"):
+            dec.transcribe(beckett[:SR], beam=9)
+        with pytest.raises(nerve.InputError, match="longer"):
+            dec.transcribe(np.zeros(SR * 31, np.float32))
+    finally:
+        model.release(dec)
+
+
+def test_beam_search_keeps_the_best_and_matches_greedy_at_width_one(model, beckett):
+    dec = model.decoder()
+    try:
+        seg = beckett[:int(SR * 3.0)]
+        greedy = dec.transcribe(seg, beam=1)
+        beam = dec.transcribe(seg, beam=4)
+        assert beam.tokens and beam.stopped == "end"
+        assert beam.logprob / len(beam.tokens) >= greedy.logprob / len(greedy.tokens) - 1e-6
+    finally:
+        model.release(dec)
+
+
+# ---- tokenizer and numbers
+
+def test_tokenizer_reads_pieces_and_rejects_truncation(model, tmp_path):
+    tok = model.tokenizer
+    assert len(tok) == 32000 and tok.pieces[1] == b"<s>" and tok.pieces[2] == b"</s>"
+    assert tok.pieces[3] == b"\x00" and tok.pieces[258] == b"\xff"   # byte fallback
+    ids = [i for i, p in enumerate(tok.pieces) if p in ("\u2581turn".encode(), "\u2581left".encode())]
+    assert tok.decode(ids) in ("turn left", "left turn")
+    data = models.model_file("moonshine-base", "models/base-en/tokenizer.bin").read_bytes()
+    with pytest.raises(nerve.ModelError, match="past the end"):
+        Tokenizer.load(data[:-3])
+    long_piece = bytes([0x80 | 5, 1]) + b"x" * 133  # two-byte length: 5 + 1 * 128
+    assert Tokenizer.load(b"\x01a\x01b\x01c" + long_piece).pieces[3] == b"x" * 133
+
+
+@pytest.mark.parametrize("text, words, digits", [
+    ("turn 90 degrees", "turn ninety degrees", "turn 90 degrees"),
+    ("go 2 meters", "go two meters", "go 2 meters"),
+    ("speed 15.", "speed fifteen.", "speed 15."),
+    ("rotate 135 degrees", "rotate one hundred thirty five degrees", "rotate 135 degrees"),
+    ("code 007", "code zero zero seven", "code 0 0 7"),
+    ("back 2.5 m", "back two point five m", None),
+])
+def test_numbers_both_ways(text, words, digits):
+    assert numbers_to_words(text) == words
+    if digits is not None:
+        assert numbers_to_digits(words) == digits
+
+
+# ---- vocabularies
+
+COMMAND_WORDS = ("zero one two three four five six seven eight nine ten twenty thirty forty fifty sixty "
+                 "seventy eighty ninety hundred go move turn rotate stop halt back forward left right meters "
+                 "centimeters degrees robot gripper open close lights on off speed").split()
+
+
+def test_words_constrain_the_output(model):
+    rec = Recognizer(words=COMMAND_WORDS, partial_ms=0)
+    vocab = set(COMMAND_WORDS)
+    for text in ("Turn left ninety degrees.", "Robot stop.", "Open gripper."):
+        finals = rec.transcribe(with_silence(say(text, "en-gb")), sample_rate=SR)
+        assert finals, text
+        for ev in finals:
+            assert ev.text and set(ev.text.split()) <= vocab, (text, ev.text)
+    finals = rec.transcribe(with_silence(say("Robot, stop!")), sample_rate=SR)
+    assert " ".join(e.text for e in finals) == "robot stop"
+
+
+def test_phrases_give_exactly_one_phrase(model):
+    phrases = ["Turn left ninety degrees", "go forward two meters", "robot stop", "open gripper"]
+    rec = Recognizer(phrases=phrases, partial_ms=0)
+    for spoken, want in (("Go forward two meters.", "go forward two meters"), ("Robot, stop!", "robot stop"),
+                         ("Turn left ninety degrees.", "Turn left ninety degrees")):
+        finals = rec.transcribe(with_silence(say(spoken)), sample_rate=SR)
+        assert [e.text for e in finals] == [want]
+
+
+def test_vocabulary_masks_follow_the_trie(model):
+    v = Vocabulary(model.tokenizer, words=["stop", "go"])
+    start = v.start()
+    m = v.mask(start)
+    assert not m[Tokenizer.EOS]  # nothing said yet
+    allowed = {model.tokenizer.piece_text(t).strip().lower() for t in np.flatnonzero(m)}
+    assert "stop" in allowed and "go" in allowed and "left" not in allowed
+    stop = next(t for t in np.flatnonzero(m) if model.tokenizer.piece_text(t).strip().lower() == "stop")
+    after = v.advance(start, int(stop))
+    assert v.mask(after)[Tokenizer.EOS]
+    assert v.spell(" Stop, go.") == "stop go"
+    with pytest.raises(nerve.InputError):
+        Vocabulary(model.tokenizer, words=["two words"])
+    with pytest.raises(nerve.InputError):
+        Vocabulary(model.tokenizer)
+
+
+# ---- streaming
+
+def _finals(events):
+    return [(e.text, e.start_s, e.end_s) for e in events if e.type == "final"]
+
+
+def _stream(rec, audio, rate, sizes):
+    s = rec.create_stream(sample_rate=rate)
+    events, at, k = [], 0, 0
+    while at < len(audio):
+        n = sizes[k % len(sizes)]
+        events += s.accept_waveform(audio[at:at + n])
+        at += n
+        k += 1
+    events += s.finish()
+    s.close()
+    return events
+
+
+@pytest.fixture(scope="module")
+def commands_audio():
+    parts = [with_silence(say(t), 0.4, 0.8) for t in ("Turn left ninety degrees.", "Go forward two meters.")]
+    return np.concatenate(parts)
+
+
+def test_slicing_does_not_change_finals(model, commands_audio, rng):
+    rec = Recognizer(partial_ms=0)
+    whole = _finals(_stream(rec, commands_audio, SR, [len(commands_audio)]))
+    assert len(whole) == 2
+    for ms in (1, 37, 160, 320, 1000):
+        got = _finals(_stream(rec, commands_audio, SR, [SR * ms // 1000]))
+        assert [g[0] for g in got] == [w[0] for w in whole], ms
+        for g, w in zip(got, whole):
+            assert abs(g[1] - w[1]) <= 0.010 and abs(g[2] - w[2]) <= 0.010
+    sizes = [int(x) for x in rng.integers(1, 9000, size=50)]
+    assert _finals(_stream(rec, commands_audio, SR, sizes)) == whole
+
+
+def test_partials_come_before_the_final(model, commands_audio):
+    rec = Recognizer(partial_ms=320)
+    events = _stream(rec, commands_audio, SR, [1600])
+    kinds = [e.type for e in events]
+    assert kinds.count("final") == 2 and kinds.count("partial") >= 2
+    first_final = kinds.index("final")
+    assert "partial" in kinds[:first_final]
+    for e in events:
+        assert e.end_s >= e.start_s
+
+
+@pytest.mark.parametrize("rate", [8000, 44100, 48000])
+def test_other_rates_transcribe_like_16k(model, rate):
+    text = "Turn left ninety degrees."
+    rec = Recognizer(partial_ms=0)
+    base = with_silence(say(text))
+    want = _finals(_stream(rec, base, SR, [3200]))
+    audio = with_silence(say(text, rate=rate), rate=rate)
+    if rate == 8000:  # telephone band: compare with the 16 kHz original band-limited alike
+        r_down, r_up = nerve.audio.Resampler(SR, 8000), nerve.audio.Resampler(8000, SR)
+        narrow = np.concatenate([r_down.process(base), r_down.flush()])
+        base = np.concatenate([r_up.process(narrow), r_up.flush()])
+        want = _finals(_stream(rec, base, SR, [3200]))
+    got = _finals(_stream(rec, audio, rate, [rate // 10]))
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for g, w in zip(got, want):
+        assert abs(g[1] - w[1]) <= 0.05 and abs(g[2] - w[2]) <= 0.05
+
+
+def test_stereo_int16_input_is_downmixed(model):
+    x = with_silence(say("Robot, stop!"))
+    pcm = np.clip(x * 32767, -32768, 32767).astype(np.int16)
+    stereo = np.stack([pcm, pcm], axis=1)
+    rec = Recognizer(partial_ms=0)
+    s = rec.create_stream(sample_rate=SR, channels=2)
+    events = s.accept_waveform(stereo.reshape(-1)) + s.finish()
+    want = rec.transcribe(x, sample_rate=SR)
+    assert [e.text for e in events if e.type == "final"] == [e.text for e in want]
+
+
+def test_streams_in_threads_equal_alone(model, commands_audio, beckett):
+    rec = Recognizer(partial_ms=0)
+    inputs = [commands_audio, beckett[:SR * 6], commands_audio[::-1].copy()]
+    alone = [_finals(_stream(rec, a, SR, [4000])) for a in inputs]
+    results = [None] * len(inputs)
+
+    def work(i):
+        results[i] = _finals(_stream(rec, inputs[i], SR, [1000 + 700 * i]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == alone
+
+
+def test_one_hour_stream_does_not_grow(model):
+    """An hour of audio (a command every ~20 s, noise between) through one stream: after the
+    first minute neither the pools nor the process RSS grow (<= 1 MB)."""
+    rng = np.random.default_rng(7)
+    rec = Recognizer(partial_ms=0)
+    s = rec.create_stream(sample_rate=SR)
+    utterances = [say(t) for t in ("Turn left ninety degrees.", "Robot, stop now.", "Go forward two meters.")]
+    block = SR * 20
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    def pools() -> int:
+        return sum(p["allocated"] for p in nerve.memory_report()["pools"])
+
+    finals = 0
+    marks = {}
+    for k in range(180):  # 180 x 20 s = 1 hour
+        audio = (rng.standard_normal(block) * 0.002).astype(np.float32)
+        u = utterances[k % len(utterances)]
+        audio[SR * 5:SR * 5 + len(u)] += u
+        finals += sum(e.type == "final" for e in s.accept_waveform(audio))
+        if k == 3:  # after the first minute
+            marks["start"] = (rss(), pools())
+    marks["end"] = (rss(), pools())
+    s.close()
+    assert finals >= 170
+    assert s.dropped_samples == 0
+    assert marks["end"][1] <= marks["start"][1]
+    assert marks["end"][0] - marks["start"][0] <= 1 << 20, marks
+
+
+# ---- bad input
+
+def test_bad_input_is_a_clear_error(model, tmp_path):
+    rec = Recognizer(partial_ms=0)
+    (tmp_path / "not.wav").write_bytes(b"hello, this is not audio")
+    good = io.BytesIO()
+    with wave.open(good, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(SR)
+        w.writeframes(np.zeros(SR, np.int16).tobytes())
+    (tmp_path / "cut.wav").write_bytes(good.getvalue()[:30])
+    for name in ("not.wav", "cut.wav"):
+        with pytest.raises(nerve.InputError):
+            rec.transcribe(str(tmp_path / name))
+    with pytest.raises(nerve.NerveError):
+        rec.transcribe(str(tmp_path / "missing.wav"))
+    for rate in (0, -16000, 10 ** 9):
+        with pytest.raises(nerve.InputError):
+            rec.create_stream(sample_rate=rate)
+    s = rec.create_stream(sample_rate=SR)
+    bad = np.zeros(SR, np.float32)
+    bad[100] = np.nan
+    with pytest.raises(nerve.InputError, match="(?i)nan|finite"):
+        s.accept_waveform(bad)
+    with pytest.raises(nerve.InputError):
+        s.accept_waveform(np.zeros(10, np.complex64))
+    with pytest.raises(nerve.InputError):
+        s.accept_waveform(np.array(["a", "b"]))
+    assert s.accept_waveform(np.zeros(0, np.float32)) == []
+    assert s.finish() == []
+    s.close()
+    assert rec.transcribe(np.zeros(0, np.float32), sample_rate=SR) == []
+    with pytest.raises(nerve.InputError):
+        Recognizer(numbers="roman")
+
+
+def test_missing_model_names_the_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(nerve.ModelError, match="nerve models fetch moonshine-base"):
+        models.model_dir("moonshine-base")
+
+
+def test_fetch_refuses_a_wheel_with_the_wrong_hash(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fake = tmp_path / "moonshine_cpp-0.1.4-py3-none-manylinux2014_x86_64.whl"
+    fake.write_bytes(b"PK\x05\x06" + bytes(18))
+    with pytest.raises(nerve.ModelError, match="SHA-256"):
+        models.fetch("moonshine-base", wheel=str(fake))
+
+
+# ---- CLI
+
+def test_cli_asr_json_ends_with_a_summary(model, tmp_path):
+    x = with_silence(say("Robot, stop!"), rate=SR)
+    path = tmp_path / "cmd.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(SR)
+        w.writeframes(np.clip(x * 32767, -32768, 32767).astype(np.int16).tobytes())
+    r = subprocess.run([sys.executable, "-m", "nerve", "asr", str(path), "--json"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert lines[-1]["type"] == "summary" and lines[-1]["audio_s"] > 1 and lines[-1]["rtf"] > 0
+    finals = [ln for ln in lines if ln["type"] == "final"]
+    assert finals and "stop" in finals[0]["text"].lower()
+    raw = np.clip(x * 32767, -32768, 32767).astype(np.int16).tobytes()
+    r = subprocess.run([sys.executable, "-m", "nerve", "asr", "-", "--json"], input=raw, capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(ln) for ln in r.stdout.decode().splitlines()]
+    assert [ln["text"] for ln in lines if ln["type"] == "final"] == [f["text"] for f in finals]
+    r = subprocess.run([sys.executable, "-m", "nerve", "asr", str(tmp_path / "nope.wav")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 1 and "nerve:" in r.stderr
