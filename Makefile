@@ -26,6 +26,8 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	  "pytest>=7" "onnxruntime>=1.16"
 	# the silero VAD models (test and bench material); --no-deps: the package itself wants torch
 	$(PIP) install --quiet --no-deps "silero-vad==6.2.3"
+	# the classic offline recogniser `nerve bench asr` and bench/asr_eval.py compare with
+	$(PIP) install --quiet "pocketsphinx==5.1.1"
 	touch $@
 
 venv: $(VENV)/.stamp

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Sequence, Union
 
 from ..errors import ModelError
 
-__all__ = ["Tokenizer", "numbers_to_words", "numbers_to_digits"]
+__all__ = ["Tokenizer", "int_to_words", "numbers_to_words", "numbers_to_digits", "DIGIT_WORDS"]
 
 WORD_START = "\u2581"
 
@@ -67,11 +67,15 @@ class Tokenizer:
 _ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
          "nineteen"]
+DIGIT_WORDS = _ONES[:10]
 _TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 _SCALES = [(10 ** 9, "billion"), (10 ** 6, "million"), (1000, "thousand"), (100, "hundred")]
 
 
-def _int_words(n: int) -> str:
+def int_to_words(n: int) -> str:
+    """Cardinal English words of 0 <= n < 10**12, without "and": 45 -> "forty five"."""
+    if not 0 <= n < 10 ** 12:
+        raise ValueError(f"int_to_words: {n} is outside [0, 10**12)")
     if n < 20:
         return _ONES[n]
     if n < 100:
@@ -79,8 +83,8 @@ def _int_words(n: int) -> str:
     for value, name in _SCALES:
         if n >= value:
             rest = n % value
-            head = _int_words(n // value) + " " + name
-            return head if rest == 0 else head + " " + _int_words(rest)
+            head = int_to_words(n // value) + " " + name
+            return head if rest == 0 else head + " " + int_to_words(rest)
     raise AssertionError(n)
 
 
@@ -89,7 +93,7 @@ def _number_token_words(token: str) -> str:
     if len(digits) > 1 and digits.startswith("0") or len(digits) > 12:
         # a digit string ("007", a phone number): read digit by digit
         return " ".join(_ONES[int(c)] for c in digits)
-    return _int_words(int(digits))
+    return int_to_words(int(digits))
 
 
 _NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(%?)(?!\w)")
