@@ -91,6 +91,21 @@ def _json_key_part(obj) -> str:
     return str(obj)
 
 
+_FINGERPRINT: Optional[bytes] = None
+
+
+def _compiler_fingerprint() -> bytes:
+    """Digest of the compiler's own sources and the plan format: a cached plan is reused only
+    by the compiler that made it (an edited pass must not be served a stale plan)."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        h = hashlib.sha256(b"nrv2")
+        for f in sorted((Path(__file__).parent / "compiler").glob("*.py")):
+            h.update(f.name.encode() + f.read_bytes())
+        _FINGERPRINT = h.digest()
+    return _FINGERPRINT
+
+
 def _options_key(options: Mapping) -> str:
     return json.dumps({k: options[k] for k in sorted(options)}, sort_keys=True, default=_json_key_part)
 
@@ -122,7 +137,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
         options["constants"] = {k: np.asarray(v) for k, v in constants.items()}
     if outputs is not None:
         options["outputs"] = list(outputs)
-    key = hashlib.sha256(model_bytes + _options_key(options).encode() + b"nrv2").hexdigest()
+    key = hashlib.sha256(model_bytes + _options_key(options).encode() + _compiler_fingerprint()).hexdigest()
     use_cache = cache and os.environ.get("NERVE_PLAN_CACHE", "1") != "0"
     cached = cache_dir() / "plans" / f"{key}.nrv"
     if use_cache and cached.is_file():

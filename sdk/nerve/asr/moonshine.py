@@ -73,9 +73,13 @@ class MoonshineModel:
         self.first_plan = compile_plan(
             decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([False])},
             outputs=["logits"] + _kv_names("present", "decoder") + _kv_names("present", "encoder"))
-        self.next_plan = compile_plan(
+        self.next_plan = compile_plan(  # past keys/values in and out as arrays (beam search)
             decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([True])},
             outputs=["logits"] + _kv_names("present", "decoder"))
+        self.kept_plan = compile_plan(  # the same, with them kept in the session (greedy)
+            decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([True])},
+            outputs=["logits"] + _kv_names("present", "decoder"),
+            state={n: n.replace("present", "past_key_values") for n in _kv_names("present", "decoder")})
         self.vocab = len(self.tokenizer)
         self._idle: List["MoonshineDecoder"] = []
         self._idle_lock = threading.Lock()
@@ -133,6 +137,7 @@ class NerveSteps:
         self.encoder = Session(model.encoder_plan, threads=threads)
         self.first = Session(model.first_plan, threads=threads)
         self.next = Session(model.next_plan, threads=threads)
+        self.kept = Session(model.kept_plan, threads=threads)
         empty = np.zeros((1, HEADS, 0, HEAD_DIM), np.float32)
         self._empty_past = {n: empty for n in _kv_names("past_key_values", "decoder")}
         self._empty_cross = {n: empty for n in _kv_names("past_key_values", "encoder")}
@@ -149,6 +154,15 @@ class NerveSteps:
         out = self.next.run({"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states,
                              **past, **cross})
         return out["logits"][0, -1], _as_past(out, "decoder")
+
+    def next_step_kept(self, token: int, states, past: Optional[Dict], cross: Dict) -> np.ndarray:
+        """A step whose past keys/values stay in the session's state buffers (preallocated
+        for the longest segment): ``past`` is given on the first step only, then each step
+        reads what the previous one wrote."""
+        feeds = {"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states, **cross}
+        if past is not None:
+            feeds.update(past)
+        return self.kept.run(feeds)["logits"][0, -1]
 
 
 def _as_past(out: Dict[str, np.ndarray], part: str) -> Dict[str, np.ndarray]:
@@ -229,6 +243,7 @@ class MoonshineDecoder:
         token_lp: List[float] = []
         cstate = allowed.start() if allowed is not None else None
         stopped = "length"
+        kept = getattr(self.steps, "next_step_kept", None)
         for step in range(limit):
             logp = self._scores(logits, step, speech_present, allowed, cstate)
             token = int(np.argmax(logp))
@@ -243,7 +258,11 @@ class MoonshineDecoder:
                 stopped = "repetition"
                 break
             if step + 1 < limit:
-                logits, past = self._step_next(token, states, past, cross)
+                if kept is not None:
+                    logits = kept(token, states, past, cross)[:self.model.vocab]
+                    past = None  # from now on the session holds it
+                else:
+                    logits, past = self._step_next(token, states, past, cross)
         return self._finish(tokens, token_lp, stopped, states)
 
     def _beam(self, logits, states, past, cross, limit, speech_present, allowed, width) -> Transcript:

@@ -227,6 +227,7 @@ class Stream:
         activation arenas of its sessions, and the weights they use (shared by every stream of
         the model: counted once per process, not per stream)."""
         sessions = [self.decoder.steps.encoder, self.decoder.steps.first, self.decoder.steps.next,
+                    self.decoder.steps.kept,
                     self.detector.vad.session] if self.decoder is not None else []
         reports = [s.memory_report() for s in sessions]
         ring = self.ring.pool.stats() if not self.ring.pool.closed else {"peak": 0, "capacity": 0}
