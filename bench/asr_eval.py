@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from nerve.bench import cpu_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import asr_corpus  # noqa: E402
@@ -62,16 +63,6 @@ def _version(peer: str) -> str:
         return f"{peer} {version(peer)}"
     except Exception:
         return peer
-
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class _Tally:
@@ -135,7 +126,7 @@ def main(argv=None) -> int:
     if hyps:
         hyps.close()
 
-    print(f"{_version(args.engine)} on {args.corpus} ({len(rows)} files); {_cpu()}, {os.cpu_count()} CPUs")
+    print(f"{_version(args.engine)} on {args.corpus} ({len(rows)} files); {cpu_model()}, {os.cpu_count()} CPUs")
     print("WER: pooled (S+D+I)/N over reference words; RTF: decode seconds / audio seconds, wall "
           "clock and the decoding thread's CPU time (wall/cpu);\n"
           f"free: the engine's own language model; words: any sequence of the {len(words)} vocabulary words")

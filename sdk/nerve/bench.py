@@ -43,7 +43,7 @@ _TABLE_CAP = 1 * GiB  # keeps the default run within ~2 GiB of RAM
 
 # ------------------------------------------------------------------------- the machine
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -100,7 +100,7 @@ def machine() -> Dict[str, object]:
     desc = nerve_info()
     llc = last_level_cache_bytes()
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cores": desc["cpu"]["count"],
         "arch": desc["cpu"]["arch"],
         "features": desc["cpu"]["features"],

@@ -135,6 +135,21 @@ def default_state(specs: List[dict]) -> Dict[str, str]:
     return {"stateN": "state"} if _is_silero_vad(specs) else {}
 
 
+def ort_session(model_path, threads: int = 1):
+    """An onnxruntime CPU session with `threads` intra-op threads, sequential, quiet: the peer
+    every nerve comparison runs (onnxruntime is a test/bench dependency only)."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise InputError("comparing with onnxruntime needs the onnxruntime package (pip install onnxruntime)") from exc
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+
+
 def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], vs: Optional[str],
                 threads: int = 1, seconds: float = 3.0, repeat: int = 7,
                 state: Optional[Mapping[str, str]] = None) -> dict:
@@ -156,20 +171,13 @@ def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[
     if vs:
         if vs != "onnxruntime":
             raise InputError(f"--vs {vs!r}: only onnxruntime is supported")
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            raise InputError("--vs onnxruntime needs the onnxruntime package (pip install onnxruntime)") from exc
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.log_severity_level = 3
-        peer = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        peer = ort_session(model_path, threads)
         names = [o.name for o in peer.get_outputs()]
         runners["onnxruntime"] = lambda: peer.run(None, feeds)
         peer_out = dict(zip(names, peer.run(None, feeds)))
-        result["onnxruntime_version"] = ort.__version__
+        import onnxruntime
+
+        result["onnxruntime_version"] = onnxruntime.__version__
     ours = sess.run(feeds)
     if peer_out is not None:
         diffs = {k: float(np.max(np.abs(ours[k].astype(np.float64) - peer_out[k].astype(np.float64))))

@@ -9,7 +9,6 @@ medians over ``repeat`` passes; RTF = compute seconds / audio seconds, one threa
 
 from __future__ import annotations
 
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..audio import Resampler, read_wav
+from ..bench import cpu_model
 from .moonshine import SAMPLE_RATE
 from .recognizer import Recognizer
 
@@ -35,16 +35,6 @@ def default_audio() -> List[Path]:
 def _to_16k(samples: np.ndarray, rate: int) -> np.ndarray:
     r = Resampler(rate, SAMPLE_RATE)
     return np.concatenate([r.process(samples), r.flush()])
-
-
-def _machine() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[Sequence[str]] = None,
@@ -109,7 +99,7 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
         for k in stages:
             stages[k] += stream_stages.get(k, 0.0)
         rows.append(row)
-    return {"machine": _machine(), "threads": 1, "repeat": repeat, "rows": rows, "totals": totals,
+    return {"machine": cpu_model(), "threads": 1, "repeat": repeat, "rows": rows, "totals": totals,
             "stages_s": stages, "pool_peak_bytes": peak}
 
 

@@ -26,17 +26,10 @@ class OrtSteps:
     """encode / first_step / next_step on onnxruntime sessions of the model's .ort files."""
 
     def __init__(self, folder: Path, threads: int = 1):
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            raise NerveError("the onnxruntime peer needs onnxruntime (pip install onnxruntime)") from exc
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        providers = ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(str(folder / "encoder_model.ort"), so, providers=providers)
-        self.decoder = ort.InferenceSession(str(folder / "decoder_model_merged.ort"), so, providers=providers)
+        from ..modeltools import ort_session
+
+        self.encoder = ort_session(folder / "encoder_model.ort", threads)
+        self.decoder = ort_session(folder / "decoder_model_merged.ort", threads)
         self.out_names = [o.name for o in self.decoder.get_outputs()]
         empty = np.zeros((1, HEADS, 0, HEAD_DIM), np.float32)
         self._empty = {n: empty for n in _kv_names("past_key_values", "decoder") + _kv_names("past_key_values", "encoder")}
