@@ -30,6 +30,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_SIGMOID] = "sigmoid",
     [NRV_OP_TANH] = "tanh",
     [NRV_OP_SOFTMAX] = "softmax",
+    [NRV_OP_LINEAR_W8] = "linear_w8",
 };
 
 typedef struct op_slot {
@@ -96,6 +97,7 @@ static void init_table(void) {
 #endif /* __x86_64__ */
 #if defined(__aarch64__)
     add_table(nrv_variants_neon);
+    add_table(nrv_variants_neon_w8);
 #endif /* __aarch64__ */
     add_table(nrv_variants_ref);
     const char *env = getenv("NERVE_DISABLE");

@@ -132,7 +132,8 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
         model_bytes = path.read_bytes()
     except OSError as exc:
         raise ModelError(f"cannot read model {path}: {exc}") from exc
-    options = {"dims": dict(dims or {}), "state": dict(state or {}), "fuse": bool(fuse)}
+    options = {"dims": dict(dims or {}), "state": dict(state or {}), "fuse": bool(fuse),
+               "w8": os.environ.get("NERVE_W8", "1").strip() != "0"}  # passes.select_linear_w8
     if constants:
         options["constants"] = {k: np.asarray(v) for k, v in constants.items()}
     if outputs is not None:
@@ -146,7 +147,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     if model_bytes[4:8] == b"ORTM":  # ONNX Runtime's flatbuffer format: read into ONNX first
         from .compiler.ort_format import load_ort
         onnx_bytes = load_ort(model_bytes).SerializeToString()
-    data = compile_onnx(onnx_bytes, path.parent, **options)
+    data = compile_onnx(onnx_bytes, path.parent, **{k: v for k, v in options.items() if k != "w8"})
     plan = Plan(data, str(path))
     if use_cache:
         try:

@@ -412,6 +412,48 @@ static void test_linear(int fused) {
     }
 }
 
+/* ------------------------------------------------------------------ linear_w8 */
+
+/* The int8-weight linear (no public entry point: the plan op is its caller) through the
+ * dispatch table against nrv_linear_w8_ref, per-tensor and per-output s / z, z absent,
+ * with and without bias; the tolerance grows with sqrt(in) x the magnitude of the terms
+ * summed. tests/native/test_linear_w8.c has the double-precision sweep and the plan op. */
+static void test_linear_w8(void) {
+    lin_case cs[256];
+    const int ncase = lin_cases(cs, 256);
+    for (int c = 0; c < ncase; c++) {
+        const int64_t rows = cs[c].rows, in = cs[c].in, out = cs[c].out;
+        const int per_row = c % 2, with_z = c % 5 != 3, with_b = c % 3 != 1, mis = c % 6 == 5;
+        const int64_t ns = per_row ? out : 1;
+        buf x = buf_in(rows * in, mis), s = buf_in(ns, 0), z = buf_in(ns, 0), b = buf_in(out, 0);
+        int8_t *q = xalloc((size_t)(out * in));
+        nrv_test_fill(x.p, rows * in, -1.0f, 1.0f);
+        for (int64_t i = 0; i < out * in; i++) q[i] = (int8_t)((int)(nrv_test_u64() % 256u) - 128);
+        nrv_test_fill(s.p, ns, 0.001f, 0.02f);
+        nrv_test_fill(z.p, ns, -0.5f, 0.5f);
+        nrv_test_fill(b.p, out, -1.0f, 1.0f);
+        float *want = xalloc((size_t)(rows * out) * sizeof(float));
+        buf y = buf_out(rows * out, mis);
+        const float *zp = with_z ? z.p : NULL, *bp = with_b ? b.p : NULL;
+        nrv_linear_w8_ref(x.p, rows, in, q, s.p, zp, per_row, bp, out, want);
+        nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(x.p, rows, in, q, s.p, zp, per_row, bp, out, y.p);
+        const double atol = dot_atol(in, 1.0, 128.0 * max_abs(s.p, ns) + (with_z ? max_abs(z.p, ns) : 0.0));
+        int64_t at = 0;
+        double err = compare(y.p, want, rows * out, 1e-5, atol, NULL, 0.0, &at);
+        if (!guards_intact(&y)) err = INFINITY;
+        record(err, "rows=%lld in=%lld out=%lld per_row=%d z=%d b=%d at %lld: got %.9g want %.9g%s", (long long)rows,
+               (long long)in, (long long)out, per_row, with_z, with_b, (long long)at, (double)y.p[at],
+               (double)want[at], guards_intact(&y) ? "" : " canary overwritten");
+        free(want);
+        free(q);
+        buf_free(&y);
+        buf_free(&x);
+        buf_free(&s);
+        buf_free(&z);
+        buf_free(&b);
+    }
+}
+
 /* ------------------------------------------------------------------ gemm */
 
 static void test_gemm(void) {
@@ -633,6 +675,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "sigmoid")) test_activation(NRV_ACT_SIGMOID, nrv_sigmoid_ref);
     else if (!strcmp(op, "tanh")) test_activation(NRV_ACT_TANH, nrv_tanh_ref);
     else if (!strcmp(op, "softmax")) test_softmax();
+    else if (!strcmp(op, "linear_w8")) test_linear_w8();
     else return 0;
     return 1;
 }

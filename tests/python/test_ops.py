@@ -15,10 +15,11 @@ from nerve import kernels, ops
 
 F32 = np.float32
 RTOL = 1e-5
-# Every op of the dispatch table must be exercised by a test below.
+# Every op of the dispatch table must be exercised by a test below (linear_w8: by
+# test_linear_w8.py, through sessions, under every variant).
 COVERED_OPS = {
     "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear", "layernorm_linear", "gemm",
-    "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax",
+    "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax", "linear_w8",
 }
 
 

@@ -39,6 +39,16 @@ typedef void (*nrv_layernorm_linear_fn)(const float *x, int64_t rows, int64_t in
                                         const float *gamma, const float *beta, float eps,
                                         const float *w, const float *b, int64_t out, float *y);
 
+/* y[rows, out] = s ⊙ (x · qᵀ) + z ⊙ rowsum(x) + b, i.e. x · Wᵀ + b with the int8 weight
+ * W[o, k] = s[o]·q[o, k] + z[o] dequantised in registers (w8a32: q is never widened in
+ * memory). q is [out, in] int8 row-major (the layout of linear's w); s and z hold `out`
+ * floats when sz_stride is 1 (per output row) or one float when it is 0 (per tensor);
+ * z and b may be NULL (0). y does not overlap x. An output's value does not depend on which
+ * other outputs are computed in the same call (a caller may split the outputs freely), only
+ * on rows. */
+typedef void (*nrv_linear_w8_fn)(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
+                                 const float *z, int64_t sz_stride, const float *b, int64_t out, float *y);
+
 /* A linear kernel may pick its path (and so its rounding) from out only while out is below
  * this: a caller that splits the outputs of one product across threads keeps every piece
  * at least this wide, so each output is computed exactly as in the unsplit call. */
@@ -70,6 +80,7 @@ typedef enum nrv_op {
     NRV_OP_SIGMOID,
     NRV_OP_TANH,
     NRV_OP_SOFTMAX,
+    NRV_OP_LINEAR_W8,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -81,6 +92,7 @@ typedef union nrv_kernel_fn {
     nrv_gemm_fn gemm;
     nrv_unary_fn unary;
     nrv_softmax_fn softmax;
+    nrv_linear_w8_fn linear_w8;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -103,6 +115,21 @@ extern const nrv_kernel_variant nrv_variants_x86[];
 #endif /* __x86_64__ */
 #if defined(__aarch64__)
 extern const nrv_kernel_variant nrv_variants_neon[];
+#endif /* __aarch64__ */
+
+/* linear_w8 variants (native/src/x86/linear_w8_*.c, neon/linear_w8_neon.c). The NEON one
+ * has its own one-entry table, defined next to it, which dispatch.c adds after
+ * nrv_variants_neon. */
+#if defined(__x86_64__)
+void nrv_linear_w8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
+                        int64_t sz_stride, const float *b, int64_t out, float *y);
+void nrv_linear_w8_avx512(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
+                          const float *z, int64_t sz_stride, const float *b, int64_t out, float *y);
+#endif /* __x86_64__ */
+#if defined(__aarch64__)
+extern const nrv_kernel_variant nrv_variants_neon_w8[];
+void nrv_linear_w8_neon(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
+                        int64_t sz_stride, const float *b, int64_t out, float *y);
 #endif /* __aarch64__ */
 
 /* Scalar references (one file per op family in native/src/kernels/): always built, simple, obviously right. */
@@ -128,6 +155,8 @@ void nrv_relu_ref(const float *x, int64_t n, float *y);
 void nrv_sigmoid_ref(const float *x, int64_t n, float *y);
 void nrv_tanh_ref(const float *x, int64_t n, float *y);
 void nrv_softmax_ref(const float *x, int64_t rows, int64_t dim, float *y);
+void nrv_linear_w8_ref(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
+                       int64_t sz_stride, const float *b, int64_t out, float *y);
 
 /* IEEE half -> float conversion shared by the reference kernels (exact, handles
  * subnormals, inf and NaN). */

@@ -1,4 +1,4 @@
-/* op_linalg.c — plan ops of the linalg family: matmul, linear, layernorm_linear, gemm
+/* op_linalg.c — plan ops of the linalg family: matmul, linear, linear_w8, layernorm_linear, gemm
  * (contract: plan_ops.h).
  *
  * Every op checks dtypes, ranks and extents against the output view the runtime set before
@@ -246,6 +246,86 @@ static nrv_status run_linear(const nrv_op_args *a) {
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
 }
 
+/* ------------------------------------------------------------------ linear_w8 */
+
+/* Threads as for linear: the outputs are cut into pieces from the shape alone
+ * (nrv_plan_output_pieces), each task writing a stack tile; the kernel computes every
+ * output the same way whatever piece it is in (kernels.h), so the thread count never
+ * changes a value. */
+typedef struct linear_w8_job {
+    const float *x, *s, *z, *b;
+    const int8_t *q;
+    float *y;
+    int64_t rows, k, n, st, pieces;
+} linear_w8_job;
+
+static void linear_w8_task(void *ctx, int64_t t) {
+    const linear_w8_job *j = ctx;
+    float tile[LINEAR_TILE_FLOATS];
+    const int64_t o0 = t * j->n / j->pieces, o1 = (t + 1) * j->n / j->pieces, nb = o1 - o0;
+    nrv_kernel_get(NRV_OP_LINEAR_W8)
+        .linear_w8(j->x, j->rows, j->k, j->q + o0 * j->k, j->s + o0 * j->st, j->z ? j->z + o0 * j->st : NULL, j->st,
+                   j->b ? j->b + o0 : NULL, nb, tile);
+    for (int64_t r = 0; r < j->rows; r++) memcpy(j->y + r * j->n + o0, tile + r * nb, (size_t)nb * sizeof(float));
+}
+
+/* "linear_w8": y = act(x · Wᵀ + bias) with an int8 weight dequantised in registers,
+ * W[n, k] = s[n]·q[n, k] + z[n] (w8a32; the compiler emits it for few rows, where the
+ * layer is a pass over the weights and q is a quarter of fp32 W's bytes).
+ *   in[0] x [..., K] f32 (rank >= 1); in[1] q [N, K] i8 (linear's [out, in] layout);
+ *   in[2] s f32 [N] (per output) or [1] (per tensor); in[3] z f32, same shape as s,
+ *   optional (absent: 0); in[4] bias [N] f32, optional;
+ *   out[0] y [..., N] f32, same rank and leading dims as x.
+ *   iattr [act] (nrv_plan_act); fattr [p0, p1] (LEAKY_RELU alpha; CLIP min, max).
+ *   No scratch. rows = product of x's leading dims; K == 0 gives y = act(bias or 0).
+ * Computed as s[n]·Σ_k x·q + z[n]·Σ_k x + bias[n] (kernels.h nrv_linear_w8_fn). */
+static nrv_status run_linear_w8(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 1, 2));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    NRV_TRY(nrv_op_require_input(a, 2));
+    const nrv_tview *x = a->in[0], *q = a->in[1], *sv = a->in[2];
+    const nrv_tview *zv = a->n_in > 3 ? a->in[3] : NULL, *bias = a->n_in > 4 ? a->in[4] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_f32(a, x, "x"));
+    NRV_TRY(nrv_op_expect_dtype(a, q, "q", NRV_I8));
+    NRV_TRY(check_f32(a, y, "output"));
+    NRV_TRY(check_rank(a, x, "x", 1, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_rank(a, q, "q", 2, 2));
+    const int64_t act = a->iattr[0];
+    NRV_TRY(check_act(a, act));
+    const int64_t K = x->dims[x->rank - 1], N = q->dims[0];
+    NRV_TRY(check_dim(a, q, "q", 1, K));
+    NRV_TRY(check_f32(a, sv, "s"));
+    NRV_TRY(check_rank(a, sv, "s", 1, 1));
+    if (sv->dims[0] != N && sv->dims[0] != 1)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): s has %lld elements, expected %lld or 1", a->type, a->name,
+                        (long long)sv->dims[0], (long long)N);
+    if (zv) NRV_TRY(check_vec(a, zv, "z", sv->dims[0]));
+    if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
+    NRV_TRY(check_rows_out(a, x, y, N));
+    const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
+    if (rows == 0 || N == 0) return NRV_OK;
+    const float *b = bias ? bias->data : NULL;
+    const int64_t st = sv->dims[0] == 1 ? 0 : 1;
+    if (K == 0) {
+        fill_rows(y->data, rows, N, b);
+    } else {
+        const int threads = nrv_threadpool_size(a->pool);
+        const int64_t pieces = threads > 1 && rows * K * N >= LINEAR_PARALLEL_MIN_MACS
+                                   ? nrv_plan_output_pieces(threads, rows, N, LINEAR_TILE_FLOATS)
+                                   : 0;
+        if (pieces) {
+            linear_w8_job j = {x->data, sv->data, zv ? zv->data : NULL, b, q->data, y->data, rows, K, N, st, pieces};
+            nrv_parallel_for(a->pool, pieces, linear_w8_task, &j);
+        } else {
+            nrv_kernel_get(NRV_OP_LINEAR_W8)
+                .linear_w8(x->data, rows, K, q->data, sv->data, zv ? zv->data : NULL, st, b, N, y->data);
+        }
+    }
+    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
+}
+
 /* ------------------------------------------------------------------ layernorm_linear */
 
 /* "layernorm_linear": y = act(layernorm(x; gamma, beta, eps) · wᵀ + bias), each row of x
@@ -359,6 +439,7 @@ static nrv_status run_gemm(const nrv_op_args *a) {
 const nrv_op_def nrv_plan_ops_linalg[] = {
     {"matmul", run_matmul, "gemm"},
     {"linear", run_linear, "linear"},
+    {"linear_w8", run_linear_w8, "linear_w8"},
     {"layernorm_linear", run_layernorm_linear, "layernorm_linear"},
     {"gemm", run_gemm, "gemm"},
     {NULL, NULL, NULL},

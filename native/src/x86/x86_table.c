@@ -8,6 +8,9 @@
  * 1.18-1.27, gelu/gelu_tanh/sigmoid/tanh/softmax 1.77-2.0. The memory-bound ops do not
  * gain from wider vectors (embedding f32 0.98, f16 0.86, i8 1.01; relu 1.00), so they
  * have an avx2 variant only, which the dispatcher then picks on AVX-512 CPUs as well.
+ * linear_w8 (int8 weights) is listed in both: one row streaming q from memory, the two
+ * run at the same speed (bound by memory), with q in cache AVX-512 is 1.0-1.2x at 2-16 rows
+ * (the int8 widening is a larger share of the work there; medians of 31, same process).
  * .requires is every feature the variant's translation unit was compiled for:
  *  - avx2: files built with -mavx2 -mfma -mf16c;
  *  - avx512: files built with the AVX-512 F/BW/VL/DQ flags plus -mavx2 -mfma -mf16c. They
@@ -49,5 +52,7 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_TANH, unary, nrv_tanh_avx2),
     AVX512(NRV_OP_SOFTMAX, softmax, nrv_softmax_avx512),
     AVX2(NRV_OP_SOFTMAX, softmax, nrv_softmax_avx2),
+    AVX512(NRV_OP_LINEAR_W8, linear_w8, nrv_linear_w8_avx512),
+    AVX2(NRV_OP_LINEAR_W8, linear_w8, nrv_linear_w8_avx2),
     {.name = NULL},
 };

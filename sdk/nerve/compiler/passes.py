@@ -11,24 +11,46 @@ Fusions rewrite runtime ops (the fused op keeps the ONNX node names it came from
   * linear(a; W1, b1) + linear(b; W2, b2)             -> linear([a | b]; [W1 | W2], b1 + b2)
     (an RNN cell's input and recurrent products: one pass, one op, no add)
 A fusion only fires when the intermediate values have no other reader and are not outputs.
+
+Int8 weights (select_linear_w8): a linear whose weight was folded from int8 data (the
+builder's ``int8_affine`` record, W = s·q + z with s, z per tensor or per output) and that
+runs on few rows (the product of x's leading dims, at the dims' bounds, <= W8_MAX_ROWS)
+becomes ``linear_w8`` over the int8 q, dequantised in registers: such a layer streams its
+weight once per run, so a quarter of the bytes is most of the time. It runs after the bias
+fusion and before the layernorm and sum-of-linears fusions, which then leave it alone (the
+layernorm stays its own op); the activation fusion applies to it like to linear. Other
+readers of the fp32 weight (a tied embedding's Gather) keep the fp32 constant.
+``NERVE_W8=0`` in the environment at compile time turns the selection off (every such layer
+stays an fp32 linear; a cached plan compiled otherwise is reused unless NERVE_PLAN_CACHE=0).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 from typing import Dict, List, Optional, Set
 
 import numpy as np
 
 from . import symbolic as S
+from .builder import int8_affine
 from .graph import Op, Program, Value
+from .memplan import bytes_at_bounds
 
 CONTROL = {"if", "jump", "label"}
 
 # unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
-_ACT_SLOT = {"conv": (2, 0), "linear": (0, 0), "matmul": (0, 0), "layernorm_linear": (0, 1)}
+_ACT_SLOT = {"conv": (2, 0), "linear": (0, 0), "linear_w8": (0, 0), "matmul": (0, 0), "layernorm_linear": (0, 1)}
+
+# The most rows (product of x's leading dims, at the bounds) a linear with an int8-folded
+# weight may run on to become linear_w8: the decode step of a model. Measured against the
+# fp32 linear (linear_w8_impl.h): 1 row 3-5x faster with the weight streamed from memory;
+# 8-16 rows about even (0.75-0.85x with the weight in cache, 1.0-1.2x from memory); more
+# rows, the fp32 kernels' blocking over rows wins.
+W8_MAX_ROWS = 16
 
 
 def eliminate_dead_ops(prog: Program) -> None:
@@ -332,6 +354,67 @@ def fuse_sum_of_linears(prog: Program) -> bool:
     return changed
 
 
+def w8_enabled() -> bool:
+    """Whether select_linear_w8 runs (environment NERVE_W8, default on; "0" turns it off)."""
+    return os.environ.get("NERVE_W8", "1").strip() != "0"
+
+
+def _per_output(a: np.ndarray, n: int) -> Optional[np.ndarray]:
+    """s or z of a record over W [n, k] as a vector of 1 or n floats, None if it varies along k."""
+    a2 = a.reshape((1,) * (2 - a.ndim) + a.shape)
+    if a2.ndim != 2 or a2.shape[1] != 1 or a2.shape[0] not in (1, n):
+        return None
+    return np.ascontiguousarray(a2[:, 0], dtype=np.float32)
+
+
+def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS) -> bool:
+    """linear with an int8-folded weight on <= max_rows rows -> linear_w8 (module docstring)."""
+    made: Dict[int, tuple] = {}  # weight uid -> (q, s, z) values, shared by its linears
+    by_content: Dict[bytes, tuple] = {}
+    changed = False
+    for i, op in enumerate(prog.ops):
+        if op.type != "linear":
+            continue
+        x, w, bias = op.inputs
+        aff = int8_affine(w)
+        if aff is None or w.rank != 2 or not w.static:
+            continue
+        n, k = int(w.shape[0]), int(w.shape[1])
+        rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
+        if rows > max_rows:
+            continue
+        if w.uid not in made:
+            q, s, z = aff
+            sv, zv = _per_output(s, n), _per_output(z, n)
+            if q.dtype != np.int8 or q.shape != (n, k) or sv is None or zv is None \
+                    or not (np.all(np.isfinite(sv)) and np.all(np.isfinite(zv))):
+                made[w.uid] = None
+                continue
+            if not np.any(zv):
+                zv = None
+            elif sv.size != zv.size:  # one per output and one per tensor: both per output
+                sv, zv = np.broadcast_to(sv, (n,)).copy(), np.broadcast_to(zv, (n,)).copy()
+            q = np.ascontiguousarray(q)
+            key = hashlib.sha256(b"%d %d|" % (n, k) + q.tobytes() + b"|" + sv.tobytes() + b"|" +
+                                 (zv.tobytes() if zv is not None else b"-")).digest()
+            if key not in by_content:  # equal weights behind distinct fp32 constants: one copy
+                by_content[key] = (
+                    Value(w.name + ".q", np.int8, (n, k), const=q),
+                    Value(w.name + ".scale", np.float32, (sv.size,), const=sv),
+                    Value(w.name + ".zero", np.float32, (zv.size,), const=zv) if zv is not None else None)
+            made[w.uid] = by_content[key]
+        if made[w.uid] is None:
+            continue
+        qv, sv, zv = made[w.uid]
+        new = Op("linear_w8", [x, qv, sv, zv, bias], op.outputs, iattr=list(op.iattr), fattr=list(op.fattr),
+                 name=op.name)
+        for v in new.outputs:
+            v.producer = new
+        prog.ops[i] = new
+        changed = True
+    return changed
+
+
 def optimize(prog: Program, fuse: bool = True) -> None:
     eliminate_dead_ops(prog)
     if not fuse:
@@ -339,6 +422,8 @@ def optimize(prog: Program, fuse: bool = True) -> None:
     fuse_layernorm(prog)
     fuse_gelu(prog)
     fuse_bias(prog)
+    if w8_enabled():
+        select_linear_w8(prog)
     fuse_sum_of_linears(prog)
     fuse_layernorm_linear(prog)
     fuse_activation(prog)

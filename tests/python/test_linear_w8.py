@@ -1,0 +1,259 @@
+"""int8 weights dequantised in the graph (W = Cast(q) * s + z, then MatMul) compile to
+``linear_w8`` when the layer runs on few rows, and to the fp32 ``linear`` otherwise; both
+match onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import nerve
+
+ort = pytest.importorskip("onnxruntime")
+
+F32 = np.float32
+REL = 1e-5  # of the output's largest magnitude
+
+
+def make_model(nodes, inputs, outputs, inits):
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, dt, shp) for n, dt, shp in inputs],
+                     [h.make_tensor_value_info(n, dt, None) for n, dt in outputs],
+                     [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def dequant_nodes(q_name="q", out="W", sub_zero=False):
+    """W = Cast(q) * s + z (or (Cast(q) - zp) * s with sub_zero)."""
+    if sub_zero:
+        return [h.make_node("Cast", [q_name], ["qf"], to=T.FLOAT), h.make_node("Sub", ["qf", "zp"], ["qc"]),
+                h.make_node("Mul", ["qc", "s"], [out])]
+    return [h.make_node("Cast", [q_name], ["qf"], to=T.FLOAT), h.make_node("Mul", ["qf", "s"], ["qs"]),
+            h.make_node("Add", ["qs", "z"], [out])]
+
+
+def quant(rng, shape, s_shape=(1,), z_shape=(1,)):
+    q = rng.integers(-128, 128, shape).astype(np.int8)
+    s = (0.002 + 0.01 * rng.random(s_shape)).astype(F32)
+    z = (0.05 * rng.standard_normal(z_shape)).astype(F32)
+    return q, s, z
+
+
+def matmul_model(rng, k, n, bias=True, relu=True, s_shape=(1,), z_shape=(1,), rows_dims=("batch", "seq")):
+    q, s, z = quant(rng, (k, n), s_shape, z_shape)
+    nodes = dequant_nodes() + [h.make_node("MatMul", ["x", "W"], ["mm"])]
+    inits = {"q": q, "s": s, "z": z}
+    last = "mm"
+    if bias:
+        inits["b"] = rng.standard_normal(n).astype(F32)
+        nodes.append(h.make_node("Add", [last, "b"], ["mb"]))
+        last = "mb"
+    if relu:
+        nodes.append(h.make_node("Relu", [last], ["act"]))
+        last = "act"
+    nodes.append(h.make_node("Identity", [last], ["y"]))
+    return make_model(nodes, [("x", T.FLOAT, list(rows_dims) + [k])], [("y", T.FLOAT)], inits)
+
+
+def session(tmp_path, m, dims, **kw):
+    p = tmp_path / "m.onnx"
+    onnx.save(m, p)
+    return nerve.Session(p, dims=dims, cache=False, **kw)
+
+
+def ort_run(m, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+def op_types(sess):
+    return [o["type"] for o in sess.ops()]
+
+
+def assert_close(got, ref, what=""):
+    assert got.shape == ref.shape and got.dtype == ref.dtype, what
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    np.testing.assert_allclose(got, ref, rtol=REL, atol=REL * scale + 1e-30, err_msg=what)
+
+
+def check(sess, m, feeds):
+    got, ref = sess.run(feeds), ort_run(m, feeds)
+    for k in ref:
+        assert_close(got[k], ref[k], k)
+
+
+@pytest.mark.parametrize("k,n", [(416, 1664), (97, 257), (13, 3), (1, 1)])
+def test_one_row_compiles_to_linear_w8_and_matches_onnxruntime(tmp_path, rng, k, n):
+    m = matmul_model(rng, k, n)
+    sess = session(tmp_path, m, {"batch": 1, "seq": 1})
+    assert op_types(sess) == ["linear_w8"]  # bias and relu fused into it
+    w8 = sess.ops()[0]
+    assert w8["kernel"] == nerve.kernels.selected("linear_w8")
+    # the weight travels as int8: no fp32 [n, k] tensor in the plan
+    tensors = sess.tensors()
+    assert any(t["dtype"] == np.int8 and t["shape"] == [n, k] for t in tensors)
+    assert not any(t["dtype"] == np.float32 and sorted(t["shape"]) == sorted([n, k]) and t["storage"] == "weight"
+                   for t in tensors if n * k > 1)
+    for _ in range(3):
+        check(sess, m, {"x": rng.standard_normal((1, 1, k)).astype(F32)})
+
+
+def test_large_row_bound_stays_fp32_linear(tmp_path, rng):
+    m = matmul_model(rng, 97, 130)
+    sess = session(tmp_path, m, {"batch": 1, "seq": 64})
+    types = op_types(sess)
+    assert "linear" in types and "linear_w8" not in types
+    for rows in (1, 5, 64):
+        check(sess, m, {"x": rng.standard_normal((1, rows, 97)).astype(F32)})
+
+
+@pytest.mark.parametrize("batch,seq,want", [(2, 8, "linear_w8"), (1, 16, "linear_w8"), (1, 17, "linear"),
+                                            (3, 6, "linear")])
+def test_row_bound_threshold_is_16(tmp_path, rng, batch, seq, want):
+    m = matmul_model(rng, 40, 33, relu=False)
+    sess = session(tmp_path, m, {"batch": batch, "seq": seq})
+    assert op_types(sess) == [want]
+    check(sess, m, {"x": rng.standard_normal((batch, seq, 40)).astype(F32)})
+    check(sess, m, {"x": rng.standard_normal((1, 1, 40)).astype(F32)})
+
+
+def test_static_rows(tmp_path, rng):
+    m = matmul_model(rng, 64, 48, rows_dims=(3, 5))
+    sess = session(tmp_path, m, {})
+    assert op_types(sess) == ["linear_w8"]
+    check(sess, m, {"x": rng.standard_normal((3, 5, 64)).astype(F32)})
+
+
+def test_nerve_w8_0_disables(tmp_path, rng, monkeypatch):
+    m = matmul_model(rng, 97, 65)
+    monkeypatch.setenv("NERVE_W8", "0")
+    sess = session(tmp_path, m, {"batch": 1, "seq": 1})
+    assert op_types(sess) == ["linear"]
+    check(sess, m, {"x": rng.standard_normal((1, 1, 97)).astype(F32)})
+
+
+@pytest.mark.parametrize("s_shape,z_shape", [((65,), (65,)), ((65,), (1,)), ((1, 65), ()), ((), (65,))])
+def test_per_output_scale_and_zero(tmp_path, rng, s_shape, z_shape):
+    m = matmul_model(rng, 97, 65, s_shape=s_shape, z_shape=z_shape)
+    sess = session(tmp_path, m, {"batch": 1, "seq": 1})
+    assert op_types(sess) == ["linear_w8"]
+    check(sess, m, {"x": rng.standard_normal((1, 1, 97)).astype(F32)})
+
+
+def test_scale_varying_along_k_stays_fp32(tmp_path, rng):
+    m = matmul_model(rng, 97, 65, s_shape=(97, 1))
+    sess = session(tmp_path, m, {"batch": 1, "seq": 1})
+    assert op_types(sess) == ["linear"]
+    check(sess, m, {"x": rng.standard_normal((1, 1, 97)).astype(F32)})
+
+
+def test_zero_point_subtracted_then_scaled(tmp_path, rng):
+    k, n = 96, 40
+    q = rng.integers(0, 128, (k, n)).astype(np.int8)
+    inits = {"q": q, "zp": np.array([37.0], F32), "s": np.array([0.01], F32)}
+    nodes = dequant_nodes(sub_zero=True) + [h.make_node("MatMul", ["x", "W"], ["y"])]
+    m = make_model(nodes, [("x", T.FLOAT, [1, k])], [("y", T.FLOAT)], inits)
+    sess = session(tmp_path, m, {})
+    assert op_types(sess) == ["linear_w8"]
+    check(sess, m, {"x": rng.standard_normal((1, k)).astype(F32)})
+
+
+def test_symmetric_scale_only(tmp_path, rng):
+    """W = Cast(q) * s: no zero point, so the op gets no z input (no row sums)."""
+    k, n = 130, 70
+    q, s, _ = quant(rng, (k, n), s_shape=(n,))
+    nodes = [h.make_node("Cast", ["q"], ["qf"], to=T.FLOAT), h.make_node("Mul", ["qf", "s"], ["W"]),
+             h.make_node("MatMul", ["x", "W"], ["y"])]
+    m = make_model(nodes, [("x", T.FLOAT, [2, k])], [("y", T.FLOAT)], {"q": q, "s": s})
+    sess = session(tmp_path, m, {})
+    assert op_types(sess) == ["linear_w8"]
+    assert sess.ops()[0]["inputs"][3] == -1  # z absent
+    check(sess, m, {"x": rng.standard_normal((2, k)).astype(F32)})
+
+
+def test_gemm_trans_b(tmp_path, rng):
+    k, n = 70, 33
+    q, s, z = quant(rng, (n, k))
+    nodes = dequant_nodes() + [h.make_node("Gemm", ["x", "W", "b"], ["y"], transB=1)]
+    m = make_model(nodes, [("x", T.FLOAT, ["rows", k])], [("y", T.FLOAT)],
+                   {"q": q, "s": s, "z": z, "b": rng.standard_normal(n).astype(F32)})
+    sess = session(tmp_path, m, {"rows": 4})
+    assert op_types(sess) == ["linear_w8"]
+    check(sess, m, {"x": rng.standard_normal((3, k)).astype(F32)})
+
+
+def test_tied_embedding_gather_stays_fp32(tmp_path, rng):
+    """One int8 table: Gather reads it as fp32, the output projection (MatMul by its
+    transpose) as int8."""
+    vocab, d = 300, 48
+    q, s, z = quant(rng, (vocab, d))
+    nodes = dequant_nodes(out="E") + [
+        h.make_node("Gather", ["E", "ids"], ["emb"]),
+        h.make_node("Add", ["emb", "x"], ["hid"]),
+        h.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+        h.make_node("MatMul", ["hid", "Et"], ["logits"]),
+    ]
+    m = make_model(nodes, [("ids", T.INT64, [1, 1]), ("x", T.FLOAT, [1, 1, d])], [("logits", T.FLOAT)],
+                   {"q": q, "s": s, "z": z})
+    sess = session(tmp_path, m, {})
+    types = op_types(sess)
+    assert "linear_w8" in types and "linear" not in types
+    tensors = sess.tensors()
+    assert any(t["dtype"] == np.float32 and t["shape"] == [vocab, d] for t in tensors)  # the table, for Gather
+    assert any(t["dtype"] == np.int8 and t["shape"] == [vocab, d] for t in tensors)  # the projection's q
+    for i in (0, 7, vocab - 1):
+        check(sess, m, {"ids": np.array([[i]], np.int64), "x": rng.standard_normal((1, 1, d)).astype(F32)})
+
+
+def test_layernorm_then_linear_w8(tmp_path, rng):
+    k, n = 64, 96
+    q, s, z = quant(rng, (k, n))
+    nodes = [h.make_node("LayerNormalization", ["x", "g", "beta"], ["ln"], axis=-1, epsilon=1e-5)] + \
+        dequant_nodes() + [h.make_node("MatMul", ["ln", "W"], ["y"])]
+    m = make_model(nodes, [("x", T.FLOAT, [1, "seq", k])], [("y", T.FLOAT)],
+                   {"q": q, "s": s, "z": z, "g": (1 + 0.1 * rng.standard_normal(k)).astype(F32),
+                    "beta": (0.1 * rng.standard_normal(k)).astype(F32)})
+    sess = session(tmp_path, m, {"seq": 2})
+    assert op_types(sess) == ["layernorm", "linear_w8"]
+    check(sess, m, {"x": rng.standard_normal((1, 2, k)).astype(F32)})
+    sess = session(tmp_path, m, {"seq": 40})
+    assert op_types(sess) == ["layernorm_linear"]
+    check(sess, m, {"x": rng.standard_normal((1, 40, k)).astype(F32)})
+
+
+def test_weight_shared_by_two_products_is_stored_once(tmp_path, rng):
+    k, n = 50, 20
+    q, s, z = quant(rng, (k, n))
+    nodes = dequant_nodes() + [h.make_node("MatMul", ["x", "W"], ["y1"]), h.make_node("MatMul", ["x2", "W"], ["y2"])]
+    m = make_model(nodes, [("x", T.FLOAT, [1, k]), ("x2", T.FLOAT, [2, k])], [("y1", T.FLOAT), ("y2", T.FLOAT)],
+                   {"q": q, "s": s, "z": z})
+    sess = session(tmp_path, m, {})
+    assert op_types(sess) == ["linear_w8", "linear_w8"]
+    assert sum(t["dtype"] == np.int8 for t in sess.tensors()) == 1
+    check(sess, m, {"x": rng.standard_normal((1, k)).astype(F32), "x2": rng.standard_normal((2, k)).astype(F32)})
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_variant_and_thread_count(tmp_path, rng, threads):
+    m = matmul_model(rng, 416, 1664, relu=False)
+    sess = session(tmp_path, m, {"batch": 1, "seq": 3}, threads=threads)
+    assert op_types(sess) == ["linear_w8"]
+    x = rng.standard_normal((1, 3, 416)).astype(F32)
+    ref = ort_run(m, {"x": x})["y"]
+    variants = nerve.kernels.runnable_variants("linear_w8")
+    assert variants[-1] == "ref"
+    for v in variants:
+        with nerve.kernels.force("linear_w8", v):
+            got = sess.run({"x": x})["y"]
+        assert_close(got, ref, v)
+        if threads > 1:  # the split along outputs does not change a value
+            with nerve.kernels.force("linear_w8", v):
+                one = session(tmp_path, m, {"batch": 1, "seq": 3}).run({"x": x})["y"]
+            np.testing.assert_array_equal(got, one)
