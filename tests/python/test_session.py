@@ -201,3 +201,47 @@ def test_sessions_share_identical_weights(mlp, rng):
     # a plan compiled differently but holding the same w1/w2 bytes shares them too
     other = nerve.Session(nerve.compile(mlp, dims={"n": 3}))
     assert other.memory_report()["pools"]["weights"]["loaded"] == 0
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_transposed_operand_folds_into_matmul(tmp_path, rng, scaled):
+    """Attention's q·Kᵀ (optionally with a scalar scale on Kᵀ) runs as one matmul reading K
+    transposed: no transpose op is left, and the result matches onnxruntime."""
+    nodes = [h.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
+    b = "kt"
+    if scaled:
+        nodes.append(h.make_node("Mul", ["kt", "c"], ["kts"]))
+        b = "kts"
+    nodes.append(h.make_node("MatMul", ["q", b], ["s"]))
+    inits = [nh.from_array(np.array([0.37], np.float32), "c")] if scaled else []
+    g = h.make_graph(nodes, "qk", [h.make_tensor_value_info("q", T.FLOAT, [1, 3, "m", 13]),
+                                   h.make_tensor_value_info("k", T.FLOAT, [1, 3, "t", 13])],
+                     [h.make_tensor_value_info("s", T.FLOAT, [1, 3, "m", "t"])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = tmp_path / "qk.onnx"
+    onnx.save(m, p)
+    s = nerve.Session(p, dims={"m": 5, "t": 40})
+    types = [op["type"] for op in s.ops()]
+    assert "transpose" not in types and types.count("matmul") == 1
+    for mm, t in ((1, 1), (5, 37), (2, 40)):
+        feeds = {"q": rng.standard_normal((1, 3, mm, 13)).astype(np.float32),
+                 "k": rng.standard_normal((1, 3, t, 13)).astype(np.float32)}
+        np.testing.assert_allclose(s.run(feeds)["s"], ref_run(p, feeds)["s"], rtol=1e-5, atol=1e-5)
+
+
+def test_transposed_unbatched_operand_folds_into_matmul(tmp_path, rng):
+    """The stacked-rows path: a 2-D B read transposed under a batched A."""
+    g = h.make_graph([h.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), h.make_node("MatMul", ["a", "wt"], ["y"])],
+                     "awt", [h.make_tensor_value_info("a", T.FLOAT, [2, "m", 13]),
+                             h.make_tensor_value_info("w", T.FLOAT, ["n", 13])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2, "m", "n"])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = tmp_path / "awt.onnx"
+    onnx.save(m, p)
+    s = nerve.Session(p, dims={"m": 9, "n": 31})
+    assert [op["type"] for op in s.ops()] == ["matmul"]
+    feeds = {"a": rng.standard_normal((2, 9, 13)).astype(np.float32),
+             "w": rng.standard_normal((31, 13)).astype(np.float32)}
+    np.testing.assert_allclose(s.run(feeds)["y"], ref_run(p, feeds)["y"], rtol=1e-5, atol=1e-5)

@@ -77,7 +77,7 @@ typedef struct matmul_job {
     const float *a, *b;
     float *y;
     int64_t m, n, k;
-    int nb;
+    int nb, trans_b;
     const int64_t *bdims, *sa, *sb;
 } matmul_job;
 
@@ -91,20 +91,30 @@ static void matmul_task(void *ctx, int64_t e) {
         off_a += idx * j->sa[i];
         off_b += idx * j->sb[i];
     }
-    nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, j->m, j->n, j->k, 1.0f, j->a + off_a, j->k, j->b + off_b, j->n, 0.0f,
-                                     j->y + e * j->m * j->n, j->n);
+    nrv_kernel_get(NRV_OP_GEMM).gemm(0, j->trans_b, j->m, j->n, j->k, 1.0f, j->a + off_a, j->k, j->b + off_b,
+                                     j->trans_b ? j->k : j->n, 0.0f, j->y + e * j->m * j->n, j->n);
 }
 
 /* "matmul": numpy matmul with a fused activation.
- *   in[0] A [..., M, K] f32, in[1] B [..., K, N] f32, both rank >= 2 (the compiler turns 1-D
- *   operands into 2-D views); out[0] Y [..., M, N] f32 whose batch dims are A's and B's
- *   broadcast numpy-style (right-aligned; each 1 or equal to Y's), rank max(rank A, rank B).
- *   iattr [act] (nrv_plan_act); fattr [p0, p1] (LEAKY_RELU alpha; CLIP min, max).
+ *   in[0] A [..., M, K] f32, in[1] B [..., K, N] f32 — or [..., N, K] with trans_b (the
+ *   compiler folds a transpose of B's last two axes into the product) — both rank >= 2 (the
+ *   compiler turns 1-D operands into 2-D views); out[0] Y [..., M, N] f32 whose batch dims are
+ *   A's and B's broadcast numpy-style (right-aligned; each 1 or equal to Y's), rank
+ *   max(rank A, rank B).
+ *   iattr [act] or [act, trans_b] (nrv_plan_act; trans_b 0/1); fattr [p0, p1] (LEAKY_RELU
+ *   alpha; CLIP min, max).
  *   No scratch. K == 0 gives Y = act(0).
  * One gemm over M' = batch·M rows when B has no batch (or all its batch dims are 1), else one
  * gemm per output batch entry. */
 static nrv_status run_matmul(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, 2));
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, -1, 2));
+    if (a->n_iattr != 1 && a->n_iattr != 2)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): %d integer attributes, expected 1 or 2", a->type,
+                        a->name, a->n_iattr);
+    const int trans_b = a->n_iattr == 2 ? (int)a->iattr[1] : 0;
+    if (trans_b != 0 && trans_b != 1)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): trans_b %lld is not 0 or 1", a->type, a->name,
+                        (long long)a->iattr[1]);
     NRV_TRY(nrv_op_require_input(a, 0));
     NRV_TRY(nrv_op_require_input(a, 1));
     const nrv_tview *A = a->in[0], *B = a->in[1];
@@ -118,8 +128,8 @@ static nrv_status run_matmul(const nrv_op_args *a) {
     NRV_TRY(check_rank(a, Y, "output", ry, ry));
     const int64_t act = a->iattr[0];
     NRV_TRY(check_act(a, act));
-    const int64_t M = A->dims[ra - 2], K = A->dims[ra - 1], N = B->dims[rb - 1];
-    NRV_TRY(check_dim(a, B, "B", rb - 2, K));
+    const int64_t M = A->dims[ra - 2], K = A->dims[ra - 1], N = B->dims[trans_b ? rb - 2 : rb - 1];
+    NRV_TRY(check_dim(a, B, "B", trans_b ? rb - 1 : rb - 2, K));
     NRV_TRY(check_dim(a, Y, "output", ry - 2, M));
     NRV_TRY(check_dim(a, Y, "output", ry - 1, N));
 
@@ -156,10 +166,10 @@ static nrv_status run_matmul(const nrv_op_args *a) {
     const nrv_gemm_fn gemm = nrv_kernel_get(NRV_OP_GEMM).gemm;
     if (batch_b == 1) {
         /* B is one matrix; Y's batch is A's (contiguous), so stack A's rows. */
-        gemm(0, 0, batch * M, N, K, 1.0f, pa, K, pb, N, 0.0f, y, N);
+        gemm(0, trans_b, batch * M, N, K, 1.0f, pa, K, pb, trans_b ? K : N, 0.0f, y, N);
     } else {
         /* one gemm per output matrix; with threads, the matrices are the tasks */
-        matmul_job j = {pa, pb, y, M, N, K, nb, bdims, sa, sb};
+        matmul_job j = {pa, pb, y, M, N, K, nb, trans_b, bdims, sa, sb};
         nrv_parallel_for(batch * M * N * K >= (1 << 16) ? a->pool : NULL, batch, matmul_task, &j);
     }
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y, total);

@@ -354,6 +354,54 @@ def fuse_sum_of_linears(prog: Program) -> bool:
     return changed
 
 
+_MUL = 2  # binary op code (onnx_ops._BINARY)
+
+
+def _swaps_last_two(op: Optional[Op]) -> bool:
+    if not _is(op, "transpose"):
+        return False
+    r = len(op.iattr)
+    return r >= 2 and list(op.iattr) == list(range(r - 2)) + [r - 1, r - 2]
+
+
+def fold_transpose_into_matmul(prog: Program) -> bool:
+    """matmul(A, transpose(X) of its last two axes) -> matmul(A, X) reading B transposed
+    (trans_b): the transposed copy is never made. Attention's Kᵀ is the case: per decoding
+    step it would copy every cached key. A scalar Mul between them (a score scale) moves in
+    front of the transpose first: c·Xᵀ = (c·X)ᵀ."""
+    uses = _Uses(prog)
+    changed = False
+    for op in list(prog.ops):
+        if op.type != "matmul" or len(op.iattr) != 1 or op.inputs[1] is None or op.inputs[1].alias_of is not None:
+            continue
+        b = op.inputs[1]
+        scale = b.producer if _is(b.producer, "binary", _MUL) and uses.only_reader(b) is op else None
+        if scale is not None:
+            t_out = next((v for v in scale.inputs if v is not None and v.const is None), None)
+            c = next((v for v in scale.inputs if v is not t_out), None)
+            if t_out is None or _scalar_const(c) is None or list(scale.outputs[0].shape) != list(t_out.shape):
+                continue
+        else:
+            t_out = b
+        t = t_out.producer
+        if t_out.alias_of is not None or not _swaps_last_two(t) or uses.only_reader(t_out) is not (scale or op):
+            continue
+        x = t.inputs[0]
+        if scale is not None:  # scale X instead, then read it transposed
+            scaled = Value(scale.outputs[0].name + ".pre_t", np.float32, x.shape)
+            moved = Op("binary", [x, c] if scale.inputs[0] is t_out else [c, x], [scaled], iattr=list(scale.iattr),
+                       fattr=list(scale.fattr), name=scale.name, inplace=scale.inplace)
+            scaled.producer = moved
+            prog.ops[prog.ops.index(scale)] = moved
+            x = scaled
+        op.inputs[1] = x
+        op.iattr = [op.iattr[0], 1]
+        op.name = op.name + "+" + t.name
+        prog.ops.remove(t)
+        changed = True
+    return changed
+
+
 def w8_enabled() -> bool:
     """Whether select_linear_w8 runs (environment NERVE_W8, default on; "0" turns it off)."""
     return os.environ.get("NERVE_W8", "1").strip() != "0"
@@ -426,5 +474,6 @@ def optimize(prog: Program, fuse: bool = True) -> None:
         select_linear_w8(prog)
     fuse_sum_of_linears(prog)
     fuse_layernorm_linear(prog)
+    fold_transpose_into_matmul(prog)
     fuse_activation(prog)
     eliminate_dead_ops(prog)
