@@ -21,9 +21,10 @@ it — memory never grows.
 
 Partials: while a segment is open, every ``partial_ms`` of stream time the segment so far is
 re-recognised (greedy) and a "partial" event emitted; ``partial_ms=0`` gives finals only.
-Finals do not depend on how the audio is sliced; partials are emitted on a fixed grid of
-stream time (at most one per 0.512 s piece of a call). A partial re-runs the encoder on the
-whole open segment, so its cost grows with the segment: raise partial_ms for long dictation.
+Finals do not depend on how the audio is sliced; partials do (at most one per 0.512 s piece
+of a call). A partial re-runs the encoder on the whole open segment, so its cost grows with
+the segment: the period stretches to twice the last partial's compute time, which keeps
+partials under half of real time on a long utterance.
 """
 
 from __future__ import annotations
@@ -297,9 +298,13 @@ class Stream:
         for ev in detected:
             events += self._on_detector_event(ev.kind, ev.sample)
         if self.open_start is not None and self.partial_samples and self.ring.end_sample >= self.next_partial:
-            events.append(self._recognise("partial", self.open_start, self.ring.end_sample))
-            while self.next_partial <= self.ring.end_sample:
-                self.next_partial += self.partial_samples
+            partial = self._recognise("partial", self.open_start, self.ring.end_sample)
+            events.append(partial)
+            # the next partial no sooner than partial_ms, nor than twice this one's compute time
+            # in stream time: partials never take more than half of real time, however long
+            # the segment grows (each re-runs the encoder on all of it)
+            gap = max(self.partial_samples, int(2 * partial.compute_ms * SAMPLE_RATE / 1000))
+            self.next_partial = self.ring.end_sample + gap
         return events
 
     def _on_detector_event(self, kind: str, sample: int) -> List[Event]:
