@@ -450,7 +450,8 @@ NRV_API void nrv_session_free(nrv_session_t *session);
  * data NULL and rank 0: it then reads what the previous run wrote. outputs: room for one
  * nrv_tensor per output, filled with pointers into the session's memory, valid until the next
  * run or nrv_session_free. On error nothing the caller owns was written and the state is
- * unchanged. */
+ * unchanged. An output whose state pair appends in place (a decoder's key/value cache,
+ * docs/PLAN_FORMAT.md) points at the session's cache, stored sequence-major. */
 NRV_API nrv_status nrv_session_run(nrv_session_t *session, const nrv_tensor *feeds, int n_feeds,
                                    nrv_tensor *outputs, int n_outputs);
 

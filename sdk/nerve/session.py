@@ -99,7 +99,7 @@ def _compiler_fingerprint() -> bytes:
     by the compiler that made it (an edited pass must not be served a stale plan)."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
-        h = hashlib.sha256(b"nrv2")
+        h = hashlib.sha256(b"nrv3")
         for f in sorted((Path(__file__).parent / "compiler").glob("*.py")):
             h.update(f.name.encode() + f.read_bytes())
         _FINGERPRINT = h.digest()

@@ -76,7 +76,7 @@ static void fill_rows(float *y, int64_t rows, int64_t n, const float *row) {
 typedef struct matmul_job {
     const float *a, *b;
     float *y;
-    int64_t m, n, k;
+    int64_t m, n, k, ldb;
     int nb, trans_b;
     const int64_t *bdims, *sa, *sb;
 } matmul_job;
@@ -92,7 +92,7 @@ static void matmul_task(void *ctx, int64_t e) {
         off_b += idx * j->sb[i];
     }
     nrv_kernel_get(NRV_OP_GEMM).gemm(0, j->trans_b, j->m, j->n, j->k, 1.0f, j->a + off_a, j->k, j->b + off_b,
-                                     j->trans_b ? j->k : j->n, 0.0f, j->y + e * j->m * j->n, j->n);
+                                     j->ldb, 0.0f, j->y + e * j->m * j->n, j->n);
 }
 
 /* "matmul": numpy matmul with a fused activation.
@@ -101,20 +101,22 @@ static void matmul_task(void *ctx, int64_t e) {
  *   compiler turns 1-D operands into 2-D views); out[0] Y [..., M, N] f32 whose batch dims are
  *   A's and B's broadcast numpy-style (right-aligned; each 1 or equal to Y's), rank
  *   max(rank A, rank B).
- *   iattr [act] or [act, trans_b] (nrv_plan_act; trans_b 0/1); fattr [p0, p1] (LEAKY_RELU
- *   alpha; CLIP min, max).
+ *   iattr [act], [act, trans_b] or [act, trans_b, b_interleaved] (nrv_plan_act; flags 0/1);
+ *   fattr [p0, p1] (LEAKY_RELU alpha; CLIP min, max).
+ *   b_interleaved: B is a [1, H, S, D] key/value cache stored sequence-major ([S, H, D], see
+ *   op_kv.c): head h's matrix starts at h * D with rows H * D apart.
  *   No scratch. K == 0 gives Y = act(0).
  * One gemm over M' = batch·M rows when B has no batch (or all its batch dims are 1), else one
  * gemm per output batch entry. */
 static nrv_status run_matmul(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 2, 1, -1, 2));
-    if (a->n_iattr != 1 && a->n_iattr != 2)
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): %d integer attributes, expected 1 or 2", a->type,
+    if (a->n_iattr < 1 || a->n_iattr > 3)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): %d integer attributes, expected 1..3", a->type,
                         a->name, a->n_iattr);
-    const int trans_b = a->n_iattr == 2 ? (int)a->iattr[1] : 0;
-    if (trans_b != 0 && trans_b != 1)
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): trans_b %lld is not 0 or 1", a->type, a->name,
-                        (long long)a->iattr[1]);
+    const int64_t trans_b = a->n_iattr >= 2 ? a->iattr[1] : 0, interleaved = a->n_iattr >= 3 ? a->iattr[2] : 0;
+    if ((trans_b != 0 && trans_b != 1) || (interleaved != 0 && interleaved != 1))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): flags trans_b %lld, b_interleaved %lld are not 0/1",
+                        a->type, a->name, (long long)trans_b, (long long)interleaved);
     NRV_TRY(nrv_op_require_input(a, 0));
     NRV_TRY(nrv_op_require_input(a, 1));
     const nrv_tview *A = a->in[0], *B = a->in[1];
@@ -129,6 +131,8 @@ static nrv_status run_matmul(const nrv_op_args *a) {
     const int64_t act = a->iattr[0];
     NRV_TRY(check_act(a, act));
     const int64_t M = A->dims[ra - 2], K = A->dims[ra - 1], N = B->dims[trans_b ? rb - 2 : rb - 1];
+    if (interleaved && (rb != 4 || B->dims[0] != 1))
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): an interleaved B must be [1, H, S, D]", a->type, a->name);
     NRV_TRY(check_dim(a, B, "B", trans_b ? rb - 1 : rb - 2, K));
     NRV_TRY(check_dim(a, Y, "output", ry - 2, M));
     NRV_TRY(check_dim(a, Y, "output", ry - 1, N));
@@ -155,6 +159,13 @@ static nrv_status run_matmul(const nrv_op_args *a) {
         batch *= dy;
         batch_b *= db;
     }
+    /* an interleaved B: the head axis (B's axis 1) steps by one row of D, rows step by H * D */
+    int64_t ldb = trans_b ? K : N;
+    if (interleaved) {
+        const int64_t heads = B->dims[1], width = B->dims[3];
+        ldb = heads * width;
+        sb[1 + (ry - rb)] = heads == 1 ? 0 : width; /* B's axis 1 among Y's batch axes */
+    }
     if (M == 0 || N == 0 || batch == 0) return NRV_OK;
     float *y = Y->data;
     const float *pa = A->data, *pb = B->data;
@@ -164,12 +175,12 @@ static nrv_status run_matmul(const nrv_op_args *a) {
         return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y, total);
     }
     const nrv_gemm_fn gemm = nrv_kernel_get(NRV_OP_GEMM).gemm;
-    if (batch_b == 1) {
+    if (batch_b == 1 && !interleaved) {
         /* B is one matrix; Y's batch is A's (contiguous), so stack A's rows. */
-        gemm(0, trans_b, batch * M, N, K, 1.0f, pa, K, pb, trans_b ? K : N, 0.0f, y, N);
+        gemm(0, (int)trans_b, batch * M, N, K, 1.0f, pa, K, pb, ldb, 0.0f, y, N);
     } else {
         /* one gemm per output matrix; with threads, the matrices are the tasks */
-        matmul_job j = {pa, pb, y, M, N, K, nb, trans_b, bdims, sa, sb};
+        matmul_job j = {pa, pb, y, M, N, K, ldb, nb, (int)trans_b, bdims, sa, sb};
         nrv_parallel_for(batch * M * N * K >= (1 << 16) ? a->pool : NULL, batch, matmul_task, &j);
     }
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y, total);

@@ -51,6 +51,7 @@ typedef struct plan_bind {
 
 typedef struct plan_state {
     uint32_t input, output;
+    uint32_t flags;       /* NRV_STATE_APPEND: one buffer, appended in place (no double buffer) */
     void *buf[2];
     int cur;              /* buf[cur] holds the state the next run reads */
     int valid;            /* a run has produced it (else the input must be fed) */
@@ -446,13 +447,16 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
         if (s->outputs[i] >= s->n_tensors) return nrv_fail(NRV_ERR_FORMAT, "plan: output %u: bad tensor index", i);
     }
     r->what = "states";
-    NRV_TRY(rd_count(r, &s->n_states, 8));
+    NRV_TRY(rd_count(r, &s->n_states, 12));
     S_ALLOC(s, s->states, s->n_states);
     for (uint32_t i = 0; i < s->n_states; i++) {
         NRV_TRY(rd_u32(r, &s->states[i].input));
         NRV_TRY(rd_u32(r, &s->states[i].output));
+        NRV_TRY(rd_u32(r, &s->states[i].flags));
         if (s->states[i].input >= s->n_inputs || s->states[i].output >= s->n_outputs)
             return nrv_fail(NRV_ERR_FORMAT, "plan: state pair %u out of range", i);
+        if (s->states[i].flags & ~(uint32_t)NRV_STATE_APPEND)
+            return nrv_fail(NRV_ERR_FORMAT, "plan: state pair %u has unknown flags %#x", i, s->states[i].flags);
     }
     r->what = "arena size";
     NRV_TRY(rd_u64(r, &s->arena_bytes));
@@ -630,16 +634,20 @@ static nrv_status alloc_states(nrv_session_t *s) {
         if (in->view.dtype != out->view.dtype || in->view.rank != out->view.rank || out->storage != NRV_STORAGE_STATE ||
             out->ref != (int32_t)i || out->offset != 0)
             return nrv_fail(NRV_ERR_FORMAT, "plan: state pair %u ('%s' -> '%s') is inconsistent", i, out->name, in->name);
-        total += 2 * align64(out->capacity) + 128;
+        total += ((s->states[i].flags & NRV_STATE_APPEND) ? 1 : 2) * (align64(out->capacity) + 64);
     }
     if (!s->n_states) return NRV_OK;
     NRV_TRY(nrv_pool_create(NRV_POOL_STATIC, total + 128, "plan state", &s->state_pool));
     for (uint32_t i = 0; i < s->n_states; i++) {
         const plan_tensor *out = &s->tensors[s->outputs[s->states[i].output]];
-        for (int k = 0; k < 2; k++) {
+        /* an append pair has one buffer: the run reads the first P rows and writes row P
+         * (op "kv_append"), so reading and writing the same bytes is the point */
+        const int nbuf = (s->states[i].flags & NRV_STATE_APPEND) ? 1 : 2;
+        for (int k = 0; k < nbuf; k++) {
             NRV_TRY(nrv_pool_alloc(s->state_pool, out->capacity ? out->capacity : 1, &s->states[i].buf[k]));
             memset(s->states[i].buf[k], 0, out->capacity ? out->capacity : 1);
         }
+        if (nbuf == 1) s->states[i].buf[1] = s->states[i].buf[0];
     }
     /* Every tensor stored in a state buffer must fit the pair's output. */
     for (uint32_t i = 0; i < s->n_tensors; i++) {
@@ -725,7 +733,7 @@ void nrv_session_free(nrv_session_t *s) {
     }
     if (s->state_pool) {
         for (uint32_t i = 0; s->states && i < s->n_states; i++)
-            for (int k = 0; k < 2; k++)
+            for (int k = 0; k < ((s->states[i].flags & NRV_STATE_APPEND) ? 1 : 2); k++)
                 if (s->states[i].buf[k]) nrv_buffer_release(s->states[i].buf[k]);
         nrv_pool_free(s->state_pool);
     }

@@ -21,7 +21,8 @@
  *     inputs    : u32 tensor
  *     binds     : u32 input, u32 axis, u32 symbol     -- symbol values come from feed dims
  *     outputs   : u32 tensor
- *     states    : u32 input, u32 output               -- output written where the next run reads
+ *     states    : u32 input, u32 output, u32 flags    -- output written where the next run reads;
+ *                                                      flags: NRV_STATE_APPEND
  *     u64 arena_bytes
  *     ops       : u32 type (string), u32 name (string), u16 n_in, u16 n_out, u16 n_iattr,
  *                 u16 n_fattr, u16 n_dattr, u16 pad, i32 scratch tensor (-1 none),
@@ -36,7 +37,12 @@
 #include "plan_ops.h"
 
 #define NRV_PLAN_MAGIC "NRVPLAN"
-#define NRV_PLAN_VERSION 2u
+#define NRV_PLAN_VERSION 3u
+
+/* State pair flags. APPEND: the output is the input with rows appended along its sequence
+ * axis (a KV cache): one buffer, stored sequence-major (see op "kv_append" in op_kv.c),
+ * appended in place instead of copied into a second buffer. */
+#define NRV_STATE_APPEND 1u
 #define NRV_PLAN_HEADER_BYTES 96u
 #define NRV_PLAN_MAX_EXPR_STACK 32
 

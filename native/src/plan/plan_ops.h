@@ -106,6 +106,7 @@ extern const nrv_op_def nrv_plan_ops_conv[];
 extern const nrv_op_def nrv_plan_ops_shape[];
 extern const nrv_op_def nrv_plan_ops_reduce[];
 extern const nrv_op_def nrv_plan_ops_rnn[];
+extern const nrv_op_def nrv_plan_ops_kv[];
 
 /* ---- helpers every op uses (plan_util.c) */
 

@@ -53,6 +53,10 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     try:
         prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {}, constants, outputs)
         passes.optimize(prog, fuse=fuse)
+        if fuse:
+            from .kv_append import append_kv_caches
+
+            append_kv_caches(prog)
     except CompileError as exc:
         raise ModelError(str(exc)) from None
     return prog

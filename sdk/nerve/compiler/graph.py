@@ -127,4 +127,4 @@ class Program:
     outputs: List[Value]
     symbols: Dict[str, int]            # symbol -> upper bound
     binds: List[tuple]                 # (input index, axis, symbol)
-    states: List[tuple] = field(default_factory=list)  # (input index, output index)
+    states: List[tuple] = field(default_factory=list)  # (input index, output index[, flags])

@@ -121,7 +121,8 @@ def plan_memory(prog: Program) -> MemoryPlan:
     input_index = {v.uid: i for i, v in enumerate(prog.inputs)}
     # state output roots -> state pair index
     state_root: Dict[int, int] = {}
-    for k, (_, out_idx) in enumerate(prog.states):
+    for k, pair in enumerate(prog.states):
+        out_idx = pair[1]
         r = prog.outputs[out_idx].root()
         if r.const is not None or r.uid in input_index or r.uid in state_root:
             raise CompileError(f"state output '{prog.outputs[out_idx].name}' must be computed by the graph "

@@ -367,8 +367,9 @@ def _swaps_last_two(op: Optional[Op]) -> bool:
 def fold_transpose_into_matmul(prog: Program) -> bool:
     """matmul(A, transpose(X) of its last two axes) -> matmul(A, X) reading B transposed
     (trans_b): the transposed copy is never made. Attention's Kᵀ is the case: per decoding
-    step it would copy every cached key. A scalar Mul between them (a score scale) moves in
-    front of the transpose first: c·Xᵀ = (c·X)ᵀ."""
+    step it would copy every cached key. A scalar Mul between them (a score scale) moves to
+    A instead: A·(c·Xᵀ) = (c·A)·Xᵀ, and A (the queries) is the small side of a decoder step,
+    so X (the cache) is read where it lies."""
     uses = _Uses(prog)
     changed = False
     for op in list(prog.ops):
@@ -386,15 +387,17 @@ def fold_transpose_into_matmul(prog: Program) -> bool:
         t = t_out.producer
         if t_out.alias_of is not None or not _swaps_last_two(t) or uses.only_reader(t_out) is not (scale or op):
             continue
-        x = t.inputs[0]
-        if scale is not None:  # scale X instead, then read it transposed
-            scaled = Value(scale.outputs[0].name + ".pre_t", np.float32, x.shape)
-            moved = Op("binary", [x, c] if scale.inputs[0] is t_out else [c, x], [scaled], iattr=list(scale.iattr),
-                       fattr=list(scale.fattr), name=scale.name, inplace=scale.inplace)
+        a = op.inputs[0]
+        if scale is not None:  # scale the queries instead
+            if a is None or c.rank > a.rank:
+                continue
+            scaled = Value(a.name + ".scaled", np.float32, a.shape)
+            moved = Op("binary", [a, c], [scaled], iattr=list(scale.iattr), fattr=list(scale.fattr), name=scale.name)
             scaled.producer = moved
-            prog.ops[prog.ops.index(scale)] = moved
-            x = scaled
-        op.inputs[1] = x
+            prog.ops.insert(prog.ops.index(op), moved)
+            prog.ops.remove(scale)
+            op.inputs[0] = scaled
+        op.inputs[1] = t.inputs[0]
         op.iattr = [op.iattr[0], 1]
         op.name = op.name + "+" + t.name
         prog.ops.remove(t)

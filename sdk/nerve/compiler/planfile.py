@@ -18,7 +18,7 @@ from .graph import CompileError, Label, Program, dtype_code
 from .memplan import MemoryPlan, bytes_at_bounds, plan_memory
 
 MAGIC = b"NRVPLAN\0"
-VERSION = 2
+VERSION = 3
 HEADER_BYTES = 96
 
 
@@ -169,9 +169,10 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
     for v in prog.outputs:
         p32(tensor_id[v.uid])
     p32(len(prog.states))
-    for a, b in prog.states:
-        p32(a)
-        p32(b)
+    for pair in prog.states:  # (input, output[, flags]); flags: kv_append.STATE_APPEND
+        p32(pair[0])
+        p32(pair[1])
+        p32(pair[2] if len(pair) > 2 else 0)
     p64(mp.arena_bytes)
 
     p32(len(op_records))
