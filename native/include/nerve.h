@@ -465,6 +465,30 @@ NRV_API int nrv_session_threads(const nrv_session_t *session);
 /* Forgets the carried state: the next run must feed every state input. */
 NRV_API nrv_status nrv_session_reset_state(nrv_session_t *session);
 
+/* Greedy decoding in one call: the session's plan is one decoder step (a token in, logits
+ * out, its key/value caches carried as state pairs). Step 0 runs with `feeds` as given
+ * (state inputs fed or read from the state, like nrv_session_run) and the token input set to
+ * first_token; every later step feeds the previous step's choice, reads every state input
+ * from the state and keeps the other feeds. The choice is the argmax over the first `vocab`
+ * logits of the last row (ties: the lower id). The loop stops when end_token is chosen (not
+ * stored), when max_tokens are stored, or when the last 1..8 tokens repeated repeat_limit
+ * times in a row (0: no such check; the loop stops after the repeat is stored).
+ * tokens/logprobs: room for max_tokens; tokens[0] = first_token with logprobs[0] = 0 (the
+ * caller chose it), then each chosen token and its log-softmax over the `vocab` logits.
+ * *n_tokens: how many were stored; *stopped: 0 end token, 1 length, 2 repetition. */
+typedef struct nrv_greedy_options {
+    int32_t token_input;   /* index of the int64 token input (one element: [1, 1]) */
+    int32_t logits_output; /* index of the f32 logits output ([..., V], V >= vocab) */
+    int64_t vocab;         /* logits considered: ids [0, vocab) */
+    int64_t first_token;
+    int64_t end_token;
+    int32_t max_tokens;    /* >= 1 */
+    int32_t repeat_limit;  /* 0 or >= 2 */
+} nrv_greedy_options;
+NRV_API nrv_status nrv_session_decode_greedy(nrv_session_t *session, const nrv_tensor *feeds, int n_feeds,
+                                             const nrv_greedy_options *options, int64_t *tokens, float *logprobs,
+                                             int32_t *n_tokens, int32_t *stopped);
+
 NRV_API int nrv_session_input_count(const nrv_session_t *session);
 NRV_API int nrv_session_output_count(const nrv_session_t *session);
 

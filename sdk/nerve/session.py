@@ -281,6 +281,45 @@ class Session:
         """Runs the plan on feeds (name -> array, exactly the input's dtype) and returns
         {output name: array}. Inputs bound to a state may be omitted after the first run:
         they then read what the previous run wrote (its state output is not returned)."""
+        keep = self._bind(feeds)
+        _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
+        del keep  # the feeds had to live through the run
+        outs_c = self._outs_c
+        result = {self.output_names[i]: _copy_out(outs_c[i]) for i in self._returned}
+        if self._log is not None:
+            self._log.record({k: v for k, v in feeds.items()},
+                             [n for _, n, _, st in self._input_plan if st and feeds.get(n) is None], result)
+        return result
+
+    def decode_greedy(self, feeds: Mapping[str, np.ndarray], first_token: int, end_token: int, max_tokens: int,
+                      vocab: int, token_input: str = "input_ids", logits_output: str = "logits",
+                      repeat_limit: int = 0):
+        """Greedy decoding in one native call (nrv_session_decode_greedy): this session's plan
+        is one decoder step whose caches are state pairs. Step 0 runs on ``feeds`` with the
+        token ``first_token``; each later step feeds the argmax of the previous logits (ids
+        below ``vocab``) and reads the caches from the session. Returns (tokens, logprobs,
+        stopped): tokens[0] is first_token; stopped is "end", "length" or "repetition"."""
+        for name, where in ((token_input, self._input_index), (logits_output, self.output_names)):
+            if name not in where:
+                raise InputError(f"decode_greedy: the plan has no {name!r}")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InputError(f"decode_greedy: max_tokens must be >= 1, got {max_tokens!r}")
+        keep = self._bind({**feeds, token_input: np.zeros((1, 1), np.int64)})
+        opts = ffi.new("nrv_greedy_options *")
+        opts.token_input = self._input_index[token_input]
+        opts.logits_output = self.output_names.index(logits_output)
+        opts.vocab, opts.first_token, opts.end_token = int(vocab), int(first_token), int(end_token)
+        opts.max_tokens, opts.repeat_limit = int(max_tokens), int(repeat_limit)
+        tokens = np.empty(max_tokens, np.int64)
+        logprobs = np.empty(max_tokens, np.float32)
+        n, why = ffi.new("int32_t *"), ffi.new("int32_t *")
+        check(lib.nrv_session_decode_greedy(self._native.ptr, self._feeds_c, len(self._inputs), opts,
+                                            ffi.from_buffer("int64_t[]", tokens), ffi.from_buffer("float[]", logprobs), n, why))
+        del keep
+        return (tokens[:n[0]].tolist(), logprobs[:n[0]].tolist(), ("end", "length", "repetition")[why[0]])
+
+    def _bind(self, feeds: Mapping[str, np.ndarray]) -> list:
+        """Points the native feed array at `feeds`; returns the arrays to keep alive meanwhile."""
         unknown = [k for k in feeds if k not in self._input_index]
         if unknown:
             raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}")
@@ -313,13 +352,7 @@ class Session:
                 if shape:
                     t.dims[0:len(shape)] = shape
                 shapes[i] = shape
-        _run_native(self._native, feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
-        outs_c = self._outs_c
-        result = {self.output_names[i]: _copy_out(outs_c[i]) for i in self._returned}
-        if self._log is not None:
-            self._log.record({k: v for k, v in feeds.items()},
-                             [n for _, n, _, st in self._input_plan if st and feeds.get(n) is None], result)
-        return result
+        return keep
 
     def reset_state(self) -> None:
         """Forgets the carried state: the next run must feed every state input."""

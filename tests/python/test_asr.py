@@ -428,3 +428,36 @@ def test_cli_asr_json_ends_with_a_summary(model, tmp_path):
     r = subprocess.run([sys.executable, "-m", "nerve", "asr", str(tmp_path / "nope.wav")], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 1 and "nerve:" in r.stderr
+
+
+def test_native_greedy_loop_equals_step_by_step(model, beckett):
+    """Session.decode_greedy (the loop in C, caches appended in place) chooses what stepping
+    the same plan one run at a time chooses, with the same log-probabilities."""
+    dec = model.decoder()
+    try:
+        steps = dec.steps
+        states = steps.encode(beckett[: SR * 3].reshape(1, -1))
+        logits, past, cross = steps.first_step(states)
+        first = int(np.argmax(logits[:model.vocab]))
+        tokens, logprobs, stopped = steps.greedy(first, states, past, cross, 40, model.vocab)
+        assert stopped == "end" and tokens[0] == first and len(tokens) > 3
+        by_step, lps, feed_past, token = [first], [0.0], past, first
+        for _ in range(40):
+            lg = steps.next_step_kept(token, states, feed_past, cross)[:model.vocab]
+            feed_past = None
+            token = int(np.argmax(lg))
+            if token == Tokenizer.EOS:
+                break
+            z = lg.astype(np.float64) - lg.max()
+            lps.append(float(-np.log(np.exp(z).sum())))
+            by_step.append(token)
+        assert tokens == by_step
+        np.testing.assert_allclose(logprobs[1:], lps[1:], rtol=1e-4, atol=1e-5)
+        limited = steps.greedy(first, states, past, cross, 2, model.vocab)
+        assert len(limited[0]) == 2 and limited[2] == "length"
+        with pytest.raises(nerve.InputError):
+            steps.kept.decode_greedy({}, first, Tokenizer.EOS, 0, model.vocab)
+        with pytest.raises(nerve.InputError):
+            steps.kept.decode_greedy({}, first, Tokenizer.EOS, 5, model.vocab, token_input="nope")
+    finally:
+        model.release(dec)

@@ -155,6 +155,12 @@ class NerveSteps:
                              **past, **cross})
         return out["logits"][0, -1], _as_past(out, "decoder")
 
+    def greedy(self, first_token: int, states, past: Dict, cross: Dict, limit: int, vocab: int):
+        """The rest of a greedy decode in one native call (Session.decode_greedy), the caches
+        appended in place in the session: (tokens from first_token on, logprobs, stopped)."""
+        return self.kept.decode_greedy({"encoder_hidden_states": states, **past, **cross}, first_token,
+                                       Tokenizer.EOS, limit, vocab, repeat_limit=REPEAT_LIMIT)
+
     def next_step_kept(self, token: int, states, past: Optional[Dict], cross: Dict) -> np.ndarray:
         """A step whose past keys/values stay in the session's state buffers (preallocated
         for the longest segment): ``past`` is given on the first step only, then each step
@@ -244,6 +250,16 @@ class MoonshineDecoder:
         cstate = allowed.start() if allowed is not None else None
         stopped = "length"
         kept = getattr(self.steps, "next_step_kept", None)
+        native_loop = getattr(self.steps, "greedy", None)
+        if allowed is None and native_loop is not None:
+            # the first token from the first-step logits, the rest in one native call
+            logp = self._scores(logits, 0, speech_present, None, None)
+            token = int(np.argmax(logp))
+            if token == Tokenizer.EOS:
+                return self._finish([], [], "end", states)
+            tokens, token_lp, stopped = native_loop(token, states, past, cross, limit, self.model.vocab)
+            token_lp[0] = float(logp[token])
+            return self._finish(tokens, token_lp, stopped, states)
         for step in range(limit):
             logp = self._scores(logits, step, speech_present, allowed, cstate)
             token = int(np.argmax(logp))
