@@ -31,6 +31,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_TANH] = "tanh",
     [NRV_OP_SOFTMAX] = "softmax",
     [NRV_OP_LINEAR_W8] = "linear_w8",
+    [NRV_OP_LINEAR_W8A8] = "linear_w8a8",
 };
 
 typedef struct op_slot {
@@ -98,6 +99,7 @@ static void init_table(void) {
 #if defined(__aarch64__)
     add_table(nrv_variants_neon);
     add_table(nrv_variants_neon_w8);
+    add_table(nrv_variants_neon_w8a8);
 #endif /* __aarch64__ */
     add_table(nrv_variants_ref);
     const char *env = getenv("NERVE_DISABLE");

@@ -1,7 +1,7 @@
 """The kernel dispatch table: which variant (e.g. "avx2", "neon", "ref") runs each op.
 
 Thin wrappers over ``nrv_kernel_*``. Op names are those of the C table: "embedding",
-"embedding_f16", "embedding_q8", "layernorm", "linear", "linear_w8", "layernorm_linear", "gemm", "gelu",
+"embedding_f16", "embedding_q8", "layernorm", "linear", "linear_w8", "linear_w8a8", "layernorm_linear", "gemm", "gelu",
 "gelu_tanh", "relu", "sigmoid", "tanh", "softmax". Every op has the scalar reference "ref"
 as its last variant.
 

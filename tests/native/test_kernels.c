@@ -657,6 +657,53 @@ static void test_softmax(void) {
     }
 }
 
+/* ------------------------------------------------------------------ linear_w8a8 */
+
+/* The int8 x int8 linear (no public entry point: the plan op is its caller) through the
+ * dispatch table against nrv_linear_w8a8_ref: the variants must be bit-identical to it
+ * (exact int32 products, one epilogue order: kernels/linear_w8a8.c), per-tensor and
+ * per-output s / z, z absent, with and without bias, misaligned inputs.
+ * tests/native/test_linear_w8a8.c has the double-precision sweep and the plan ops. */
+static void test_linear_w8a8(void) {
+    lin_case cs[256];
+    const int ncase = lin_cases(cs, 256);
+    for (int c = 0; c < ncase; c++) {
+        const int64_t rows = cs[c].rows, in = cs[c].in, out = cs[c].out;
+        if (in > NRV_W8A8_MAX_K) continue;
+        const int per_row = c % 2, with_z = c % 5 != 3, with_b = c % 3 != 1, mis = c % 6 == 5;
+        const int64_t ns = per_row ? out : 1;
+        buf x = buf_in(rows * in, mis), s = buf_in(ns, 0), z = buf_in(ns, 0), b = buf_in(out, 0);
+        int8_t *q = xalloc((size_t)(out * in)), *packed = xalloc((size_t)nrv_linear_w8a8_packed_bytes(out, in));
+        nrv_test_fill(x.p, rows * in, -1.0f, 1.0f);
+        for (int64_t i = 0; i < out * in; i++) q[i] = (int8_t)((int)(nrv_test_u64() % 256u) - 128);
+        nrv_linear_w8a8_pack(q, out, in, packed);
+        nrv_test_fill(s.p, ns, 0.001f, 0.02f);
+        nrv_test_fill(z.p, ns, -0.5f, 0.5f);
+        nrv_test_fill(b.p, out, -1.0f, 1.0f);
+        float *want = xalloc((size_t)(rows * out) * sizeof(float));
+        buf y = buf_out(rows * out, mis);
+        const float *zp = with_z ? z.p : NULL, *bp = with_b ? b.p : NULL;
+        nrv_linear_w8a8_ref(x.p, rows, in, packed, out, s.p, zp, per_row, bp, want);
+        nrv_kernel_get(NRV_OP_LINEAR_W8A8).linear_w8a8(x.p, rows, in, packed, out, s.p, zp, per_row, bp, y.p);
+        int64_t at = 0;
+        while (at < rows * out && memcmp(y.p + at, want + at, sizeof(float)) == 0) at++;
+        double err = at < rows * out ? INFINITY : 0.0;
+        if (at == rows * out) at = 0;
+        if (!guards_intact(&y)) err = INFINITY;
+        record(err, "rows=%lld in=%lld out=%lld per_row=%d z=%d b=%d at %lld: got %.9g want %.9g (bit-identical "
+               "required)%s", (long long)rows, (long long)in, (long long)out, per_row, with_z, with_b, (long long)at,
+               (double)y.p[at], (double)want[at], guards_intact(&y) ? "" : " canary overwritten");
+        free(want);
+        free(q);
+        free(packed);
+        buf_free(&y);
+        buf_free(&x);
+        buf_free(&s);
+        buf_free(&z);
+        buf_free(&b);
+    }
+}
+
 /* ------------------------------------------------------------------ the sweep */
 
 /* Runs the cases of one op with whatever variant is currently selected; 0 if the op has
@@ -676,6 +723,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "tanh")) test_activation(NRV_ACT_TANH, nrv_tanh_ref);
     else if (!strcmp(op, "softmax")) test_softmax();
     else if (!strcmp(op, "linear_w8")) test_linear_w8();
+    else if (!strcmp(op, "linear_w8a8")) test_linear_w8a8();
     else return 0;
     return 1;
 }
@@ -691,6 +739,9 @@ static int must_run_here(const char *variant) {
     if (!strcmp(variant, "avx512"))
         return cpu_has(NRV_CPU_AVX512F | NRV_CPU_AVX512BW | NRV_CPU_AVX512VL | NRV_CPU_AVX512DQ |
                        NRV_CPU_AVX2 | NRV_CPU_FMA | NRV_CPU_F16C);
+    if (!strcmp(variant, "avx512_vnni"))
+        return cpu_has(NRV_CPU_AVX512F | NRV_CPU_AVX512BW | NRV_CPU_AVX512VL | NRV_CPU_AVX512VNNI | NRV_CPU_AVX2 |
+                       NRV_CPU_FMA | NRV_CPU_F16C);
     return 0;
 }
 

@@ -16,10 +16,12 @@ from nerve import kernels, ops
 F32 = np.float32
 RTOL = 1e-5
 # Every op of the dispatch table must be exercised by a test below (linear_w8: by
-# test_linear_w8.py, through sessions, under every variant).
+# test_linear_w8.py, through sessions, under every variant; linear_w8a8: by
+# test_linear_w8a8.py, through sessions compiled with NERVE_W8A8=1, under every variant, and
+# natively by tests/native/test_linear_w8a8.c).
 COVERED_OPS = {
     "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear", "layernorm_linear", "gemm",
-    "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax", "linear_w8",
+    "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax", "linear_w8", "linear_w8a8",
 }
 
 

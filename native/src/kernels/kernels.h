@@ -49,6 +49,43 @@ typedef void (*nrv_layernorm_linear_fn)(const float *x, int64_t rows, int64_t in
 typedef void (*nrv_linear_w8_fn)(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
                                  const float *z, int64_t sz_stride, const float *b, int64_t out, float *y);
 
+/* linear_w8a8: int8 x int8 linear with dynamic per-row int8 activations (docs/ARCHITECTURE.md,
+ * "INT8 x INT8 linear (w8a8)"; the math and the epilogue order are in kernels/linear_w8a8.c).
+ * The weight q [out, in] int8 is packed once (nrv_linear_w8a8_pack) into one layout every
+ * variant reads:
+ *   Npad = out rounded up to 16, Kpad = in rounded up to 4;
+ *   bytes [0, Npad·Kpad): int8 blocks [Npad/16][Kpad/4][16 outputs][4 k]: byte
+ *     ((nb·(Kpad/4) + kb)·64 + o·4 + j) holds q[16·nb + o, 4·kb + j] (0 past out / in);
+ *   bytes [Npad·Kpad, Npad·Kpad + 4·Npad): int32 colsum[Npad] (native byte order),
+ *     colsum[n] = Σ_k q[n, k] (0 for padding), for the u8 x s8 (vpdpbusd) form.
+ * y[rows, out] = s[n]·sx[r]·acc[r, n] + z[n]·Σ_k x[r, k] + b[n]; s, z as in linear_w8
+ * (sz_stride 0: one float, 1: `out` floats), z and b may be NULL. in <= NRV_W8A8_MAX_K
+ * (the int32 accumulators cannot overflow and a block of quantised rows fits the stack).
+ * Every variant gives bit-identical results for every row count and any split of rows. */
+#define NRV_W8A8_MAX_K 16384
+typedef void (*nrv_linear_w8a8_fn)(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                                   const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+/* Bytes of the packed weight for q [out, in]. */
+static inline int64_t nrv_linear_w8a8_packed_bytes(int64_t out, int64_t in) {
+    const int64_t np = (out + 15) / 16 * 16, kp = (in + 3) / 4 * 4;
+    return np * kp + 4 * np;
+}
+/* The row's scales from its largest magnitude amax (every variant): inv = 127 / amax and
+ * sx = amax / 127 (fp32 divisions); a row whose inv is not finite (amax 0, below ~3.7e-37,
+ * or NaN) quantises to 0 with sx = 0. */
+static inline void nrv_w8a8_row_scale(float amax, float *inv, float *sx) {
+    const float i = 127.0f / amax;
+    if (i <= 3.4028234663852886e38f) {
+        *inv = i;
+        *sx = amax / 127.0f;
+    } else {
+        *inv = 0.0f;
+        *sx = 0.0f;
+    }
+}
+/* Packs q [out, in] (row-major int8) into packed (nrv_linear_w8a8_packed_bytes bytes). */
+void nrv_linear_w8a8_pack(const int8_t *q, int64_t out, int64_t in, int8_t *packed);
+
 /* A linear kernel may pick its path (and so its rounding) from out only while out is below
  * this: a caller that splits the outputs of one product across threads keeps every piece
  * at least this wide, so each output is computed exactly as in the unsplit call. */
@@ -81,6 +118,7 @@ typedef enum nrv_op {
     NRV_OP_TANH,
     NRV_OP_SOFTMAX,
     NRV_OP_LINEAR_W8,
+    NRV_OP_LINEAR_W8A8,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -93,6 +131,7 @@ typedef union nrv_kernel_fn {
     nrv_unary_fn unary;
     nrv_softmax_fn softmax;
     nrv_linear_w8_fn linear_w8;
+    nrv_linear_w8a8_fn linear_w8a8;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -125,8 +164,17 @@ void nrv_linear_w8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *
                         int64_t sz_stride, const float *b, int64_t out, float *y);
 void nrv_linear_w8_avx512(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
                           const float *z, int64_t sz_stride, const float *b, int64_t out, float *y);
+/* linear_w8a8 (native/src/x86/linear_w8a8_vnni.c, linear_w8a8_avx2.c) */
+void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                          const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                          const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 #endif /* __x86_64__ */
 #if defined(__aarch64__)
+/* linear_w8a8 (neon/linear_w8a8_neon.c; one-entry table added by dispatch.c) */
+extern const nrv_kernel_variant nrv_variants_neon_w8a8[];
+void nrv_linear_w8a8_neon(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                          const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 extern const nrv_kernel_variant nrv_variants_neon_w8[];
 void nrv_linear_w8_neon(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
                         int64_t sz_stride, const float *b, int64_t out, float *y);
@@ -157,6 +205,8 @@ void nrv_tanh_ref(const float *x, int64_t n, float *y);
 void nrv_softmax_ref(const float *x, int64_t rows, int64_t dim, float *y);
 void nrv_linear_w8_ref(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
                        int64_t sz_stride, const float *b, int64_t out, float *y);
+void nrv_linear_w8a8_ref(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                         const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 
 /* IEEE half -> float conversion shared by the reference kernels (exact, handles
  * subnormals, inf and NaN). */

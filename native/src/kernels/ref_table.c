@@ -18,5 +18,6 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_TANH, unary, nrv_tanh_ref),
     REF(NRV_OP_SOFTMAX, softmax, nrv_softmax_ref),
     REF(NRV_OP_LINEAR_W8, linear_w8, nrv_linear_w8_ref),
+    REF(NRV_OP_LINEAR_W8A8, linear_w8a8, nrv_linear_w8a8_ref),
     {.name = NULL},
 };

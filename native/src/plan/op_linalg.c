@@ -1,4 +1,5 @@
-/* op_linalg.c — plan ops of the linalg family: matmul, linear, linear_w8, layernorm_linear, gemm
+/* op_linalg.c — plan ops of the linalg family: matmul, linear, linear_w8, linear_w8a8 (+ pack_w8a8),
+ * layernorm_linear, gemm
  * (contract: plan_ops.h).
  *
  * Every op checks dtypes, ranks and extents against the output view the runtime set before
@@ -347,6 +348,116 @@ static nrv_status run_linear_w8(const nrv_op_args *a) {
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
 }
 
+/* ------------------------------------------------------------------ linear_w8a8 */
+
+/* Threads: the rows are cut into chunks of W8A8_TASK_ROWS (from the shape alone); every row
+ * is computed independently and exactly the same way whatever chunk it is in (the int32
+ * products are exact, the epilogue is per element), so the thread count never changes a
+ * value, nor does the variant (kernels.h). */
+#define W8A8_TASK_ROWS 32
+
+typedef struct linear_w8a8_job {
+    const float *x, *s, *z, *b;
+    const int8_t *packed;
+    float *y;
+    int64_t rows, k, n, st;
+} linear_w8a8_job;
+
+static void linear_w8a8_task(void *ctx, int64_t t) {
+    const linear_w8a8_job *j = ctx;
+    const int64_t r0 = t * W8A8_TASK_ROWS, nr = j->rows - r0 < W8A8_TASK_ROWS ? j->rows - r0 : W8A8_TASK_ROWS;
+    nrv_kernel_get(NRV_OP_LINEAR_W8A8)
+        .linear_w8a8(j->x + r0 * j->k, nr, j->k, j->packed, j->n, j->s, j->z, j->st, j->b, j->y + r0 * j->n);
+}
+
+/* N and K of a packed int8 weight from iattr, checked: 0 <= K <= NRV_W8A8_MAX_K (larger K:
+ * NRV_ERR_UNSUPPORTED), 0 <= N < 2^40 (so the byte count cannot overflow). */
+static nrv_status w8a8_dims(const nrv_op_args *a, int64_t n, int64_t k) {
+    if (n < 0 || n >= ((int64_t)1 << 40) || k < 0)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): bad weight dims N %lld, K %lld", a->type, a->name,
+                        (long long)n, (long long)k);
+    if (k > NRV_W8A8_MAX_K)
+        return nrv_fail(NRV_ERR_UNSUPPORTED, "%s (node '%s'): K %lld is above the w8a8 kernel's limit %d", a->type,
+                        a->name, (long long)k, NRV_W8A8_MAX_K);
+    return NRV_OK;
+}
+
+/* "linear_w8a8": y = act(x · Wᵀ + bias) with an int8 weight W[n, k] = s[n]·q[n, k] + z[n] and
+ * each row of x quantised to int8 on the fly (dynamic, per row, symmetric: sx = max|x|/127),
+ * the product done in int32 (kernels.h nrv_linear_w8a8_fn; math, rounding and epilogue
+ * order in kernels/linear_w8a8.c). Opt-in at compile time (NERVE_W8A8=1): it changes the
+ * numerics (activation quantisation error, ~max|x|/254 per element).
+ *   in[0] x [..., K] f32 (rank >= 1); in[1] packed i8 [P] rank 1, P =
+ *   nrv_linear_w8a8_packed_bytes(N, K) (the weight as op "pack_w8a8" writes it: blocks
+ *   [N/16][K/4][16][4] then int32 colsum[N], N and K padded to 16 and 4);
+ *   in[2] s f32 [N] (per output) or [1] (per tensor); in[3] z f32, same shape as s, optional
+ *   (absent: 0); in[4] bias [N] f32, optional; out[0] y [..., N] f32, same rank and leading
+ *   dims as x.
+ *   iattr [act, N, K] (nrv_plan_act; K <= NRV_W8A8_MAX_K, else NRV_ERR_UNSUPPORTED);
+ *   fattr [p0, p1] (LEAKY_RELU alpha; CLIP min, max).
+ *   No scratch (each call quantises blocks of rows into a stack buffer).
+ *   rows = product of x's leading dims; K == 0 gives y = act(bias or 0). */
+static nrv_status run_linear_w8a8(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 3, 2));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    NRV_TRY(nrv_op_require_input(a, 2));
+    const nrv_tview *x = a->in[0], *pk = a->in[1], *sv = a->in[2];
+    const nrv_tview *zv = a->n_in > 3 ? a->in[3] : NULL, *bias = a->n_in > 4 ? a->in[4] : NULL;
+    nrv_tview *y = a->out[0];
+    const int64_t act = a->iattr[0], N = a->iattr[1], K = a->iattr[2];
+    NRV_TRY(check_act(a, act));
+    NRV_TRY(w8a8_dims(a, N, K));
+    NRV_TRY(check_f32(a, x, "x"));
+    NRV_TRY(nrv_op_expect_dtype(a, pk, "packed weight", NRV_I8));
+    NRV_TRY(check_f32(a, y, "output"));
+    NRV_TRY(check_rank(a, x, "x", 1, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_rank(a, pk, "packed weight", 1, 1));
+    NRV_TRY(check_dim(a, x, "x", x->rank - 1, K));
+    NRV_TRY(check_dim(a, pk, "packed weight", 0, nrv_linear_w8a8_packed_bytes(N, K)));
+    NRV_TRY(check_f32(a, sv, "s"));
+    NRV_TRY(check_rank(a, sv, "s", 1, 1));
+    if (sv->dims[0] != N && sv->dims[0] != 1)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): s has %lld elements, expected %lld or 1", a->type, a->name,
+                        (long long)sv->dims[0], (long long)N);
+    if (zv) NRV_TRY(check_vec(a, zv, "z", sv->dims[0]));
+    if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
+    NRV_TRY(check_rows_out(a, x, y, N));
+    const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
+    if (rows == 0 || N == 0) return NRV_OK;
+    const float *b = bias ? bias->data : NULL;
+    const int64_t st = sv->dims[0] == 1 ? 0 : 1;
+    if (K == 0) {
+        fill_rows(y->data, rows, N, b);
+    } else {
+        linear_w8a8_job j = {x->data, sv->data, zv ? zv->data : NULL, b, pk->data, y->data, rows, K, N, st};
+        const int64_t tasks = (rows + W8A8_TASK_ROWS - 1) / W8A8_TASK_ROWS;
+        nrv_parallel_for(rows * K * N >= LINEAR_PARALLEL_MIN_MACS ? a->pool : NULL, tasks, linear_w8a8_task, &j);
+    }
+    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
+}
+
+/* "pack_w8a8": the packed weight of linear_w8a8 (run once, at compile time, by the compiler's
+ * constant folding; layout in kernels.h above nrv_linear_w8a8_fn).
+ *   in[0] q [N, K] i8; out[0] packed [P] i8, P = nrv_linear_w8a8_packed_bytes(N, K).
+ *   No attributes, no scratch. K <= NRV_W8A8_MAX_K, else NRV_ERR_UNSUPPORTED. */
+static nrv_status run_pack_w8a8(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 0, 0));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    const nrv_tview *q = a->in[0];
+    nrv_tview *out = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, q, "q", NRV_I8));
+    NRV_TRY(nrv_op_expect_dtype(a, out, "output", NRV_I8));
+    NRV_TRY(check_rank(a, q, "q", 2, 2));
+    NRV_TRY(check_rank(a, out, "output", 1, 1));
+    const int64_t N = q->dims[0], K = q->dims[1];
+    NRV_TRY(w8a8_dims(a, N, K));
+    NRV_TRY(check_dim(a, out, "output", 0, nrv_linear_w8a8_packed_bytes(N, K)));
+    if (out->numel == 0) return NRV_OK;
+    nrv_linear_w8a8_pack(q->data, N, K, out->data);
+    return NRV_OK;
+}
+
 /* ------------------------------------------------------------------ layernorm_linear */
 
 /* "layernorm_linear": y = act(layernorm(x; gamma, beta, eps) · wᵀ + bias), each row of x
@@ -461,6 +572,8 @@ const nrv_op_def nrv_plan_ops_linalg[] = {
     {"matmul", run_matmul, "gemm"},
     {"linear", run_linear, "linear"},
     {"linear_w8", run_linear_w8, "linear_w8"},
+    {"linear_w8a8", run_linear_w8a8, "linear_w8a8"},
+    {"pack_w8a8", run_pack_w8a8, NULL},
     {"layernorm_linear", run_layernorm_linear, "layernorm_linear"},
     {"gemm", run_gemm, "gemm"},
     {NULL, NULL, NULL},

@@ -16,13 +16,19 @@
  *  - avx512: files built with the AVX-512 F/BW/VL/DQ flags plus -mavx2 -mfma -mf16c. They
  *    are also built with -mavx512vnni, but no kernel uses VNNI (all float), and the
  *    compiler only emits VNNI for integer dot-product loops, which these files do not
- *    contain, so the variant stays usable on AVX-512 CPUs without VNNI (Skylake-SP).
+ *    contain, so the variant stays usable on AVX-512 CPUs without VNNI (Skylake-SP);
+ *  - avx512_vnni (linear_w8a8_vnni.c, group avx512 so NERVE_DISABLE=avx512 drops it too): built with
+ *    -mavx512f -mavx512bw -mavx512vl -mavx512vnni plus the avx2 flags (no DQ), and requires
+ *    exactly those.
  */
 #include "x86_kernels.h"
 
 #define X86_AVX2_FEATURES (NRV_CPU_AVX | NRV_CPU_AVX2 | NRV_CPU_FMA | NRV_CPU_F16C)
 #define X86_AVX512_FEATURES \
     (X86_AVX2_FEATURES | NRV_CPU_AVX512F | NRV_CPU_AVX512BW | NRV_CPU_AVX512VL | NRV_CPU_AVX512DQ)
+
+#define X86_VNNI_FEATURES \
+    (X86_AVX2_FEATURES | NRV_CPU_AVX512F | NRV_CPU_AVX512BW | NRV_CPU_AVX512VL | NRV_CPU_AVX512VNNI)
 
 #define AVX512(op_, field_, fn_) \
     {.op = (op_), .name = "avx512", .group = "avx512", .requires = X86_AVX512_FEATURES, .fn.field_ = (fn_)}
@@ -54,5 +60,10 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_SOFTMAX, softmax, nrv_softmax_avx2),
     AVX512(NRV_OP_LINEAR_W8, linear_w8, nrv_linear_w8_avx512),
     AVX2(NRV_OP_LINEAR_W8, linear_w8, nrv_linear_w8_avx2),
+    /* linear_w8a8: the VNNI variant needs vpdpbusd (AVX512-VNNI) besides F/BW/VL; the avx2
+     * one widens to 16 bits (vpmovsxbw + vpmaddwd, exact) */
+    {.op = NRV_OP_LINEAR_W8A8, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,
+     .fn.linear_w8a8 = nrv_linear_w8a8_vnni},
+    AVX2(NRV_OP_LINEAR_W8A8, linear_w8a8, nrv_linear_w8a8_avx2),
     {.name = NULL},
 };

@@ -1,0 +1,88 @@
+/* linear_w8a8.c — scalar reference of the int8 x int8 linear layer (w8a8) and the packing of
+ * its weight (layout: kernels.h, above nrv_linear_w8a8_fn; docs/ARCHITECTURE.md, "INT8 x INT8
+ * linear (w8a8)").
+ *
+ * The math, which every variant reproduces bit for bit (x86 VNNI / AVX2, NEON):
+ *  for each row r of x (length K):
+ *   amax  = max_k |x[r, k]|                                  (exact, order-free)
+ *   inv, sx = 127 / amax, amax / 127 (nrv_w8a8_row_scale: 0, 0 when 127 / amax is not finite)
+ *   xq[k] = round_half_even(clamp(x[r, k]·inv, -127, 127))   (fp32 product; the clamp first,
+ *           so NaN maps to 127 and nothing is undefined; round as _mm512_cvtps_epi32 under
+ *           the default MXCSR, i.e. nearbyintf under FE_TONEAREST)
+ *   rsum  = Σ_k x[r, k] in a fixed order: 16 lanes, lane j summing the x[r, k] with
+ *           k ≡ j (mod 16) in increasing k from +0; then lane j += lane j+8 (j < 8),
+ *           j += j+4 (j < 4), j += j+2 (j < 2), rsum = lane 0 + lane 1
+ *           (computed only when z is present)
+ *  acc[r, n] = Σ_k xq[k]·q[n, k]                             (int32, exact: |acc| <= 16129·K)
+ *  y[r, n] = fma(s[n]·sx, (float)acc[r, n], t) (+ b[n] when b is present),
+ *           t = z[n]·rsum, or +0 when z is absent; (float)acc rounds to nearest even, one fp32
+ *           product each for s[n]·sx and z[n]·rsum, the fma rounds once.
+ * The epilogue is written with an explicit fma in every variant so that no compiler
+ * contraction (-ffp-contract) can change it.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+void nrv_linear_w8a8_pack(const int8_t *q, int64_t out, int64_t in, int8_t *packed) {
+    const int64_t np = (out + 15) / 16 * 16, kp = (in + 3) / 4 * 4, kb_n = kp / 4;
+    for (int64_t nb = 0; nb < np / 16; nb++)
+        for (int64_t kb = 0; kb < kb_n; kb++) {
+            int8_t *blk = packed + (nb * kb_n + kb) * 64;
+            for (int o = 0; o < 16; o++)
+                for (int j = 0; j < 4; j++) {
+                    const int64_t n = nb * 16 + o, k = kb * 4 + j;
+                    blk[o * 4 + j] = n < out && k < in ? q[n * in + k] : 0;
+                }
+        }
+    int8_t *cs = packed + np * kp;
+    for (int64_t n = 0; n < np; n++) {
+        int32_t c = 0;
+        if (n < out)
+            for (int64_t k = 0; k < in; k++) c += q[n * in + k];
+        memcpy(cs + 4 * n, &c, sizeof c);
+    }
+}
+
+/* The fixed-order row sum described above. */
+static float row_sum16(const float *x, int64_t n) {
+    float l[16];
+    for (int j = 0; j < 16; j++) l[j] = 0.0f;
+    for (int64_t k = 0; k < n; k++) l[k & 15] += x[k];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) l[j] += l[j + w];
+    return l[0];
+}
+
+void nrv_linear_w8a8_ref(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                         const float *s, const float *z, int64_t sz_stride, const float *b, float *y) {
+    const int64_t kp = (in + 3) / 4 * 4, kb_n = kp / 4;
+    int8_t xq[NRV_W8A8_MAX_K];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * in;
+        float amax = 0.0f;
+        for (int64_t k = 0; k < in; k++) {
+            const float a = fabsf(xr[k]);
+            amax = a > amax ? a : amax;
+        }
+        float inv, sx;
+        nrv_w8a8_row_scale(amax, &inv, &sx);
+        for (int64_t k = 0; k < in; k++) {
+            float v = xr[k] * inv;
+            v = v < 127.0f ? v : 127.0f; /* NaN -> 127, as vminps(v, 127) */
+            v = v > -127.0f ? v : -127.0f;
+            xq[k] = (int8_t)nearbyintf(v);
+        }
+        const float rsum = z ? row_sum16(xr, in) : 0.0f;
+        for (int64_t n = 0; n < out; n++) {
+            const int8_t *blk = packed + (n / 16) * kb_n * 64 + (n % 16) * 4;
+            int32_t acc = 0;
+            for (int64_t k = 0; k < in; k++) acc += (int32_t)xq[k] * blk[(k / 4) * 64 + (k % 4)];
+            const float t = z ? z[n * sz_stride] * rsum : 0.0f;
+            float v = fmaf(s[n * sz_stride] * sx, (float)acc, t);
+            if (b) v += b[n];
+            y[r * out + n] = v;
+        }
+    }
+}

@@ -1,0 +1,150 @@
+/* linear_w8a8_vnni.c — int8 x int8 linear layer (w8a8), AVX-512 VNNI (vpdpbusd).
+ *
+ * Math and epilogue order: native/src/kernels/linear_w8a8.c (bit-identical to that
+ * reference); packed weight layout: kernels.h. Per block of up to W8A8_MR rows of x:
+ *  1. each row is scanned once for max|x| and (with z) the 16-lane row sum, then quantised
+ *     to u8 xu = xq + 128 into a stack buffer [rows][Kpad] (pad k: 128, i.e. xq = 0; the
+ *     weight is 0 there anyway);
+ *  2. for every pair of 16-output blocks: a register tile of R rows x 32 outputs of int32
+ *     accumulators (16 zmm), per 4 k two 64-byte weight loads and R 4-byte broadcasts of xu
+ *     feed 2·R vpdpbusd (u8 x s8 -> s32, four products summed per lane; no saturation:
+ *     |Σ| <= 255·128·K < 2^31 for K <= NRV_W8A8_MAX_K = 16384);
+ *  3. acc - 128·colsum[n] = Σ_k xq·q exactly, then the fp32 epilogue with explicit FMA.
+ * The weight (N·Kpad bytes) is read once per block of rows, from L2 for the encoder's
+ * layers (416 x 1664 = 692 KB).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define W8A8_MR 8
+#define W8A8_XQ_BYTES 32768
+
+static inline __m512 abs_ps(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+}
+
+/* 16 lanes -> one float in the reference's order: j += j+8, j += j+4, j += j+2, 0 + 1. */
+static inline float tree16(__m512 l) {
+    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(l), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(l), 1)));
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+/* Quantises row x (n floats) into xu (kp bytes); returns sx, sets *rsum (when want_sum). */
+static float quantise_row(const float *x, int64_t n, int64_t kp, uint8_t *xu, int want_sum, float *rsum) {
+    __m512 m = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= n; p += 16) {
+        const __m512 v = _mm512_loadu_ps(x + p);
+        m = _mm512_max_ps(abs_ps(v), m);
+        sum = _mm512_add_ps(sum, v);
+    }
+    if (p < n) {
+        const __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - p)) - 1), x + p);
+        m = _mm512_max_ps(abs_ps(v), m);
+        sum = _mm512_add_ps(sum, v);
+    }
+    const float amax = _mm512_reduce_max_ps(m);
+    *rsum = want_sum ? tree16(sum) : 0.0f;
+    float inv, sx;
+    nrv_w8a8_row_scale(amax, &inv, &sx);
+    const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    const __m128i bias = _mm_set1_epi8((char)0x80);
+    for (p = 0; p < kp; p += 16) {
+        const int64_t left = n - p;
+        const __mmask16 k = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + p), vinv);
+        v = _mm512_max_ps(_mm512_min_ps(v, hi), lo);
+        const __m128i q = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)), bias);
+        const int64_t w = kp - p < 16 ? kp - p : 16; /* kp is a multiple of 4 */
+        _mm_mask_storeu_epi8(xu + p, (__mmask16)(w == 16 ? 0xffff : (1u << w) - 1), q);
+    }
+    return sx;
+}
+
+/* R rows x NB blocks of 16 outputs starting at output n0 (nvalid of them real). */
+static inline __attribute__((always_inline)) void tile(const int R, const int NB, const uint8_t *xu, int64_t kp,
+                                                       const int8_t *packed, int64_t n0, int64_t nvalid,
+                                                       const int32_t *colsum, const float *sx, const float *rsum,
+                                                       const float *s, const float *z, int64_t st,
+                                                       const float *b, float *y, int64_t ldy) {
+    const int64_t kb_n = kp / 4;
+    const int8_t *w0 = packed + (n0 / 16) * kb_n * 64, *w1 = w0 + kb_n * 64;
+    __m512i acc[W8A8_MR][2];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < NB; j++) acc[r][j] = _mm512_setzero_si512();
+    for (int64_t kb = 0; kb < kb_n; kb++) {
+        const __m512i wa = _mm512_loadu_si512(w0 + kb * 64);
+        const __m512i wb = NB > 1 ? _mm512_loadu_si512(w1 + kb * 64) : wa;
+        for (int r = 0; r < R; r++) {
+            int32_t xv;
+            memcpy(&xv, xu + r * kp + kb * 4, 4);
+            const __m512i xb = _mm512_set1_epi32(xv);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], xb, wa);
+            if (NB > 1) acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], xb, wb);
+        }
+    }
+    for (int j = 0; j < NB; j++) {
+        const int64_t o = n0 + 16 * j, left = nvalid - 16 * j;
+        if (left <= 0) break;
+        const __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(colsum + o), 7);
+        const __m512 sv = st ? _mm512_maskz_loadu_ps(k, s + o) : _mm512_set1_ps(s[0]);
+        const __m512 zv = z ? (st ? _mm512_maskz_loadu_ps(k, z + o) : _mm512_set1_ps(z[0])) : _mm512_setzero_ps();
+        const __m512 bv = b ? _mm512_maskz_loadu_ps(k, b + o) : _mm512_setzero_ps();
+        for (int r = 0; r < R; r++) {
+            const __m512 a = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], corr));
+            const __m512 sc = _mm512_mul_ps(sv, _mm512_set1_ps(sx[r]));
+            const __m512 t = z ? _mm512_mul_ps(zv, _mm512_set1_ps(rsum[r])) : _mm512_setzero_ps();
+            __m512 v = _mm512_fmadd_ps(sc, a, t);
+            if (b) v = _mm512_add_ps(v, bv);
+            _mm512_mask_storeu_ps(y + r * ldy + o, k, v);
+        }
+    }
+}
+
+#define W8A8_CASE(R_)                                                                                        \
+    case R_:                                                                                                 \
+        if (nb2) tile(R_, 2, xu, kp, packed, n0, nvalid, colsum, sx, rsum, s, z, st, b, y, ldy);             \
+        else tile(R_, 1, xu, kp, packed, n0, nvalid, colsum, sx, rsum, s, z, st, b, y, ldy);                 \
+        return;
+
+static __attribute__((noinline)) void tile_rows(int R, int nb2, const uint8_t *xu, int64_t kp, const int8_t *packed,
+                                                int64_t n0, int64_t nvalid, const int32_t *colsum, const float *sx,
+                                                const float *rsum, const float *s, const float *z, int64_t st,
+                                                const float *b, float *y, int64_t ldy) {
+    switch (R) {
+        W8A8_CASE(1)
+        W8A8_CASE(2)
+        W8A8_CASE(3)
+        W8A8_CASE(4)
+        W8A8_CASE(5)
+        W8A8_CASE(6)
+        W8A8_CASE(7)
+        W8A8_CASE(8)
+    default: return;
+    }
+}
+#undef W8A8_CASE
+
+void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                          const float *s, const float *z, int64_t sz_stride, const float *b, float *y) {
+    const int64_t kp = (in + 3) / 4 * 4, np = (out + 15) / 16 * 16;
+    const int32_t *colsum = (const int32_t *)(const void *)(packed + np * kp); /* read with unaligned loads */
+    int64_t mr = W8A8_XQ_BYTES / kp;
+    if (mr > W8A8_MR) mr = W8A8_MR;
+    _Alignas(64) uint8_t xu[W8A8_XQ_BYTES];
+    float sx[W8A8_MR], rsum[W8A8_MR];
+    for (int64_t r0 = 0; r0 < rows; r0 += mr) {
+        const int R = (int)(rows - r0 < mr ? rows - r0 : mr);
+        for (int r = 0; r < R; r++) sx[r] = quantise_row(x + (r0 + r) * in, in, kp, xu + r * kp, z != NULL, &rsum[r]);
+        for (int64_t n0 = 0; n0 < out; n0 += 32) {
+            const int64_t nvalid = out - n0 < 32 ? out - n0 : 32;
+            tile_rows(R, nvalid > 16, xu, kp, packed, n0, nvalid, colsum, sx, rsum, s, z, sz_stride, b,
+                      y + r0 * out, out);
+        }
+    }
+}
