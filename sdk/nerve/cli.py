@@ -79,7 +79,8 @@ def _cmd_bench(args) -> int:
     if args.target == "asr":
         from .asr import bench as asr_bench
 
-        result = asr_bench.run(args.audio, repeat=args.repeat or (1 if args.quick else 3))
+        result = asr_bench.run(args.audio, repeat=args.repeat or (1 if args.quick else 3),
+                               precision="int8" if args.int8 else "fp32")
         print(json.dumps(result, indent=2, default=str) if args.json else asr_bench.format_report(result))
         return 0
     if args.target == "ops":
@@ -175,6 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels) or a model file")
     bench.add_argument("target", metavar="ops|asr|MODEL",
                        help="'ops' for the kernel suite, 'asr' for the speech pipeline vs its peers, or an .onnx/.nrv model")
+    bench.add_argument("--int8", action="store_true", help="asr: nerve with precision='int8' (int8 activations too)")
     bench.add_argument("--audio", action="append", metavar="FILE.wav",
                        help="asr: a recording to use (default: the example WAVs and the model's own recording)")
     bench.add_argument("--repeat", type=int, default=None, metavar="N",

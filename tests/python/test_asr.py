@@ -461,3 +461,19 @@ def test_native_greedy_loop_equals_step_by_step(model, beckett):
             steps.kept.decode_greedy({}, first, Tokenizer.EOS, 5, model.vocab, token_input="nope")
     finally:
         model.release(dec)
+
+
+def test_int8_precision_is_faster_path_with_the_same_words(model, beckett):
+    """precision="int8": the encoder's products take int8 activations (linear_w8a8); on the
+    real recording the words are the same as fp32's."""
+    rec8 = Recognizer(partial_ms=0, precision="int8")
+    enc_ops = [op["type"] for op in nerve.Session(rec8.model.encoder_plan).ops()]
+    assert "linear_w8a8" in enc_ops and "linear" not in enc_ops
+    fp32 = Recognizer(partial_ms=0).transcribe(beckett, sample_rate=SR)
+    int8 = rec8.transcribe(beckett, sample_rate=SR)
+    words = lambda evs: " ".join(e.text for e in evs).lower().replace(",", "").replace(".", "").split()  # noqa: E731
+    assert words(int8) == words(fp32)
+    with pytest.raises(nerve.InputError, match="precision"):
+        Recognizer(precision="int4")
+    with pytest.raises(nerve.InputError, match="precision"):
+        nerve.Session(model.encoder_plan, precision="fp16")

@@ -39,6 +39,8 @@ def add_commands(commands) -> None:
     asr.add_argument("--phrases", metavar="FILE", help="only these phrases (one per line)")
     asr.add_argument("--digits", action="store_true", help="numbers as digits (default: words)")
     asr.add_argument("--model", default="moonshine-base")
+    asr.add_argument("--int8", action="store_true",
+                     help="int8 activations in the encoder's products too (faster; see nerve.asr.Recognizer)")
     asr.add_argument("--threads", type=int, default=1)
     asr.add_argument("--beam", type=int, default=None, help="beam width (default 1; 4 with --words/--phrases)")
     asr.set_defaults(func=_cmd_asr)
@@ -105,7 +107,7 @@ def _cmd_asr(args) -> int:
     live = args.source == "-"
     rec = Recognizer(args.model, words=_read_list(args.words, "words"), phrases=_read_list(args.phrases, "phrases"),
                      partial_ms=320 if (args.partials or live) else 0, threads=args.threads, beam=args.beam,
-                     numbers="digits" if args.digits else "words")
+                     numbers="digits" if args.digits else "words", precision="int8" if args.int8 else "fp32")
     if live:
         rate, slices = 16000, _stdin_slices(int(16000 * SLICE_S) * 2)
     else:

@@ -57,21 +57,22 @@ class MoonshineModel:
     """The compiled plans and tokenizer of one Moonshine model (shared by every stream)."""
 
     def __init__(self, name: str = "moonshine-base", max_segment_s: float = 30.0,
-                 model_path: Optional[Path] = None):
+                 model_path: Optional[Path] = None, precision: str = "fp32"):
         folder = Path(model_path) if model_path else model_dir(name) / "models" / "base-en"
         self.name = name
         self.folder = folder
+        self.precision = precision  # "int8": the many-row products take int8 activations too
         self.tokenizer = Tokenizer.load(folder / "tokenizer.bin")
         self.max_samples = int(max_segment_s * SAMPLE_RATE)
         frames = self.encoder_frames(self.max_samples)
         self.max_tokens = self.token_limit(self.max_samples)
-        self.encoder_plan = compile_plan(folder / "encoder_model.ort",
+        self.encoder_plan = compile_plan(folder / "encoder_model.ort", precision=precision,
                                          dims={"batch_size": 1, "num_samples": self.max_samples})
         dec_dims = {"batch_size": 1, "decoder_sequence_length": 1, "encoder_sequence_length": frames,
                     "encoder_sequence_length_out": frames, "past_decoder_sequence_length": self.max_tokens + 1}
         decoder_path = folder / "decoder_model_merged.ort"
         self.first_plan = compile_plan(
-            decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([False])},
+            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([False])},
             outputs=["logits"] + _kv_names("present", "decoder") + _kv_names("present", "encoder"))
         self.next_plan = compile_plan(  # past keys/values in and out as arrays (beam search)
             decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([True])},

@@ -39,11 +39,12 @@ def _load_model(model_bytes: bytes):
 def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
                     state: Optional[Mapping[str, str]] = None, fuse: bool = True,
                     constants: Optional[Mapping[str, object]] = None,
-                    outputs: Optional[Sequence[str]] = None):
+                    outputs: Optional[Sequence[str]] = None, precision: str = "fp32"):
     """Imports and optimises a model; returns the Program (before serialisation).
 
     constants: graph inputs fixed at compile time (folded; an If on one is specialised).
-    outputs: the graph outputs to keep (default all); the ops only the others need are dropped."""
+    outputs: the graph outputs to keep (default all); the ops only the others need are dropped.
+    precision: "fp32", or "int8" (int8-weight products on many rows take int8 activations)."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
     from . import onnx_ops_nn  # noqa: F401
     from . import passes
@@ -52,7 +53,7 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     model = _load_model(model_bytes)
     try:
         prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {}, constants, outputs)
-        passes.optimize(prog, fuse=fuse)
+        passes.optimize(prog, fuse=fuse, precision=precision)
         if fuse:
             from .kv_append import append_kv_caches
 
@@ -65,10 +66,10 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
 def compile_onnx(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True,
                  constants: Optional[Mapping[str, object]] = None,
-                 outputs: Optional[Sequence[str]] = None) -> bytes:
+                 outputs: Optional[Sequence[str]] = None, precision: str = "fp32") -> bytes:
     from .planfile import serialize
 
-    prog = compile_program(model_bytes, model_dir, dims, state, fuse, constants, outputs)
+    prog = compile_program(model_bytes, model_dir, dims, state, fuse, constants, outputs, precision)
     try:
         return serialize(prog)
     except CompileError as exc:

@@ -547,7 +547,9 @@ def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1) -> bool:
     return changed
 
 
-def optimize(prog: Program, fuse: bool = True) -> None:
+def optimize(prog: Program, fuse: bool = True, precision: str = "fp32") -> None:
+    """precision "int8": int8-folded linears on many rows also take int8 activations
+    (select_linear_w8a8); "fp32" (default) keeps them fp32 unless NERVE_W8A8=1."""
     eliminate_dead_ops(prog)
     if not fuse:
         return
@@ -556,7 +558,7 @@ def optimize(prog: Program, fuse: bool = True) -> None:
     fuse_bias(prog)
     if w8_enabled():
         select_linear_w8(prog)
-    if w8a8_enabled():
+    if precision == "int8" or w8a8_enabled():
         select_linear_w8a8(prog)
     fuse_sum_of_linears(prog)
     fuse_layernorm_linear(prog)
