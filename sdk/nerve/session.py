@@ -140,7 +140,8 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
         raise ModelError(f"cannot read model {path}: {exc}") from exc
     options = {"dims": dict(dims or {}), "state": dict(state or {}), "fuse": bool(fuse), "precision": precision,
                "w8": os.environ.get("NERVE_W8", "1").strip() != "0",  # passes.select_linear_w8
-               "w8a8": os.environ.get("NERVE_W8A8", "0").strip() == "1"}  # passes.select_linear_w8a8
+               "w8a8": os.environ.get("NERVE_W8A8", "0").strip() == "1",  # passes.select_linear_w8a8
+               "w8a8_conv": os.environ.get("NERVE_W8A8_CONV", "0").strip() == "1"}
     if constants:
         options["constants"] = {k: np.asarray(v) for k, v in constants.items()}
     if outputs is not None:
@@ -154,7 +155,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     if model_bytes[4:8] == b"ORTM":  # ONNX Runtime's flatbuffer format: read into ONNX first
         from .compiler.ort_format import load_ort
         onnx_bytes = load_ort(model_bytes).SerializeToString()
-    data = compile_onnx(onnx_bytes, path.parent, **{k: v for k, v in options.items() if k not in ("w8", "w8a8")})
+    data = compile_onnx(onnx_bytes, path.parent, **{k: v for k, v in options.items() if k not in ("w8", "w8a8", "w8a8_conv")})
     plan = Plan(data, str(path))
     if use_cache:
         try:

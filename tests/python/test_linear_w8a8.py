@@ -207,3 +207,40 @@ def test_every_variant_and_thread_count_bit_identical(tmp_path, rng, threads):
     for v, o in zip(variants, outs):
         np.testing.assert_array_equal(o, outs[-1], err_msg=f"{v} vs ref")
         np.testing.assert_array_equal(o, one, err_msg=f"{v}, {threads} threads vs 1")
+
+
+@pytest.mark.parametrize("c,m,kw,stride,pads,length", [(416, 83, 7, 3, (0, 0), 95), (5, 7, 3, 2, (1, 2), 40),
+                                                        (1, 16, 127, 64, (0, 0), 2000), (3, 33, 1, 1, (0, 0), 1)])
+def test_int8_conv_compiles_to_conv_w8a8(tmp_path, rng, monkeypatch, c, m, kw, stride, pads, length):
+    """With NERVE_W8A8_CONV=1 a 1-D conv whose weight is Cast(int8)*s+z runs as conv_w8a8:
+    im2row blocks of 32 positions through the w8a8 kernel, equal to the same quantised math per
+    output position."""
+    monkeypatch.setenv("NERVE_W8A8_CONV", "1")
+    q = rng.integers(-128, 128, (m, c, kw)).astype(np.int8)
+    s, z = np.array([0.004], F32), np.array([0.01], F32)
+    b = rng.standard_normal(m).astype(F32)
+    nodes = dequant_nodes() + [h.make_node("Conv", ["x", "W", "b"], ["y"], strides=[stride], pads=list(pads))]
+    model = make_model(nodes, [("x", T.FLOAT, [2, c, "t"])], [("y", T.FLOAT)], {"q": q, "s": s, "z": z, "b": b})
+    sess = session(tmp_path, model, {"t": length})
+    assert op_types(sess) == ["conv_w8a8"]
+    x = rng.standard_normal((2, c, length)).astype(F32)
+    got = sess.run({"x": x})["y"]
+    # reference: im2row per output position, then the w8a8 math of a linear over [m, c*kw]
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[1])))
+    ow = (length + pads[0] + pads[1] - kw) // stride + 1
+    rows = np.stack([xp[:, :, p * stride:p * stride + kw].reshape(2, -1) for p in range(ow)], axis=1)  # [2, ow, c*kw]
+    inits = {"q": q.reshape(m, -1).T.copy(), "s": s, "z": z, "b": b}
+    want, _ = w8a8_ref(rows, inits, relu=False)  # [2, ow, m]
+    want = want.transpose(0, 2, 1)
+    np.testing.assert_allclose(got, want, rtol=REL, atol=REL * float(np.abs(want).max()))
+    exact = ort_run(model, {"x": x})["y"]
+    g, e = got.ravel().astype(np.float64), exact.ravel().astype(np.float64)
+    assert g @ e / (np.linalg.norm(g) * np.linalg.norm(e)) >= 0.999
+
+
+def test_int8_convs_stay_fp32_by_default(tmp_path, rng):
+    q = rng.integers(-128, 128, (8, 4, 3)).astype(np.int8)
+    nodes = dequant_nodes() + [h.make_node("Conv", ["x", "W"], ["y"])]
+    model = make_model(nodes, [("x", T.FLOAT, [1, 4, "t"])], [("y", T.FLOAT)],
+                       {"q": q, "s": np.array([0.01], F32), "z": np.array([0.0], F32)})
+    assert op_types(session(tmp_path, model, {"t": 50})) == ["conv"]

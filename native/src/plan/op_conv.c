@@ -930,8 +930,87 @@ static nrv_status pad_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ---- conv_w8a8: a 1-D convolution whose weight is int8 in the model, with int8 activations
+ * (precision "int8"; the compiler picks it for a group-1 1-D conv with an int8-folded
+ * weight). Output positions go in blocks of CONV_W8A8_ROWS: their im2row rows (one per
+ * position, C*K values in the weight's [M, C, K] order) through linear_w8a8, transposed
+ * into y. Every position's row is quantised on its own, so the blocking and the thread count
+ * do not change results.
+ *   in[0] x f32 [N, C, W]; in[1] packed i8 (nrv_linear_w8a8_pack of q [M, C*K]);
+ *   in[2] s f32 [1] or [M]; in[3] z f32 like s, optional; in[4] bias f32 [M], optional
+ *   out[0] y f32 [N, M, OW], OW = floor((W + pb + pe - d*(K-1) - 1) / stride) + 1
+ *   iattr [act, M, C, K, stride, dilation, pad_begin, pad_end]; fattr [p0, p1] (as conv)
+ *   scratch: 4 * CONV_W8A8_ROWS * (C*K + M) bytes. */
+#define CONV_W8A8_ROWS 32
+
+static nrv_status conv_w8a8_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 8, 2));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    NRV_TRY(nrv_op_require_input(a, 2));
+    const nrv_tview *x = a->in[0], *pk = a->in[1], *sv = a->in[2];
+    const nrv_tview *zv = a->n_in > 3 ? a->in[3] : NULL, *bias = a->n_in > 4 ? a->in[4] : NULL;
+    nrv_tview *y = a->out[0];
+    const int64_t act = a->iattr[0], M = a->iattr[1], C = a->iattr[2], K = a->iattr[3];
+    const int64_t st = a->iattr[4], dl = a->iattr[5], pb = a->iattr[6], pe = a->iattr[7];
+    NRV_TRY(check_act(a, act));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, pk, "packed weight", NRV_I8));
+    NRV_TRY(nrv_op_expect_dtype(a, sv, "s", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    if (M < 1 || C < 1 || K < 1 || st < 1 || dl < 1 || pb < 0 || pe < 0 || C > NRV_W8A8_MAX_K ||
+        C * K > NRV_W8A8_MAX_K || M > ATTR_MAX)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "attributes M %lld, C %lld, K %lld, stride %lld, dilation %lld, pads "
+                       "%lld %lld out of range", (long long)M, (long long)C, (long long)K, (long long)st,
+                       (long long)dl, (long long)pb, (long long)pe);
+    const int64_t kdim = C * K;
+    if (x->rank != 3 || x->dims[1] != C || y->rank != 3 || y->dims[0] != x->dims[0] || y->dims[1] != M)
+        return op_fail(a, NRV_ERR_SHAPE, "x must be [N, %lld, W] and y [N, %lld, OW]", (long long)C, (long long)M);
+    const int64_t W = x->dims[2], OW = y->dims[2];
+    if (OW != conv_out_extent(W, K, st, dl, pb, pe))
+        return op_fail(a, NRV_ERR_SHAPE, "output width %lld, expected %lld", (long long)OW,
+                       (long long)conv_out_extent(W, K, st, dl, pb, pe));
+    if (pk->rank != 1 || pk->dims[0] != nrv_linear_w8a8_packed_bytes(M, kdim))
+        return op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)pk->numel,
+                       (long long)nrv_linear_w8a8_packed_bytes(M, kdim));
+    if (sv->rank != 1 || (sv->dims[0] != 1 && sv->dims[0] != M) ||
+        (zv && (zv->rank != 1 || zv->dims[0] != sv->dims[0] || zv->dtype != NRV_F32)) ||
+        (bias && (bias->rank != 1 || bias->dims[0] != M || bias->dtype != NRV_F32)))
+        return op_fail(a, NRV_ERR_SHAPE, "s/z must be [1] or [M], bias [M] (f32)");
+    const uint64_t need = 4u * CONV_W8A8_ROWS * (uint64_t)(kdim + M);
+    if (!a->scratch || a->scratch_bytes < need)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch of %zu bytes, needs %llu", a->scratch_bytes,
+                       (unsigned long long)need);
+    const nrv_linear_w8a8_fn kernel = nrv_kernel_get(NRV_OP_LINEAR_W8A8).linear_w8a8;
+    float *rows = a->scratch, *out = rows + CONV_W8A8_ROWS * kdim;
+    const int64_t sz = sv->dims[0] == 1 ? 0 : 1;
+    for (int64_t n = 0; n < x->dims[0]; n++) {
+        const float *xn = (const float *)x->data + n * C * W;
+        float *yn = (float *)y->data + n * M * OW;
+        for (int64_t p0 = 0; p0 < OW; p0 += CONV_W8A8_ROWS) {
+            const int64_t nr = OW - p0 < CONV_W8A8_ROWS ? OW - p0 : CONV_W8A8_ROWS;
+            for (int64_t r = 0; r < nr; r++) {
+                float *row = rows + r * kdim;
+                const int64_t base = (p0 + r) * st - pb;
+                for (int64_t c = 0; c < C; c++) {
+                    const float *xc = xn + c * W;
+                    for (int64_t k = 0; k < K; k++) {
+                        const int64_t ix = base + k * dl;
+                        row[c * K + k] = ix >= 0 && ix < W ? xc[ix] : 0.0f;
+                    }
+                }
+            }
+            kernel(rows, nr, kdim, pk->data, M, sv->data, zv ? zv->data : NULL, sz, bias ? bias->data : NULL, out);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t r = 0; r < nr; r++) yn[m * OW + p0 + r] = out[r * M + m];
+        }
+    }
+    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, y->numel);
+}
+
 const nrv_op_def nrv_plan_ops_conv[] = {
     {"conv", conv_run, "gemm"},
+    {"conv_w8a8", conv_w8a8_run, "linear_w8a8"},
     {"pool", pool_run, NULL},
     {"global_pool", global_pool_run, NULL},
     {"channel_affine", channel_affine_run, NULL},

@@ -51,7 +51,7 @@ CONTROL = {"if", "jump", "label"}
 # unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
-_ACT_SLOT = {"conv": (2, 0), "linear": (0, 0), "linear_w8": (0, 0), "linear_w8a8": (0, 0), "matmul": (0, 0),
+_ACT_SLOT = {"conv": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0), "linear_w8a8": (0, 0), "matmul": (0, 0),
              "layernorm_linear": (0, 1)}
 
 # The most rows (product of x's leading dims, at the bounds) a linear with an int8-folded
@@ -498,48 +498,86 @@ def _pack_w8a8(q: np.ndarray) -> np.ndarray:
     return run_program_once(prog)[0]
 
 
-def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1) -> bool:
-    """linear with an int8-folded weight on >= min_rows rows -> linear_w8a8 (module docstring)."""
-    made: Dict[int, Optional[tuple]] = {}  # weight uid -> (packed, s, z) values, shared by its linears
+def _w8a8_operands(w: Value, q: np.ndarray, s, z, n: int, k: int, by_content: Dict[bytes, tuple]):
+    """(packed, scale, zero) values of an int8-folded weight read as q [n, k], shared by every
+    op with the same contents; None when its scale/zero are not per output."""
+    sv, zv = _per_output(s, n), _per_output(z, n)
+    if q.dtype != np.int8 or q.size != n * k or sv is None or zv is None \
+            or not (np.all(np.isfinite(sv)) and np.all(np.isfinite(zv))):
+        return None
+    q = np.ascontiguousarray(q.reshape(n, k))
+    if not np.any(zv):
+        zv = None
+    elif sv.size != zv.size:
+        sv, zv = np.broadcast_to(sv, (n,)).copy(), np.broadcast_to(zv, (n,)).copy()
+    key = hashlib.sha256(b"w8a8 %d %d|" % (n, k) + q.tobytes() + b"|" + sv.tobytes() + b"|" +
+                         (zv.tobytes() if zv is not None else b"-")).digest()
+    if key not in by_content:
+        packed = _pack_w8a8(q)
+        by_content[key] = (
+            Value(w.name + ".w8a8", np.int8, (packed.size,), const=packed),
+            Value(w.name + ".scale", np.float32, (sv.size,), const=sv),
+            Value(w.name + ".zero", np.float32, (zv.size,), const=zv) if zv is not None else None)
+    return by_content[key]
+
+
+CONV_W8A8_ROWS = 32  # positions per block of op conv_w8a8 (native/src/plan/op_conv.c)
+
+
+def w8a8_convs_enabled() -> bool:
+    """Whether convs take int8 activations too (NERVE_W8A8_CONV=1; off by default: a conv's
+    im2row rows mix every input channel, and one channel's outliers set the row's scale —
+    on Moonshine's third conv the encoder states fell to cosine 0.70 against fp32, where the
+    linears alone keep 0.996. Per-channel smoothing from calibration (the quantization
+    issue) is what makes them safe)."""
+    return os.environ.get("NERVE_W8A8_CONV", "0").strip() == "1"
+
+
+def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Optional[bool] = None) -> bool:
+    """linear with an int8-folded weight on >= min_rows rows -> linear_w8a8 (module docstring);
+    with convs (default: w8a8_convs_enabled()), a group-1 1-D conv with an int8-folded weight
+    -> conv_w8a8 (im2row blocks through the same kernel)."""
+    if convs is None:
+        convs = w8a8_convs_enabled()
+    made: Dict[int, Optional[tuple]] = {}  # weight uid -> (packed, s, z) values, shared by its ops
     by_content: Dict[bytes, tuple] = {}
     changed = False
     for i, op in enumerate(prog.ops):
-        if op.type != "linear":
-            continue
-        x, w, bias = op.inputs
-        aff = int8_affine(w)
-        if aff is None or w.rank != 2 or not w.static:
-            continue
-        n, k = int(w.shape[0]), int(w.shape[1])
-        rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
-        if rows < min_rows or k > W8A8_MAX_K or k == 0 or n == 0:
-            continue
-        if w.uid not in made:
-            q, s, z = aff
-            sv, zv = _per_output(s, n), _per_output(z, n)
-            if q.dtype != np.int8 or q.shape != (n, k) or sv is None or zv is None \
-                    or not (np.all(np.isfinite(sv)) and np.all(np.isfinite(zv))):
-                made[w.uid] = None
+        if op.type == "conv" and op.iattr[0] == 1 and op.iattr[1] == 1 and convs:
+            x, w, bias = (op.inputs + [None])[:3]
+            aff = int8_affine(w)
+            if aff is None or w.rank != 3 or not w.static:
                 continue
-            if not np.any(zv):
-                zv = None
-            elif sv.size != zv.size:
-                sv, zv = np.broadcast_to(sv, (n,)).copy(), np.broadcast_to(zv, (n,)).copy()
-            q = np.ascontiguousarray(q)
-            key = hashlib.sha256(b"w8a8 %d %d|" % (n, k) + q.tobytes() + b"|" + sv.tobytes() + b"|" +
-                                 (zv.tobytes() if zv is not None else b"-")).digest()
-            if key not in by_content:
-                packed = _pack_w8a8(q)
-                by_content[key] = (
-                    Value(w.name + ".w8a8", np.int8, (packed.size,), const=packed),
-                    Value(w.name + ".scale", np.float32, (sv.size,), const=sv),
-                    Value(w.name + ".zero", np.float32, (zv.size,), const=zv) if zv is not None else None)
-            made[w.uid] = by_content[key]
-        if made[w.uid] is None:
+            m, c, kw = (int(d) for d in w.shape)
+            if c * kw > W8A8_MAX_K:
+                continue
+            if w.uid not in made:
+                made[w.uid] = _w8a8_operands(w, aff[0], aff[1], aff[2], m, c * kw, by_content)
+            if made[w.uid] is None:
+                continue
+            pv, sv, zv = made[w.uid]
+            _, _, act, stride, dil, pb, pe = op.iattr
+            scratch = Value(op.name + ".w8a8.scratch", np.uint8, (4 * CONV_W8A8_ROWS * (c * kw + m),))
+            new = Op("conv_w8a8", [x, pv, sv, zv, bias], op.outputs, iattr=[act, m, c, kw, stride, dil, pb, pe],
+                     fattr=list(op.fattr), scratch=scratch, name=op.name)
+        elif op.type == "linear":
+            x, w, bias = op.inputs
+            aff = int8_affine(w)
+            if aff is None or w.rank != 2 or not w.static:
+                continue
+            n, k = int(w.shape[0]), int(w.shape[1])
+            rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
+            if rows < min_rows or k > W8A8_MAX_K or k == 0 or n == 0:
+                continue
+            if w.uid not in made:
+                made[w.uid] = _w8a8_operands(w, aff[0], aff[1], aff[2], n, k, by_content)
+            if made[w.uid] is None:
+                continue
+            pv, sv, zv = made[w.uid]
+            new = Op("linear_w8a8", [x, pv, sv, zv, bias], op.outputs, iattr=[op.iattr[0], n, k],
+                     fattr=list(op.fattr), name=op.name)
+        else:
             continue
-        pv, sv, zv = made[w.uid]
-        new = Op("linear_w8a8", [x, pv, sv, zv, bias], op.outputs, iattr=[op.iattr[0], n, k],
-                 fattr=list(op.fattr), name=op.name)
         for v in new.outputs:
             v.producer = new
         prog.ops[i] = new
