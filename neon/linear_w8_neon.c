@@ -23,6 +23,8 @@
 /* 32 q registers: 8x1, 8x2, 6x3, 4x4 accumulators + 2 x vectors per row + 2 widened q */
 static const int w8_no_of_rows[W8_R + 1] = {0, 8, 8, 6, 4};
 
+#include "linear_w8_common.h"
+
 static inline float w8_row_sum(const float *x, int64_t n) {
     float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
     int64_t p = 0;
@@ -70,9 +72,7 @@ NRV_NEON_INLINE void w8_block(const int R, const int NO, const float *x, int64_t
     for (int r = 0; r < R; r++) {
         float *yr = y + r * ldy;
         for (int o = 0; o < NO && o < nout; o++) {
-            float v = s[o * st] * (vaddvq_f32(acc[r][o]) + tail[r][o]);
-            if (z) v += z[o * st] * rsum[r];
-            yr[o] = v + (b ? b[o] : 0.0f);
+            yr[o] = w8_epilogue(vaddvq_f32(acc[r][o]) + tail[r][o], o, s, z, st, b, rsum[r]);
         }
     }
 }
@@ -99,24 +99,8 @@ static __attribute__((noinline)) void w8_rows(int64_t rr, int no, const float *x
 
 void nrv_linear_w8_neon(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
                         int64_t sz_stride, const float *b, int64_t out, float *y) {
-    const int no = w8_no_of_rows[rows < W8_R ? rows : W8_R];
-    float rsum[W8_ROWS_CHUNK];
-    for (int64_t r0 = 0; r0 < rows; r0 += W8_ROWS_CHUNK) {
-        const int64_t rc = rows - r0 < W8_ROWS_CHUNK ? rows - r0 : W8_ROWS_CHUNK;
-        const float *xc = x + r0 * in;
-        if (z)
-            for (int64_t r = 0; r < rc; r++) rsum[r] = w8_row_sum(xc + r * in, in);
-        for (int64_t o = 0; o < out; o += no) {
-            const int64_t nout = out - o < no ? out - o : no;
-            const float *so = s + o * sz_stride, *zo = z ? z + o * sz_stride : NULL, *bo = b ? b + o : NULL;
-            const int8_t *pf = o + 2 * no <= out ? q + (o + no) * in : NULL; /* the next group, if whole */
-            for (int64_t r = 0; r < rc; r += W8_R) {
-                const int64_t rr = rc - r < W8_R ? rc - r : W8_R;
-                w8_rows(rr, no, xc + r * in, in, q + o * in, r == 0 ? pf : NULL, nout, so, zo, sz_stride, bo,
-                        rsum + r, y + (r0 + r) * out + o, out);
-            }
-        }
-    }
+    w8_drive(w8_no_of_rows[rows < W8_R ? rows : W8_R], 1, w8_rows, w8_row_sum, x, rows, in, q, s, z, sz_stride, b,
+             out, y);
 }
 
 const nrv_kernel_variant nrv_variants_neon_w8[] = {

@@ -1,6 +1,7 @@
 /* nrv_plan_test.h — helpers shared by the plan-op tests that sweep dispatch variants
- * (test_plan_linalg.c, test_plan_rnn.c): views, guarded output buffers, a tolerance check
- * that records the worst error, and "variant rounds": round k forces every dispatch op in
+ * (test_plan_linalg.c, test_plan_rnn.c, test_linear_w8*.c): views, guarded output buffers, a
+ * tolerance check that records the worst error, the fused activations' reference, and
+ * "variant rounds": round k forces every dispatch op in
  * the includer's kOps[] to its k-th runnable variant (the last one when it has fewer).
  * The includer defines RTOL, ATOL, GUARD, SENTINEL and kOps[] before including this. */
 #ifndef NRV_PLAN_TEST_H
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nrv_plan_run.h"
 #include "nrv_test.h"
 #include "plan/plan_ops.h"
 
@@ -81,6 +83,34 @@ static void check_close(const char *what, const float *got, const double *want, 
     if (worst > worst_seen) worst_seen = worst;
     NRV_EXPECT(worst <= 1.0, "%s: err %.3g of tolerance at %lld: got %.9g want %.9g", what, worst, (long long)at,
                n ? (double)got[at] : 0.0, n ? want[at] : 0.0);
+}
+
+/* ------------------------------------------------------------------ fused activations */
+
+/* The fused activation act (nrv_plan_act code) in double. */
+static inline double act_ref(int64_t act, double x, double p0, double p1) {
+    switch (act) {
+    case 0: return x;
+    case 1: return x > 0 ? x : 0;
+    case 2: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case 3: return 1.0 / (1.0 + exp(-x));
+    case 4: return tanh(x);
+    case 5: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case 6: return x < 0 ? x * p0 : x;
+    case 7: return x < p0 ? p0 : (x > p1 ? p1 : x);
+    default: return NAN;
+    }
+}
+
+/* fattr for activation act: leaky slope, clip bounds */
+static inline void act_params(int64_t act, float *p0, float *p1) {
+    *p0 = 0.0f;
+    *p1 = 0.0f;
+    if (act == 6) *p0 = 0.1f;
+    if (act == 7) {
+        *p0 = -0.3f;
+        *p1 = 0.4f;
+    }
 }
 
 /* ------------------------------------------------------------------ variant rounds */

@@ -33,42 +33,9 @@
 
 static const char *const kOps[] = {"linear_w8", "relu", "gelu", "sigmoid", "tanh"};
 #include "nrv_plan_test.h"
+#include "nrv_w8_test.h"
 
 /* ------------------------------------------------------------------ inputs */
-
-typedef struct w8_case {
-    int64_t rows, K, N;
-    int per_row; /* s, z of N floats (else 1) */
-    int with_z, with_bias;
-    float *x, *s, *z, *b;
-    int8_t *q;
-} w8_case;
-
-static void case_make(w8_case *c, int64_t rows, int64_t K, int64_t N, int per_row, int with_z, int with_bias) {
-    memset(c, 0, sizeof *c);
-    c->rows = rows;
-    c->K = K;
-    c->N = N;
-    c->per_row = per_row;
-    c->with_z = with_z;
-    c->with_bias = with_bias;
-    const int64_t ns = per_row ? N : 1;
-    c->x = rnd(rows * K, 1.0f);
-    c->q = xcalloc((size_t)(N * K));
-    for (int64_t i = 0; i < N * K; i++) c->q[i] = (int8_t)((int)(nrv_test_u64() % 256u) - 128); /* -128..127 */
-    c->s = rnd(ns, 1.0f);
-    for (int64_t i = 0; i < ns; i++) c->s[i] = 0.001f + 0.01f * fabsf(c->s[i]); /* quantisation-like scales */
-    if (with_z) c->z = rnd(ns, 0.5f);
-    if (with_bias) c->b = rnd(N, 1.0f);
-}
-
-static void case_free(w8_case *c) {
-    free(c->x);
-    free(c->q);
-    free(c->s);
-    free(c->z);
-    free(c->b);
-}
 
 /* want[r, o] in double and the magnitude of its terms, for the tolerance */
 static void case_ref(const w8_case *c, double *want, double *mag) {
@@ -93,18 +60,10 @@ static void case_ref(const w8_case *c, double *want, double *mag) {
     }
 }
 
-static double tol_err(const float *got, const double *want, const double *mag, int64_t n, int64_t K, int64_t *at) {
-    double worst = 0.0;
-    *at = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double tol = KERNEL_RTOL * fabs(want[i]) + 4.0 * sqrt((double)K + 1.0) * FLT_EPSILON * mag[i] + 1e-30;
-        const double e = isnan(got[i]) ? INFINITY : fabs(got[i] - want[i]) / tol;
-        if (e > worst) {
-            worst = e;
-            *at = i;
-        }
-    }
-    return worst;
+/* the kernel sweep's tolerance from the terms' magnitude, in place */
+static void mag_to_tol(const double *want, double *mag, int64_t n, int64_t K) {
+    for (int64_t i = 0; i < n; i++)
+        mag[i] = KERNEL_RTOL * fabs(want[i]) + 4.0 * sqrt((double)K + 1.0) * FLT_EPSILON * mag[i] + 1e-30;
 }
 
 /* ------------------------------------------------------------------ kernel sweep */
@@ -118,13 +77,14 @@ static double kernel_worst = 0.0;
 static void kernel_case(const char *variant, int64_t rows, int64_t K, int64_t N, int mode) {
     w8_case c;
     const int per_row = mode & 1, with_bias = (mode >> 1) & 1, with_z = mode != 6; /* mode 6: no z */
-    case_make(&c, rows, K, N, per_row, with_z, with_bias);
+    w8_case_make(&c, rows, K, N, per_row, with_z, with_bias);
     float *y = outbuf(rows * N);
     nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(c.x, rows, K, c.q, c.s, c.z, per_row ? 1 : 0, c.b, N, y);
     double *want = xcalloc((size_t)(rows * N) * sizeof(double)), *mag = xcalloc((size_t)(rows * N) * sizeof(double));
     case_ref(&c, want, mag);
     int64_t at;
-    const double e = tol_err(y, want, mag, rows * N, K, &at);
+    mag_to_tol(want, mag, rows * N, K);
+    const double e = w8_worst_err(y, want, mag, rows * N, &at);
     if (e > kernel_worst) kernel_worst = e;
     NRV_EXPECT(e <= 1.0, "linear_w8 %s rows=%lld K=%lld N=%lld per_row=%d z=%d bias=%d: err %.3g of tolerance at %lld "
                "(got %.9g want %.9g)", variant, (long long)rows, (long long)K, (long long)N, per_row, with_z,
@@ -134,13 +94,13 @@ static void kernel_case(const char *variant, int64_t rows, int64_t K, int64_t N,
     free(want);
     free(mag);
     free(y);
-    case_free(&c);
+    w8_case_free(&c);
 }
 
 /* The outputs of one call computed in pieces [o0, o1) give bit-identical values. */
 static void split_case(const char *variant, int64_t rows, int64_t K, int64_t N, int per_row) {
     w8_case c;
-    case_make(&c, rows, K, N, per_row, 1, 1);
+    w8_case_make(&c, rows, K, N, per_row, 1, 1);
     const nrv_linear_w8_fn f = nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8;
     const int64_t st = per_row ? 1 : 0;
     float *whole = outbuf(rows * N), *piece = outbuf(rows * N);
@@ -161,7 +121,7 @@ static void split_case(const char *variant, int64_t rows, int64_t K, int64_t N, 
                (long long)rows, (long long)K, (long long)N);
     free(whole);
     free(piece);
-    case_free(&c);
+    w8_case_free(&c);
 }
 
 static void sweep_kernel(void) {
@@ -206,84 +166,43 @@ static void sweep_kernel(void) {
 
 /* ------------------------------------------------------------------ the plan op */
 
-static nrv_status run_w8(const nrv_tview *const *in, int n_in, nrv_tview *y, const int64_t *ia, const float *fa,
-                         nrv_threadpool *pool) {
-    const nrv_op_def *def = nrv_plan_op_find("linear_w8");
-    if (!def) return NRV_ERR_INTERNAL;
-    nrv_tview *outs[1] = {y};
-    nrv_op_args a;
-    memset(&a, 0, sizeof a);
-    a.type = "linear_w8";
-    a.name = "test_node";
-    a.in = in;
-    a.n_in = n_in;
-    a.out = outs;
-    a.n_out = 1;
-    a.iattr = ia;
-    a.n_iattr = 1;
-    a.fattr = fa;
-    a.n_fattr = 2;
-    a.pool = pool;
-    return def->run(&a);
-}
-
-static double act_ref(int64_t act, double x, double p0, double p1) {
-    switch (act) {
-    case 0: return x;
-    case 1: return x > 0 ? x : 0;
-    case 2: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-    case 3: return 1.0 / (1.0 + exp(-x));
-    case 4: return tanh(x);
-    case 6: return x < 0 ? x * p0 : x;
-    case 7: return x < p0 ? p0 : (x > p1 ? p1 : x);
-    default: return NAN;
-    }
+static nrv_status run_w8(const nrv_tview *const *in, int n_in, nrv_tview *y, const int64_t *ia, const float *fa) {
+    return nrv_plan_run_op("linear_w8", in, n_in, y, ia, 1, fa, 2, NULL, 0, NULL);
 }
 
 /* x [d0, d1, K] (rank 3), through the op, with act; then threads 2..4 bit-identical to 1. */
 static void op_case(int64_t d0, int64_t d1, int64_t K, int64_t N, int per_row, int with_z, int with_bias,
                     int64_t act, nrv_threadpool *const *pools) {
     w8_case c;
-    case_make(&c, d0 * d1, K, N, per_row, with_z, with_bias);
+    w8_case_make(&c, d0 * d1, K, N, per_row, with_z, with_bias);
     const int64_t xd[3] = {d0, d1, K}, qd[2] = {N, K}, ns = per_row ? N : 1, yd[3] = {d0, d1, N};
     nrv_tview x = mkview(c.x, NRV_F32, 3, xd), q = mkview(c.q, NRV_I8, 2, qd);
     nrv_tview s = mkview(c.s, NRV_F32, 1, &ns), z = mkview(c.z, NRV_F32, 1, &ns), b = mkview(c.b, NRV_F32, 1, &N);
     const nrv_tview *in[5] = {&x, &q, &s, with_z ? &z : NULL, with_bias ? &b : NULL};
-    const float p0 = act == 6 ? 0.1f : (act == 7 ? -0.3f : 0.0f), p1 = act == 7 ? 0.4f : 0.0f;
+    float p0, p1;
+    act_params(act, &p0, &p1);
     const int64_t ia[1] = {act};
     const float fa[2] = {p0, p1};
-    float *y1 = NULL;
-    for (int t = 0; t < 4; t++) {
-        nrv_tview y = mkview(outbuf(d0 * d1 * N), NRV_F32, 3, yd);
-        NRV_EXPECT_STATUS(run_w8(in, 5, &y, ia, fa, pools[t]), NRV_OK);
-        NRV_EXPECT(tail_intact(y.data, y.numel), "linear_w8 op: wrote past the output");
-        if (t == 0) {
-            y1 = y.data;
-            double *want = xcalloc((size_t)(y.numel + 1) * sizeof(double));
-            double *mag = xcalloc((size_t)(y.numel + 1) * sizeof(double));
-            case_ref(&c, want, mag);
-            for (int64_t i = 0; i < y.numel; i++) want[i] = act_ref(act, want[i], p0, p1);
-            char what[512];
-            snprintf(what, sizeof what, "linear_w8 op [%lld,%lld,%lld]x[%lld] per_row=%d z=%d bias=%d act=%lld (%s)",
-                     (long long)d0, (long long)d1, (long long)K, (long long)N, per_row, with_z, with_bias,
-                     (long long)act, round_desc);
-            check_close(what, y1, want, y.numel);
-            free(want);
-            free(mag);
-        } else {
-            NRV_EXPECT(memcmp(y.data, y1, (size_t)y.numel * sizeof(float)) == 0,
-                       "linear_w8 op [%lld,%lld,%lld]x[%lld]: %d threads differ from 1", (long long)d0, (long long)d1,
-                       (long long)K, (long long)N, t + 1);
-            free(y.data);
-        }
-    }
+    float *y1 = w8_op_threads("linear_w8", in, 5, ia, 1, fa, 3, yd, pools);
+    const int64_t n = d0 * d1 * N;
+    double *want = xcalloc((size_t)(n + 1) * sizeof(double));
+    double *mag = xcalloc((size_t)(n + 1) * sizeof(double));
+    case_ref(&c, want, mag);
+    for (int64_t i = 0; i < n; i++) want[i] = act_ref(act, want[i], p0, p1);
+    char what[512];
+    snprintf(what, sizeof what, "linear_w8 op [%lld,%lld,%lld]x[%lld] per_row=%d z=%d bias=%d act=%lld (%s)",
+             (long long)d0, (long long)d1, (long long)K, (long long)N, per_row, with_z, with_bias, (long long)act,
+             round_desc);
+    check_close(what, y1, want, n);
+    free(want);
+    free(mag);
     free(y1);
-    case_free(&c);
+    w8_case_free(&c);
 }
 
 static void test_op(void) {
-    nrv_threadpool *pools[4] = {NULL, NULL, NULL, NULL};
-    for (int t = 1; t < 4; t++) NRV_EXPECT_STATUS(nrv_threadpool_create(t + 1, &pools[t]), NRV_OK);
+    nrv_threadpool *pools[4];
+    w8_pools_make(pools);
     /* small magnitudes so the activations are not saturated: scale the output by s */
     op_case(1, 1, 416, 1664, 0, 1, 1, 0, pools);
     op_case(1, 1, 416, 1664, 1, 1, 1, 1, pools);
@@ -292,7 +211,7 @@ static void test_op(void) {
     op_case(3, 1, 13, 97, 1, 1, 1, 4, pools);
     op_case(1, 7, 1025, 300, 0, 1, 1, 6, pools);
     op_case(1, 2, 33, 65, 1, 0, 0, 7, pools);
-    for (int t = 1; t < 4; t++) nrv_threadpool_free(pools[t]);
+    w8_pools_free(pools);
 }
 
 /* K == 0: y = bias (or 0); rows == 0: nothing written. */
@@ -307,12 +226,12 @@ static void test_op_edges(void) {
     const int64_t ia[1] = {0};
     const float fa[2] = {0, 0};
     const nrv_tview *in[5] = {&x, &q, &s, &z, &b};
-    NRV_EXPECT_STATUS(run_w8(in, 5, &y, ia, fa, NULL), NRV_OK);
+    NRV_EXPECT_STATUS(run_w8(in, 5, &y, ia, fa), NRV_OK);
     int ok = 1;
     for (int64_t i = 0; i < 15; i++) ok &= ((float *)y.data)[i] == bv[i % 5];
     NRV_EXPECT(ok && tail_intact(y.data, 15), "linear_w8 K == 0: y must be the bias");
     const nrv_tview *in_nob[4] = {&x, &q, &s, &z};
-    NRV_EXPECT_STATUS(run_w8(in_nob, 4, &y, ia, fa, NULL), NRV_OK);
+    NRV_EXPECT_STATUS(run_w8(in_nob, 4, &y, ia, fa), NRV_OK);
     ok = 1;
     for (int64_t i = 0; i < 15; i++) ok &= ((float *)y.data)[i] == 0.0f;
     NRV_EXPECT(ok, "linear_w8 K == 0 without bias: y must be 0");
@@ -322,23 +241,14 @@ static void test_op_edges(void) {
     x = mkview(sv, NRV_F32, 2, xr0);
     q = mkview(q4, NRV_I8, 2, qd);
     y = mkview(outbuf(0), NRV_F32, 2, yr0);
-    NRV_EXPECT_STATUS(run_w8(in, 5, &y, ia, fa, NULL), NRV_OK);
+    NRV_EXPECT_STATUS(run_w8(in, 5, &y, ia, fa), NRV_OK);
     NRV_EXPECT(all_sentinel(y.data, 0), "linear_w8 rows == 0 wrote something");
     free(y.data);
 }
 
 static void expect_fail(const char *what, const nrv_tview *const *in, int n_in, nrv_tview *y, const int64_t *ia,
                         nrv_status want) {
-    float *py = outbuf(y->numel);
-    y->data = py;
-    const float fa[2] = {0, 0};
-    const nrv_status s = run_w8(in, n_in, y, ia, fa, NULL);
-    NRV_EXPECT(s == want, "%s: got %s, want %s (%s)", what, nrv_status_str(s), nrv_status_str(want), nrv_last_error());
-    if (want != NRV_OK) NRV_EXPECT(all_sentinel(py, y->numel), "%s: output written on failure", what);
-    if (s != NRV_OK)
-        NRV_EXPECT(strstr(nrv_last_error(), "test_node") != NULL, "%s: message lacks the node name: %s", what,
-                   nrv_last_error());
-    free(py);
+    w8_expect_fail("linear_w8", what, in, n_in, y, ia, 1, want);
 }
 
 static void test_errors(void) {

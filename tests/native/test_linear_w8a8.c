@@ -37,49 +37,22 @@
 
 static const char *const kOps[] = {"linear_w8a8", "relu", "gelu", "sigmoid", "tanh"};
 #include "nrv_plan_test.h"
+#include "nrv_w8_test.h"
 
 /* ------------------------------------------------------------------ inputs */
 
-typedef struct w8a8_case {
-    int64_t rows, K, N;
-    int per_row, with_z, with_bias;
-    float *x, *s, *z, *b;
-    int8_t *q, *packed;
-} w8a8_case;
-
-static void case_make(w8a8_case *c, int64_t rows, int64_t K, int64_t N, int mode) {
-    memset(c, 0, sizeof *c);
-    c->rows = rows;
-    c->K = K;
-    c->N = N;
-    c->per_row = mode & 1;
-    c->with_bias = (mode >> 1) & 1;
-    c->with_z = !((mode >> 2) & 1);
-    const int64_t ns = c->per_row ? N : 1;
-    c->x = rnd(rows * K, 1.0f);
+/* mode bit 0: s, z per output; bit 1: bias; bit 2: no z. Then a zero row and an outlier
+ * in x, and q packed. */
+static void case_make(w8_case *c, int64_t rows, int64_t K, int64_t N, int mode) {
+    w8_case_make(c, rows, K, N, mode & 1, !((mode >> 2) & 1), (mode >> 1) & 1);
     if (mode & 1 && rows > 2) memset(c->x + 2 * K, 0, (size_t)K * sizeof(float)); /* a zero row */
     if (rows > 1) c->x[K + (K - 1) / 2] = 40.0f;                                    /* an outlier */
-    c->q = xcalloc((size_t)(N * K));
-    for (int64_t i = 0; i < N * K; i++) c->q[i] = (int8_t)((int)(nrv_test_u64() % 256u) - 128); /* -128..127 */
-    c->s = rnd(ns, 1.0f);
-    for (int64_t i = 0; i < ns; i++) c->s[i] = 0.001f + 0.01f * fabsf(c->s[i]);
-    if (c->with_z) c->z = rnd(ns, 0.5f);
-    if (c->with_bias) c->b = rnd(N, 1.0f);
     c->packed = xcalloc((size_t)nrv_linear_w8a8_packed_bytes(N, K));
     nrv_linear_w8a8_pack(c->q, N, K, c->packed);
 }
 
-static void case_free(w8a8_case *c) {
-    free(c->x);
-    free(c->q);
-    free(c->s);
-    free(c->z);
-    free(c->b);
-    free(c->packed);
-}
-
 /* want[r, n] in double and its tolerance */
-static void case_ref(const w8a8_case *c, double *want, double *tol) {
+static void case_ref(const w8_case *c, double *want, double *tol) {
     const int64_t st = c->per_row ? 1 : 0, K = c->K;
     int8_t *xq = xcalloc((size_t)K);
     for (int64_t r = 0; r < c->rows; r++) {
@@ -150,22 +123,15 @@ static const int64_t kN[] = {1, 3, 13, 97, 257, 1664};
 static double kernel_worst = 0.0;
 
 static void kernel_case(int64_t rows, int64_t K, int64_t N, int mode, const char **variants, int nv) {
-    w8a8_case c;
+    w8_case c;
     case_make(&c, rows, K, N, mode);
     const int64_t st = c.per_row ? 1 : 0, n = rows * N;
     float *yref = outbuf(n);
     nrv_linear_w8a8_ref(c.x, rows, K, c.packed, N, c.s, c.z, st, c.b, yref);
     double *want = xcalloc((size_t)n * sizeof(double)), *tol = xcalloc((size_t)n * sizeof(double));
     case_ref(&c, want, tol);
-    double worst = 0.0;
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double e = isnan(yref[i]) ? INFINITY : fabs(yref[i] - want[i]) / tol[i];
-        if (e > worst) {
-            worst = e;
-            at = i;
-        }
-    }
+    int64_t at;
+    const double worst = w8_worst_err(yref, want, tol, n, &at);
     if (worst > kernel_worst) kernel_worst = worst;
     NRV_EXPECT(worst <= 1.0 && tail_intact(yref, n),
                "w8a8 ref rows=%lld K=%lld N=%lld mode=%d: err %.3g of tolerance at %lld (got %.9g want %.9g)",
@@ -193,7 +159,7 @@ static void kernel_case(int64_t rows, int64_t K, int64_t N, int mode, const char
     free(want);
     free(tol);
     free(yref);
-    case_free(&c);
+    w8_case_free(&c);
 }
 
 static void sweep_kernel(void) {
@@ -226,43 +192,14 @@ static void sweep_kernel(void) {
 /* ------------------------------------------------------------------ the plan ops */
 
 static nrv_status run_op(const char *type, const nrv_tview *const *in, int n_in, nrv_tview *y, const int64_t *ia,
-                         int n_ia, const float *fa, int n_fa, nrv_threadpool *pool) {
-    const nrv_op_def *def = nrv_plan_op_find(type);
-    if (!def) return NRV_ERR_INTERNAL;
-    nrv_tview *outs[1] = {y};
-    nrv_op_args a;
-    memset(&a, 0, sizeof a);
-    a.type = type;
-    a.name = "test_node";
-    a.in = in;
-    a.n_in = n_in;
-    a.out = outs;
-    a.n_out = 1;
-    a.iattr = ia;
-    a.n_iattr = n_ia;
-    a.fattr = fa;
-    a.n_fattr = n_fa;
-    a.pool = pool;
-    return def->run(&a);
-}
-
-static double act_ref(int64_t act, double x, double p0, double p1) {
-    switch (act) {
-    case 0: return x;
-    case 1: return x > 0 ? x : 0;
-    case 2: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-    case 3: return 1.0 / (1.0 + exp(-x));
-    case 4: return tanh(x);
-    case 6: return x < 0 ? x * p0 : x;
-    case 7: return x < p0 ? p0 : (x > p1 ? p1 : x);
-    default: return NAN;
-    }
+                         int n_ia, const float *fa, int n_fa) {
+    return nrv_plan_run_op(type, in, n_in, y, ia, n_ia, fa, n_fa, NULL, 0, NULL);
 }
 
 /* x [d0, d1, K], weight packed by the pack_w8a8 op, through the op with act; threads 2..4
  * bit-identical to 1; act NONE bit-identical to the reference kernel. */
 static void op_case(int64_t d0, int64_t d1, int64_t K, int64_t N, int mode, int64_t act, nrv_threadpool *const *pools) {
-    w8a8_case c;
+    w8_case c;
     case_make(&c, d0 * d1, K, N, mode);
     const int64_t xd[3] = {d0, d1, K}, qd[2] = {N, K}, ns = c.per_row ? N : 1, yd[3] = {d0, d1, N};
     const int64_t pb = nrv_linear_w8a8_packed_bytes(N, K);
@@ -270,53 +207,40 @@ static void op_case(int64_t d0, int64_t d1, int64_t K, int64_t N, int mode, int6
     int8_t *packed = xcalloc((size_t)pb);
     nrv_tview qv = mkview(c.q, NRV_I8, 2, qd), pv = mkview(packed, NRV_I8, 1, &pb);
     const nrv_tview *pin[1] = {&qv};
-    NRV_EXPECT_STATUS(run_op("pack_w8a8", pin, 1, &pv, NULL, 0, NULL, 0, NULL), NRV_OK);
+    NRV_EXPECT_STATUS(run_op("pack_w8a8", pin, 1, &pv, NULL, 0, NULL, 0), NRV_OK);
     NRV_EXPECT(memcmp(packed, c.packed, (size_t)pb) == 0, "pack_w8a8 op differs from nrv_linear_w8a8_pack");
     nrv_tview x = mkview(c.x, NRV_F32, 3, xd);
     nrv_tview s = mkview(c.s, NRV_F32, 1, &ns), z = mkview(c.z, NRV_F32, 1, &ns), b = mkview(c.b, NRV_F32, 1, &N);
     const nrv_tview *in[5] = {&x, &pv, &s, c.with_z ? &z : NULL, c.with_bias ? &b : NULL};
-    const float p0 = act == 6 ? 0.1f : (act == 7 ? -0.3f : 0.0f), p1 = act == 7 ? 0.4f : 0.0f;
+    float p0, p1;
+    act_params(act, &p0, &p1);
     const int64_t ia[3] = {act, N, K};
     const float fa[2] = {p0, p1};
     const int64_t n = d0 * d1 * N;
-    float *y1 = NULL;
-    for (int t = 0; t < 4; t++) {
-        nrv_tview y = mkview(outbuf(n), NRV_F32, 3, yd);
-        NRV_EXPECT_STATUS(run_op("linear_w8a8", in, 5, &y, ia, 3, fa, 2, pools[t]), NRV_OK);
-        NRV_EXPECT(tail_intact(y.data, n), "linear_w8a8 op: wrote past the output");
-        if (t == 0) {
-            y1 = y.data;
-            double *want = xcalloc((size_t)(n + 1) * sizeof(double)), *tol = xcalloc((size_t)(n + 1) * sizeof(double));
-            case_ref(&c, want, tol);
-            for (int64_t i = 0; i < n; i++) want[i] = act_ref(act, want[i], p0, p1);
-            char what[512];
-            snprintf(what, sizeof what, "linear_w8a8 op [%lld,%lld,%lld]x[%lld] mode=%d act=%lld (%s)", (long long)d0,
-                     (long long)d1, (long long)K, (long long)N, mode, (long long)act, round_desc);
-            check_close(what, y1, want, n);
-            if (act == 0) {
-                float *yr = outbuf(n);
-                nrv_linear_w8a8_ref(c.x, d0 * d1, K, c.packed, N, c.s, c.z, c.per_row, c.b, yr);
-                NRV_EXPECT(memcmp(yr, y1, (size_t)n * sizeof(float)) == 0, "%s: not bit-identical to the reference",
-                           what);
-                free(yr);
-            }
-            free(want);
-            free(tol);
-        } else {
-            NRV_EXPECT(memcmp(y.data, y1, (size_t)n * sizeof(float)) == 0,
-                       "linear_w8a8 op [%lld,%lld,%lld]x[%lld]: %d threads differ from 1", (long long)d0, (long long)d1,
-                       (long long)K, (long long)N, t + 1);
-            free(y.data);
-        }
+    float *y1 = w8_op_threads("linear_w8a8", in, 5, ia, 3, fa, 3, yd, pools);
+    double *want = xcalloc((size_t)(n + 1) * sizeof(double)), *tol = xcalloc((size_t)(n + 1) * sizeof(double));
+    case_ref(&c, want, tol);
+    for (int64_t i = 0; i < n; i++) want[i] = act_ref(act, want[i], p0, p1);
+    char what[512];
+    snprintf(what, sizeof what, "linear_w8a8 op [%lld,%lld,%lld]x[%lld] mode=%d act=%lld (%s)", (long long)d0,
+             (long long)d1, (long long)K, (long long)N, mode, (long long)act, round_desc);
+    check_close(what, y1, want, n);
+    if (act == 0) {
+        float *yr = outbuf(n);
+        nrv_linear_w8a8_ref(c.x, d0 * d1, K, c.packed, N, c.s, c.z, c.per_row, c.b, yr);
+        NRV_EXPECT(memcmp(yr, y1, (size_t)n * sizeof(float)) == 0, "%s: not bit-identical to the reference", what);
+        free(yr);
     }
+    free(want);
+    free(tol);
     free(y1);
     free(packed);
-    case_free(&c);
+    w8_case_free(&c);
 }
 
 static void test_op(void) {
-    nrv_threadpool *pools[4] = {NULL, NULL, NULL, NULL};
-    for (int t = 1; t < 4; t++) NRV_EXPECT_STATUS(nrv_threadpool_create(t + 1, &pools[t]), NRV_OK);
+    nrv_threadpool *pools[4];
+    w8_pools_make(pools);
     op_case(1, 123, 416, 416, 0, 0, pools);
     op_case(2, 65, 416, 1664, 1, 1, pools);
     op_case(2, 3, 97, 257, 3, 2, pools);
@@ -325,21 +249,12 @@ static void test_op(void) {
     op_case(1, 70, 1025, 300, 6, 6, pools);
     op_case(1, 2, 33, 65, 7, 7, pools);
     op_case(5, 7, 1664, 33, 2, 0, pools);
-    for (int t = 1; t < 4; t++) nrv_threadpool_free(pools[t]);
+    w8_pools_free(pools);
 }
 
 static void expect_fail(const char *what, const nrv_tview *const *in, int n_in, nrv_tview *y, const int64_t *ia,
                         int n_ia, nrv_status want) {
-    float *py = outbuf(y->numel);
-    y->data = py;
-    const float fa[2] = {0, 0};
-    const nrv_status s = run_op("linear_w8a8", in, n_in, y, ia, n_ia, fa, 2, NULL);
-    NRV_EXPECT(s == want, "%s: got %s, want %s (%s)", what, nrv_status_str(s), nrv_status_str(want), nrv_last_error());
-    if (want != NRV_OK) NRV_EXPECT(all_sentinel(py, y->numel), "%s: output written on failure", what);
-    if (s != NRV_OK)
-        NRV_EXPECT(strstr(nrv_last_error(), "test_node") != NULL, "%s: message lacks the node name: %s", what,
-                   nrv_last_error());
-    free(py);
+    w8_expect_fail("linear_w8a8", what, in, n_in, y, ia, n_ia, want);
 }
 
 static void test_edges_and_errors(void) {
@@ -354,7 +269,7 @@ static void test_edges_and_errors(void) {
         const nrv_tview *in[5] = {&x, &p, &s, NULL, &b};
         const int64_t ia[3] = {0, 5, 0};
         const float fa[2] = {0, 0};
-        NRV_EXPECT_STATUS(run_op("linear_w8a8", in, 5, &y, ia, 3, fa, 2, NULL), NRV_OK);
+        NRV_EXPECT_STATUS(run_op("linear_w8a8", in, 5, &y, ia, 3, fa, 2), NRV_OK);
         int ok = 1;
         for (int i = 0; i < 15; i++) ok &= ((float *)y.data)[i] == bias[i % 5];
         NRV_EXPECT(ok && tail_intact(y.data, 15), "linear_w8a8 K == 0: y must be the bias");
@@ -362,7 +277,7 @@ static void test_edges_and_errors(void) {
         const int64_t x0[2] = {0, 0}, y0[2] = {0, 5};
         x = mkview(&xdummy, NRV_F32, 2, x0);
         y = mkview(outbuf(0), NRV_F32, 2, y0);
-        NRV_EXPECT_STATUS(run_op("linear_w8a8", in, 5, &y, ia, 3, fa, 2, NULL), NRV_OK);
+        NRV_EXPECT_STATUS(run_op("linear_w8a8", in, 5, &y, ia, 3, fa, 2), NRV_OK);
         NRV_EXPECT(all_sentinel(y.data, 0), "linear_w8a8 rows == 0 wrote something");
         free(y.data);
     }
@@ -419,7 +334,7 @@ static void test_edges_and_errors(void) {
         memset(outb, 0x5a, sizeof outb);
         nrv_tview qv = mkview(q, NRV_I8, 2, qd), ov = mkview(outb, NRV_I8, 1, &pbad);
         const nrv_tview *pin[1] = {&qv};
-        NRV_EXPECT_STATUS(run_op("pack_w8a8", pin, 1, &ov, NULL, 0, NULL, 0, NULL), NRV_ERR_SHAPE);
+        NRV_EXPECT_STATUS(run_op("pack_w8a8", pin, 1, &ov, NULL, 0, NULL, 0), NRV_ERR_SHAPE);
         int untouched = 1;
         for (int i = 0; i < 256; i++) untouched &= outb[i] == 0x5a;
         NRV_EXPECT(untouched, "pack_w8a8: output written on failure");

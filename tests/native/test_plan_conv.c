@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "nrv_plan_run.h"
 #include "nrv_test.h"
 #include "plan/plan_ops.h"
 
@@ -94,27 +95,7 @@ static nrv_tview tv(void *data, nrv_dtype dt, int rank, const int64_t *dims) {
 static nrv_status run_op(const char *type, const nrv_tview *const *in, int n_in, nrv_tview *out,
                          const int64_t *iattr, int n_iattr, const float *fattr, int n_fattr, void *scratch,
                          size_t scratch_bytes) {
-    const nrv_op_def *d = nrv_plan_op_find(type);
-    if (!d) {
-        fprintf(stderr, "op %s not registered\n", type);
-        return NRV_ERR_INTERNAL;
-    }
-    nrv_tview *outs[1] = {out};
-    nrv_op_args a;
-    memset(&a, 0, sizeof a);
-    a.type = type;
-    a.name = "test_node";
-    a.in = in;
-    a.n_in = n_in;
-    a.out = outs;
-    a.n_out = 1;
-    a.iattr = iattr;
-    a.n_iattr = n_iattr;
-    a.fattr = fattr;
-    a.n_fattr = n_fattr;
-    a.scratch = scratch;
-    a.scratch_bytes = scratch_bytes;
-    return d->run(&a);
+    return nrv_plan_run_op(type, in, n_in, out, iattr, n_iattr, fattr, n_fattr, scratch, scratch_bytes, NULL);
 }
 
 static int64_t rand_int(int64_t lo, int64_t hi) { /* inclusive */

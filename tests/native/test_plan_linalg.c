@@ -30,52 +30,7 @@ static const char *const kOps[] = {"gemm", "linear", "layernorm_linear", "relu",
 
 static nrv_status run_op(const char *type, const nrv_tview *const *in, int n_in, nrv_tview *out0,
                          const int64_t *ia, int nia, const float *fa, int nfa) {
-    const nrv_op_def *def = nrv_plan_op_find(type);
-    if (!def) {
-        fprintf(stderr, "op %s not found\n", type);
-        return NRV_ERR_INTERNAL;
-    }
-    nrv_tview *outs[1] = {out0};
-    nrv_op_args a;
-    memset(&a, 0, sizeof a);
-    a.type = type;
-    a.name = "test_node";
-    a.in = in;
-    a.n_in = n_in;
-    a.out = outs;
-    a.n_out = 1;
-    a.iattr = ia;
-    a.n_iattr = nia;
-    a.fattr = fa;
-    a.n_fattr = nfa;
-    return def->run(&a);
-}
-
-/* ------------------------------------------------------------------ reference helpers */
-
-static double act_ref(int64_t act, double x, double p0, double p1) {
-    switch (act) {
-    case 0: return x;
-    case 1: return x > 0 ? x : 0;
-    case 2: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-    case 3: return 1.0 / (1.0 + exp(-x));
-    case 4: return tanh(x);
-    case 5: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case 6: return x < 0 ? x * p0 : x;
-    case 7: return x < p0 ? p0 : (x > p1 ? p1 : x);
-    default: return NAN;
-    }
-}
-
-/* fattr for activation act: leaky slope, clip bounds */
-static void act_params(int64_t act, float *p0, float *p1) {
-    *p0 = 0.0f;
-    *p1 = 0.0f;
-    if (act == 6) *p0 = 0.1f;
-    if (act == 7) {
-        *p0 = -0.3f;
-        *p1 = 0.4f;
-    }
+    return nrv_plan_run_op(type, in, n_in, out0, ia, nia, fa, nfa, NULL, 0, NULL);
 }
 
 /* ------------------------------------------------------------------ matmul */

@@ -5,13 +5,13 @@ match onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-from onnx import numpy_helper as nh
 
 import nerve
+from helpers import dequant_nodes, make_model, op_types, ort_run, quant, w8_matmul_model
+from helpers import onnx_session as session
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -19,62 +19,8 @@ F32 = np.float32
 REL = 1e-5  # of the output's largest magnitude
 
 
-def make_model(nodes, inputs, outputs, inits):
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, dt, shp) for n, dt, shp in inputs],
-                     [h.make_tensor_value_info(n, dt, None) for n, dt in outputs],
-                     [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
-def dequant_nodes(q_name="q", out="W", sub_zero=False):
-    """W = Cast(q) * s + z (or (Cast(q) - zp) * s with sub_zero)."""
-    if sub_zero:
-        return [h.make_node("Cast", [q_name], ["qf"], to=T.FLOAT), h.make_node("Sub", ["qf", "zp"], ["qc"]),
-                h.make_node("Mul", ["qc", "s"], [out])]
-    return [h.make_node("Cast", [q_name], ["qf"], to=T.FLOAT), h.make_node("Mul", ["qf", "s"], ["qs"]),
-            h.make_node("Add", ["qs", "z"], [out])]
-
-
-def quant(rng, shape, s_shape=(1,), z_shape=(1,)):
-    q = rng.integers(-128, 128, shape).astype(np.int8)
-    s = (0.002 + 0.01 * rng.random(s_shape)).astype(F32)
-    z = (0.05 * rng.standard_normal(z_shape)).astype(F32)
-    return q, s, z
-
-
-def matmul_model(rng, k, n, bias=True, relu=True, s_shape=(1,), z_shape=(1,), rows_dims=("batch", "seq")):
-    q, s, z = quant(rng, (k, n), s_shape, z_shape)
-    nodes = dequant_nodes() + [h.make_node("MatMul", ["x", "W"], ["mm"])]
-    inits = {"q": q, "s": s, "z": z}
-    last = "mm"
-    if bias:
-        inits["b"] = rng.standard_normal(n).astype(F32)
-        nodes.append(h.make_node("Add", [last, "b"], ["mb"]))
-        last = "mb"
-    if relu:
-        nodes.append(h.make_node("Relu", [last], ["act"]))
-        last = "act"
-    nodes.append(h.make_node("Identity", [last], ["y"]))
-    return make_model(nodes, [("x", T.FLOAT, list(rows_dims) + [k])], [("y", T.FLOAT)], inits)
-
-
-def session(tmp_path, m, dims, **kw):
-    p = tmp_path / "m.onnx"
-    onnx.save(m, p)
-    return nerve.Session(p, dims=dims, cache=False, **kw)
-
-
-def ort_run(m, feeds):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
-
-
-def op_types(sess):
-    return [o["type"] for o in sess.ops()]
+def matmul_model(rng, k, n, **kw):
+    return w8_matmul_model(rng, k, n, **kw)[0]
 
 
 def assert_close(got, ref, what=""):

@@ -19,13 +19,13 @@ Two references:
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-from onnx import numpy_helper as nh
 
 import nerve
+from helpers import dequant_nodes, make_model, op_types, ort_run, quant, w8_matmul_model
+from helpers import onnx_session as session
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -38,59 +38,10 @@ def _w8a8_on(monkeypatch):
     monkeypatch.setenv("NERVE_W8A8", "1")
 
 
-def make_model(nodes, inputs, outputs, inits):
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, dt, shp) for n, dt, shp in inputs],
-                     [h.make_tensor_value_info(n, dt, None) for n, dt in outputs],
-                     [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
-def dequant_nodes():
-    return [h.make_node("Cast", ["q"], ["qf"], to=T.FLOAT), h.make_node("Mul", ["qf", "s"], ["qs"]),
-            h.make_node("Add", ["qs", "z"], ["W"])]
-
-
-def quant(rng, k, n, per_output):
+def matmul_model(rng, k, n, per_output=False, **kw):
+    """(model, inits); s and z per output or per tensor."""
     shape = (n,) if per_output else (1,)
-    q = rng.integers(-128, 128, (k, n)).astype(np.int8)
-    s = (0.002 + 0.01 * rng.random(shape)).astype(F32)
-    z = (0.05 * rng.standard_normal(shape)).astype(F32)
-    return q, s, z
-
-
-def matmul_model(rng, k, n, bias=True, relu=True, per_output=False, rows_dims=("batch", "seq")):
-    q, s, z = quant(rng, k, n, per_output)
-    nodes = dequant_nodes() + [h.make_node("MatMul", ["x", "W"], ["mm"])]
-    inits = {"q": q, "s": s, "z": z}
-    last = "mm"
-    if bias:
-        inits["b"] = rng.standard_normal(n).astype(F32)
-        nodes.append(h.make_node("Add", [last, "b"], ["mb"]))
-        last = "mb"
-    if relu:
-        nodes.append(h.make_node("Relu", [last], ["act"]))
-        last = "act"
-    nodes.append(h.make_node("Identity", [last], ["y"]))
-    return make_model(nodes, [("x", T.FLOAT, list(rows_dims) + [k])], [("y", T.FLOAT)], inits), inits
-
-
-def session(tmp_path, m, dims, **kw):
-    p = tmp_path / "m.onnx"
-    onnx.save(m, p)
-    return nerve.Session(p, dims=dims, cache=False, **kw)
-
-
-def ort_run(m, feeds):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
-
-
-def op_types(sess):
-    return [o["type"] for o in sess.ops()]
+    return w8_matmul_model(rng, k, n, s_shape=shape, z_shape=shape, **kw)
 
 
 def quantise_rows(x2):
@@ -175,7 +126,7 @@ def test_off_by_default_and_few_rows_stay(tmp_path, rng, monkeypatch):
 
 def test_layernorm_stays_separate(tmp_path, rng):
     k, n = 64, 96
-    q, s, z = quant(rng, k, n, False)
+    q, s, z = quant(rng, (k, n))
     nodes = [h.make_node("LayerNormalization", ["x", "g", "beta"], ["ln"], axis=-1, epsilon=1e-5)] + \
         dequant_nodes() + [h.make_node("MatMul", ["ln", "W"], ["y"])]
     inits = {"q": q, "s": s, "z": z}

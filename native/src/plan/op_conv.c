@@ -973,9 +973,7 @@ static nrv_status conv_w8a8_run(const nrv_op_args *a) {
     if (pk->rank != 1 || pk->dims[0] != nrv_linear_w8a8_packed_bytes(M, kdim))
         return op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)pk->numel,
                        (long long)nrv_linear_w8a8_packed_bytes(M, kdim));
-    if (sv->rank != 1 || (sv->dims[0] != 1 && sv->dims[0] != M) ||
-        (zv && (zv->rank != 1 || zv->dims[0] != sv->dims[0] || zv->dtype != NRV_F32)) ||
-        (bias && (bias->rank != 1 || bias->dims[0] != M || bias->dtype != NRV_F32)))
+    if (nrv_op_check_w8_params(a, sv, zv, bias, M) != NRV_OK) /* s is f32 (above): any failure is a shape one */
         return op_fail(a, NRV_ERR_SHAPE, "s/z must be [1] or [M], bias [M] (f32)");
     const uint64_t need = 4u * CONV_W8A8_ROWS * (uint64_t)(kdim + M);
     if (!a->scratch || a->scratch_bytes < need)

@@ -318,13 +318,7 @@ static nrv_status run_linear_w8(const nrv_op_args *a) {
     NRV_TRY(check_act(a, act));
     const int64_t K = x->dims[x->rank - 1], N = q->dims[0];
     NRV_TRY(check_dim(a, q, "q", 1, K));
-    NRV_TRY(check_f32(a, sv, "s"));
-    NRV_TRY(check_rank(a, sv, "s", 1, 1));
-    if (sv->dims[0] != N && sv->dims[0] != 1)
-        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): s has %lld elements, expected %lld or 1", a->type, a->name,
-                        (long long)sv->dims[0], (long long)N);
-    if (zv) NRV_TRY(check_vec(a, zv, "z", sv->dims[0]));
-    if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
+    NRV_TRY(nrv_op_check_w8_params(a, sv, zv, bias, N));
     NRV_TRY(check_rows_out(a, x, y, N));
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
     if (rows == 0 || N == 0) return NRV_OK;
@@ -415,13 +409,7 @@ static nrv_status run_linear_w8a8(const nrv_op_args *a) {
     NRV_TRY(check_rank(a, pk, "packed weight", 1, 1));
     NRV_TRY(check_dim(a, x, "x", x->rank - 1, K));
     NRV_TRY(check_dim(a, pk, "packed weight", 0, nrv_linear_w8a8_packed_bytes(N, K)));
-    NRV_TRY(check_f32(a, sv, "s"));
-    NRV_TRY(check_rank(a, sv, "s", 1, 1));
-    if (sv->dims[0] != N && sv->dims[0] != 1)
-        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): s has %lld elements, expected %lld or 1", a->type, a->name,
-                        (long long)sv->dims[0], (long long)N);
-    if (zv) NRV_TRY(check_vec(a, zv, "z", sv->dims[0]));
-    if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
+    NRV_TRY(nrv_op_check_w8_params(a, sv, zv, bias, N));
     NRV_TRY(check_rows_out(a, x, y, N));
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
     if (rows == 0 || N == 0) return NRV_OK;

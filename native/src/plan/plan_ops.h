@@ -123,6 +123,12 @@ nrv_status nrv_op_expect_dtype(const nrv_op_args *a, const nrv_tview *v, const c
 /* Fails with NRV_ERR_SHAPE unless a and b have the same number of elements. */
 nrv_status nrv_op_expect_same_numel(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, const char *what);
 
+/* The per-output parameters of an int8 weight with n outputs (linear_w8, linear_w8a8,
+ * conv_w8a8): s f32 [n] or [1]; z f32 shaped like s, optional (NULL); bias f32 [n],
+ * optional (NULL). NRV_ERR_DTYPE for a dtype, NRV_ERR_SHAPE for a rank or an extent. */
+nrv_status nrv_op_check_w8_params(const nrv_op_args *a, const nrv_tview *s, const nrv_tview *z, const nrv_tview *bias,
+                                  int64_t n);
+
 /* "[2, 3, 4]" into buf (always terminated); returns buf. */
 const char *nrv_op_fmt_dims(char *buf, size_t size, const nrv_tview *v);
 

@@ -36,6 +36,30 @@ nrv_status nrv_op_expect_dtype(const nrv_op_args *a, const nrv_tview *v, const c
     return NRV_OK;
 }
 
+/* A rank-1 f32 vector `what`; want >= 0: of want elements (check order and messages as
+ * op_linalg.c's check_f32, check_rank and check_dim). */
+static nrv_status check_f32_vec(const nrv_op_args *a, const nrv_tview *v, const char *what, int64_t want) {
+    NRV_TRY(nrv_op_expect_dtype(a, v, what, NRV_F32));
+    if (v->rank != 1)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s has rank %d, expected %d", a->type, a->name, what,
+                        (int)v->rank, 1);
+    if (want >= 0 && v->dims[0] != want)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s dim %d is %lld, expected %lld", a->type, a->name, what, 0,
+                        (long long)v->dims[0], (long long)want);
+    return NRV_OK;
+}
+
+nrv_status nrv_op_check_w8_params(const nrv_op_args *a, const nrv_tview *s, const nrv_tview *z, const nrv_tview *bias,
+                                  int64_t n) {
+    NRV_TRY(check_f32_vec(a, s, "s", -1));
+    if (s->dims[0] != n && s->dims[0] != 1)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): s has %lld elements, expected %lld or 1", a->type, a->name,
+                        (long long)s->dims[0], (long long)n);
+    if (z) NRV_TRY(check_f32_vec(a, z, "z", s->dims[0]));
+    if (bias) NRV_TRY(check_f32_vec(a, bias, "bias", n));
+    return NRV_OK;
+}
+
 nrv_status nrv_op_expect_same_numel(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, const char *what) {
     if (x->numel != y->numel)
         return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s: %lld elements vs %lld", a->type, a->name, what,

@@ -55,6 +55,7 @@
 #ifndef W8_PF_HINT
 #define W8_PF_HINT _MM_HINT_T0
 #endif
+#include "linear_w8_common.h"
 
 /* Σ_k x[k], in a fixed order (a function of n alone). */
 static inline float w8_row_sum(const float *x, int64_t n) {
@@ -116,9 +117,7 @@ static inline __attribute__((always_inline)) void w8_block(const int R, const in
             for (int j = 0; j < 4 && o0 + j < NO; j++) {
                 const int64_t o = o0 + j;
                 if (o >= nout) break;
-                float v = s[o * st] * d[j];
-                if (z) v += z[o * st] * rsum[r];
-                yr[o] = v + (b ? b[o] : 0.0f);
+                yr[o] = w8_epilogue(d[j], o, s, z, st, b, rsum[r]);
             }
         }
     }
@@ -155,24 +154,6 @@ static __attribute__((noinline)) void w8_rows(int64_t rr, int no, const float *x
 void X86FN(nrv_linear_w8)(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
                           const float *z, int64_t sz_stride, const float *b, int64_t out, float *y) {
     static const int no_of_rows[W8_R + 1] = {0, W8_NO_1, W8_NO_2, W8_NO_3, W8_NO_4};
-    const int no = no_of_rows[rows < W8_R ? rows : W8_R];
-    float rsum[W8_ROWS_CHUNK];
-    for (int64_t r0 = 0; r0 < rows; r0 += W8_ROWS_CHUNK) {
-        const int64_t rc = rows - r0 < W8_ROWS_CHUNK ? rows - r0 : W8_ROWS_CHUNK;
-        const float *xc = x + r0 * in;
-        if (z)
-            for (int64_t r = 0; r < rc; r++) rsum[r] = w8_row_sum(xc + r * in, in);
-        for (int64_t o = 0; o < out; o += no) {
-            const int64_t nout = out - o < no ? out - o : no;
-            const float *so = s + o * sz_stride, *zo = z ? z + o * sz_stride : NULL, *bo = b ? b + o : NULL;
-            /* the group W8_PF_GROUPS ahead, while it lies wholly inside q */
-            const int64_t ahead = o + (int64_t)W8_PF_GROUPS * no;
-            const int8_t *pf = W8_PF_GROUPS && ahead + no <= out ? q + ahead * in : NULL;
-            for (int64_t r = 0; r < rc; r += W8_R) {
-                const int64_t rr = rc - r < W8_R ? rc - r : W8_R;
-                w8_rows(rr, no, xc + r * in, in, q + o * in, r == 0 ? pf : NULL, nout, so, zo, sz_stride, bo,
-                        rsum + r, y + (r0 + r) * out + o, out);
-            }
-        }
-    }
+    w8_drive(no_of_rows[rows < W8_R ? rows : W8_R], W8_PF_GROUPS, w8_rows, w8_row_sum, x, rows, in, q, s, z,
+             sz_stride, b, out, y);
 }
