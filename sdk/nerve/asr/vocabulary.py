@@ -67,12 +67,13 @@ class Vocabulary:
             self.trie.add(key)
         self.tokenizer = tokenizer
         alphabet = {ch for key in self.spelling for ch in key} | {" "} | _PUNCT
-        # only pieces made of the vocabulary's characters can ever fit
-        self._candidates: List[Tuple[int, str]] = []
+        # only pieces made of the vocabulary's characters can ever fit; indexed by their first
+        # character, so a state only walks the pieces that can start where it is
+        self._candidates: Dict[str, List[Tuple[int, str]]] = {}
         for token in range(3, len(tokenizer)):
             text = tokenizer.piece_text(token).lower()
             if text and set(text) <= alphabet:
-                self._candidates.append((token, text))
+                self._candidates.setdefault(text[0], []).append((token, text))
         self._masks: Dict[int, np.ndarray] = {}
         self._next: Dict[Tuple[int, int], int] = {}
 
@@ -127,13 +128,24 @@ class Vocabulary:
         m = self._masks.get(state)
         if m is None:
             m = np.zeros(len(self.tokenizer), bool)
-            for token, text in self._candidates:
-                if self._walk(state, text) >= 0:
-                    m[token] = True
+            for first in self._first_chars(state):
+                for token, text in self._candidates.get(first, ()):
+                    if self._walk(state, text) >= 0:
+                        m[token] = True
             if state >= 0 and self.trie.terminal[state]:
                 m[Tokenizer.EOS] = True
             self._masks[state] = m
         return m
+
+    def _first_chars(self, state: int):
+        """Characters a piece may start with at `state` (a superset; _walk decides)."""
+        node = self.ROOT if state == self.START else state
+        chars = set(self.trie.children[node])
+        if state == self.START or (self.loop and self.trie.terminal[node]):
+            chars.add(" ")
+        if self._word_end(node):
+            chars |= _PUNCT
+        return chars
 
     def advance(self, state: int, token: int) -> int:
         key = (state, token)
