@@ -42,7 +42,7 @@ def add_commands(commands) -> None:
     asr.add_argument("--int8", action="store_true",
                      help="int8 activations in the encoder's products too (faster; see nerve.asr.Recognizer)")
     asr.add_argument("--threads", type=int, default=1)
-    asr.add_argument("--beam", type=int, default=None, help="beam width (default 1; 4 with --words/--phrases)")
+    asr.add_argument("--beam", type=int, default=None, help="beam width (default 1; 2 with --words/--phrases)")
     asr.set_defaults(func=_cmd_asr)
 
 

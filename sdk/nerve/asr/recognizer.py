@@ -150,7 +150,7 @@ class Recognizer:
     words / phrases: constrain the output to sequences of these words / to one of these
     phrases (spelled as given); free text when neither is set.
     partial_ms: period of partial results while speech goes on (0: finals only).
-    threads: threads of each stream's sessions. beam: beam width (default 1, or 4 with
+    threads: threads of each stream's sessions. beam: beam width (default 1, or 2 with
     words/phrases). numbers: "words" (default: "ninety") or "digits" ("90") in free text.
     end_silence_ms / max_segment_s / vad_threshold: the endpointer (see nerve.asr.vad).
     precision: "fp32" (default; matches onnxruntime) or "int8": the encoder's products also
@@ -176,7 +176,9 @@ class Recognizer:
             self.vocabulary = Vocabulary(self.model.tokenizer, words=words, phrases=phrases)
         self.partial_ms = int(partial_ms)
         self.threads = int(threads)
-        self.beam = int(beam) if beam is not None else (4 if self.vocabulary else 1)
+        # beam 2 under a vocabulary: on the command corpus it matched beam 4 (WER 0.296 vs
+        # 0.306) at 2/3 of the time; greedy lost 0.07 (a wrong first word cannot be undone)
+        self.beam = int(beam) if beam is not None else (2 if self.vocabulary else 1)
         self.numbers = numbers
         self.detector_options = dict(end_silence_ms=end_silence_ms, max_segment_s=max_segment_s,
                                      threshold=vad_threshold, off_threshold=max(vad_threshold - 0.15, 0.01))
