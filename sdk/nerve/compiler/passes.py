@@ -429,40 +429,20 @@ def _per_output(a: np.ndarray, n: int) -> Optional[np.ndarray]:
 
 def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS) -> bool:
     """linear with an int8-folded weight on <= max_rows rows -> linear_w8 (module docstring)."""
-    made: Dict[int, tuple] = {}  # weight uid -> (q, s, z) values, shared by its linears
+    made: Dict[int, Optional[tuple]] = {}  # weight uid -> (q, s, z) values, shared by its linears
     by_content: Dict[bytes, tuple] = {}
     changed = False
     for i, op in enumerate(prog.ops):
-        if op.type != "linear":
+        found = _int8_linear(prog, op)
+        if found is None:
             continue
-        x, w, bias = op.inputs
-        aff = int8_affine(w)
-        if aff is None or w.rank != 2 or not w.static:
-            continue
-        n, k = int(w.shape[0]), int(w.shape[1])
-        rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
+        x, w, bias, aff, n, k, rows = found
         if rows > max_rows:
             continue
         if w.uid not in made:
             q, s, z = aff
-            sv, zv = _per_output(s, n), _per_output(z, n)
-            if q.dtype != np.int8 or q.shape != (n, k) or sv is None or zv is None \
-                    or not (np.all(np.isfinite(sv)) and np.all(np.isfinite(zv))):
-                made[w.uid] = None
-                continue
-            if not np.any(zv):
-                zv = None
-            elif sv.size != zv.size:  # one per output and one per tensor: both per output
-                sv, zv = np.broadcast_to(sv, (n,)).copy(), np.broadcast_to(zv, (n,)).copy()
-            q = np.ascontiguousarray(q)
-            key = hashlib.sha256(b"%d %d|" % (n, k) + q.tobytes() + b"|" + sv.tobytes() + b"|" +
-                                 (zv.tobytes() if zv is not None else b"-")).digest()
-            if key not in by_content:  # equal weights behind distinct fp32 constants: one copy
-                by_content[key] = (
-                    Value(w.name + ".q", np.int8, (n, k), const=q),
-                    Value(w.name + ".scale", np.float32, (sv.size,), const=sv),
-                    Value(w.name + ".zero", np.float32, (zv.size,), const=zv) if zv is not None else None)
-            made[w.uid] = by_content[key]
+            made[w.uid] = (_int8_operands(w, q, s, z, n, k, by_content, packed=False)
+                           if q.shape == (n, k) else None)
         if made[w.uid] is None:
             continue
         qv, sv, zv = made[w.uid]
@@ -498,9 +478,12 @@ def _pack_w8a8(q: np.ndarray) -> np.ndarray:
     return run_program_once(prog)[0]
 
 
-def _w8a8_operands(w: Value, q: np.ndarray, s, z, n: int, k: int, by_content: Dict[bytes, tuple]):
-    """(packed, scale, zero) values of an int8-folded weight read as q [n, k], shared by every
-    op with the same contents; None when its scale/zero are not per output."""
+def _int8_operands(w: Value, q: np.ndarray, s, z, n: int, k: int, by_content: Dict[bytes, tuple],
+                   packed: bool):
+    """(weight, scale, zero) values of an int8-folded weight read as q [n, k] — the weight
+    plain ([n, k] int8, linear_w8) or packed (linear_w8a8/conv_w8a8) — shared by every op whose
+    weight has the same contents (equal weights behind distinct fp32 constants: one copy);
+    None when the scale/zero are not per output or not finite."""
     sv, zv = _per_output(s, n), _per_output(z, n)
     if q.dtype != np.int8 or q.size != n * k or sv is None or zv is None \
             or not (np.all(np.isfinite(sv)) and np.all(np.isfinite(zv))):
@@ -508,17 +491,32 @@ def _w8a8_operands(w: Value, q: np.ndarray, s, z, n: int, k: int, by_content: Di
     q = np.ascontiguousarray(q.reshape(n, k))
     if not np.any(zv):
         zv = None
-    elif sv.size != zv.size:
+    elif sv.size != zv.size:  # one per output and one per tensor: both per output
         sv, zv = np.broadcast_to(sv, (n,)).copy(), np.broadcast_to(zv, (n,)).copy()
-    key = hashlib.sha256(b"w8a8 %d %d|" % (n, k) + q.tobytes() + b"|" + sv.tobytes() + b"|" +
-                         (zv.tobytes() if zv is not None else b"-")).digest()
+    key = hashlib.sha256(b"%s %d %d|" % (b"w8a8" if packed else b"w8", n, k) + q.tobytes() + b"|" + sv.tobytes()
+                         + b"|" + (zv.tobytes() if zv is not None else b"-")).digest()
     if key not in by_content:
-        packed = _pack_w8a8(q)
-        by_content[key] = (
-            Value(w.name + ".w8a8", np.int8, (packed.size,), const=packed),
-            Value(w.name + ".scale", np.float32, (sv.size,), const=sv),
-            Value(w.name + ".zero", np.float32, (zv.size,), const=zv) if zv is not None else None)
+        if packed:
+            blob = _pack_w8a8(q)
+            weight = Value(w.name + ".w8a8", np.int8, (blob.size,), const=blob)
+        else:
+            weight = Value(w.name + ".q", np.int8, (n, k), const=q)
+        by_content[key] = (weight, Value(w.name + ".scale", np.float32, (sv.size,), const=sv),
+                           Value(w.name + ".zero", np.float32, (zv.size,), const=zv) if zv is not None else None)
     return by_content[key]
+
+
+def _int8_linear(prog: Program, op: Op):
+    """(x, w, bias, (q, s, z), n, k, rows at the bounds) of a linear whose weight was folded
+    from int8, else None."""
+    if op.type != "linear":
+        return None
+    x, w, bias = op.inputs
+    aff = int8_affine(w)
+    if aff is None or w.rank != 2 or not w.static:
+        return None
+    rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
+    return x, w, bias, aff, int(w.shape[0]), int(w.shape[1]), rows
 
 
 CONV_W8A8_ROWS = 32  # positions per block of op conv_w8a8 (native/src/plan/op_conv.c)
@@ -552,7 +550,7 @@ def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Op
             if c * kw > W8A8_MAX_K:
                 continue
             if w.uid not in made:
-                made[w.uid] = _w8a8_operands(w, aff[0], aff[1], aff[2], m, c * kw, by_content)
+                made[w.uid] = _int8_operands(w, aff[0], aff[1], aff[2], m, c * kw, by_content, packed=True)
             if made[w.uid] is None:
                 continue
             pv, sv, zv = made[w.uid]
@@ -561,16 +559,14 @@ def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Op
             new = Op("conv_w8a8", [x, pv, sv, zv, bias], op.outputs, iattr=[act, m, c, kw, stride, dil, pb, pe],
                      fattr=list(op.fattr), scratch=scratch, name=op.name)
         elif op.type == "linear":
-            x, w, bias = op.inputs
-            aff = int8_affine(w)
-            if aff is None or w.rank != 2 or not w.static:
+            found = _int8_linear(prog, op)
+            if found is None:
                 continue
-            n, k = int(w.shape[0]), int(w.shape[1])
-            rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
+            x, w, bias, aff, n, k, rows = found
             if rows < min_rows or k > W8A8_MAX_K or k == 0 or n == 0:
                 continue
             if w.uid not in made:
-                made[w.uid] = _w8a8_operands(w, aff[0], aff[1], aff[2], n, k, by_content)
+                made[w.uid] = _int8_operands(w, aff[0], aff[1], aff[2], n, k, by_content, packed=True)
             if made[w.uid] is None:
                 continue
             pv, sv, zv = made[w.uid]
