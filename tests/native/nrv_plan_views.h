@@ -16,9 +16,9 @@
 /* Extents the random shapes draw from: awkward sizes around vector widths. */
 static const int64_t SIZES[] = {1, 2, 3, 5, 7, 13, 33, 129};
 
-static size_t esz_of(int dt) { return nrv_dtype_size((nrv_dtype)dt); }
+static inline size_t esz_of(int dt) { return nrv_dtype_size((nrv_dtype)dt); }
 
-static nrv_tview mk(int dt, int rank, const int64_t *dims) {
+static inline nrv_tview mk(int dt, int rank, const int64_t *dims) {
     nrv_tview v;
     memset(&v, 0, sizeof v);
     v.rank = rank;
@@ -38,23 +38,23 @@ static nrv_tview mk(int dt, int rank, const int64_t *dims) {
     return v;
 }
 
-static void freev(nrv_tview *v) {
+static inline void freev(nrv_tview *v) {
     free(v->data);
     v->data = NULL;
 }
 
-static size_t nbytes(const nrv_tview *v) { return (size_t)v->numel * esz_of(v->dtype); }
+static inline size_t nbytes(const nrv_tview *v) { return (size_t)v->numel * esz_of(v->dtype); }
 
-static int untouched(const nrv_tview *v) {
+static inline int untouched(const nrv_tview *v) {
     const uint8_t *p = v->data;
     for (size_t i = 0; i < nbytes(v); i++)
         if (p[i] != SENTINEL) return 0;
     return 1;
 }
 
-static int64_t rnd(int64_t n) { return (int64_t)(nrv_test_u64() % (uint64_t)n); }
+static inline int64_t rnd(int64_t n) { return (int64_t)(nrv_test_u64() % (uint64_t)n); }
 
-static void rand_dims(int r, int64_t *dims, int64_t cap) {
+static inline void rand_dims(int r, int64_t *dims, int64_t cap) {
     for (;;) {
         int64_t p = 1;
         for (int d = 0; d < r; d++) {
@@ -65,7 +65,7 @@ static void rand_dims(int r, int64_t *dims, int64_t cap) {
     }
 }
 
-static void unravel(int64_t flat, int rank, const int64_t *dims, int64_t *idx) {
+static inline void unravel(int64_t flat, int rank, const int64_t *dims, int64_t *idx) {
     for (int d = rank - 1; d >= 0; d--) {
         idx[d] = dims[d] ? flat % dims[d] : 0;
         flat = dims[d] ? flat / dims[d] : 0;
