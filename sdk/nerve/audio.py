@@ -34,6 +34,7 @@ Other encodings (ADPCM, A-law, mu-law, ...) are refused naming their format code
 
 from __future__ import annotations
 
+import io
 import operator
 import os
 import struct
@@ -44,7 +45,7 @@ import numpy as np
 from ._native import ffi, lib, check
 from .errors import InputError, ModelError, code
 
-__all__ = ["read_wav", "to_mono_float32", "Resampler", "load_audio", "MAX_RATE"]
+__all__ = ["read_wav", "iter_wav", "to_mono_float32", "Resampler", "load_audio", "MAX_RATE"]
 
 MAX_RATE = 384000
 """Highest sample rate nerve accepts, in Hz (the lowest is 1)."""
@@ -195,25 +196,6 @@ def to_mono_float32(samples, channels: int = 1) -> np.ndarray:
 # ---------------------------------------------------------------- WAV
 
 
-def _source_bytes(source, where: str):
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return memoryview(source).cast("B"), "<bytes>"
-    if isinstance(source, (str, os.PathLike)):
-        try:
-            with open(source, "rb") as f:
-                return memoryview(f.read()), os.fspath(source)
-        except OSError as exc:
-            raise ModelError(f"{where}: cannot read {os.fspath(source)!r}: {exc.strerror or exc}",
-                             code("NRV_ERR_IO")) from exc
-    if hasattr(source, "read"):
-        data = source.read()
-        if not isinstance(data, (bytes, bytearray)):
-            raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
-                               "(open it in binary mode)")
-        return memoryview(data), getattr(source, "name", "<file>")
-    raise _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
-
-
 def _parse_fmt(data, body: int, size: int, name: str) -> Tuple[int, int, int, int]:
     """(nrv_sample_format, channels, rate, block_align) of a 'fmt ' chunk."""
     if size < 16:
@@ -260,27 +242,17 @@ def _parse_fmt(data, body: int, size: int, name: str) -> Tuple[int, int, int, in
     return fmt, channels, rate, block_align
 
 
-def read_wav(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> Tuple[np.ndarray, int]:
-    """Reads a WAV file (a path, its bytes, or a binary file object).
+def _wav_layout(f, n: int, name: str):
+    """Walks the chunk headers of a WAV file object of n bytes (seeking, reading only the
+    headers, 'fmt ' and 'ds64'): ((format, channels, rate, block_align), data_start, data_end)."""
+    def read_at(pos: int, count: int) -> bytes:
+        f.seek(pos)
+        return f.read(count)
 
-    Returns:
-        ``(samples, sample_rate)``: float32 mono samples (channels averaged; integer PCM
-        scaled to [-1, 1)) and the rate in Hz.
-
-    Raises:
-        InputError: not a RIFF/WAVE file, a truncated header or chunk, no ``fmt `` or no
-            ``data`` chunk, a rate of 0 or above 384000 Hz, 0 channels, an unsupported
-            format code or bit depth, a frame size that does not match the format, data cut
-            mid-sample, or NaN / Inf float samples.
-        ModelError: a path that cannot be read (NRV_ERR_IO; the OSError is its __cause__).
-    """
-    where = "read_wav"
-    data, origin = _source_bytes(source, where)
-    name = f"{where}: {origin}"
-    n = len(data)
     if n < 12:
         raise _input_error(f"{name}: not a WAV file: {n} bytes, shorter than a RIFF header (12)")
-    magic, form = bytes(data[0:4]), bytes(data[8:12])
+    head = read_at(0, 12)
+    magic, form = head[0:4], head[8:12]
     if magic == b"RIFX":
         raise _input_error(f"{name}: big-endian RIFX WAV files are not supported")
     if magic not in (b"RIFF", b"RF64") or form != b"WAVE":
@@ -292,8 +264,9 @@ def read_wav(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> T
     ds64_data = None
     pos = 12
     while pos + 8 <= n:
-        cid = bytes(data[pos:pos + 4])
-        size = struct.unpack_from("<I", data, pos + 4)[0]
+        chunk = read_at(pos, 8)
+        cid = chunk[0:4]
+        size = struct.unpack_from("<I", chunk, 4)[0]
         body = pos + 8
         if cid == b"data":
             declared = size
@@ -308,9 +281,9 @@ def read_wav(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> T
                                f"only {n - body} follow")
         elif cid == b"fmt ":
             if fmt_info is None:
-                fmt_info = _parse_fmt(data, body, size, name)
+                fmt_info = _parse_fmt(read_at(body, size), 0, size, name)
         elif cid == b"ds64" and rf64 and size >= 16:
-            ds64_data = struct.unpack_from("<Q", data, body + 8)[0]
+            ds64_data = struct.unpack_from("<Q", read_at(body, 16), 8)[0]
         if fmt_info is not None and data_range is not None:
             break
         pos = body + size + (size & 1)
@@ -322,19 +295,92 @@ def read_wav(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> T
                                                          if data_range is not None else ""))
     if data_range is None:
         raise _input_error(f"{name}: no 'data' chunk" + (" (file truncated?)" if pos < n else ""))
-    fmt, channels, rate, block_align = fmt_info
     start, end = data_range
-    nbytes = end - start
-    if nbytes % block_align:
-        raise _input_error(f"{name}: truncated mid-sample: the data has {nbytes} bytes, not a whole number of "
-                           f"{block_align}-byte frames ({channels} channels)")
-    frames = nbytes // block_align
-    raw = data[start:end]
-    out, bad = _convert(raw, fmt, frames, channels)
+    if (end - start) % fmt_info[3]:
+        raise _input_error(f"{name}: truncated mid-sample: the data has {end - start} bytes, not a whole number "
+                           f"of {fmt_info[3]}-byte frames ({fmt_info[1]} channels)")
+    return fmt_info, start, end
+
+
+def _open_wav(source, where: str):
+    """(file object, byte count, name) for a path, bytes or binary file object."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = memoryview(source).cast("B")
+        return io.BytesIO(data), len(data), f"{where}: <bytes>"
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            f = open(source, "rb")
+            size = os.fstat(f.fileno()).st_size
+        except OSError as exc:
+            raise ModelError(f"{where}: cannot read {os.fspath(source)!r}: {exc.strerror or exc}",
+                             code("NRV_ERR_IO")) from exc
+        return f, size, f"{where}: {os.fspath(source)}"
+    if hasattr(source, "read"):
+        data = source.read()
+        if not isinstance(data, (bytes, bytearray)):
+            raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
+                               "(open it in binary mode)")
+        return io.BytesIO(data), len(data), f"{where}: {getattr(source, 'name', '<file>')}"
+    raise _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
+
+
+def _decode_block(raw: bytes, fmt: int, channels: int, block_align: int, name: str) -> np.ndarray:
+    out, bad = _convert(raw, fmt, len(raw) // block_align, channels)
     if bad:
         dtype = "<f4" if fmt == lib.NRV_SAMPLE_F32 else "<f8"
         raise _nonfinite_error(name, np.frombuffer(raw, dtype=dtype), bad, channels)
-    return out, rate
+    return out
+
+
+def read_wav(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> Tuple[np.ndarray, int]:
+    """Reads a WAV file (a path, its bytes, or a binary file object).
+
+    Returns:
+        ``(samples, sample_rate)``: float32 mono samples (channels averaged; integer PCM
+        scaled to [-1, 1)) and the rate in Hz.
+
+    Raises:
+        InputError: not a RIFF/WAVE file, a truncated header or chunk, no ``fmt `` or no
+            ``data`` chunk, a rate of 0 or above 384000 Hz, 0 channels, an unsupported
+            format code or bit depth, a frame size that does not match the format, data cut
+            mid-sample, or NaN / Inf float samples.
+        ModelError: a path that cannot be read (NRV_ERR_IO; the OSError is its __cause__).
+    """
+    f, n, name = _open_wav(source, "read_wav")
+    with f:
+        (fmt, channels, rate, block_align), start, end = _wav_layout(f, n, name)
+        f.seek(start)
+        raw = f.read(end - start)
+    return _decode_block(raw, fmt, channels, block_align, name), rate
+
+
+def iter_wav(source: Union[str, os.PathLike, bytes, bytearray, memoryview], block_frames: int = 16000):
+    """Reads a WAV file in blocks: returns ``(sample_rate, blocks)`` where blocks yields float32
+    mono arrays of up to ``block_frames`` frames — an hour-long recording never sits in memory
+    whole. Same formats and errors as :func:`read_wav` (the header's are raised here, a bad
+    sample when its block is read)."""
+    if not isinstance(block_frames, int) or block_frames < 1:
+        raise _input_error(f"iter_wav: block_frames must be a positive int, got {block_frames!r}")
+    f, n, name = _open_wav(source, "iter_wav")
+    try:
+        (fmt, channels, rate, block_align), start, end = _wav_layout(f, n, name)
+    except BaseException:
+        f.close()
+        raise
+
+    def blocks():
+        with f:
+            pos = start
+            while pos < end:
+                count = min(block_frames * block_align, end - pos)
+                f.seek(pos)
+                raw = f.read(count)
+                if len(raw) != count:
+                    raise _input_error(f"{name}: the file shrank while being read")
+                yield _decode_block(raw, fmt, channels, block_align, name)
+                pos += count
+
+    return rate, blocks()
 
 
 # ---------------------------------------------------------------- resampler

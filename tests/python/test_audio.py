@@ -540,3 +540,24 @@ def test_load_audio(tmp_path, rng):
         audio.load_audio(mono, sample_rate=16000, target_rate=0)
     with pytest.raises(InputError, match="not a WAV file"):
         audio.load_audio(b"hello")
+
+
+def test_iter_wav_blocks_equal_read_wav(tmp_path):
+    """iter_wav gives read_wav's samples in blocks (any block size), errors in the header at
+    the call, bad block sizes refused."""
+    rng = np.random.default_rng(11)
+    pcm = (rng.standard_normal((4801, 2)) * 8000).astype(np.int16)
+    path = tmp_path / "s.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(2), w.setsampwidth(2), w.setframerate(22050)
+        w.writeframes(pcm.tobytes())
+    want, rate = nerve.audio.read_wav(str(path))
+    for block in (1, 7, 1000, 4801, 100000):
+        r, blocks = nerve.audio.iter_wav(str(path), block_frames=block)
+        parts = list(blocks)
+        assert r == rate == 22050 and all(len(p) <= block for p in parts)
+        np.testing.assert_array_equal(np.concatenate(parts), want)
+    with pytest.raises(nerve.InputError):
+        nerve.audio.iter_wav(b"RIFF\x00\x00\x00\x00WAVEjunk")
+    with pytest.raises(nerve.InputError):
+        nerve.audio.iter_wav(str(path), block_frames=0)

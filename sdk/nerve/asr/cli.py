@@ -101,7 +101,7 @@ def _stdin_slices(bytes_per_slice: int):
 
 
 def _cmd_asr(args) -> int:
-    from ..audio import read_wav
+    from ..audio import iter_wav
     from .recognizer import Recognizer
 
     live = args.source == "-"
@@ -111,9 +111,9 @@ def _cmd_asr(args) -> int:
     if live:
         rate, slices = 16000, _stdin_slices(int(16000 * SLICE_S) * 2)
     else:
-        samples, rate = read_wav(args.source)
+        rate, blocks = iter_wav(args.source, block_frames=48000 * 10)  # never the whole file in memory
         step = max(int(rate * SLICE_S), 1)
-        slices = (samples[i:i + step] for i in range(0, len(samples), step))
+        slices = (block[i:i + step] for block in blocks for i in range(0, len(block), step))
     stream = rec.create_stream(sample_rate=rate)
     compute = 0.0
 

@@ -39,7 +39,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 
 from .. import memory
-from ..audio import Resampler, read_wav, to_mono_float32
+from ..audio import Resampler, iter_wav, to_mono_float32
 from ..errors import InputError
 from .moonshine import SAMPLE_RATE, MoonshineModel
 from .tokenizer import numbers_to_digits, numbers_to_words
@@ -48,6 +48,7 @@ from .vocabulary import Vocabulary
 
 __all__ = ["Recognizer", "Stream", "Event", "Token"]
 
+_WAV_BLOCK_S = 10  # a file is read in blocks of ~10 s (never whole)
 _PIECE = 16 * FRAME  # audio is taken in pieces of at most 0.512 s (bounds the ring)
 _MODELS: Dict[tuple, MoonshineModel] = {}
 _MODELS_LOCK = threading.Lock()
@@ -188,17 +189,21 @@ class Recognizer:
 
     def transcribe(self, source: Union[str, Path, bytes, np.ndarray], sample_rate: Optional[int] = None,
                    channels: int = 1) -> List[Event]:
-        """The final events of a whole recording (a WAV path/bytes, or samples with their rate)."""
+        """The final events of a whole recording (a WAV path/bytes, read block by block, or
+        samples with their rate)."""
         if isinstance(source, np.ndarray):
             if sample_rate is None:
                 raise InputError("transcribe(samples): give sample_rate=")
-            samples, rate = source, int(sample_rate)
+            rate, blocks = int(sample_rate), [source]
         else:
-            samples, rate = read_wav(source)
+            rate, blocks = iter_wav(source, block_frames=_WAV_BLOCK_S * 48000)
             channels = 1
         stream = Stream(self, rate, channels, partial_ms=0)
         try:
-            return [e for e in stream.accept_waveform(samples) + stream.finish() if e.type == "final"]
+            events: List[Event] = []
+            for block in blocks:
+                events += stream.accept_waveform(block)
+            return [e for e in events + stream.finish() if e.type == "final"]
         finally:
             stream.close()
 
