@@ -143,10 +143,9 @@ def write_wav(path, samples: np.ndarray, rate: int) -> None:
 
 def resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
     """Whole-signal resampling with nerve's resampler (tested against a float64 reference)."""
-    from nerve.audio import Resampler
+    from nerve.audio import load_audio
 
-    r = Resampler(src, dst)
-    return np.concatenate([r.process(np.asarray(x, np.float32)), r.flush()])
+    return load_audio(np.asarray(x, np.float32), sample_rate=src, target_rate=dst)
 
 
 # ---------------------------------------------------------------- synthesis and noise

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
 import numpy as np
@@ -238,9 +237,9 @@ def format_plan(sess) -> str:
     tensors = sess.tensors()
     ops = sess.ops()
     mem = sess.memory_report()
-    lines = [f"plan sha256 {sess.hash}", f"inputs   " + ", ".join(f"{i['name']} {i['dtype']}{i['shape']}"
+    lines = [f"plan sha256 {sess.hash}", "inputs   " + ", ".join(f"{i['name']} {i['dtype']}{i['shape']}"
                                                                   for i in sess.inputs),
-             f"outputs  " + ", ".join(f"{o['name']} {o['dtype']}{o['shape']}" for o in sess.outputs), "",
+             "outputs  " + ", ".join(f"{o['name']} {o['dtype']}{o['shape']}" for o in sess.outputs), "",
              f"ops after fusion ({len(ops)}):"]
     for i, op in enumerate(ops):
         outs = ", ".join(tensors[t]["name"] for t in op["outputs"])

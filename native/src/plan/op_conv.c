@@ -944,13 +944,10 @@ static nrv_status pad_run(const nrv_op_args *a) {
 #define CONV_W8A8_ROWS 32
 
 static nrv_status conv_w8a8_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 8, 2));
-    NRV_TRY(nrv_op_require_input(a, 0));
-    NRV_TRY(nrv_op_require_input(a, 1));
-    NRV_TRY(nrv_op_require_input(a, 2));
-    const nrv_tview *x = a->in[0], *pk = a->in[1], *sv = a->in[2];
-    const nrv_tview *zv = a->n_in > 3 ? a->in[3] : NULL, *bias = a->n_in > 4 ? a->in[4] : NULL;
-    nrv_tview *y = a->out[0];
+    nrv_w8_operands o;
+    NRV_TRY(nrv_op_w8_operands(a, 8, &o));
+    const nrv_tview *x = o.x, *pk = o.w, *sv = o.s, *zv = o.z, *bias = o.bias;
+    nrv_tview *y = o.y;
     const int64_t act = a->iattr[0], M = a->iattr[1], C = a->iattr[2], K = a->iattr[3];
     const int64_t st = a->iattr[4], dl = a->iattr[5], pb = a->iattr[6], pe = a->iattr[7];
     NRV_TRY(check_act(a, act));

@@ -302,13 +302,10 @@ static void linear_w8_task(void *ctx, int64_t t) {
  *   No scratch. rows = product of x's leading dims; K == 0 gives y = act(bias or 0).
  * Computed as s[n]·Σ_k x·q + z[n]·Σ_k x + bias[n] (kernels.h nrv_linear_w8_fn). */
 static nrv_status run_linear_w8(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 1, 2));
-    NRV_TRY(nrv_op_require_input(a, 0));
-    NRV_TRY(nrv_op_require_input(a, 1));
-    NRV_TRY(nrv_op_require_input(a, 2));
-    const nrv_tview *x = a->in[0], *q = a->in[1], *sv = a->in[2];
-    const nrv_tview *zv = a->n_in > 3 ? a->in[3] : NULL, *bias = a->n_in > 4 ? a->in[4] : NULL;
-    nrv_tview *y = a->out[0];
+    nrv_w8_operands o;
+    NRV_TRY(nrv_op_w8_operands(a, 1, &o));
+    const nrv_tview *x = o.x, *q = o.w, *sv = o.s, *zv = o.z, *bias = o.bias;
+    nrv_tview *y = o.y;
     NRV_TRY(check_f32(a, x, "x"));
     NRV_TRY(nrv_op_expect_dtype(a, q, "q", NRV_I8));
     NRV_TRY(check_f32(a, y, "output"));
@@ -392,13 +389,10 @@ static nrv_status w8a8_dims(const nrv_op_args *a, int64_t n, int64_t k) {
  *   No scratch (each call quantises blocks of rows into a stack buffer).
  *   rows = product of x's leading dims; K == 0 gives y = act(bias or 0). */
 static nrv_status run_linear_w8a8(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 3, 2));
-    NRV_TRY(nrv_op_require_input(a, 0));
-    NRV_TRY(nrv_op_require_input(a, 1));
-    NRV_TRY(nrv_op_require_input(a, 2));
-    const nrv_tview *x = a->in[0], *pk = a->in[1], *sv = a->in[2];
-    const nrv_tview *zv = a->n_in > 3 ? a->in[3] : NULL, *bias = a->n_in > 4 ? a->in[4] : NULL;
-    nrv_tview *y = a->out[0];
+    nrv_w8_operands o;
+    NRV_TRY(nrv_op_w8_operands(a, 3, &o));
+    const nrv_tview *x = o.x, *pk = o.w, *sv = o.s, *zv = o.z, *bias = o.bias;
+    nrv_tview *y = o.y;
     const int64_t act = a->iattr[0], N = a->iattr[1], K = a->iattr[2];
     NRV_TRY(check_act(a, act));
     NRV_TRY(w8a8_dims(a, N, K));

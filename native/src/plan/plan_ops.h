@@ -123,6 +123,15 @@ nrv_status nrv_op_expect_dtype(const nrv_op_args *a, const nrv_tview *v, const c
 /* Fails with NRV_ERR_SHAPE unless a and b have the same number of elements. */
 nrv_status nrv_op_expect_same_numel(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, const char *what);
 
+/* The operands every int8-weight op (linear_w8, linear_w8a8, conv_w8a8) takes: in[0] x,
+ * in[1] the weight, in[2] s (all required), in[3] z and in[4] bias (optional: NULL), one
+ * output; checks the counts (n_iattr integer and 2 float attributes) and unpacks them. */
+typedef struct nrv_w8_operands {
+    const nrv_tview *x, *w, *s, *z, *bias;
+    nrv_tview *y;
+} nrv_w8_operands;
+nrv_status nrv_op_w8_operands(const nrv_op_args *a, int n_iattr, nrv_w8_operands *o);
+
 /* The per-output parameters of an int8 weight with n outputs (linear_w8, linear_w8a8,
  * conv_w8a8): s f32 [n] or [1]; z f32 shaped like s, optional (NULL); bias f32 [n],
  * optional (NULL). NRV_ERR_DTYPE for a dtype, NRV_ERR_SHAPE for a rank or an extent. */

@@ -49,6 +49,18 @@ static nrv_status check_f32_vec(const nrv_op_args *a, const nrv_tview *v, const 
     return NRV_OK;
 }
 
+nrv_status nrv_op_w8_operands(const nrv_op_args *a, int n_iattr, nrv_w8_operands *o) {
+    NRV_TRY(nrv_op_expect(a, 3, 5, 1, n_iattr, 2));
+    for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_require_input(a, i));
+    o->x = a->in[0];
+    o->w = a->in[1];
+    o->s = a->in[2];
+    o->z = a->n_in > 3 ? a->in[3] : NULL;
+    o->bias = a->n_in > 4 ? a->in[4] : NULL;
+    o->y = a->out[0];
+    return NRV_OK;
+}
+
 nrv_status nrv_op_check_w8_params(const nrv_op_args *a, const nrv_tview *s, const nrv_tview *z, const nrv_tview *bias,
                                   int64_t n) {
     NRV_TRY(check_f32_vec(a, s, "s", -1));

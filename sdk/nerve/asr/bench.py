@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..audio import Resampler, read_wav
+from ..audio import load_audio, read_wav
 from ..bench import cpu_model
 from .moonshine import SAMPLE_RATE
 from .recognizer import Recognizer
@@ -30,11 +30,6 @@ def default_audio() -> List[Path]:
     repo_examples = Path(__file__).resolve().parents[3] / "examples" / "audio"
     files = sorted(repo_examples.glob("*.wav")) if repo_examples.is_dir() else []
     return files + [model_file("moonshine-base", "test-data/beckett.wav")]
-
-
-def _to_16k(samples: np.ndarray, rate: int) -> np.ndarray:
-    r = Resampler(rate, SAMPLE_RATE)
-    return np.concatenate([r.process(samples), r.flush()])
 
 
 def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[Sequence[str]] = None,
@@ -68,7 +63,7 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
                 peak[k] = max(peak.get(k, 0), v)
             stream.close()
         t_nerve = statistics.median(runs)
-        x16 = _to_16k(samples, rate)
+        x16 = load_audio(samples, sample_rate=rate, target_rate=SAMPLE_RATE)
         segments = [x16[round(e.start_s * SAMPLE_RATE):round(e.end_s * SAMPLE_RATE)] for e in finals]
         row = {"file": path.name, "audio_s": round(audio_s, 2), "nerve_s": t_nerve,
                "nerve_text": " | ".join(e.text for e in finals)}

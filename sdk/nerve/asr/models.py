@@ -10,7 +10,6 @@ command to run.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import shutil
 import subprocess

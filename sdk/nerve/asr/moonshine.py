@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import InputError
-from ..session import Plan, Session, compile as compile_plan
+from ..session import Session, compile as compile_plan
 from .models import model_dir
 from .tokenizer import Tokenizer
 

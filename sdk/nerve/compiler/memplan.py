@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import symbolic as S
-from .graph import CompileError, Op, Program, Value
+from .graph import CompileError, Program, Value
 
 ALIGN = 64
 ARENA, WEIGHT, INPUT, STATE = 0, 1, 2, 3

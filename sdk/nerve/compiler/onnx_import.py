@@ -17,7 +17,7 @@ import numpy as np
 
 from . import symbolic as S
 from .builder import Builder
-from .graph import CompileError, Op, Program, Value
+from .graph import CompileError, Program, Value
 
 _HANDLERS: Dict[str, Callable] = {}
 

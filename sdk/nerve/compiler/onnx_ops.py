@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import symbolic as S
-from .graph import CompileError, Value
+from .graph import Value
 from .onnx_import import NodeCtx, handler, np_dtype_of
 from .symbolic import Dim
 
@@ -943,7 +943,6 @@ def _conv(ctx: NodeCtx, ins):
 def _if(ctx: NodeCtx, ins):
     cond = ins[0]
     then_g, else_g = ctx.attrs["then_branch"], ctx.attrs["else_branch"]
-    imp = ctx.imp
     k = ctx.b.known_values(cond)
     if k is not None and S.is_static(k[0]):
         branch = then_g if int(k[0]) else else_g
