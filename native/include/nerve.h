@@ -236,6 +236,50 @@ NRV_API nrv_status nrv_activate(nrv_activation act, const float *x, int64_t n, f
 /* Softmax over the last dimension of [rows, dim]; y may equal x. */
 NRV_API nrv_status nrv_softmax(const float *x, int64_t rows, int64_t dim, float *y);
 
+/* ---------------------------------------------------------------- W4 weights
+ *
+ * Group-wise INT4 weights (docs/QUANTIZATION.md, "W4"): W[o, k] = scale[o, g]·(q[o, k] -
+ * zero[o, g]) with g = k / group, q and zero in [-8, 7], scale an IEEE fp16. Two layouts
+ * hold the same values:
+ *  - NRV_W4_UNPACKED: q as int8 [out, in], one value per byte (twice the bytes, no unpack);
+ *  - NRV_W4_PACKED: uint8 [out, in/2]; per row, per block of 32 weights k0..k0+31, 16 bytes,
+ *    byte j = (q[k0+j] + 8) | (q[k0+16+j] + 8) << 4 (the low nibbles are the block's first
+ *    16 weights, the high nibbles its last 16: one AND and one shift give 32 values in order).
+ * The kernels give bit-identical outputs for the two layouts of one weight. */
+typedef enum nrv_w4_layout { NRV_W4_UNPACKED = 0, NRV_W4_PACKED = 1 } nrv_w4_layout;
+
+typedef struct nrv_w4_weight {
+    int64_t out, in;        /* W is [out, in] (y = x·Wᵀ) */
+    int32_t group;          /* 32, 64 or 128, dividing in */
+    int32_t layout;         /* nrv_w4_layout */
+    const void *q;          /* UNPACKED: int8 [out, in]; PACKED: uint8 [out, in/2] */
+    const uint16_t *scales; /* fp16 [out, in/group], finite and non-zero */
+    const int8_t *zero;     /* int8 [out, in/group] in [-8, 7]; NULL: symmetric (zero 0) */
+} nrv_w4_weight;
+
+/* Checks a W4 weight whole: dims, group, layout, every q of an unpacked weight in [-8, 7],
+ * every scale finite and non-zero, every zero point in [-8, 7]. Reads every byte (O(size)):
+ * call it once when a weight is made or loaded, not per product. The error names the
+ * first bad element (row, column). */
+NRV_API nrv_status nrv_w4_check(const nrv_w4_weight *w);
+
+/* q [out, in] int8 in [-8, 7] -> packed [out, in/2] (layout above); in must be a multiple
+ * of 32. Checks every value before writing anything. */
+NRV_API nrv_status nrv_w4_pack(const int8_t *q, int64_t out, int64_t in, uint8_t *packed);
+
+/* The inverse of nrv_w4_pack. */
+NRV_API nrv_status nrv_w4_unpack(const uint8_t *packed, int64_t out, int64_t in, int8_t *q);
+
+/* y = x · Wᵀ + b with a W4 weight (checked by nrv_w4_check beforehand: the contents are not
+ * re-read for validity here; out-of-range values give wrong numbers, never a stray access).
+ * x: [rows, in] f32; b: [out] (may be NULL); y: [rows, out], not overlapping x.
+ * int8_activations 0: w4a32 (x stays fp32, W dequantised in registers); 1: w4a8 (each row
+ * of x quantised to int8 on the fly, symmetric, sx = max|x| / 127, int32 products per group).
+ * in <= NRV_W4_MAX_IN. */
+#define NRV_W4_MAX_IN 16384
+NRV_API nrv_status nrv_linear_w4(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b,
+                                 int int8_activations, float *y);
+
 /* ---------------------------------------------------------------- memory pools
  *
  * Three kinds, all carving 64-byte-aligned buffers out of one arena obtained at creation

@@ -32,6 +32,8 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_SOFTMAX] = "softmax",
     [NRV_OP_LINEAR_W8] = "linear_w8",
     [NRV_OP_LINEAR_W8A8] = "linear_w8a8",
+    [NRV_OP_LINEAR_W4A32] = "linear_w4a32",
+    [NRV_OP_LINEAR_W4A8] = "linear_w4a8",
 };
 
 typedef struct op_slot {

@@ -10,6 +10,8 @@ Public API::
     nerve.memory_report()      counters of every pool of this process
     nerve.Session(model)       a model (.onnx compiled on load, or a .nrv plan) ready to run
     nerve.compile(onnx_path)   ONNX -> Plan (save with Plan.save("model.nrv"))
+    nerve.precision            the precision names (fp32, int8/w8a8, w4a32, w4a8)
+    nerve.quant                INT4 weights: quantize_w4, W4Weight (packed / unpacked)
     nerve.asr                  speech recognition (Recognizer, streams); imported on first use
     nerve.audio                WAV reading, sample conversion, the stateful resampler
     nerve.NerveError, InputError, ModelError, DeviceError, OutOfMemoryError, NativeError
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from . import kernels, memory, ops
+from . import kernels, memory, ops, precision, quant
 from ._native import ffi as _ffi
 from ._native import lib as _lib
 from ._native import library_path as _library_path

@@ -23,6 +23,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ._native import check, ffi, lib, to_str
+from . import precision as precision_scheme
 from .errors import InputError, ModelError
 
 __all__ = ["Session", "Plan", "compile", "run_program_once", "cache_dir"]
@@ -123,13 +124,13 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     constants: ``{input_name: value}`` inputs fixed at compile time (folded; an ``If`` on one
     is specialised, so e.g. a merged decoder's first and next steps become two lean plans).
     outputs: the output names to keep (default all); what only the others need is dropped.
-    precision: "fp32" (default: matches onnxruntime's fp32 within float rounding) or "int8":
-    products whose weights are int8 in the model (Cast+Mul dequantisation) and that run on many
-    rows also quantise their activations per row (linear_w8a8, VNNI on x86): faster, with the
-    activations' quantisation error (Moonshine's encoder: ~2x, cosine 0.996 to fp32).
+    precision: "fp32" (default: matches onnxruntime's fp32 within float rounding), "int8"/"w8a8"
+    (products whose weights are int8 in the model and that run on many rows also quantise
+    their activations per row: linear_w8a8), "w4a32" or "w4a8" (linear layers get group-wise
+    INT4 weights, quantised at compile time; ":g32"/":g128" picks the group) — the list and
+    the trade-offs: :mod:`nerve.precision`.
     """
-    if precision not in ("fp32", "int8"):
-        raise InputError(f"precision must be 'fp32' or 'int8', got {precision!r}")
+    precision_scheme.parse(precision)
     from .compiler import compile_onnx  # the compiler imports onnx: only when compiling
 
     path = Path(model)
@@ -221,7 +222,7 @@ class Session:
     ``model``: an ``.onnx`` file (compiled on load; cached) or a ``.nrv`` plan, or a
     :class:`Plan`. ``dims``/``state``/``constants``/``outputs``: see :func:`compile` (ignored
     for a ready plan).
-    ``device="cpu"``; ``precision`` "fp32" or "int8" (see :func:`compile`); ``threads`` is the
+    ``device="cpu"``; ``precision`` one of :mod:`nerve.precision` (see :func:`compile`); ``threads`` is the
     number of threads for the big ops (1: the goals are measured at one thread).
     ``log``: a JSON-lines provenance log (see :mod:`nerve.provenance`); ``nerve replay LOG``
     re-runs it and confirms the outputs.
@@ -234,8 +235,7 @@ class Session:
                  log: Optional[Union[str, os.PathLike]] = None):
         if device != "cpu":
             raise InputError(f"device {device!r} is not supported by Session yet (use 'cpu')")
-        if precision not in ("fp32", "int8"):
-            raise InputError(f"precision must be 'fp32' or 'int8', got {precision!r}")
+        precision_scheme.parse(precision)
         if not isinstance(threads, int) or threads < 1:
             raise InputError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads

@@ -704,6 +704,66 @@ static void test_linear_w8a8(void) {
     }
 }
 
+/* ------------------------------------------------------------------ linear_w4a32 / linear_w4a8 */
+
+/* The INT4-weight linears through the dispatch table against their references (variants sum
+ * in their own order: budget 8·sqrt(K)·eps·Σ_k |x|·(|w| + 16·|scale|), the w4a8 one on the
+ * quantised row, whose quantisation every variant reproduces); the layers' widths are the
+ * sweep's rounded up to a multiple of 32, group 32, 64 or 128 by case, symmetric or not,
+ * packed or unpacked, misaligned x. tests/native/test_linear_w4.c has the double-precision
+ * sweep, the layout identity and the error paths. */
+static void test_linear_w4(int a8) {
+    lin_case cs[256];
+    const int ncase = lin_cases(cs, 256);
+    for (int c = 0; c < ncase; c++) {
+        const int64_t rows = cs[c].rows, out = cs[c].out, in = (cs[c].in + 31) / 32 * 32;
+        const int32_t G = in % 128 == 0 && c % 3 == 2 ? 128 : in % 64 == 0 && c % 3 == 1 ? 64 : 32;
+        const int64_t ng = in / G;
+        const int mis = c % 6 == 5, with_zero = c % 2, packed = c % 4 < 2;
+        buf x = buf_in(rows * in, mis), b = buf_in(out, 0);
+        nrv_test_fill(x.p, rows * in, -1.0f, 1.0f);
+        nrv_test_fill(b.p, out, -1.0f, 1.0f);
+        int8_t *q = xalloc((size_t)(out * in)), *zero = xalloc((size_t)(out * ng));
+        uint8_t *pk = xalloc((size_t)(out * in / 2));
+        uint16_t *sc = xalloc((size_t)(out * ng) * 2);
+        for (int64_t i = 0; i < out * in; i++) q[i] = (int8_t)((int)(nrv_test_u64() % 16u) - 8);
+        for (int64_t i = 0; i < out * ng; i++) {
+            sc[i] = nrv_float_to_half(nrv_test_uniform(-0.05f, 0.05f) + 0.06f);
+            zero[i] = (int8_t)((int)(nrv_test_u64() % 16u) - 8);
+        }
+        NRV_EXPECT_STATUS(nrv_w4_pack(q, out, in, pk), NRV_OK);
+        const nrv_w4_weight w = {out, in, G, packed ? NRV_W4_PACKED : NRV_W4_UNPACKED, packed ? (void *)pk : (void *)q,
+                                 sc, with_zero ? zero : NULL};
+        float *want = xalloc((size_t)(rows * out) * sizeof(float));
+        buf y = buf_out(rows * out, mis);
+        (a8 ? nrv_linear_w4a8_ref : nrv_linear_w4a32_ref)(x.p, rows, &w, b.p, want, out);
+        nrv_kernel_get(a8 ? NRV_OP_LINEAR_W4A8 : NRV_OP_LINEAR_W4A32).linear_w4(x.p, rows, &w, b.p, y.p, out);
+        int8_t *xq = xalloc((size_t)in);
+        double err = 0.0;
+        int64_t at = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float sx = a8 ? nrv_w8a8_quantise_row_ref(x.p + r * in, in, xq) : 1.0f;
+            for (int64_t o = 0; o < out; o++) {
+                double mag = 0.0;
+                for (int64_t k = 0; k < in; k++) {
+                    const double s = fabs((double)nrv_half_to_float(sc[o * ng + k / G]));
+                    const double xv = a8 ? (double)xq[k] * sx : (double)x.p[r * in + k];
+                    mag += fabs(xv) * s * (fabs((double)q[o * in + k] - (with_zero ? zero[o * ng + k / G] : 0)) + 16.0);
+                }
+                const double tol = 8.0 * sqrt((double)in) * FLT_EPSILON * mag + 1e-30;
+                const double e = fabs((double)y.p[r * out + o] - want[r * out + o]) / tol;
+                if (!(e <= err)) err = e, at = r * out + o;
+            }
+        }
+        if (!guards_intact(&y)) err = INFINITY;
+        record(err, "rows=%lld in=%lld out=%lld group=%d zero=%d packed=%d at %lld: got %.9g want %.9g%s",
+               (long long)rows, (long long)in, (long long)out, G, with_zero, packed, (long long)at, (double)y.p[at],
+               (double)want[at], guards_intact(&y) ? "" : " canary overwritten");
+        free(xq), free(want), free(q), free(zero), free(pk), free(sc);
+        buf_free(&y), buf_free(&x), buf_free(&b);
+    }
+}
+
 /* ------------------------------------------------------------------ the sweep */
 
 /* Runs the cases of one op with whatever variant is currently selected; 0 if the op has
@@ -724,6 +784,8 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "softmax")) test_softmax();
     else if (!strcmp(op, "linear_w8")) test_linear_w8();
     else if (!strcmp(op, "linear_w8a8")) test_linear_w8a8();
+    else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);
+    else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else return 0;
     return 1;
 }

@@ -86,6 +86,33 @@ static inline void nrv_w8a8_row_scale(float amax, float *inv, float *sx) {
 /* Packs q [out, in] (row-major int8) into packed (nrv_linear_w8a8_packed_bytes bytes). */
 void nrv_linear_w8a8_pack(const int8_t *q, int64_t out, int64_t in, int8_t *packed);
 
+/* linear_w4a32 / linear_w4a8: y[r, o] (row stride ldy) = Σ_g scale[o, g]·D[r, o, g] + b[o]
+ * for a W4 weight (nerve.h nrv_w4_weight, either layout; checked), where
+ *  - w4a32: D = Σ_{k in g} x[r, k]·(q[o, k] - zero[o, g]) in fp32;
+ *  - w4a8:  D = sx[r]·Σ_{k in g} xq[r, k]·(q[o, k] - zero[o, g]), the inner sum exact in
+ *           int32, xq and sx as linear_w8a8 quantises a row (nrv_w8a8_row_scale, clamp,
+ *           round half to even).
+ * Variants sum in their own order (fp32 tolerance against the reference), but each gives
+ * bit-identical results for the two layouts, and an output's value depends only on its row
+ * and its weight row (callers split outputs and rows freely). w->in <= NRV_W4_MAX_IN. */
+typedef void (*nrv_linear_w4_fn)(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                                 int64_t ldy);
+/* The byte offset of output row o in w->q, and a view of outputs [o0, o0 + n) of w. */
+static inline int64_t nrv_w4_row_bytes(const nrv_w4_weight *w) {
+    return w->layout == NRV_W4_PACKED ? w->in / 2 : w->in;
+}
+/* W as fp32 [out, in] into dst (exact: an fp16 scale times an integer below 16). */
+void nrv_w4_dequantise(const nrv_w4_weight *w, float *dst);
+static inline nrv_w4_weight nrv_w4_rows(const nrv_w4_weight *w, int64_t o0, int64_t n) {
+    nrv_w4_weight v = *w;
+    const int64_t ng = w->in / w->group;
+    v.out = n;
+    v.q = (const uint8_t *)w->q + o0 * nrv_w4_row_bytes(w);
+    v.scales = w->scales + o0 * ng;
+    v.zero = w->zero ? w->zero + o0 * ng : NULL;
+    return v;
+}
+
 /* A linear kernel may pick its path (and so its rounding) from out only while out is below
  * this: a caller that splits the outputs of one product across threads keeps every piece
  * at least this wide, so each output is computed exactly as in the unsplit call. */
@@ -119,6 +146,8 @@ typedef enum nrv_op {
     NRV_OP_SOFTMAX,
     NRV_OP_LINEAR_W8,
     NRV_OP_LINEAR_W8A8,
+    NRV_OP_LINEAR_W4A32,
+    NRV_OP_LINEAR_W4A8,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -132,6 +161,7 @@ typedef union nrv_kernel_fn {
     nrv_softmax_fn softmax;
     nrv_linear_w8_fn linear_w8;
     nrv_linear_w8a8_fn linear_w8a8;
+    nrv_linear_w4_fn linear_w4;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -169,6 +199,15 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+/* linear_w4a32 / linear_w4a8 (native/src/x86/linear_w4_avx512.c, linear_w4_vnni.c, linear_w4_avx2.c) */
+void nrv_linear_w4a32_avx512(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                             int64_t ldy);
+void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                          int64_t ldy);
+void nrv_linear_w4a32_avx2(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                           int64_t ldy);
+void nrv_linear_w4a8_avx2(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                          int64_t ldy);
 #endif /* __x86_64__ */
 #if defined(__aarch64__)
 /* linear_w8a8 (neon/linear_w8a8_neon.c; one-entry table added by dispatch.c) */
@@ -207,6 +246,12 @@ void nrv_linear_w8_ref(const float *x, int64_t rows, int64_t in, const int8_t *q
                        int64_t sz_stride, const float *b, int64_t out, float *y);
 void nrv_linear_w8a8_ref(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                          const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+void nrv_linear_w4a32_ref(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                          int64_t ldy);
+void nrv_linear_w4a8_ref(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                         int64_t ldy);
+/* Quantises row x (n floats) to int8 as linear_w8a8 does; returns sx. */
+float nrv_w8a8_quantise_row_ref(const float *x, int64_t n, int8_t *xq);
 
 /* IEEE half -> float conversion shared by the reference kernels (exact, handles
  * subnormals, inf and NaN). */

@@ -45,6 +45,23 @@ void nrv_linear_w8a8_pack(const int8_t *q, int64_t out, int64_t in, int8_t *pack
     }
 }
 
+float nrv_w8a8_quantise_row_ref(const float *x, int64_t n, int8_t *xq) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < n; k++) {
+        const float a = fabsf(x[k]);
+        amax = a > amax ? a : amax;
+    }
+    float inv, sx;
+    nrv_w8a8_row_scale(amax, &inv, &sx);
+    for (int64_t k = 0; k < n; k++) {
+        float v = x[k] * inv;
+        v = v < 127.0f ? v : 127.0f; /* NaN -> 127, as vminps(v, 127) */
+        v = v > -127.0f ? v : -127.0f;
+        xq[k] = (int8_t)nearbyintf(v);
+    }
+    return sx;
+}
+
 /* The fixed-order row sum described above. */
 static float row_sum16(const float *x, int64_t n) {
     float l[16];
@@ -61,19 +78,7 @@ void nrv_linear_w8a8_ref(const float *x, int64_t rows, int64_t in, const int8_t 
     int8_t xq[NRV_W8A8_MAX_K];
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * in;
-        float amax = 0.0f;
-        for (int64_t k = 0; k < in; k++) {
-            const float a = fabsf(xr[k]);
-            amax = a > amax ? a : amax;
-        }
-        float inv, sx;
-        nrv_w8a8_row_scale(amax, &inv, &sx);
-        for (int64_t k = 0; k < in; k++) {
-            float v = xr[k] * inv;
-            v = v < 127.0f ? v : 127.0f; /* NaN -> 127, as vminps(v, 127) */
-            v = v > -127.0f ? v : -127.0f;
-            xq[k] = (int8_t)nearbyintf(v);
-        }
+        const float sx = nrv_w8a8_quantise_row_ref(xr, in, xq);
         const float rsum = z ? row_sum16(xr, in) : 0.0f;
         for (int64_t n = 0; n < out; n++) {
             const int8_t *blk = packed + (n / 16) * kb_n * 64 + (n % 16) * 4;

@@ -1,4 +1,5 @@
 /* op_linalg.c — plan ops of the linalg family: matmul, linear, linear_w8, linear_w8a8 (+ pack_w8a8),
+ * linear_w4a32 / linear_w4a8,
  * layernorm_linear, gemm
  * (contract: plan_ops.h).
  *
@@ -440,6 +441,129 @@ static nrv_status run_pack_w8a8(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ------------------------------------------------------------------ linear_w4a32 / linear_w4a8 */
+
+/* Rows at or below this go straight through the W4 kernel (a pass over the packed weight per
+ * block of rows); w4a32 on more rows dequantises tiles of W4_TILE_OUT weight rows into the
+ * op's scratch and runs the fp32 gemm on them, which re-reads each tile from cache for every
+ * row instead of re-unpacking it. */
+#define W4_DIRECT_MAX_ROWS 16
+#define W4_TILE_OUT 64
+#define W4_TASK_ROWS 32
+
+typedef struct linear_w4_job {
+    const float *x, *b;
+    const nrv_w4_weight *w;
+    const float *tile; /* tiled w4a32: the dequantised rows of outputs [o0, o0 + nt) */
+    float *y;
+    int64_t rows, n, pieces, o0, nt;
+    nrv_op kernel;
+} linear_w4_job;
+
+/* Task t of rows x output pieces: the kernel on its rows and outputs, writing y in place
+ * (each output's value depends only on its row and weight row: kernels.h). */
+static void linear_w4_task(void *ctx, int64_t t) {
+    const linear_w4_job *j = ctx;
+    const int64_t rt = t / j->pieces, p = t % j->pieces;
+    const int64_t r0 = rt * W4_TASK_ROWS, nr = j->rows - r0 < W4_TASK_ROWS ? j->rows - r0 : W4_TASK_ROWS;
+    const int64_t o0 = p * j->n / j->pieces, o1 = (p + 1) * j->n / j->pieces;
+    const nrv_w4_weight part = nrv_w4_rows(j->w, o0, o1 - o0);
+    nrv_kernel_get(j->kernel).linear_w4(j->x + r0 * j->w->in, nr, &part, j->b ? j->b + o0 : NULL,
+                                        j->y + r0 * j->n + o0, j->n);
+}
+
+/* Task t of the tiled w4a32 path: rows [32t, 32t + 32) against the dequantised tile. */
+static void linear_w4_tile_task(void *ctx, int64_t t) {
+    const linear_w4_job *j = ctx;
+    const int64_t r0 = t * W4_TASK_ROWS, nr = j->rows - r0 < W4_TASK_ROWS ? j->rows - r0 : W4_TASK_ROWS;
+    const int64_t K = j->w->in;
+    float *y = j->y + r0 * j->n + j->o0;
+    nrv_kernel_get(NRV_OP_GEMM).gemm(0, 1, nr, j->nt, K, 1.0f, j->x + r0 * K, K, j->tile, K, 0.0f, y, j->n);
+    if (j->b)
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t o = 0; o < j->nt; o++) y[r * j->n + o] += j->b[j->o0 + o];
+}
+
+/* "linear_w4a32" / "linear_w4a8": y = act(x · Wᵀ + bias) with a W4 weight (nerve.h "W4
+ * weights": group-wise int4, fp16 scales, optional zero points; kernels.h nrv_linear_w4_fn),
+ * activations fp32 (w4a32) or quantised per row to int8 (w4a8).
+ *   in[0] x [..., K] f32 (rank >= 1); in[1] the values: i8 [N, K] (layout 0, unpacked) or
+ *   u8 [N, K/2] (layout 1, packed); in[2] scales f16 [N, K/group]; in[3] zero points i8
+ *   [N, K/group], optional; in[4] bias [N] f32, optional; out[0] y [..., N] f32.
+ *   iattr [act, N, K, group, layout]; fattr [p0, p1] (LEAKY_RELU alpha; CLIP min, max).
+ *   Scratch (w4a32 only, optional): W4_TILE_OUT·K floats; with it, calls on more than
+ *   W4_DIRECT_MAX_ROWS rows take the tiled path (exact fp32 weights, the gemm's rounding).
+ * The weight's contents were checked by the compiler (nrv_w4_check semantics) and are
+ * covered by the plan's per-weight SHA-256; here only dtypes and shapes are. */
+static nrv_status run_linear_w4(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 5, 2));
+    for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_require_input(a, i));
+    const nrv_tview *x = a->in[0], *qv = a->in[1], *sv = a->in[2];
+    const nrv_tview *zv = a->n_in > 3 ? a->in[3] : NULL, *bias = a->n_in > 4 ? a->in[4] : NULL;
+    nrv_tview *y = a->out[0];
+    const int a8 = strcmp(a->type, "linear_w4a8") == 0;
+    const int64_t act = a->iattr[0], N = a->iattr[1], K = a->iattr[2], G = a->iattr[3], layout = a->iattr[4];
+    NRV_TRY(check_act(a, act));
+    if (G != 32 && G != 64 && G != 128)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): group %lld is not 32, 64 or 128", a->type, a->name,
+                        (long long)G);
+    if (N < 0 || K < 0 || K % G || K > NRV_W4_MAX_IN || (layout != NRV_W4_UNPACKED && layout != NRV_W4_PACKED))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): bad weight N %lld, K %lld (group %lld, max %d), layout %lld",
+                        a->type, a->name, (long long)N, (long long)K, (long long)G, NRV_W4_MAX_IN, (long long)layout);
+    NRV_TRY(check_f32(a, x, "x"));
+    NRV_TRY(check_f32(a, y, "output"));
+    NRV_TRY(check_rank(a, x, "x", 1, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_dim(a, x, "x", x->rank - 1, K));
+    NRV_TRY(nrv_op_expect_dtype(a, qv, "values", layout == NRV_W4_PACKED ? NRV_U8 : NRV_I8));
+    NRV_TRY(check_rank(a, qv, "values", 2, 2));
+    NRV_TRY(check_dim(a, qv, "values", 0, N));
+    NRV_TRY(check_dim(a, qv, "values", 1, layout == NRV_W4_PACKED ? K / 2 : K));
+    NRV_TRY(nrv_op_expect_dtype(a, sv, "scales", NRV_F16));
+    NRV_TRY(check_rank(a, sv, "scales", 2, 2));
+    NRV_TRY(check_dim(a, sv, "scales", 0, N));
+    NRV_TRY(check_dim(a, sv, "scales", 1, K / G));
+    if (zv) {
+        NRV_TRY(nrv_op_expect_dtype(a, zv, "zero points", NRV_I8));
+        NRV_TRY(check_rank(a, zv, "zero points", 2, 2));
+        NRV_TRY(check_dim(a, zv, "zero points", 0, N));
+        NRV_TRY(check_dim(a, zv, "zero points", 1, K / G));
+    }
+    if (bias) {
+        NRV_TRY(check_f32(a, bias, "bias"));
+        NRV_TRY(check_rank(a, bias, "bias", 1, 1));
+        NRV_TRY(check_dim(a, bias, "bias", 0, N));
+    }
+    NRV_TRY(check_rows_out(a, x, y, N));
+    const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
+    if (rows == 0 || N == 0) return NRV_OK;
+    const float *b = bias ? bias->data : NULL;
+    if (K == 0) {
+        fill_rows(y->data, rows, N, b);
+        return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
+    }
+    const nrv_w4_weight w = {N, K, (int32_t)G, (int32_t)layout, qv->data, sv->data, zv ? zv->data : NULL};
+    const int64_t row_tasks = (rows + W4_TASK_ROWS - 1) / W4_TASK_ROWS;
+    const int big = rows * K * N >= LINEAR_PARALLEL_MIN_MACS;
+    linear_w4_job j = {x->data, b, &w, NULL, y->data, rows, N, 1, 0, 0, a8 ? NRV_OP_LINEAR_W4A8 : NRV_OP_LINEAR_W4A32};
+    if (!a8 && rows > W4_DIRECT_MAX_ROWS && a->scratch && a->scratch_bytes >= (size_t)(W4_TILE_OUT * K) * sizeof(float)) {
+        float *tile = a->scratch;
+        j.tile = tile;
+        for (j.o0 = 0; j.o0 < N; j.o0 += W4_TILE_OUT) {
+            j.nt = N - j.o0 < W4_TILE_OUT ? N - j.o0 : W4_TILE_OUT;
+            const nrv_w4_weight part = nrv_w4_rows(&w, j.o0, j.nt);
+            nrv_w4_dequantise(&part, tile);
+            nrv_parallel_for(big ? a->pool : NULL, row_tasks, linear_w4_tile_task, &j);
+        }
+    } else {
+        const int threads = nrv_threadpool_size(a->pool);
+        /* outputs cut into pieces when the rows alone do not give every thread work */
+        j.pieces = big && threads > row_tasks ? (threads + row_tasks - 1) / row_tasks : 1;
+        if (j.pieces > N) j.pieces = N;
+        nrv_parallel_for(big ? a->pool : NULL, row_tasks * j.pieces, linear_w4_task, &j);
+    }
+    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
+}
+
 /* ------------------------------------------------------------------ layernorm_linear */
 
 /* "layernorm_linear": y = act(layernorm(x; gamma, beta, eps) · wᵀ + bias), each row of x
@@ -556,6 +680,8 @@ const nrv_op_def nrv_plan_ops_linalg[] = {
     {"linear_w8", run_linear_w8, "linear_w8"},
     {"linear_w8a8", run_linear_w8a8, "linear_w8a8"},
     {"pack_w8a8", run_pack_w8a8, NULL},
+    {"linear_w4a32", run_linear_w4, "linear_w4a32"},
+    {"linear_w4a8", run_linear_w4, "linear_w4a8"},
     {"layernorm_linear", run_layernorm_linear, "layernorm_linear"},
     {"gemm", run_gemm, "gemm"},
     {NULL, NULL, NULL},

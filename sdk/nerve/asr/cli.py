@@ -40,7 +40,9 @@ def add_commands(commands) -> None:
     asr.add_argument("--digits", action="store_true", help="numbers as digits (default: words)")
     asr.add_argument("--model", default="moonshine-base")
     asr.add_argument("--int8", action="store_true",
-                     help="int8 activations in the encoder's products too (faster; see nerve.asr.Recognizer)")
+                     help="int8 activations in the encoder's products too (faster; = --precision int8)")
+    asr.add_argument("--precision", default=None, metavar="P",
+                     help="fp32 (default), int8, w4a32 or w4a8 (INT4 weights; nerve.precision)")
     asr.add_argument("--threads", type=int, default=1)
     asr.add_argument("--beam", type=int, default=None, help="beam width (default 1; 2 with --words/--phrases)")
     asr.set_defaults(func=_cmd_asr)
@@ -107,7 +109,8 @@ def _cmd_asr(args) -> int:
     live = args.source == "-"
     rec = Recognizer(args.model, words=_read_list(args.words, "words"), phrases=_read_list(args.phrases, "phrases"),
                      partial_ms=320 if (args.partials or live) else 0, threads=args.threads, beam=args.beam,
-                     numbers="digits" if args.digits else "words", precision="int8" if args.int8 else "fp32")
+                     numbers="digits" if args.digits else "words",
+                     precision=args.precision or ("int8" if args.int8 else "fp32"))
     if live:
         rate, slices = 16000, _stdin_slices(int(16000 * SLICE_S) * 2)
     else:

@@ -41,6 +41,7 @@ import numpy as np
 from .. import memory
 from ..audio import Resampler, iter_wav, to_mono_float32
 from ..errors import InputError
+from ..precision import parse as parse_precision
 from .moonshine import SAMPLE_RATE, MoonshineModel
 from .tokenizer import numbers_to_digits, numbers_to_words
 from .vad import FRAME, SpeechDetector
@@ -154,9 +155,10 @@ class Recognizer:
     threads: threads of each stream's sessions. beam: beam width (default 1, or 2 with
     words/phrases). numbers: "words" (default: "ninety") or "digits" ("90") in free text.
     end_silence_ms / max_segment_s / vad_threshold: the endpointer (see nerve.asr.vad).
-    precision: "fp32" (default; matches onnxruntime) or "int8": the encoder's products also
+    precision: "fp32" (default; matches onnxruntime), "int8": the encoder's products also
     quantise their activations (VNNI on x86): ~2x faster encoder, same WER on our command
-    corpus (bench/RESULTS.md), encoder states within cosine 0.996 of fp32.
+    corpus (bench/RESULTS.md), encoder states within cosine 0.996 of fp32; "w4a32"/"w4a8":
+    INT4 weights (nerve.precision; accuracy and speed in bench/RESULTS.md).
     """
 
     def __init__(self, model: str = "moonshine-base", words: Optional[Sequence[str]] = None,
@@ -169,8 +171,7 @@ class Recognizer:
             raise InputError(f"partial_ms must be >= 0, got {partial_ms}")
         if not 0.5 <= max_segment_s <= 30:
             raise InputError(f"max_segment_s must be in [0.5, 30] (the model's window), got {max_segment_s}")
-        if precision not in ("fp32", "int8"):
-            raise InputError(f"precision must be 'fp32' or 'int8', got {precision!r}")
+        parse_precision(precision)
         self.model = shared_model(model, precision)
         self.vocabulary = None
         if words is not None or phrases is not None:

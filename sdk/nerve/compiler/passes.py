@@ -581,18 +581,72 @@ def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Op
     return changed
 
 
+W4_MAX_K = 16384  # nerve.h NRV_W4_MAX_IN
+W4_DIRECT_MAX_ROWS = 16  # native/src/plan/op_linalg.c: w4a32 on more rows takes the tiled path
+W4_TILE_OUT = 64
+
+
+def select_linear_w4(prog: Program, int8_activations: bool, group_size: int = 64, packed: bool = True,
+                     method: str = "mse") -> bool:
+    """Every linear whose weight is a static 2-D float constant (int8-folded ones included:
+    their dequantised values are requantised) and whose input width is a multiple of 32 ->
+    linear_w4a8 / linear_w4a32 with a W4 weight quantised here (nerve.quant.quantize_w4:
+    symmetric, fp16 scales, group group_size or the largest smaller one dividing the width).
+    Equal weights share one quantised copy. w4a32 on more than W4_DIRECT_MAX_ROWS rows gets a
+    scratch tile (the op dequantises W4_TILE_OUT rows at a time into it for the fp32 gemm)."""
+    from ..quant import GROUP_SIZES, quantize_w4  # numpy only; imported when used
+
+    made: Dict[bytes, tuple] = {}
+    changed = False
+    for i, op in enumerate(prog.ops):
+        if op.type != "linear":
+            continue
+        x, w, bias = op.inputs
+        if w.const is None or w.rank != 2 or w.const.dtype != np.float32 or not w.static:
+            continue
+        n, k = int(w.shape[0]), int(w.shape[1])
+        if n == 0 or k == 0 or k % 32 or k > W4_MAX_K:
+            continue
+        g = max(s for s in GROUP_SIZES if s <= group_size and k % s == 0)
+        key = hashlib.sha256(b"w4 %d %d %d|" % (g, int(packed), n) + np.ascontiguousarray(w.const).tobytes()).digest()
+        if key not in made:
+            w4 = quantize_w4(w.const, group_size=g, symmetric=True, method=method)
+            vals = w4.packed if packed else w4.q
+            made[key] = (Value(w.name + ".w4", vals.dtype, vals.shape, const=vals),
+                         Value(w.name + ".w4.scale", np.float16, w4.scales.shape, const=w4.scales), g)
+        vv, sv, g = made[key]
+        rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
+        scratch = None
+        if not int8_activations and rows > W4_DIRECT_MAX_ROWS:
+            scratch = Value(op.name + ".w4.tile", np.float32, (W4_TILE_OUT * k,))
+        new = Op("linear_w4a8" if int8_activations else "linear_w4a32", [x, vv, sv, None, bias], op.outputs,
+                 iattr=[op.iattr[0], n, k, g, 1 if packed else 0], fattr=list(op.fattr), scratch=scratch,
+                 name=op.name)
+        for v in new.outputs:
+            v.producer = new
+        prog.ops[i] = new
+        changed = True
+    return changed
+
+
 def optimize(prog: Program, fuse: bool = True, precision: str = "fp32") -> None:
-    """precision "int8": int8-folded linears on many rows also take int8 activations
-    (select_linear_w8a8); "fp32" (default) keeps them fp32 unless NERVE_W8A8=1."""
+    """precision (nerve.precision): "int8" — int8-folded linears on many rows also take int8
+    activations (select_linear_w8a8); "w4a32"/"w4a8" — linears get W4 weights
+    (select_linear_w4); "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8)."""
+    from ..precision import parse
+
+    scheme, group = parse(precision)
     eliminate_dead_ops(prog)
     if not fuse:
         return
     fuse_layernorm(prog)
     fuse_gelu(prog)
     fuse_bias(prog)
+    if scheme in ("w4a32", "w4a8"):
+        select_linear_w4(prog, int8_activations=scheme == "w4a8", group_size=group)
     if w8_enabled():
         select_linear_w8(prog)
-    if precision == "int8" or w8a8_enabled():
+    if scheme == "int8" or w8a8_enabled():
         select_linear_w8a8(prog)
     fuse_sum_of_linears(prog)
     fuse_layernorm_linear(prog)

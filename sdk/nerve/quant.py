@@ -1,0 +1,227 @@
+"""Weight quantization: group-wise INT4 weights (W4) and the quantizer that makes them.
+
+Format (docs/QUANTIZATION.md, nerve.h "W4 weights"): ``W[o, k] = scale[o, g] * (q[o, k] -
+zero[o, g])`` with ``g = k // group_size``, ``q`` and ``zero`` integers in [-8, 7] and one fp16
+``scale`` per group (``zero`` absent: symmetric). Two layouts hold the same values: *unpacked*
+(one int8 per weight) and *packed* (two per byte, in the order the SIMD unpack wants); the
+kernels give bit-identical results for both.
+
+    w4 = nerve.quant.quantize_w4(W, group_size=64, method="mse")   # W float [out, in]
+    y = w4.linear(x, b)                          # fp32 activations (w4a32)
+    y = w4.linear(x, b, activations="int8")      # int8 activations per row (w4a8)
+    w4.error(W)                                  # {"cosine", "snr_db", "max_abs"} vs W
+
+Methods (per group of ``group_size`` weights along the input dimension):
+  * ``"minmax"``: the range of the group, nothing clipped;
+  * ``"mse"``: the clipping ratio (1.0 down to 0.55) with the least squared error, per group;
+  * ``"percentile"``: each output row's magnitudes clipped at ``percentile`` first.
+Symmetric groups map the largest-magnitude weight to -8 exactly (the scale's sign follows it),
+so all 16 levels are used; asymmetric ones map the group's [min, max] (widened to include 0)
+onto [-8, 7] with a zero point. Scales are rounded to fp16 before q is computed from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import numpy as np
+
+from . import _marshal as m
+from ._native import check, ffi, lib
+from .errors import InputError, code
+
+__all__ = ["W4Weight", "quantize_w4", "GROUP_SIZES", "METHODS", "W4_MAX_IN"]
+
+GROUP_SIZES = (32, 64, 128)
+METHODS = ("minmax", "mse", "percentile")
+W4_MAX_IN = 16384  # nerve.h NRV_W4_MAX_IN
+_CLIP_RATIOS = np.linspace(1.0, 0.55, 10)
+_ERR_INVALID = code("NRV_ERR_INVALID_ARG")
+_ERR_SHAPE = code("NRV_ERR_SHAPE")
+
+
+def _check_group(group_size: int, n_in: int, what: str = "weight") -> int:
+    if group_size not in GROUP_SIZES:
+        raise InputError(f"group_size must be one of {GROUP_SIZES}, got {group_size!r}", _ERR_INVALID)
+    if n_in % group_size:
+        raise InputError(f"group_size {group_size} does not divide the {what}'s input width {n_in}", _ERR_SHAPE)
+    return int(group_size)
+
+
+@dataclass(frozen=True)
+class W4Weight:
+    """A W4 weight [out, in]: ``q`` int8 [out, in] in [-8, 7], ``scales`` float16 [out, in //
+    group_size], ``zero`` int8 like scales or None. Checked whole (nrv_w4_check) when made."""
+
+    q: np.ndarray
+    scales: np.ndarray
+    zero: Optional[np.ndarray]
+    group_size: int
+
+    def __post_init__(self):
+        q = np.ascontiguousarray(self.q)
+        if q.dtype != np.int8 or q.ndim != 2:
+            raise InputError(f"W4 q must be a 2-D int8 array, got {q.dtype} of shape {q.shape}", code("NRV_ERR_DTYPE"))
+        n, k = q.shape
+        g = _check_group(self.group_size, k)
+        scales = np.ascontiguousarray(self.scales)
+        if scales.dtype != np.float16 or scales.shape != (n, k // g):
+            raise InputError(f"W4 scales must be float16 of shape {(n, k // g)}, got {scales.dtype} {scales.shape}",
+                             _ERR_SHAPE)
+        zero = None if self.zero is None else np.ascontiguousarray(self.zero)
+        if zero is not None and (zero.dtype != np.int8 or zero.shape != scales.shape):
+            raise InputError(f"W4 zero points must be int8 of shape {scales.shape}, got {zero.dtype} {zero.shape}",
+                             _ERR_SHAPE)
+        object.__setattr__(self, "q", q)
+        object.__setattr__(self, "scales", scales)
+        object.__setattr__(self, "zero", zero)
+        object.__setattr__(self, "_packed", {})
+        desc, _keep = self._desc("unpacked")
+        check(lib.nrv_w4_check(desc))
+
+    @property
+    def shape(self):
+        return self.q.shape
+
+    @property
+    def packed(self) -> np.ndarray:
+        """The packed layout: uint8 [out, in / 2] (nrv_w4_pack), made once."""
+        if "p" not in self._packed:
+            n, k = self.q.shape
+            out = np.empty((n, k // 2), np.uint8)
+            check(lib.nrv_w4_pack(m.raw_ptr(self.q, "int8_t *"), n, k, m.raw_ptr(out, "uint8_t *")))
+            self._packed["p"] = out
+        return self._packed["p"]
+
+    def nbytes(self, layout: str = "packed") -> int:
+        """Bytes of the weight in a layout: values plus scales and zero points."""
+        vals = self.q.size // 2 if layout == "packed" else self.q.size
+        return vals + self.scales.nbytes + (self.zero.nbytes if self.zero is not None else 0)
+
+    def _desc(self, layout: str):
+        """(nrv_w4_weight *, buffers it points into: keep them alive for the call)."""
+        n, k = self.q.shape
+        values = self.packed if layout == "packed" else self.q
+        keep = [ffi.from_buffer(values), ffi.from_buffer(self.scales)]
+        d = ffi.new("nrv_w4_weight *")
+        d.out, d.group = n, self.group_size
+        setattr(d, "in", k)  # a C field named like a Python keyword
+        d.layout = lib.NRV_W4_PACKED if layout == "packed" else lib.NRV_W4_UNPACKED
+        d.q = keep[0]
+        d.scales = ffi.cast("const uint16_t *", keep[1])
+        if self.zero is not None:
+            keep.append(ffi.from_buffer(self.zero))
+            d.zero = ffi.cast("const int8_t *", keep[-1])
+        return d, keep
+
+    def dequantize(self) -> np.ndarray:
+        """W as float32 [out, in] (exact: an fp16 scale times a small integer)."""
+        n, k = self.q.shape
+        z = 0 if self.zero is None else self.zero.astype(np.float32)[:, :, None]
+        w = (self.q.reshape(n, -1, self.group_size).astype(np.float32) - z) * self.scales.astype(np.float32)[:, :, None]
+        return w.reshape(n, k)
+
+    def linear(self, x, b=None, activations: str = "fp32", layout: str = "packed") -> np.ndarray:
+        """``x @ W.T + b`` with this weight (nrv_linear_w4): activations "fp32" (w4a32) or
+        "int8" (w4a8: each row of x quantised to int8 on the fly); layout "packed" or
+        "unpacked" (bit-identical results)."""
+        op = "linear_w4"
+        if activations not in ("fp32", "int8"):
+            raise InputError(f"activations must be 'fp32' or 'int8', got {activations!r}", _ERR_INVALID)
+        if layout not in ("packed", "unpacked"):
+            raise InputError(f"layout must be 'packed' or 'unpacked', got {layout!r}", _ERR_INVALID)
+        x = m.as_float32(x, "x", op, min_ndim=1)
+        n, k = self.q.shape
+        if x.shape[-1] != k:
+            raise InputError(f"{op}: x has width {x.shape[-1]}, the weight takes {k}", _ERR_SHAPE)
+        if b is not None:
+            b = m.as_float32(b, "b", op, ndim=1)
+            m.expect_shape(b, (n,), "b", op)
+        out = m.empty_aligned(x.shape[:-1] + (n,))
+        d, _keep = self._desc(layout)
+        check(lib.nrv_linear_w4(m.ptr(x), m.prod(x.shape[:-1]), d, m.ptr(b), int(activations == "int8"), m.ptr(out)))
+        return out
+
+    def error(self, w) -> Dict[str, float]:
+        """How far the quantized weight is from ``w``: cosine similarity, SNR in dB, max |error|."""
+        return _error(np.asarray(w, np.float64), self.dequantize().astype(np.float64))
+
+
+def _error(ref: np.ndarray, got: np.ndarray) -> Dict[str, float]:
+    diff = got - ref
+    num, den = float(np.sum(ref * ref)), float(np.sum(diff * diff))
+    norm = float(np.linalg.norm(ref) * np.linalg.norm(got))
+    return {"cosine": float(np.sum(ref * got) / norm) if norm > 0 else 1.0,
+            "snr_db": float(10 * np.log10(num / den)) if den > 0 else float("inf"),
+            "max_abs": float(np.max(np.abs(diff))) if diff.size else 0.0}
+
+
+def _codes(wg: np.ndarray, scale: np.ndarray, zero: Optional[np.ndarray]) -> np.ndarray:
+    """q = clamp(round(w / scale) + zero, -8, 7) per group (wg [..., G], scale/zero [...])."""
+    z = 0.0 if zero is None else zero[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.clip(np.rint(wg / scale[..., None]) + z, -8, 7)
+
+
+def _fit(wg: np.ndarray, ratio: float, symmetric: bool):
+    """(scale fp16-rounded, zero or None) for groups wg [..., G] with their range scaled by ratio."""
+    if symmetric:
+        idx = np.argmax(np.abs(wg), axis=-1)[..., None]
+        peak = np.take_along_axis(wg, idx, axis=-1)[..., 0] * ratio
+        scale = (peak / -8.0).astype(np.float16).astype(np.float64)
+        zero = None
+    else:
+        lo = np.minimum(wg.min(axis=-1), 0.0) * ratio
+        hi = np.maximum(wg.max(axis=-1), 0.0) * ratio
+        scale = ((hi - lo) / 15.0).astype(np.float16).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zero = np.clip(-8.0 - np.rint(lo / scale), -8, 7)
+    tiny = ~(np.abs(scale) >= np.finfo(np.float16).tiny)  # all-zero (or underflowing) groups
+    scale = np.where(tiny, 1.0, scale)
+    if zero is not None:
+        zero = np.where(tiny, 0.0, zero)
+    return scale, zero
+
+
+def quantize_w4(w, group_size: int = 64, symmetric: bool = True, method: str = "mse",
+                percentile: float = 99.9) -> W4Weight:
+    """Quantizes a float weight ``w`` [out, in] to W4 (module docstring for the methods)."""
+    w = np.asarray(w)
+    if w.dtype.kind != "f" or w.ndim != 2:
+        raise InputError(f"quantize_w4 takes a 2-D float weight, got {w.dtype} of shape {w.shape}",
+                         code("NRV_ERR_DTYPE"))
+    n, k = w.shape
+    g = _check_group(group_size, k)
+    if k > W4_MAX_IN:
+        raise InputError(f"input width {k} is above the W4 kernels' limit {W4_MAX_IN}", code("NRV_ERR_UNSUPPORTED"))
+    if method not in METHODS:
+        raise InputError(f"method must be one of {METHODS}, got {method!r}", _ERR_INVALID)
+    w64 = w.astype(np.float64)
+    if not np.all(np.isfinite(w64)):
+        bad = np.argwhere(~np.isfinite(w64))[0]
+        raise InputError(f"weight [{bad[0]}, {bad[1]}] is {w64[tuple(bad)]}: cannot quantize a non-finite value",
+                         _ERR_INVALID)
+    if method == "percentile":
+        if not 50.0 < percentile <= 100.0:
+            raise InputError(f"percentile must be in (50, 100], got {percentile}", _ERR_INVALID)
+        lim = np.percentile(np.abs(w64), percentile, axis=1, keepdims=True) if k else np.zeros((n, 1))
+        w64 = np.clip(w64, -lim, lim)
+    wg = w64.reshape(n, k // g, g)
+    ratios = _CLIP_RATIOS if method == "mse" else (1.0,)
+    best_err = best_scale = best_zero = None
+    for ratio in ratios:
+        scale, zero = _fit(wg, ratio, symmetric)
+        q = _codes(wg, scale, zero)
+        err = np.sum(((q - (0.0 if zero is None else zero[..., None])) * scale[..., None] - wg) ** 2, axis=-1)
+        if best_err is None:
+            best_err, best_scale, best_zero = err, scale, zero
+        else:
+            better = err < best_err
+            best_err = np.where(better, err, best_err)
+            best_scale = np.where(better, scale, best_scale)
+            if zero is not None:
+                best_zero = np.where(better, zero, best_zero)
+    q = _codes(wg, best_scale, best_zero).astype(np.int8).reshape(n, k)
+    return W4Weight(q, best_scale.astype(np.float16),
+                    None if best_zero is None else best_zero.astype(np.int8), g)
