@@ -35,6 +35,9 @@ RATE = 16000
 _recognizers = {}
 
 
+PRECISION = "fp32"  # --precision (nerve only)
+
+
 def nerve_recognize(samples_16k: np.ndarray, words=None):
     """(text, seconds) of nerve's whole pipeline on one recording."""
     import nerve
@@ -42,7 +45,7 @@ def nerve_recognize(samples_16k: np.ndarray, words=None):
     key = tuple(words) if words is not None else None
     rec = _recognizers.get(key)
     if rec is None:
-        rec = _recognizers[key] = nerve.asr.Recognizer(words=words, partial_ms=0)
+        rec = _recognizers[key] = nerve.asr.Recognizer(words=words, partial_ms=0, precision=PRECISION)
     t0 = time.perf_counter()
     finals = rec.transcribe(samples_16k, sample_rate=RATE)
     return " ".join(e.text for e in finals), time.perf_counter() - t0
@@ -86,7 +89,10 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, help="decode only the first N files of the manifest")
     ap.add_argument("--by-voice", action="store_true", help="also one row per voice")
     ap.add_argument("--hyps", type=Path, help="write the hypotheses here (JSON lines)")
+    ap.add_argument("--precision", default="fp32", help="nerve's precision (fp32, int8, w4a32, w4a8[:gN])")
     args = ap.parse_args(argv)
+    global PRECISION
+    PRECISION = args.precision
 
     recognize = ENGINES[args.engine]
     rows = asr_corpus.load_manifest(args.corpus)[:args.limit]

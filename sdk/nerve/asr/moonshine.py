@@ -61,7 +61,7 @@ class MoonshineModel:
         folder = Path(model_path) if model_path else model_dir(name) / "models" / "base-en"
         self.name = name
         self.folder = folder
-        self.precision = precision  # "int8": the many-row products take int8 activations too
+        self.precision = precision  # nerve.precision: "int8" (many-row products), "w4a8", ...
         self.tokenizer = Tokenizer.load(folder / "tokenizer.bin")
         self.max_samples = int(max_segment_s * SAMPLE_RATE)
         frames = self.encoder_frames(self.max_samples)
@@ -75,10 +75,10 @@ class MoonshineModel:
             decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([False])},
             outputs=["logits"] + _kv_names("present", "decoder") + _kv_names("present", "encoder"))
         self.next_plan = compile_plan(  # past keys/values in and out as arrays (beam search)
-            decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([True])},
+            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True])},
             outputs=["logits"] + _kv_names("present", "decoder"))
         self.kept_plan = compile_plan(  # the same, with them kept in the session (greedy)
-            decoder_path, dims=dec_dims, constants={"use_cache_branch": np.array([True])},
+            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True])},
             outputs=["logits"] + _kv_names("present", "decoder"),
             state={n: n.replace("present", "past_key_values") for n in _kv_names("present", "decoder")})
         self.vocab = len(self.tokenizer)
