@@ -3,6 +3,8 @@
     nerve info [--json]                          version, CPU, kernel dispatch table, CUDA
     nerve bench ops [--repeat N] [--quick] [--json]   kernel speed on this machine
     nerve bench asr [--audio FILE.wav ...]       the speech pipeline vs onnxruntime and pocketsphinx
+    nerve bench quant [--repeat N] [--quick] [--json] W4/W8 linear layers (GEMV, small GEMM) vs fp32 and
+                                                 onnxruntime's MatMulNBits/MatMulInteger
     nerve bench MODEL [--vs onnxruntime] [--dim NAME=N] [--input NAME=x.npy] [--threads N] [--json]
                                                  one model's latency (median, p99), next to a peer
     nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
@@ -80,8 +82,14 @@ def _cmd_bench(args) -> int:
         from .asr import bench as asr_bench
 
         result = asr_bench.run(args.audio, repeat=args.repeat or (1 if args.quick else 3),
-                               precision="int8" if args.int8 else "fp32")
+                               precision=args.precision or ("int8" if args.int8 else "fp32"))
         print(json.dumps(result, indent=2, default=str) if args.json else asr_bench.format_report(result))
+        return 0
+    if args.target == "quant":
+        from . import bench_quant
+
+        result = bench_quant.run(repeat=args.repeat, quick=args.quick)
+        print(json.dumps(result, indent=2, default=str) if args.json else bench_quant.format_report(result))
         return 0
     if args.target == "ops":
         from . import bench
@@ -173,14 +181,17 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print nerve.info() as JSON")
     info.set_defaults(func=_cmd_info)
 
-    bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels) or a model file")
-    bench.add_argument("target", metavar="ops|asr|MODEL",
-                       help="'ops' for the kernel suite, 'asr' for the speech pipeline vs its peers, or an .onnx/.nrv model")
+    bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels), 'asr', 'quant' (W4/W8 linears) or a model file")
+    bench.add_argument("target", metavar="ops|asr|quant|MODEL",
+                       help="'ops' for the kernel suite, 'asr' for the speech pipeline vs its peers, 'quant' for W4/W8 "
+                            "linear layers vs fp32 and onnxruntime's quantized MatMuls, or an .onnx/.nrv model")
     bench.add_argument("--int8", action="store_true", help="asr: nerve with precision='int8' (int8 activations too)")
+    bench.add_argument("--precision", default=None, metavar="P",
+                       help="asr: nerve's precision (fp32, int8, w4a32, w4a8[:gN]; nerve.precision)")
     bench.add_argument("--audio", action="append", metavar="FILE.wav",
                        help="asr: a recording to use (default: the example WAVs and the model's own recording)")
     bench.add_argument("--repeat", type=int, default=None, metavar="N",
-                       help="samples (ops) or interleaved rounds (model); the median is reported")
+                       help="samples (ops, quant) or interleaved rounds (model); the median is reported")
     bench.add_argument("--quick", action="store_true", help="fewer/smaller measurements (smoke test)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.add_argument("--vs", metavar="PEER", help="also time PEER on the same inputs (onnxruntime)")
