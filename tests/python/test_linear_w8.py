@@ -203,3 +203,32 @@ def test_every_variant_and_thread_count(tmp_path, rng, threads):
             with nerve.kernels.force("linear_w8", v):
                 one = session(tmp_path, m, {"batch": 1, "seq": 3}).run({"x": x})["y"]
             np.testing.assert_array_equal(got, one)
+
+
+# ---- an embedding table stored as int8 (Gather on Cast+Mul): op gather_q8
+
+@pytest.mark.parametrize("per_row", [False, True])
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32])
+def test_int8_embedding_table_stays_int8(tmp_path, per_row, idx_dtype):
+    """The table's plan bytes are int8 (+ scales), the outputs bit-identical to onnxruntime
+    (the same fp32 product q·s), negative ids count from the end, bad ids fail clearly."""
+    rng = np.random.default_rng(7)
+    rows, dim = 1025, 97
+    q = rng.integers(-128, 128, (rows, dim)).astype(np.int8)
+    s = (0.001 + 0.01 * rng.random((rows, 1) if per_row else (1,))).astype(np.float32)
+    nodes = [h.make_node("Cast", ["q"], ["qf"], to=T.FLOAT), h.make_node("Mul", ["qf", "s"], ["table"]),
+             h.make_node("Gather", ["table", "ids"], ["y"], axis=0)]
+    itype = T.INT64 if idx_dtype == np.int64 else T.INT32
+    m = make_model(nodes, [("ids", itype, ["b", "t"])], [("y", T.FLOAT)], {"q": q, "s": s})
+    sess = session(tmp_path, m, {"b": 2, "t": 5})
+    assert "gather_q8" in op_types(sess)
+    ids = rng.integers(-rows, rows, (2, 5)).astype(idx_dtype)
+    ids[0, 0], ids[1, 4] = rows - 1, -rows
+    got = sess.run({"ids": ids})["y"]
+    want = ort_run(m, {"ids": ids})["y"]
+    assert np.array_equal(got, want)
+    assert sess.memory_report()["weight_bytes"] < rows * dim * 2  # int8, not fp32
+    bad = ids.copy()
+    bad[1, 2] = rows
+    with pytest.raises(nerve.NerveError, match=r"indices\[7\] = 1025"):
+        sess.run({"ids": bad})

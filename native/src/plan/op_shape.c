@@ -516,6 +516,57 @@ static nrv_status op_gather(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* gather_q8: rows of an int8 table, dequantised: y[i, :] = table[ind[i], :] · s[ind[i]] (or
+ * · s[0]). The compiler emits it for a Gather on axis 0 of a table stored as int8 in the model
+ * (Cast + Mul by a per-row or per-tensor scale): the table stays int8 in the plan, a quarter of
+ * its fp32 bytes, and each value is the same fp32 product the folded table held.
+ *  in[0] table i8 [rows, dim]; in[1] indices (I64 or I32, any rank); in[2] s f32 [rows] or [1];
+ *  out[0] y f32 [indices.dims..., dim]. No attributes. Indices as for gather (negative from
+ *  the end; out of range: NRV_ERR_INDEX, nothing written). */
+static nrv_status op_gather_q8(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 0, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "table"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    NRV_TRY(nrv_op_check_in(a, 2, "s"));
+    const nrv_tview *t = a->in[0], *ind = a->in[1], *sv = a->in[2];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    if (t->dtype != NRV_I8 || t->rank != 2)
+        return OPFAIL(a, NRV_ERR_DTYPE, "table must be a 2-D i8 tensor, got %s of rank %d",
+                      nrv_dtype_str((nrv_dtype)t->dtype), (int)t->rank);
+    if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
+        return OPFAIL(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
+    const int64_t rows = t->dims[0], dim = t->dims[1];
+    if (sv->dtype != NRV_F32 || sv->rank != 1 || (sv->dims[0] != rows && sv->dims[0] != 1))
+        return OPFAIL(a, NRV_ERR_SHAPE, "s must be f32 [%lld] or [1]", (long long)rows);
+    int ok = y->dtype == NRV_F32 && y->rank == ind->rank + 1 && y->dims[y->rank - 1] == dim;
+    for (int d = 0; ok && d < ind->rank; d++) ok = y->dims[d] == ind->dims[d];
+    if (!ok) {
+        char b1[128], b2[128];
+        return OPFAIL(a, NRV_ERR_SHAPE, "y (%s %s) must be f32 with dims indices %s + [%lld]",
+                      nrv_dtype_str((nrv_dtype)y->dtype), nrv_op_fmt_dims(b1, sizeof b1, y),
+                      nrv_op_fmt_dims(b2, sizeof b2, ind), (long long)dim);
+    }
+    for (int64_t i = 0; i < ind->numel; i++) {
+        const int64_t v = index_at(ind, i);
+        if (v < -rows || v >= rows)
+            return OPFAIL(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld)", (long long)i, (long long)v,
+                          (long long)-rows, (long long)rows);
+    }
+    const int8_t *table = t->data;
+    const float *s = sv->data;
+    float *dst = y->data;
+    for (int64_t i = 0; i < ind->numel; i++) {
+        int64_t v = index_at(ind, i);
+        if (v < 0) v += rows;
+        const float sc = s[sv->dims[0] == 1 ? 0 : v];
+        const int8_t *src = table + v * dim;
+        for (int64_t k = 0; k < dim; k++) dst[k] = (float)src[k] * sc;
+        dst += dim;
+    }
+    return NRV_OK;
+}
+
 /* ------------------------------------------------------------------ expand / where */
 
 /* expand: y = x broadcast numpy-style to y's dims (x's dims right-aligned, each 1 or equal to
@@ -976,6 +1027,7 @@ const nrv_op_def nrv_plan_ops_shape[] = {
     {"split", op_split, NULL},
     {"slice", op_slice, NULL},
     {"gather", op_gather, NULL},
+    {"gather_q8", op_gather_q8, NULL},
     {"expand", op_expand, NULL},
     {"where", op_where, NULL},
     {"trilu", op_trilu, NULL},

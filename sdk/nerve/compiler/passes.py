@@ -455,6 +455,40 @@ def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS) -> bool:
     return changed
 
 
+def select_gather_q8(prog: Program) -> bool:
+    """Gather on axis 0 of a 2-D table folded from int8 with a per-row or per-tensor scale and
+    no offset (an embedding stored as int8, e.g. Moonshine's 32768 x 416 token table) ->
+    gather_q8: the table stays int8 in the plan and each gathered value is the same fp32
+    product q·s the folded table held."""
+    changed = False
+    by_content: Dict[bytes, tuple] = {}
+    for i, op in enumerate(prog.ops):
+        if op.type != "gather" or int(op.iattr[0]) != 0:
+            continue
+        data, idx = op.inputs
+        aff = int8_affine(data)
+        if aff is None or data.rank != 2 or not data.static or data.const is None:
+            continue
+        q, s, z = aff
+        rows = int(data.shape[0])
+        sv, zv = _per_output(s, rows), _per_output(z, rows)
+        if q.dtype != np.int8 or q.shape != tuple(data.shape) or sv is None or zv is None or np.any(zv) \
+                or not np.all(np.isfinite(sv)):
+            continue
+        q = np.ascontiguousarray(q)
+        key = hashlib.sha256(b"q8 %d|" % rows + q.tobytes() + b"|" + sv.tobytes()).digest()
+        if key not in by_content:
+            by_content[key] = (Value(data.name + ".q8", np.int8, q.shape, const=q),
+                               Value(data.name + ".q8.scale", np.float32, sv.shape, const=sv))
+        qv, sc = by_content[key]
+        new = Op("gather_q8", [qv, idx, sc], op.outputs, name=op.name)
+        for v in new.outputs:
+            v.producer = new
+        prog.ops[i] = new
+        changed = True
+    return changed
+
+
 W8A8_MAX_K = 16384  # kernels.h NRV_W8A8_MAX_K
 
 
@@ -645,6 +679,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32") -> None:
     if scheme in ("w4a32", "w4a8"):
         select_linear_w4(prog, int8_activations=scheme == "w4a8", group_size=group)
     if w8_enabled():
+        select_gather_q8(prog)
         select_linear_w8(prog)
     if scheme == "int8" or w8a8_enabled():
         select_linear_w8a8(prog)
