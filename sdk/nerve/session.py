@@ -239,16 +239,18 @@ class Session:
         if not isinstance(threads, int) or threads < 1:
             raise InputError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads
+        self.precision = precision
+        self._compile_args: Optional[dict] = None  # what set_precision recompiles from
         if isinstance(model, Plan):
             self.plan = model
         elif str(model).endswith(".nrv"):
             self.plan = Plan.load(model)
         else:
-            self.plan = compile(model, dims=dims, state=state, fuse=fuse, cache=cache,
-                                constants=constants, outputs=outputs, precision=precision)
-        self._native = _Native(self.plan.data)
-        if threads > 1:
-            check(lib.nrv_session_set_threads(self._native.ptr, threads))
+            self._compile_args = dict(model=model, dims=dims, state=state, fuse=fuse, cache=cache,
+                                      constants=constants, outputs=outputs)
+            self.plan = compile(precision=precision, **self._compile_args)
+        self._native = self._new_native(self.plan)
+        self._by_precision = {precision: (self.plan, self._native)}
         self._inputs = self._native.io(False)
         self._outputs = self._native.io(True)
         self.input_names = [i["name"] for i in self._inputs]
@@ -270,6 +272,43 @@ class Session:
             from .provenance import RunLog
 
             self._log = RunLog(log, self)
+
+    def _new_native(self, plan: Plan) -> "_Native":
+        native = _Native(plan.data)
+        if self.threads > 1:
+            check(lib.nrv_session_set_threads(native.ptr, self.threads))
+        return native
+
+    def set_precision(self, precision: str) -> None:
+        """Switches the precision later runs use (:mod:`nerve.precision`: "fp32", "int8",
+        "w4a32", "w4a8", ...) without reloading the model. The first switch to a precision
+        compiles its plan (from the plan cache when it was made before; weight-only and
+        dynamic-activation schemes need no calibration data) and loads only the weights that
+        differ: weights are shared by content with the plans already loaded. Later switches
+        are instant, and switching back gives bit-identical outputs to before. State carried
+        between runs (``state=``) is kept per precision: switch between independent runs, or
+        call :meth:`reset_state` after a switch. The session must have been made from a model
+        file (a ready plan holds one precision)."""
+        precision_scheme.parse(precision)
+        if precision == self.precision:
+            return
+        if precision not in self._by_precision:
+            if self._compile_args is None:
+                raise InputError("set_precision needs the session's model file: this session was made from a "
+                                 f"compiled plan, which holds one precision ({self.precision!r})")
+            plan = compile(precision=precision, **self._compile_args)
+            native = self._new_native(plan)
+            if native.io(False) != self._inputs or native.io(True) != self._outputs:
+                raise ModelError(f"the {precision!r} plan's inputs/outputs differ from the {self.precision!r} "
+                                 "plan's (a compiler bug: please report)")
+            self._by_precision[precision] = (plan, native)
+        self.plan, self._native = self._by_precision[precision]
+        self.precision = precision
+
+    # op type -> the precision it computes at (memory_report()["layers"])
+    _OP_PRECISION = {"linear": "fp32", "layernorm_linear": "fp32", "conv": "fp32", "linear_w8": "w8a32",
+                     "linear_w8a8": "w8a8", "conv_w8a8": "w8a8", "linear_w4a32": "w4a32", "linear_w4a8": "w4a8",
+                     "gather_q8": "w8 (embedding)"}
 
     @property
     def inputs(self) -> List[dict]:
@@ -384,6 +423,9 @@ class Session:
         # the arena is one planned block: its peak is its size
         report["peak_bytes"] = report["arena_bytes"]
         report["total_bytes"] = report["weight_bytes"] + report["arena_bytes"] + report["state_bytes"]
+        report["precision"] = self.precision
+        report["layers"] = {o["name"]: self._OP_PRECISION[o["type"]] for o in self.ops()
+                            if o["type"] in self._OP_PRECISION}
         return report
 
     def ops(self) -> List[dict]:

@@ -233,3 +233,37 @@ def test_precision_names(bad):
         nerve.precision.parse(bad)
     assert nerve.precision.parse("w8a8") == ("int8", 64)
     assert nerve.precision.parse("w4a32:g128") == ("w4a32", 128)
+
+
+# ---- hot precision switching
+
+def test_set_precision_switches_without_reloading(rng, tmp_path):
+    """fp32 -> w4a8 -> w4a32 -> fp32 -> w4a8: each precision's outputs are bit-identical every
+    time it is used, the report names each layer's precision, weights already loaded are
+    shared (the fp32 biases are not loaded twice), and a plan-made session refuses."""
+    import onnx
+
+    m, _ = _mlp(rng)
+    p = tmp_path / "mlp.onnx"
+    onnx.save(m, p)
+    x = rng.standard_normal((3, 416)).astype(np.float32)
+    sess = nerve.Session(p, dims={"n": 8}, cache=False)
+    first = {}
+    for prec in ["fp32", "w4a8", "w4a32", "fp32", "w4a8", "w4a32"]:
+        sess.set_precision(prec)
+        y = sess.run({"x": x})["y"]
+        if prec in first:
+            assert np.array_equal(y, first[prec]), prec
+        else:
+            first[prec] = y
+        rep = sess.memory_report()
+        assert rep["precision"] == prec
+        want = {"fp32": "fp32", "w4a8": "w4a8", "w4a32": "w4a32"}[prec]
+        assert sorted(set(rep["layers"].values())) == [want], rep["layers"]
+    assert not np.array_equal(first["fp32"], first["w4a8"])
+    assert sess.memory_report()["pools"]["weights"]["shared"] > 0  # b1 loaded once for all three plans
+    with pytest.raises(InputError, match="precision"):
+        sess.set_precision("w2")
+    plan_sess = nerve.Session(nerve.compile(p, dims={"n": 8}, cache=False))
+    with pytest.raises(InputError, match="compiled plan"):
+        plan_sess.set_precision("w4a8")
