@@ -4,8 +4,8 @@
  * W4_MR rows of x, each row is quantised once (as linear_w8a8 does) into a stack buffer and
  * its per-group sums XS_g = Σ_{k in g} xq_k are kept. Then, per output and 64 weights
  * (two packed blocks), vpdpbusd multiplies the unsigned nibbles u = q + 8 (0..15) by the
- * signed xq, four products per int32 lane, exactly. The offset and the zero point come out
- * per group afterwards: Σ xq·(q - zero) = Σ xq·u - (8 + zero)·XS_g.
+ * signed xq, four products per int32 lane, exactly: Σ xq·(q - zero) = Σ xq·u - 8·XS_g -
+ * zero·XS_g, the middle term taken out per lane, the last per group (below).
  *
  * Lane order. A chunk of 64 weights is loaded as 32 packed bytes [block a | block b]; the
  * zmm [bytes & 15 | bytes >> 4] then holds, per 128-bit lane: a's k0..15, b's k0..15, a's
@@ -15,10 +15,15 @@
  * the same bytes in the same lanes, hence bit-identical sums. A trailing single block (in ≡
  * 32 mod 64, group 32 only) runs on a ymm in natural order.
  *
+ * The offset: each row also keeps, per chunk, the 16 lane offsets -8·Σ(the lane's 4 xq), and
+ * every chunk's vpdpbusd starts from them instead of 0, so the int32 lanes hold Σ xq·q
+ * exactly; only a zero point leaves a per-group term, Σ_g scale_g·zero_g·XS_g.
+ *
  * Scales: with group 32 a chunk spans two groups (lanes 0-3, 8-11: a; 4-7, 12-15: b), whose
  * fp16 scales are widened and spread over those lanes with one vpermps; groups of 64 and 128
  * take a broadcast (128: two chunks summed in int32 first). Per output and row:
- *   y = sx·(Σ_lanes Σ_chunks scale·float(acc) - Σ_g scale_g·(8 + zero_g)·XS_g) + b,
+ *   y = sx·(Σ_lanes Σ_chunks scale·float(acc) - Σ_g scale_g·zero_g·XS_g) + b,
+ * the lanes of four outputs reduced together in one order for every output (reduce4),
  * every sum in a fixed order, so an output depends only on its row and its weight row.
  */
 #include <immintrin.h>
@@ -28,15 +33,17 @@
 
 #define W4_MR 4
 #define W4_PF_TILES 2
-#define W4_XQ_BYTES 32768
+#define W4_XQ_BYTES 24576 /* quantised rows; as many bytes again of lane offsets (stack < 64 KiB) */
 
 static inline __m512 abs_ps(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
 }
 
 /* Quantises row x (K floats, K a multiple of 32) into xq in the chunk order above, the group
- * sums into xs[K / G]; returns sx. */
-static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, float *xs) {
+ * sums into xs[K / G], and per chunk the 16 int32 lane offsets off = -8·Σ (the lane's 4 xq)
+ * (a trailing block: 8 lanes), which start each chunk's vpdpbusd so that it sums xq·(u - 8)
+ * = xq·q directly; returns sx. */
+static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, float *xs, int32_t *off) {
     __m512 m = _mm512_setzero_ps();
     for (int64_t p = 0; p < K; p += 16) m = _mm512_max_ps(abs_ps(_mm512_loadu_ps(x + p)), m);
     float inv, sx;
@@ -53,7 +60,30 @@ static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, floa
         _mm_storeu_si128((__m128i *)(xq + dst), _mm512_cvtepi32_epi8(qi));
         xs[p / G] += (float)_mm512_reduce_add_epi32(qi); /* exact: |sum| <= 127·128 */
     }
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t c = 0; c < K / 64; c++) {
+        const __m512i lane = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(xq + 64 * c));
+        _mm512_storeu_si512(off + 16 * c, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(lane, 3)));
+    }
+    if (K % 64) {
+        const __m256i lane = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
+                                                 _mm256_loadu_si256((const __m256i *)(xq + K - 32)));
+        _mm256_storeu_si256((__m256i *)(off + 16 * (K / 64)),
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(lane, 3)));
+    }
     return sx;
+}
+
+/* The sums of 16 lanes of a, b, c and d, in one order for every position (lanes j and j+2 of
+ * each 128-bit quarter, then j and j+1, then quarters 0+2 and 1+3, then the two): an output's
+ * value never depends on which slot of a tile computed it. */
+static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 q = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(_mm512_shuffle_f32x4(q, q, 0x08)),
+                                   _mm512_castps512_ps256(_mm512_shuffle_f32x4(q, q, 0x0D)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 /* The 64 weight bytes (0..15) of chunk c (k = 64c..64c+63) of a weight row, in lane order. */
@@ -87,12 +117,14 @@ static inline __m512i scale_index(int64_t G, int c) {
     return _mm512_set1_epi32(G == 64 ? c : c / 2);
 }
 
-/* NO outputs from o0 x R rows (quantised rows xq, row stride K; sx, xs per row). */
+/* NO outputs from o0 x R rows (quantised rows xq and lane offsets off, row stride K bytes /
+ * K/4 ints; sx, xs per row). */
 static inline __attribute__((always_inline)) void w4a8_tile(const int NO, const int R, const int8_t *xq,
-                                                            const float *sx, const float *xs, int64_t K,
-                                                            const nrv_w4_weight *w, int64_t o0, const float *b,
-                                                            float *y, int64_t ldy) {
+                                                            const int32_t *off, const float *sx, const float *xs,
+                                                            int64_t K, const nrv_w4_weight *w, int64_t o0,
+                                                            const float *b, float *y, int64_t ldy) {
     const int64_t G = w->group, ng = K / G, nc = K / 64, rb = nrv_w4_row_bytes(w), gspan = 512 / G;
+    const int64_t ko = K / 4; /* ints of lane offsets per row */
     const int packed = w->layout == NRV_W4_PACKED;
     const uint8_t *rows[4], *ahead[4];
     const uint16_t *sc[4];
@@ -101,7 +133,7 @@ static inline __attribute__((always_inline)) void w4a8_tile(const int NO, const 
         sc[j] = w->scales + (o0 + j) * ng;
         /* the rows W4_PF_TILES tiles ahead are prefetched as these are read: a GEMV streams the
          * weight once, and NO interleaved row streams are more than the hardware prefetcher
-         * follows on its own (measured: 9.9 -> see bench/RESULTS.md) */
+         * follows on its own (cold 4096 x 4096 GEMV: 0.97 -> 0.78 ms) */
         const int64_t pf = o0 + j + (int64_t)NO * W4_PF_TILES;
         ahead[j] = pf < w->out ? (const uint8_t *)w->q + pf * rb : NULL;
     }
@@ -117,60 +149,69 @@ static inline __attribute__((always_inline)) void w4a8_tile(const int NO, const 
         for (int c = 0; c < span; c += (G == 128 ? 2 : 1)) {
             const __m512i idx = scale_index(G, c);
             const int two = G == 128 && c + 1 < span;
+            const int64_t cc = c0 + c;
             for (int j = 0; j < NO; j++) {
-                if (ahead[j]) _mm_prefetch((const char *)ahead[j] + (packed ? 32 : 64) * (c0 + c), _MM_HINT_T0);
-                const __m512i u = chunk_u8(rows[j], packed, c0 + c);
+                if (ahead[j]) _mm_prefetch((const char *)ahead[j] + (packed ? 32 : 64) * cc, _MM_HINT_T0);
+                const __m512i u = chunk_u8(rows[j], packed, cc);
                 __m512i acc[W4_MR];
                 for (int r = 0; r < R; r++)
-                    acc[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
-                                                 _mm512_loadu_si512((const void *)(xq + r * K + 64 * (c0 + c))));
+                    acc[r] = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)(off + r * ko + 16 * cc)), u,
+                                                 _mm512_loadu_si512((const void *)(xq + r * K + 64 * cc)));
                 if (two) {
-                    const __m512i u2 = chunk_u8(rows[j], packed, c0 + c + 1);
-                    for (int r = 0; r < R; r++)
+                    const __m512i u2 = chunk_u8(rows[j], packed, cc + 1);
+                    for (int r = 0; r < R; r++) {
                         acc[r] = _mm512_dpbusd_epi32(acc[r], u2,
-                                                     _mm512_loadu_si512((const void *)(xq + r * K + 64 * (c0 + c + 1))));
+                                                     _mm512_loadu_si512((const void *)(xq + r * K + 64 * (cc + 1))));
+                        acc[r] = _mm512_add_epi32(acc[r], _mm512_loadu_si512((const void *)(off + r * ko + 16 * (cc + 1))));
+                    }
                 }
                 const __m512 sv = _mm512_permutexvar_ps(idx, S[j]);
                 for (int r = 0; r < R; r++) tot[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), sv, tot[j][r]);
             }
         }
     }
+    __m512 corr[4][W4_MR];
     for (int j = 0; j < NO; j++) {
         const uint16_t *scj = sc[j];
         if (K % 64) { /* one trailing block of 32 (group 32) */
             const __m256i u = tail_u8(rows[j], packed, K);
             const __m256 sv = _mm256_set1_ps(_cvtsh_ss(scj[ng - 1]));
             for (int r = 0; r < R; r++) {
-                const __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u,
+                const __m256i a = _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i *)(off + r * ko + 16 * nc)), u,
                                                       _mm256_loadu_si256((const __m256i *)(xq + r * K + K - 32)));
                 tot[j][r] = _mm512_add_ps(tot[j][r], _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(a), sv)));
             }
         }
-        /* the offset and zero-point term, 16 groups at a time */
-        __m512 corr[W4_MR];
-        for (int r = 0; r < R; r++) corr[r] = _mm512_setzero_ps();
-        for (int64_t g = 0; g < ng; g += 16) {
-            const __mmask16 m = ng - g >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g)) - 1);
-            const __m512 s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scj + g));
-            __m512 off = _mm512_set1_ps(8.0f);
-            if (w->zero)
-                off = _mm512_add_ps(off, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                             _mm_maskz_loadu_epi8(m, w->zero + (o0 + j) * ng + g))));
-            const __m512 so = _mm512_mul_ps(s, off);
-            for (int r = 0; r < R; r++)
-                corr[r] = _mm512_fmadd_ps(so, _mm512_maskz_loadu_ps(m, xs + r * ng + g), corr[r]);
-        }
-        for (int r = 0; r < R; r++)
-            y[r * ldy + o0 + j] = sx[r] * (_mm512_reduce_add_ps(tot[j][r]) - _mm512_reduce_add_ps(corr[r])) +
-                                  (b ? b[o0 + j] : 0.0f);
+        /* the zero-point term Σ_g scale_g·zero_g·XS_g, 16 groups at a time */
+        for (int r = 0; r < R; r++) corr[j][r] = _mm512_setzero_ps();
+        if (w->zero)
+            for (int64_t g = 0; g < ng; g += 16) {
+                const __mmask16 m = ng - g >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g)) - 1);
+                const __m512 so = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scj + g)),
+                                                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                    _mm_maskz_loadu_epi8(m, w->zero + (o0 + j) * ng + g))));
+                for (int r = 0; r < R; r++)
+                    corr[j][r] = _mm512_fmadd_ps(so, _mm512_maskz_loadu_ps(m, xs + r * ng + g), corr[j][r]);
+            }
+    }
+    const __m512 zero = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) {
+        float t[4], z[4];
+        _mm_storeu_ps(t, reduce4(tot[0][r], NO > 1 ? tot[1][r] : zero, NO > 2 ? tot[2][r] : zero,
+                                 NO > 3 ? tot[3][r] : zero));
+        if (w->zero)
+            _mm_storeu_ps(z, reduce4(corr[0][r], NO > 1 ? corr[1][r] : zero, NO > 2 ? corr[2][r] : zero,
+                                     NO > 3 ? corr[3][r] : zero));
+        for (int j = 0; j < NO; j++)
+            y[r * ldy + o0 + j] = sx[r] * (w->zero ? t[j] - z[j] : t[j]) + (b ? b[o0 + j] : 0.0f);
     }
 }
 
 #define W4_TILE(NO_, R_)                                                                                     \
-    static __attribute__((noinline)) void tile_##NO_##_##R_(const int8_t *xq, const float *sx, const float *xs, \
-                                                            int64_t K, const nrv_w4_weight *w, int64_t o0,  \
-                                                            const float *b, float *y, int64_t ldy) {         \
-        w4a8_tile(NO_, R_, xq, sx, xs, K, w, o0, b, y, ldy);                                                 \
+    static __attribute__((noinline)) void tile_##NO_##_##R_(const int8_t *xq, const int32_t *off, const float *sx, \
+                                                            const float *xs, int64_t K, const nrv_w4_weight *w,   \
+                                                            int64_t o0, const float *b, float *y, int64_t ldy) {  \
+        w4a8_tile(NO_, R_, xq, off, sx, xs, K, w, o0, b, y, ldy);                                                 \
     }
 W4_TILE(4, 1)
 W4_TILE(2, 2)
@@ -180,8 +221,8 @@ W4_TILE(1, 3)
 W4_TILE(1, 4)
 #undef W4_TILE
 
-typedef void (*tile_fn)(const int8_t *, const float *, const float *, int64_t, const nrv_w4_weight *, int64_t,
-                        const float *, float *, int64_t);
+typedef void (*tile_fn)(const int8_t *, const int32_t *, const float *, const float *, int64_t, const nrv_w4_weight *,
+                        int64_t, const float *, float *, int64_t);
 
 void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                           int64_t ldy) {
@@ -191,14 +232,16 @@ void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, 
     static const int wide_no[W4_MR + 1] = {0, 4, 2, 1, 1};
     const int64_t K = w->in, G = w->group, ng = K / G, N = w->out;
     _Alignas(64) int8_t xq[W4_XQ_BYTES];
+    _Alignas(64) int32_t off[W4_XQ_BYTES / 4];
     float sx[W4_MR], xs[W4_MR * (NRV_W4_MAX_IN / 32)];
     int64_t mr = W4_XQ_BYTES / K;
     if (mr > W4_MR) mr = W4_MR;
     for (int64_t r0 = 0; r0 < rows; r0 += mr) {
         const int R = (int)(rows - r0 < mr ? rows - r0 : mr), NO = wide_no[R];
-        for (int r = 0; r < R; r++) sx[r] = quantise_row(x + (r0 + r) * K, K, G, xq + r * K, xs + r * ng);
+        for (int r = 0; r < R; r++)
+            sx[r] = quantise_row(x + (r0 + r) * K, K, G, xq + r * K, xs + r * ng, off + r * (K / 4));
         int64_t o = 0;
-        for (; o + NO <= N; o += NO) wide[R](xq, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
-        for (; o < N; o++) one[R](xq, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
+        for (; o + NO <= N; o += NO) wide[R](xq, off, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
+        for (; o < N; o++) one[R](xq, off, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
     }
 }
