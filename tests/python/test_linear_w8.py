@@ -135,9 +135,9 @@ def test_gemm_trans_b(tmp_path, rng):
     check(sess, m, {"x": rng.standard_normal((3, k)).astype(F32)})
 
 
-def test_tied_embedding_gather_stays_fp32(tmp_path, rng):
-    """One int8 table: Gather reads it as fp32, the output projection (MatMul by its
-    transpose) as int8."""
+def test_tied_embedding_stays_int8(tmp_path, rng):
+    """One int8 table (W = q·s + z): Gather reads it as int8 (gather_q8, the same fp32 values),
+    the output projection (MatMul by its transpose) as int8 too; no fp32 copy of it."""
     vocab, d = 300, 48
     q, s, z = quant(rng, (vocab, d))
     nodes = dequant_nodes(out="E") + [
@@ -150,10 +150,10 @@ def test_tied_embedding_gather_stays_fp32(tmp_path, rng):
                    {"q": q, "s": s, "z": z})
     sess = session(tmp_path, m, {})
     types = op_types(sess)
-    assert "linear_w8" in types and "linear" not in types
+    assert "linear_w8" in types and "gather_q8" in types and "linear" not in types and "gather" not in types
     tensors = sess.tensors()
-    assert any(t["dtype"] == np.float32 and t["shape"] == [vocab, d] for t in tensors)  # the table, for Gather
-    assert any(t["dtype"] == np.int8 and t["shape"] == [vocab, d] for t in tensors)  # the projection's q
+    assert not any(t["dtype"] == np.float32 and t["shape"] == [vocab, d] for t in tensors)
+    assert any(t["dtype"] == np.int8 and t["shape"] == [vocab, d] for t in tensors)  # q
     for i in (0, 7, vocab - 1):
         check(sess, m, {"ids": np.array([[i]], np.int64), "x": rng.standard_normal((1, 1, d)).astype(F32)})
 
@@ -209,17 +209,21 @@ def test_every_variant_and_thread_count(tmp_path, rng, threads):
 
 @pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize("idx_dtype", [np.int64, np.int32])
-def test_int8_embedding_table_stays_int8(tmp_path, per_row, idx_dtype):
+@pytest.mark.parametrize("with_zero", [False, True])
+def test_int8_embedding_table_stays_int8(tmp_path, per_row, idx_dtype, with_zero):
     """The table's plan bytes are int8 (+ scales), the outputs bit-identical to onnxruntime
     (the same fp32 product q·s), negative ids count from the end, bad ids fail clearly."""
     rng = np.random.default_rng(7)
     rows, dim = 1025, 97
     q = rng.integers(-128, 128, (rows, dim)).astype(np.int8)
     s = (0.001 + 0.01 * rng.random((rows, 1) if per_row else (1,))).astype(np.float32)
-    nodes = [h.make_node("Cast", ["q"], ["qf"], to=T.FLOAT), h.make_node("Mul", ["qf", "s"], ["table"]),
+    z = (0.2 * rng.standard_normal(s.shape)).astype(np.float32)  # Moonshine's table: + a per-tensor offset
+    nodes = [h.make_node("Cast", ["q"], ["qf"], to=T.FLOAT), h.make_node("Mul", ["qf", "s"], ["qs"]),
+             h.make_node("Add", ["qs", "z"], ["table"]) if with_zero else h.make_node("Identity", ["qs"], ["table"]),
              h.make_node("Gather", ["table", "ids"], ["y"], axis=0)]
     itype = T.INT64 if idx_dtype == np.int64 else T.INT32
-    m = make_model(nodes, [("ids", itype, ["b", "t"])], [("y", T.FLOAT)], {"q": q, "s": s})
+    inits = {"q": q, "s": s, **({"z": z} if with_zero else {})}
+    m = make_model(nodes, [("ids", itype, ["b", "t"])], [("y", T.FLOAT)], inits)
     sess = session(tmp_path, m, {"b": 2, "t": 5})
     assert "gather_q8" in op_types(sess)
     ids = rng.integers(-rows, rows, (2, 5)).astype(idx_dtype)

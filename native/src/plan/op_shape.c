@@ -516,19 +516,22 @@ static nrv_status op_gather(const nrv_op_args *a) {
     return NRV_OK;
 }
 
-/* gather_q8: rows of an int8 table, dequantised: y[i, :] = table[ind[i], :] · s[ind[i]] (or
- * · s[0]). The compiler emits it for a Gather on axis 0 of a table stored as int8 in the model
- * (Cast + Mul by a per-row or per-tensor scale): the table stays int8 in the plan, a quarter of
- * its fp32 bytes, and each value is the same fp32 product the folded table held.
- *  in[0] table i8 [rows, dim]; in[1] indices (I64 or I32, any rank); in[2] s f32 [rows] or [1];
- *  out[0] y f32 [indices.dims..., dim]. No attributes. Indices as for gather (negative from
- *  the end; out of range: NRV_ERR_INDEX, nothing written). */
+/* gather_q8: rows of an int8 table, dequantised: y[i, :] = table[ind[i], :] · s + z with s
+ * and z per row (s[ind[i]]) or per tensor (s[0]). The compiler emits it for a Gather on axis 0
+ * of a table stored as int8 in the model (Cast, Mul by a scale, optionally Add of an offset):
+ * the table stays int8 in the plan, a quarter of its fp32 bytes, and each value is the one the
+ * folded table held: the fp32 product, rounded, then the fp32 sum, rounded (two operations,
+ * as the graph's Mul and Add; this file is built without FP contraction).
+ *  in[0] table i8 [rows, dim]; in[1] indices (I64 or I32, any rank); in[2] s f32 [rows] or
+ *  [1]; in[3] z f32 [rows] or [1], optional; out[0] y f32 [indices.dims..., dim]. No
+ *  attributes. Indices as for gather (negative from the end; out of range: NRV_ERR_INDEX,
+ *  nothing written). */
 static nrv_status op_gather_q8(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 0, 0));
+    NRV_TRY(nrv_op_expect(a, 3, 4, 1, 0, 0));
     NRV_TRY(nrv_op_check_in(a, 0, "table"));
     NRV_TRY(nrv_op_check_in(a, 1, "indices"));
     NRV_TRY(nrv_op_check_in(a, 2, "s"));
-    const nrv_tview *t = a->in[0], *ind = a->in[1], *sv = a->in[2];
+    const nrv_tview *t = a->in[0], *ind = a->in[1], *sv = a->in[2], *zv = a->n_in > 3 ? a->in[3] : NULL;
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
     if (t->dtype != NRV_I8 || t->rank != 2)
@@ -539,6 +542,11 @@ static nrv_status op_gather_q8(const nrv_op_args *a) {
     const int64_t rows = t->dims[0], dim = t->dims[1];
     if (sv->dtype != NRV_F32 || sv->rank != 1 || (sv->dims[0] != rows && sv->dims[0] != 1))
         return OPFAIL(a, NRV_ERR_SHAPE, "s must be f32 [%lld] or [1]", (long long)rows);
+    if (zv) {
+        NRV_TRY(nrv_op_check_view(a, zv, "z"));
+        if (zv->dtype != NRV_F32 || zv->rank != 1 || (zv->dims[0] != rows && zv->dims[0] != 1))
+            return OPFAIL(a, NRV_ERR_SHAPE, "z must be f32 [%lld] or [1]", (long long)rows);
+    }
     int ok = y->dtype == NRV_F32 && y->rank == ind->rank + 1 && y->dims[y->rank - 1] == dim;
     for (int d = 0; ok && d < ind->rank; d++) ok = y->dims[d] == ind->dims[d];
     if (!ok) {
@@ -554,14 +562,22 @@ static nrv_status op_gather_q8(const nrv_op_args *a) {
                           (long long)-rows, (long long)rows);
     }
     const int8_t *table = t->data;
-    const float *s = sv->data;
+    const float *s = sv->data, *z = zv ? zv->data : NULL;
     float *dst = y->data;
     for (int64_t i = 0; i < ind->numel; i++) {
         int64_t v = index_at(ind, i);
         if (v < 0) v += rows;
         const float sc = s[sv->dims[0] == 1 ? 0 : v];
         const int8_t *src = table + v * dim;
-        for (int64_t k = 0; k < dim; k++) dst[k] = (float)src[k] * sc;
+        if (z) {
+            const float off = z[zv->dims[0] == 1 ? 0 : v];
+            for (int64_t k = 0; k < dim; k++) {
+                const float p = (float)src[k] * sc; /* rounded here, as the graph's Mul */
+                dst[k] = p + off;
+            }
+        } else {
+            for (int64_t k = 0; k < dim; k++) dst[k] = (float)src[k] * sc;
+        }
         dst += dim;
     }
     return NRV_OK;

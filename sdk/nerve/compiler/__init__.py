@@ -47,6 +47,7 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     precision: "fp32", or "int8" (int8-weight products on many rows take int8 activations)."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
     from . import onnx_ops_nn  # noqa: F401
+    from . import onnx_ops_quant  # noqa: F401  (MatMulNBits, DequantizeLinear, QuantizeLinear)
     from . import passes
     from .onnx_import import Importer
 

@@ -20,18 +20,23 @@ from .builder import Builder
 from .graph import CompileError, Program, Value
 
 _HANDLERS: Dict[str, Callable] = {}
+# ops of other domains (e.g. "com.microsoft" MatMulNBits): (domain, op type) -> handler
+_DOMAIN_HANDLERS: Dict[tuple, Callable] = {}
 
 
-def handler(*op_types: str):
+def handler(*op_types: str, domain: str = ""):
     def deco(fn):
         for t in op_types:
-            _HANDLERS[t] = fn
+            if domain in ("", "ai.onnx"):
+                _HANDLERS[t] = fn
+            else:
+                _DOMAIN_HANDLERS[(domain, t)] = fn
         return fn
     return deco
 
 
 def supported_ops() -> List[str]:
-    return sorted(_HANDLERS)
+    return sorted(_HANDLERS) + sorted(f"{d}.{t}" for d, t in _DOMAIN_HANDLERS)
 
 
 class NodeCtx:
@@ -182,8 +187,13 @@ class Importer:
         for i, node in enumerate(graph.node):
             ctx = NodeCtx(self, node, i)
             if node.domain not in ("", "ai.onnx"):
-                raise ctx.fail(f"operator domain '{node.domain}' is not supported")
-            fn = _HANDLERS.get(node.op_type)
+                fn = _DOMAIN_HANDLERS.get((node.domain, node.op_type))
+                if fn is None:
+                    known = sorted(t for d, t in _DOMAIN_HANDLERS if d == node.domain)
+                    raise ctx.fail(f"operator of domain '{node.domain}' not supported by nerve (supported there: "
+                                   f"{known})" if known else f"operator domain '{node.domain}' is not supported")
+            else:
+                fn = _HANDLERS.get(node.op_type)
             if fn is None:
                 raise ctx.fail("operator not supported by nerve")
             ins = []

@@ -51,7 +51,8 @@ CONTROL = {"if", "jump", "label"}
 # unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
-_ACT_SLOT = {"conv": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0), "linear_w8a8": (0, 0), "matmul": (0, 0),
+_ACT_SLOT = {"conv": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0), "linear_w8a8": (0, 0),
+             "linear_w4a32": (0, 0), "linear_w4a8": (0, 0), "matmul": (0, 0),
              "layernorm_linear": (0, 1)}
 
 # The most rows (product of x's leading dims, at the bounds) a linear with an int8-folded
@@ -457,9 +458,9 @@ def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS) -> bool:
 
 def select_gather_q8(prog: Program) -> bool:
     """Gather on axis 0 of a 2-D table folded from int8 with a per-row or per-tensor scale and
-    no offset (an embedding stored as int8, e.g. Moonshine's 32768 x 416 token table) ->
-    gather_q8: the table stays int8 in the plan and each gathered value is the same fp32
-    product q·s the folded table held."""
+    offset (an embedding stored as int8, e.g. Moonshine's 32768 x 416 token table) ->
+    gather_q8: the table stays int8 in the plan and each gathered value is the one the folded
+    table held (fp32 q·s, then + z)."""
     changed = False
     by_content: Dict[bytes, tuple] = {}
     for i, op in enumerate(prog.ops):
@@ -472,16 +473,17 @@ def select_gather_q8(prog: Program) -> bool:
         q, s, z = aff
         rows = int(data.shape[0])
         sv, zv = _per_output(s, rows), _per_output(z, rows)
-        if q.dtype != np.int8 or q.shape != tuple(data.shape) or sv is None or zv is None or np.any(zv) \
-                or not np.all(np.isfinite(sv)):
+        if q.dtype != np.int8 or q.shape != tuple(data.shape) or sv is None or zv is None \
+                or not (np.all(np.isfinite(sv)) and np.all(np.isfinite(zv))):
             continue
         q = np.ascontiguousarray(q)
-        key = hashlib.sha256(b"q8 %d|" % rows + q.tobytes() + b"|" + sv.tobytes()).digest()
+        key = hashlib.sha256(b"q8 %d|" % rows + q.tobytes() + b"|" + sv.tobytes() + b"|" + zv.tobytes()).digest()
         if key not in by_content:
             by_content[key] = (Value(data.name + ".q8", np.int8, q.shape, const=q),
-                               Value(data.name + ".q8.scale", np.float32, sv.shape, const=sv))
-        qv, sc = by_content[key]
-        new = Op("gather_q8", [qv, idx, sc], op.outputs, name=op.name)
+                               Value(data.name + ".q8.scale", np.float32, sv.shape, const=sv),
+                               Value(data.name + ".q8.zero", np.float32, zv.shape, const=zv) if np.any(zv) else None)
+        qv, sc, zc = by_content[key]
+        new = Op("gather_q8", [qv, idx, sc] + ([zc] if zc is not None else []), op.outputs, name=op.name)
         for v in new.outputs:
             v.producer = new
         prog.ops[i] = new
@@ -647,13 +649,14 @@ def select_linear_w4(prog: Program, int8_activations: bool, group_size: int = 64
             w4 = quantize_w4(w.const, group_size=g, symmetric=True, method=method)
             vals = w4.packed if packed else w4.q
             made[key] = (Value(w.name + ".w4", vals.dtype, vals.shape, const=vals),
-                         Value(w.name + ".w4.scale", np.float16, w4.scales.shape, const=w4.scales), g)
-        vv, sv, g = made[key]
+                         Value(w.name + ".w4.scale", np.float16, w4.scales.shape, const=w4.scales),
+                         Value(w.name + ".w4.zero", np.int8, w4.zero.shape, const=w4.zero) if w4.zero is not None else None, g)
+        vv, sv, zv, g = made[key]
         rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
         scratch = None
         if not int8_activations and rows > W4_DIRECT_MAX_ROWS:
             scratch = Value(op.name + ".w4.tile", np.float32, (W4_TILE_OUT * k,))
-        new = Op("linear_w4a8" if int8_activations else "linear_w4a32", [x, vv, sv, None, bias], op.outputs,
+        new = Op("linear_w4a8" if int8_activations else "linear_w4a32", [x, vv, sv, zv, bias], op.outputs,
                  iattr=[op.iattr[0], n, k, g, 1 if packed else 0], fattr=list(op.fattr), scratch=scratch,
                  name=op.name)
         for v in new.outputs:

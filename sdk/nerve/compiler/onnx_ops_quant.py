@@ -1,0 +1,368 @@
+"""Handlers for already-quantized ONNX models: ``com.microsoft`` MatMulNBits and the ONNX
+DequantizeLinear / QuantizeLinear pair. The weights stay compact in the plan.
+
+MatMulNBits (onnxruntime contrib op, ``Y = A · dequant(B)ᵀ + bias``): B uint8 [N, k_blocks,
+blob_size], the codes packed low bits first along K (bits 4: element 2j in the low nibble,
+2j+1 in the high); scales [N·k_blocks]; zero_points optional, uint8 packed like B ([N·
+ceil(k_blocks·bits/8)], default 2^(bits-1)) or float like scales; g_idx optional; bias [N]
+optional. W[n, k] = scale[n, b]·(u[n, k] − zp[n, b]), b = k / block_size.
+
+  * bits 4, block_size 32/64/128 dividing K, K <= 16384, uint8 (or no) zero points, no g_idx
+    -> the plan's W4 ops (nerve.h "W4 weights"): nerve's q = u − 8 and zero = zp − 8, packed
+    layout, group = block_size. accuracy_level 4 (int8 compute) -> ``linear_w4a8``, any other
+    -> ``linear_w4a32`` (with its W4_TILE_OUT·K scratch tile when the rows can exceed 16).
+    fp32 scales are rounded to fp16 (the W4 format's scales): each weight moves by at most
+    2^-11 of itself. A group whose scale is 0 becomes q = zero with scale 1 (the same zeros).
+  * anything else (other bits, block sizes or K, float zero points, g_idx, a scale fp16 cannot
+    hold within 2^-11: overflow or subnormal) -> an exact fp32 dequantised weight through
+    the plain ``linear`` (correct, not compressed; the compiler's precision passes may still
+    quantise it).
+
+DequantizeLinear ``y = (x − zp)·scale`` (per tensor, per axis, opset-21 blocks):
+  * on a constant int8/uint8 x with per-tensor or per-axis scale: emitted as Cast(q) [− zp]
+    · scale on constants, which the builder folds through the C runtime *and* records as
+    int8 (``builder.int8_affine``), so the int8 weight passes (linear_w8, linear_w8a8,
+    gather_q8) keep the weight int8. When x − zp fits int8 everywhere, q = x − zp and the
+    record has no offset (the fold is then bit for bit onnxruntime's); otherwise uint8 is
+    shifted to int8 (q = u − 128, zp − 128: the same integers u − zp, so the same fp32
+    values).
+  * on other constants (int32, int16, blocks): folded in numpy (an integer times one scale:
+    one rounding, as onnxruntime).
+  * on a run-time x: Cast, Sub of the zero point, Mul by the scale.
+
+QuantizeLinear ``y = saturate(round_half_even(x / scale) + zp)`` on fp32: Div, Round (the
+runtime's nearbyintf: half to even), Add of the zero point, Cast (saturating: nerve's cast
+clamps floats to the integer type's range). A constant x folds to a constant (so a
+QuantizeLinear→DequantizeLinear pair on a float weight ends as an int8-recorded weight).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from . import symbolic as S
+from .graph import Value
+from .memplan import bytes_at_bounds
+from .onnx_import import NodeCtx, handler, np_dtype_of
+from .onnx_ops import binary, linear, norm_axis, spec, unary
+
+F32 = np.dtype(np.float32)
+W4_GROUPS = (32, 64, 128)
+W4_MAX_K = 16384  # nerve.h NRV_W4_MAX_IN
+W4_DIRECT_MAX_ROWS = 16  # op_linalg.c: w4a32 on more rows takes the tiled path (scratch)
+W4_TILE_OUT = 64
+_U_ROUND = 23  # op_elementwise.c unary code: nearbyintf (half to even)
+
+
+# ---------------------------------------------------------------- MatMulNBits
+
+
+def _const(ctx: NodeCtx, v: Optional[Value], what: str) -> Optional[np.ndarray]:
+    if v is None:
+        return None
+    if v.const is None:
+        raise ctx.fail(f"{what} must be a constant (an initializer) to be imported")
+    return v.const
+
+
+def _unpack_codes(data: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Unsigned codes of `bits` bits packed low bits first in the bytes of each row of data
+    [rows, nbytes] -> uint8 [rows, count]."""
+    rows = data.shape[0]
+    if bits == 4:
+        d = data.reshape(rows, -1)
+        codes = np.stack([d & 0x0F, d >> 4], axis=-1).reshape(rows, -1)
+    elif bits == 8:
+        codes = data.reshape(rows, -1)
+    else:
+        bitv = np.unpackbits(data.reshape(rows, -1), axis=-1, bitorder="little")
+        usable = bitv.shape[1] // bits * bits
+        bitv = bitv[:, :usable].reshape(rows, -1, bits).astype(np.int32)
+        codes = (bitv << np.arange(bits, dtype=np.int32)).sum(axis=-1).astype(np.uint8)
+    return np.ascontiguousarray(codes[:, :count])
+
+
+@handler("MatMulNBits", domain="com.microsoft")
+def _matmul_nbits(ctx: NodeCtx, ins):
+    ctx.require_attrs(("K", "N", "bits", "block_size", "accuracy_level"))
+    ins = list(ins) + [None] * (6 - len(ins))
+    a, bq, sc, zpv, gidx, bias = ins[:6]
+    if "K" not in ctx.attrs or "N" not in ctx.attrs or "block_size" not in ctx.attrs:
+        raise ctx.fail("attributes K, N and block_size are required")
+    K, N = int(ctx.attr("K")), int(ctx.attr("N"))
+    bits, bs = int(ctx.attr("bits", 4)), int(ctx.attr("block_size"))
+    acc = int(ctx.attr("accuracy_level", 0))
+    if K <= 0 or N <= 0:
+        raise ctx.fail(f"K {K} and N {N} must be positive")
+    if bits not in (2, 3, 4, 5, 6, 7, 8):
+        raise ctx.fail(f"bits {bits} is not supported (2..8)")
+    if bs < 16 or bs & (bs - 1):
+        raise ctx.fail(f"block_size {bs} must be a power of two >= 16")
+    if a is None or bq is None or sc is None:
+        raise ctx.fail("inputs A, B and scales are required")
+    if a.dtype != F32:
+        raise ctx.fail(f"A of {a.dtype} is not supported (float32 only)")
+    if a.rank < 1:
+        raise ctx.fail("A must have rank >= 1")
+    if S.is_static(a.shape[-1]) and int(a.shape[-1]) != K:
+        raise ctx.fail(f"A's last dimension {a.shape[-1]} is not K = {K}")
+    kb = -(-K // bs)
+    blob = bs * bits // 8
+    if bs * bits % 8:
+        raise ctx.fail(f"block_size {bs} with bits {bits} does not fill whole bytes")
+    B = _const(ctx, bq, "B")
+    if B.dtype != np.uint8 or B.shape != (N, kb, blob):
+        raise ctx.fail(f"B must be uint8 of shape [N, k_blocks, blob_size] = {[N, kb, blob]} (K {K}, "
+                       f"block_size {bs}, bits {bits}), got {B.dtype} {list(B.shape)}")
+    s = _const(ctx, sc, "scales")
+    if s.dtype.kind != "f" or s.size != N * kb:
+        raise ctx.fail(f"scales must be float with N·k_blocks = {N * kb} elements, got {s.dtype} "
+                       f"{list(s.shape)}")
+    s32 = s.reshape(N, kb).astype(np.float32)
+    zp = _const(ctx, zpv, "zero_points")
+    zp_float = None
+    zp_u = None  # unsigned zero points [N, kb] (uint8)
+    if zp is not None:
+        if zp.dtype == np.uint8:
+            zb = -(-kb * bits // 8)
+            if zp.size != N * zb:
+                raise ctx.fail(f"uint8 zero_points must hold N·ceil(k_blocks·bits/8) = {N * zb} bytes, got "
+                               f"{list(zp.shape)}")
+            zp_u = _unpack_codes(zp.reshape(N, zb), bits, kb)
+        elif zp.dtype.kind == "f":
+            if zp.size != N * kb:
+                raise ctx.fail(f"float zero_points must have N·k_blocks = {N * kb} elements, got {list(zp.shape)}")
+            zp_float = zp.reshape(N, kb).astype(np.float32)
+        else:
+            raise ctx.fail(f"zero_points of {zp.dtype} are not supported (uint8 or float)")
+    g = None
+    if gidx is not None:
+        g = _const(ctx, gidx, "g_idx").reshape(-1).astype(np.int64)
+        if g.size != K or (g.size and (g.min() < 0 or g.max() >= kb)):
+            raise ctx.fail(f"g_idx must hold K = {K} block indices in [0, {kb})")
+    b_const = None
+    if bias is not None:
+        if bias.dtype != F32 or bias.rank != 1 or not S.is_static(bias.shape[0]) or int(bias.shape[0]) != N:
+            raise ctx.fail(f"bias must be float32 [N] = [{N}], got {bias.dtype} {list(bias.shape)}")
+        b_const = bias.const
+    u = _unpack_codes(B.reshape(N, kb * blob), bits, kb * bs)  # [N, kb·bs] unsigned codes
+
+    # the W4 ops: bits 4, a group size nerve has, whole groups, K within the kernels' limit,
+    # integer zero points, blocks in order, scales fp16 holds within 2^-11
+    s16 = None
+    if bits == 4 and bs in W4_GROUPS and K % bs == 0 and K <= W4_MAX_K and zp_float is None and g is None:
+        with np.errstate(over="ignore"):
+            s16 = s32.astype(np.float16)
+        r = s16.astype(np.float32)
+        nz = s32 != 0
+        ok = np.all(np.isfinite(r)) and np.all(np.abs(r[nz] - s32[nz]) <= np.abs(s32[nz]) * 2.0 ** -11)
+        if not ok:
+            s16 = None
+    if s16 is None:
+        # fallback: the exact fp32 weight on the plain linear (correct, not compressed; the
+        # precision passes may still requantise it) — bits != 4, a block size W4 does not
+        # have, K not a multiple of the block or above 16384, float zero points, g_idx, or a
+        # scale fp16 cannot hold within 2^-11
+        return [_nbits_fallback(ctx, a, u, s32, zp_u, zp_float, g, bits, bs, K, N, bias, b_const)]
+    return [_nbits_w4(ctx, a, u, s16, zp_u, bs, K, N, acc, bias, b_const)]
+
+
+def _nbits_w4(ctx: NodeCtx, a: Value, u: np.ndarray, s16: np.ndarray, zp_u: Optional[np.ndarray], bs: int, K: int,
+              N: int, acc: int, bias: Optional[Value], b_const: Optional[np.ndarray]) -> Value:
+    from ..errors import NerveError
+    from ..quant import W4Weight
+
+    kb = K // bs
+    q = u.view(np.int8) - np.int8(8)  # [N, K]: u in [0, 15] -> q in [-8, 7]
+    zero = None if zp_u is None or np.all(zp_u == 8) else zp_u.view(np.int8) - np.int8(8)
+    s16 = s16.copy()
+    dead = s16 == 0  # a zero scale: the group's weights are all 0 -> q = zero, scale 1
+    if np.any(dead):
+        qg = q.reshape(N, kb, bs)
+        qg[dead] = zero[dead][:, None] if zero is not None else np.int8(0)
+        s16[dead] = np.float16(1.0)
+    try:
+        packed = W4Weight(q, s16, zero, bs).packed
+    except NerveError as exc:  # not reachable for well-formed nibbles; kept for a clear message
+        raise ctx.fail(f"the weight is not a valid W4 weight: {exc}") from None
+    b = ctx.b
+    vals = b.const(packed, b.fresh(ctx.name + ".w4"))
+    scales = b.const(s16, b.fresh(ctx.name + ".w4.scale"))
+    zeros = b.const(zero, b.fresh(ctx.name + ".w4.zero")) if zero is not None else None
+    bv = None
+    if b_const is not None:
+        bv = b.const(np.ascontiguousarray(b_const, dtype=np.float32), b.fresh(ctx.name + ".bias"))
+    x = a
+    a8 = acc == 4
+    rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), ctx.imp.dims)
+    scratch = 4 * W4_TILE_OUT * K if not a8 and rows > W4_DIRECT_MAX_ROWS else None
+    need_add = bias is not None and b_const is None
+    out = ctx.b.fresh(ctx.name) if need_add else ctx.out_name()
+    y = b.emit("linear_w4a8" if a8 else "linear_w4a32", [x, vals, scales, zeros, bv],
+               [spec(out, F32, list(x.shape[:-1]) + [N])], iattr=[0, N, K, bs, 1], fattr=[0.0, 0.0],
+               scratch_bytes=scratch, name=ctx.name)[0]
+    if need_add:
+        y = binary(ctx, "Add", y, bias, ctx.out_name())
+    return y
+
+
+def _nbits_fallback(ctx: NodeCtx, a: Value, u: np.ndarray, s32: np.ndarray, zp_u: Optional[np.ndarray],
+                    zp_float: Optional[np.ndarray], g: Optional[np.ndarray], bits: int, bs: int, K: int, N: int,
+                    bias: Optional[Value], b_const: Optional[np.ndarray]) -> Value:
+    """The exact fp32 weight (u − zp)·scale through the plain linear (see the module docstring:
+    not compressed, but correct)."""
+    blk = np.arange(K) // bs if g is None else g
+    codes = u[:, :K].astype(np.float32)
+    if zp_float is not None:
+        zp = zp_float[:, blk]
+    elif zp_u is not None:
+        zp = zp_u[:, blk].astype(np.float32)
+    else:
+        zp = np.float32(2 ** (bits - 1))
+    w = ((codes - zp) * s32[:, blk]).astype(np.float32)  # [N, K]
+    x = a
+    if a.rank == 1:
+        x = ctx.b.alias(a, [1, a.shape[0]], ctx.b.fresh(ctx.name))
+    need_add = bias is not None and b_const is None
+    final = a.rank == 1 or need_add
+    y = linear(ctx, x, w, b_const, ctx.b.fresh(ctx.name) if final else ctx.out_name())
+    if a.rank == 1:
+        y = ctx.b.alias(y, [N], ctx.b.fresh(ctx.name) if need_add else ctx.out_name())
+    if need_add:
+        y = binary(ctx, "Add", y, bias, ctx.out_name())
+    return y
+
+
+# ---------------------------------------------------------------- (De)QuantizeLinear
+
+
+def _axis_param(ctx: NodeCtx, p: Value, x: Value, axis: int, what: str) -> Value:
+    """A per-tensor (scalar or 1-element) or per-axis ([D] along axis) parameter, shaped to
+    broadcast against x."""
+    if p.rank == 0:
+        return p
+    if p.rank != 1:
+        raise ctx.fail(f"{what} of rank {p.rank} needs block quantization (the block_size attribute)")
+    n = p.shape[0]
+    if S.is_static(n) and int(n) == 1:
+        return ctx.b.alias(p, [], ctx.b.fresh(ctx.name + "." + what))
+    ax = norm_axis(ctx, axis, x.rank)
+    d = x.shape[ax]
+    if S.is_static(n) and S.is_static(d) and int(n) != int(d):
+        raise ctx.fail(f"{what} has {n} elements; axis {axis} of the input has {d}")
+    return ctx.b.alias(p, [d] + [1] * (x.rank - ax - 1), ctx.b.fresh(ctx.name + "." + what))
+
+
+def _np_param(ctx: NodeCtx, p: np.ndarray, x_shape, axis: int, block: int, what: str) -> np.ndarray:
+    """A constant parameter broadcast (numpy) to x's shape: per tensor, per axis or in blocks."""
+    rank = len(x_shape)
+    if p.size == 1 and block == 0:
+        return p.reshape(())
+    ax = norm_axis(ctx, axis, rank)
+    if block == 0:
+        if p.ndim != 1 or p.shape[0] != x_shape[ax]:
+            raise ctx.fail(f"{what} of shape {list(p.shape)} does not match axis {axis} of {list(x_shape)}")
+        return p.reshape([p.shape[0]] + [1] * (rank - ax - 1))
+    want = list(x_shape)
+    want[ax] = -(-x_shape[ax] // block)
+    if list(p.shape) != want:
+        raise ctx.fail(f"{what} of shape {list(p.shape)} does not match blocks of {block} along axis {axis} of "
+                       f"{list(x_shape)} (expected {want})")
+    return np.repeat(p, block, axis=ax).take(np.arange(x_shape[ax]), axis=ax)
+
+
+@handler("DequantizeLinear")
+def _dequantize_linear(ctx: NodeCtx, ins):
+    ctx.require_attrs(("axis", "block_size", "output_dtype"))
+    x, sc = ins[0], ins[1]
+    zp = ins[2] if len(ins) > 2 else None
+    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    if sc.dtype.kind != "f":
+        raise ctx.fail(f"x_scale must be float, got {sc.dtype}")
+    out_dt = sc.dtype
+    if ctx.attr("output_dtype", 0):
+        out_dt = np_dtype_of(ctx.attr("output_dtype"))
+        if out_dt != sc.dtype:
+            raise ctx.fail(f"output_dtype {out_dt} differs from x_scale's {sc.dtype}")
+    if x.dtype not in (np.int8, np.uint8, np.int16, np.uint16, np.int32):
+        raise ctx.fail(f"x of {x.dtype} is not supported (int8, uint8, int16, uint16, int32)")
+    if zp is not None and zp.dtype != x.dtype:
+        raise ctx.fail(f"x_zero_point of {zp.dtype} does not match x's {x.dtype}")
+    if block < 0:
+        raise ctx.fail(f"block_size {block} must be >= 0")
+    if x.const is not None and sc.const is not None and (zp is None or zp.const is not None):
+        return [_dequantize_const(ctx, x, sc, zp, axis, block, out_dt)]
+    if block:
+        raise ctx.fail("block quantization (block_size) is supported on constant inputs only")
+    if out_dt != F32:
+        raise ctx.fail(f"a {out_dt} result is supported on constant inputs only (float32 arithmetic)")
+    s = _axis_param(ctx, sc, x, axis, "scale")
+    xf = ctx.b.emit("cast", [x], [spec(ctx.b.fresh(ctx.name + ".x"), F32, x.shape)], name=ctx.name)[0]
+    if zp is not None and not (zp.const is not None and not np.any(zp.const)):
+        z = _axis_param(ctx, zp, x, axis, "zero_point")
+        zf = ctx.b.emit("cast", [z], [spec(ctx.b.fresh(ctx.name + ".zp"), F32, z.shape)], name=ctx.name)[0]
+        xf = binary(ctx, "Sub", xf, zf, ctx.b.fresh(ctx.name))
+    return [binary(ctx, "Mul", xf, s, ctx.out_name())]
+
+
+def _dequantize_const(ctx: NodeCtx, x: Value, sc: Value, zp: Optional[Value], axis: int, block: int,
+                      out_dt) -> Value:
+    q = x.const
+    s = _np_param(ctx, sc.const, q.shape, axis, block, "x_scale")
+    z = _np_param(ctx, zp.const, q.shape, axis, block, "x_zero_point") if zp is not None \
+        else np.zeros((), q.dtype)
+    wide = np.int16 if q.dtype in (np.int8, np.uint8) else np.int64
+    d = q.astype(wide) - z.astype(wide)  # the exact integers x − zp
+    if q.dtype in (np.int8, np.uint8) and block == 0 and out_dt == F32 and q.ndim >= 1:
+        # int8 data: Cast(q) [− zp] · scale on constants -> folded by the builder with the
+        # int8 record (module docstring)
+        b = ctx.b
+        if d.min(initial=0) >= -128 and d.max(initial=0) <= 127:
+            qv, zc = d.astype(np.int8), None
+        else:
+            shift = 128 if q.dtype == np.uint8 else 0  # uint8 -> int8 keeps u − zp
+            qv = (q.astype(np.int16) - shift).astype(np.int8)
+            zc = (z.astype(np.int64) - shift).astype(np.float32)
+        qc = b.const(qv, b.fresh(ctx.name + ".q"))
+        y = b.emit("cast", [qc], [spec(b.fresh(ctx.name + ".qf"), F32, qv.shape)], name=ctx.name)[0]
+        if zc is not None:
+            y = binary(ctx, "Sub", y, b.const(zc, b.fresh(ctx.name + ".zp")), b.fresh(ctx.name))
+        # (a weight too large to fold keeps these ops in the plan, as Cast+Mul weights do)
+        return binary(ctx, "Mul", y, b.const(s.astype(np.float32), b.fresh(ctx.name + ".scale")), ctx.out_name())
+    # onnxruntime: float(x − zp) · scale in fp32 (one rounding; exact integers below 2^24)
+    y = (d.astype(np.float32) * s.astype(np.float32)).astype(out_dt)
+    return ctx.b.const(np.ascontiguousarray(y), ctx.out_name())
+
+
+@handler("QuantizeLinear")
+def _quantize_linear(ctx: NodeCtx, ins):
+    ctx.require_attrs(("axis", "saturate", "block_size", "output_dtype", "precision"))
+    x, sc = ins[0], ins[1]
+    zp = ins[2] if len(ins) > 2 else None
+    axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+    if ctx.attr("precision", 0):
+        raise ctx.fail("the precision attribute is not supported")
+    if x.dtype != F32 or sc.dtype != F32:
+        raise ctx.fail(f"QuantizeLinear of {x.dtype} with a {sc.dtype} scale is not supported (float32)")
+    out_dt = np.dtype(zp.dtype) if zp is not None else np.dtype(np.uint8)
+    if ctx.attr("output_dtype", 0):
+        want = np_dtype_of(ctx.attr("output_dtype"))
+        if zp is not None and want != out_dt:
+            raise ctx.fail(f"output_dtype {want} differs from y_zero_point's {out_dt}")
+        out_dt = want
+    if out_dt not in (np.int8, np.uint8):
+        raise ctx.fail(f"quantizing to {out_dt} is not supported (int8, uint8)")
+    if block:
+        raise ctx.fail("block quantization (block_size) is not supported")
+    s = _axis_param(ctx, sc, x, axis, "scale")
+    # saturate(round_half_even(x / scale) + zp): Div, Round (nearbyintf: half to even), Add,
+    # then the saturating cast (it clamps to the integer type; the value is already integral)
+    y = binary(ctx, "Div", x, s, ctx.b.fresh(ctx.name))
+    y = unary(ctx, _U_ROUND, y, ctx.b.fresh(ctx.name))
+    if zp is not None and not (zp.const is not None and not np.any(zp.const)):
+        z = _axis_param(ctx, zp, x, axis, "zero_point")
+        zf = ctx.b.emit("cast", [z], [spec(ctx.b.fresh(ctx.name + ".zp"), F32, z.shape)], name=ctx.name)[0]
+        y = binary(ctx, "Add", y, zf, ctx.b.fresh(ctx.name))
+    return ctx.b.emit("cast", [y], [spec(ctx.out_name(), out_dt, y.shape)], name=ctx.name)
