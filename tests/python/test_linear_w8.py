@@ -236,3 +236,22 @@ def test_int8_embedding_table_stays_int8(tmp_path, per_row, idx_dtype, with_zero
     bad[1, 2] = rows
     with pytest.raises(nerve.NerveError, match=r"indices\[7\] = 1025"):
         sess.run({"ids": bad})
+
+
+def test_large_int8_weight_is_still_recognised(tmp_path, rng, monkeypatch):
+    """A dequantisation chain whose fp32 result is above the general folding limit is still
+    folded (up to FOLD_MAX_INT8_CHAIN_BYTES), so the weight stays int8 (linear_w8) instead of
+    being dequantised on every run; other big constants still are not folded. The limit is
+    lowered here so the test stays small (the real case: an 11008 x 4096 layer, 172 MiB)."""
+    from nerve.compiler import builder
+
+    monkeypatch.setattr(builder, "FOLD_MAX_OUTPUT_BYTES", 64 << 10)
+    k, n = 256, 160  # 160 KiB of fp32
+    m, _ = w8_matmul_model(rng, k, n, s_shape=(n,), z_shape=(1,), relu=False)
+    sess = session(tmp_path, m, {"batch": 1, "seq": 4})
+    assert "linear_w8" in op_types(sess) and "cast" not in op_types(sess)
+    check(sess, m, {"x": rng.standard_normal((1, 3, k)).astype(F32)})
+    monkeypatch.setattr(builder, "FOLD_MAX_INT8_CHAIN_BYTES", 64 << 10)
+    sess = session(tmp_path, m, {"batch": 1, "seq": 4})
+    assert "cast" in op_types(sess)  # over both limits: the chain runs in the plan
+    check(sess, m, {"x": rng.standard_normal((1, 3, k)).astype(F32)})
