@@ -102,6 +102,8 @@ static void init_table(void) {
     add_table(nrv_variants_neon);
     add_table(nrv_variants_neon_w8);
     add_table(nrv_variants_neon_w8a8);
+    add_table(nrv_variants_dotprod_w4);
+    add_table(nrv_variants_neon_w4);
 #endif /* __aarch64__ */
     add_table(nrv_variants_ref);
     const char *env = getenv("NERVE_DISABLE");

@@ -217,6 +217,27 @@ void nrv_linear_w8a8_neon(const float *x, int64_t rows, int64_t in, const int8_t
 extern const nrv_kernel_variant nrv_variants_neon_w8[];
 void nrv_linear_w8_neon(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
                         int64_t sz_stride, const float *b, int64_t out, float *y);
+/* linear_w4a32 / linear_w4a8 (neon/linear_w4_neon.c, neon/linear_w4_dotprod.c; each file's
+ * table is added by dispatch.c, dotprod first) */
+extern const nrv_kernel_variant nrv_variants_neon_w4[];
+extern const nrv_kernel_variant nrv_variants_dotprod_w4[];
+void nrv_linear_w4a32_neon(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                           int64_t ldy);
+void nrv_linear_w4a8_neon(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                          int64_t ldy);
+void nrv_linear_w4a8_dotprod(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                             int64_t ldy);
+/* The w4a8 driver both NEON variants share (baseline ISA, in linear_w4_neon.c): quantises
+ * blocks of rows as linear_w8a8 does into a stack buffer (xq [rows, in] int8, their group
+ * sums xs [rows, xst] floats, 0 past in / group, and sx per row), then calls block for every
+ * tile of R <= r_max rows x NO = no_of_rows[R] outputs, and with NO = 1 for the outputs
+ * left over; block computes y for rows [0, R) x outputs [o0, o0 + NO) (xq, xs, sx and y at
+ * the tile's first row, y at column o0). */
+typedef void (*nrv_w4a8_neon_block_fn)(int R, int NO, const int8_t *xq, const float *xs, int64_t xst,
+                                       const float *sx, const nrv_w4_weight *w, int64_t o0, const float *b, float *y,
+                                       int64_t ldy);
+void nrv_w4a8_neon_run(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y, int64_t ldy,
+                       nrv_w4a8_neon_block_fn block, const int *no_of_rows, int r_max);
 #endif /* __aarch64__ */
 
 /* Scalar references (one file per op family in native/src/kernels/): always built, simple, obviously right. */

@@ -69,5 +69,7 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX512(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_avx512),
     {.op = NRV_OP_LINEAR_W4A8, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,
      .fn.linear_w4 = nrv_linear_w4a8_vnni},
+    AVX2(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_avx2),
+    AVX2(NRV_OP_LINEAR_W4A8, linear_w4, nrv_linear_w4a8_avx2),
     {.name = NULL},
 };
