@@ -12,6 +12,7 @@ Public API::
     nerve.compile(onnx_path)   ONNX -> Plan (save with Plan.save("model.nrv"))
     nerve.precision            the precision names (fp32, int8/w8a8, w4a32, w4a8)
     nerve.quant                INT4 weights: quantize_w4, W4Weight (packed / unpacked)
+    nerve.quantize(model, ...) a model's linears to W4 with a sensitivity-driven policy -> Plan
     nerve.asr                  speech recognition (Recognizer, streams); imported on first use
     nerve.audio                WAV reading, sample conversion, the stateful resampler
     nerve.NerveError, InputError, ModelError, DeviceError, OutOfMemoryError, NativeError
@@ -37,6 +38,7 @@ from .errors import (
 )
 from .memory import memory_report
 from .session import Plan, Session, compile
+from .quant import quantize
 
 __version__: str = _to_str(_lib.nrv_version())
 
@@ -52,6 +54,9 @@ __all__ = [
     "Session",
     "Plan",
     "compile",
+    "quantize",
+    "quant",
+    "precision",
     "NerveError",
     "InputError",
     "ModelError",

@@ -7,6 +7,8 @@
                                                  onnxruntime's MatMulNBits/MatMulInteger
     nerve bench MODEL [--vs onnxruntime] [--dim NAME=N] [--input NAME=x.npy] [--threads N] [--json]
                                                  one model's latency (median, p99), next to a peer
+    nerve quantize MODEL --out PLAN.nrv [--scheme w4a8|w4a32] [--calib DIR_OR_NPZ] [--policy auto|all]
+                                                 INT4 linears, sensitivity-driven; prints the choices
     nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
     nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
     nerve replay LOG                             re-run a provenance log, confirm every output
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 __all__ = ["main", "format_info"]
@@ -125,6 +128,44 @@ def _session_for(args, feeds=None):
     return Session(args.model, dims=mt.dims_from_feeds(specs, feeds, dims)), feeds
 
 
+def _read_calibration(path: str) -> list:
+    """Feed dicts from an .npz (each array's first axis: the samples) or a folder of .npz files
+    (one feed each, in name order)."""
+    import numpy as np
+
+    from .errors import InputError
+
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.npz"))
+        if not files:
+            raise InputError(f"--calib {path}: the folder holds no .npz files")
+        return [dict(np.load(f)) for f in files]
+    if not p.is_file():
+        raise InputError(f"--calib {path}: no such file or folder")
+    data = dict(np.load(p))
+    counts = {k: v.shape[0] if v.ndim else None for k, v in data.items()}
+    if not data or None in counts.values() or len(set(counts.values())) != 1:
+        raise InputError(f"--calib {path}: every array needs the same leading sample axis, got {counts}")
+    return [{k: v[i] for k, v in data.items()} for i in range(next(iter(counts.values())))]
+
+
+def _cmd_quantize(args) -> int:
+    from . import modeltools as mt
+    from .quant import quantize
+
+    dims = {k: int(v) for k, v in mt.parse_assignments(args.dim, "--dim").items()}
+    plan = quantize(args.model, scheme=args.scheme, calibration=_read_calibration(args.calib) if args.calib else None,
+                    method=args.method, policy=args.policy, group_size=args.group, budget=args.budget,
+                    dims=dims or None, progress=not args.json)
+    path = plan.save(args.out)
+    if args.json:
+        print(json.dumps(plan.report, indent=2, default=str))
+    else:
+        print(f"wrote {path} ({len(plan)} bytes)")
+    return 0
+
+
 def _cmd_plan(args) -> int:
     from . import modeltools as mt
 
@@ -208,6 +249,22 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--dim", action="append", metavar="NAME=N", help="upper bound of a symbolic dimension")
     plan.add_argument("--save", metavar="OUT.nrv", help="also write the plan file")
     plan.set_defaults(func=_cmd_plan)
+
+    qz = commands.add_parser("quantize", help="quantize a model's linear layers to INT4 (W4) and write the plan")
+    qz.add_argument("model", metavar="MODEL")
+    qz.add_argument("--scheme", default="w4a8", choices=["w4a8", "w4a32"])
+    qz.add_argument("--calib", metavar="DIR_OR_NPZ", help="held-out feeds: an .npz (leading sample axis) or a "
+                    "folder of .npz files (needed by --policy auto)")
+    qz.add_argument("--out", required=True, metavar="PLAN.nrv")
+    qz.add_argument("--method", default="mse", choices=["minmax", "mse", "percentile"])
+    qz.add_argument("--group", type=int, default=64, choices=[32, 64, 128])
+    qz.add_argument("--policy", default="auto", choices=["auto", "all"],
+                    help="auto: the most sensitive layers stay fp32 within --budget; all: every layer W4")
+    qz.add_argument("--budget", type=float, default=0.25,
+                    help="auto: linear weight bytes allowed, as a fraction of their fp32 bytes (default 0.25)")
+    qz.add_argument("--dim", action="append", metavar="NAME=N", help="upper bound of a symbolic dimension")
+    qz.add_argument("--json", action="store_true", help="print the report (sensitivities, choices, accuracy) as JSON")
+    qz.set_defaults(func=_cmd_quantize)
 
     run = commands.add_parser("run", help="run a model on inputs from .npy files")
     run.add_argument("model", metavar="MODEL")

@@ -9,7 +9,8 @@
     INT4 weights (docs/QUANTIZATION.md; symmetric, fp16 scales, group 64 — or the largest of
     64/32 dividing the width — quantised at compile time, "mse" clipping), fp32 activations.
   * ``"w4a8"``: the same weights, activations quantised per row to int8 (linear_w4a8).
-A suffix ``:gN`` picks the group size (``"w4a8:g32"``, ``"w4a32:g128"``).
+Suffixes on a w4 scheme: ``:gN`` picks the group size (``"w4a8:g32"``, ``"w4a32:g128"``) and
+``:minmax``, ``:mse`` (default) or ``:percentile`` the weight quantizer (nerve.quant).
 """
 
 from __future__ import annotations
@@ -23,19 +24,31 @@ W4_GROUPS = (32, 64, 128)
 W4_DEFAULT_GROUP = 64
 
 
-def parse(precision: str) -> Tuple[str, int]:
-    """(scheme, W4 group size) of a precision name; "w8a8" reads as "int8". InputError when
-    the name is not one of SCHEMES (with an optional ":gN" on a w4 scheme)."""
+W4_METHODS = ("mse", "minmax", "percentile")
+
+
+def parse_full(precision: str) -> Tuple[str, int, str]:
+    """(scheme, W4 group size, W4 quantizer method) of a precision name; "w8a8" reads as
+    "int8". InputError when the name is not one of SCHEMES with the suffixes above."""
     if not isinstance(precision, str):
         raise InputError(f"precision must be a string, got {type(precision).__name__}")
-    scheme, _, group = precision.partition(":")
-    if scheme not in SCHEMES or (group and not scheme.startswith("w4")):
-        raise InputError(f"precision must be one of {', '.join(SCHEMES)} (w4 schemes may add ':g32', ':g64' "
-                         f"or ':g128'), got {precision!r}")
-    g = W4_DEFAULT_GROUP
-    if group:
-        if not (group.startswith("g") and group[1:].isdigit() and int(group[1:]) in W4_GROUPS):
-            raise InputError(f"precision {precision!r}: the group suffix must be one of "
-                             f"{', '.join(':g%d' % x for x in W4_GROUPS)}")
-        g = int(group[1:])
-    return ("int8" if scheme == "w8a8" else scheme), g
+    scheme, *suffixes = precision.split(":")
+    if scheme not in SCHEMES or (suffixes and not scheme.startswith("w4")):
+        raise InputError(f"precision must be one of {', '.join(SCHEMES)} (w4 schemes may add ':g32', ':g64', "
+                         f"':g128' and ':minmax', ':mse', ':percentile'), got {precision!r}")
+    g, method = W4_DEFAULT_GROUP, W4_METHODS[0]
+    for suffix in suffixes:
+        if suffix in W4_METHODS:
+            method = suffix
+        elif suffix.startswith("g") and suffix[1:].isdigit() and int(suffix[1:]) in W4_GROUPS:
+            g = int(suffix[1:])
+        else:
+            raise InputError(f"precision {precision!r}: unknown suffix ':{suffix}' (group "
+                             f"{', '.join(':g%d' % x for x in W4_GROUPS)}; method {', '.join(':' + m for m in W4_METHODS)})")
+    return ("int8" if scheme == "w8a8" else scheme), g, method
+
+
+def parse(precision: str) -> Tuple[str, int]:
+    """(scheme, W4 group size) of a precision name (parse_full without the method)."""
+    scheme, g, _ = parse_full(precision)
+    return scheme, g

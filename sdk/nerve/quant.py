@@ -31,7 +31,7 @@ from . import _marshal as m
 from ._native import check, ffi, lib
 from .errors import InputError, code
 
-__all__ = ["W4Weight", "quantize_w4", "GROUP_SIZES", "METHODS", "W4_MAX_IN"]
+__all__ = ["W4Weight", "quantize_w4", "quantize", "GROUP_SIZES", "METHODS", "W4_MAX_IN"]
 
 GROUP_SIZES = (32, 64, 128)
 METHODS = ("minmax", "mse", "percentile")
@@ -225,3 +225,161 @@ def quantize_w4(w, group_size: int = 64, symmetric: bool = True, method: str = "
     q = _codes(wg, best_scale, best_zero).astype(np.int8).reshape(n, k)
     return W4Weight(q, best_scale.astype(np.float16),
                     None if best_zero is None else best_zero.astype(np.int8), g)
+
+
+# ---- whole models: nerve.quantize
+
+def _feeds_list(calibration, names) -> list:
+    """The calibration feeds as a list of dicts, checked: at least one, every model input
+    named in each (state inputs may be omitted), arrays only."""
+    if calibration is None:
+        return []
+    if isinstance(calibration, dict):
+        raise InputError("calibration must be an iterable of feed dicts ({input name: array}), got one dict; "
+                         "wrap it in a list", _ERR_INVALID)
+    feeds = []
+    for i, f in enumerate(calibration):
+        if not isinstance(f, dict):
+            raise InputError(f"calibration[{i}] is a {type(f).__name__}, expected a dict {{input name: array}}",
+                             _ERR_INVALID)
+        unknown = sorted(set(f) - set(names))
+        if unknown:
+            raise InputError(f"calibration[{i}] names {unknown}, which are not inputs of the model {names}",
+                             _ERR_INVALID)
+        feeds.append({k: np.asarray(v) for k, v in f.items()})
+    if not feeds:
+        raise InputError("calibration is empty: give at least one feed dict", _ERR_INVALID)
+    return feeds
+
+
+def _outputs_of(sess, feeds) -> Dict[str, np.ndarray]:
+    """Every output over all feeds, flattened and concatenated per output name (float64)."""
+    got: Dict[str, list] = {}
+    for f in feeds:
+        for k, v in sess.run(f).items():
+            got.setdefault(k, []).append(np.asarray(v, np.float64).ravel())
+    return {k: np.concatenate(v) for k, v in got.items()}
+
+
+def _compare(ref: Dict[str, np.ndarray], got: Dict[str, np.ndarray]) -> Dict[str, float]:
+    """The worst cosine and SNR (dB) over the outputs, and the largest |error|."""
+    errs = [_error(ref[k], got[k]) for k in ref if ref[k].size and np.issubdtype(ref[k].dtype, np.floating)]
+    if not errs:
+        return {"cosine": 1.0, "snr_db": float("inf"), "max_abs": 0.0}
+    return {"cosine": min(e["cosine"] for e in errs), "snr_db": min(e["snr_db"] for e in errs),
+            "max_abs": max(e["max_abs"] for e in errs)}
+
+
+def _w4_bytes(fp32_bytes: int, group: int) -> int:
+    n_weights = fp32_bytes // 4
+    return n_weights // 2 + 2 * (n_weights // group)
+
+
+def quantize(model, scheme: str = "w4a8", calibration=None, method: str = "mse", policy="auto",
+             group_size: int = 64, budget: float = 0.25, dims=None, state=None, constants=None, outputs=None,
+             progress: bool = True):
+    """Quantizes an ONNX model's linear layers to W4 and returns the compiled Plan, with
+    ``plan.report``: each layer's sensitivity, the precision chosen for it and why, and the
+    whole model's accuracy against fp32.
+
+    scheme: "w4a8" or "w4a32" (nerve.precision). method: the weight quantizer ("minmax", "mse",
+    "percentile"). group_size: 32, 64 or 128 (a layer whose width it does not divide takes the
+    largest smaller one that does).
+    calibration: an iterable of feed dicts ({input name: array}) held out from training, run
+    through the model at fp32 and at each candidate precision; needed by policy="auto" and for
+    the accuracy report (the activations are quantised per row at run time: no static
+    activation ranges are calibrated).
+    policy: "auto" — every layer is quantised alone and scored (the worst cosine and SNR over
+    the outputs against fp32); the most sensitive layers are kept fp32 as long as the linear
+    weights stay within ``budget`` x their fp32 bytes (0.25: a quarter); "all" — every layer
+    W4; or a dict {layer name: "fp32" | "w4a32" | "w4a8"} (names as ``Session.ops()`` gives
+    them; layers not named take ``scheme``).
+    """
+    import sys
+
+    from .session import Session
+    from .session import compile as nerve_compile
+
+    if scheme not in ("w4a8", "w4a32"):
+        raise InputError(f"scheme must be 'w4a8' or 'w4a32', got {scheme!r}", _ERR_INVALID)
+    if method not in METHODS:
+        raise InputError(f"method must be one of {METHODS}, got {method!r}", _ERR_INVALID)
+    if group_size not in GROUP_SIZES:
+        raise InputError(f"group_size must be one of {GROUP_SIZES}, got {group_size!r}", _ERR_INVALID)
+    if not (isinstance(policy, dict) or policy in ("auto", "all")):
+        raise InputError(f"policy must be 'auto', 'all' or a dict {{layer: precision}}, got {policy!r}",
+                         _ERR_INVALID)
+    if not 0.0 < float(budget) <= 1.0:
+        raise InputError(f"budget must be in (0, 1] (a fraction of the fp32 weight bytes), got {budget}",
+                         _ERR_INVALID)
+    precision = f"{scheme}:g{group_size}:{method}"
+    kw = dict(dims=dims, state=state, constants=constants, outputs=outputs)
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+
+    ref_sess = Session(model, **kw)
+    feeds = _feeds_list(calibration, ref_sess.input_names)
+    if policy == "auto" and not feeds:
+        raise InputError("policy='auto' needs calibration data (an iterable of feed dicts)", _ERR_INVALID)
+    from pathlib import Path
+
+    from .compiler import compile_program  # the layer list, as the compiler names it
+    from .compiler.ort_format import load_ort
+    from .compiler.passes import linear_w4_layers
+
+    raw = Path(model).read_bytes()
+    onnx_bytes = load_ort(raw).SerializeToString() if raw[4:8] == b"ORTM" else raw
+    candidates = linear_w4_layers(compile_program(onnx_bytes, Path(model).parent, dims, state, True, constants,
+                                                  outputs, precision))
+    names = [n for n, _ in candidates]
+    fp32_bytes = dict(candidates)
+    if isinstance(policy, dict):
+        unknown = sorted(set(policy) - set(names))
+        if unknown:
+            raise InputError(f"policy names layers the model does not have (or that W4 cannot take): {unknown}; "
+                             f"layers: {names}", _ERR_INVALID)
+    ref = _outputs_of(ref_sess, feeds) if feeds else {}
+
+    layers: Dict[str, dict] = {}
+    choice: Dict[str, str] = {n: scheme for n in names}
+    if policy == "auto":
+        for i, name in enumerate(names, 1):
+            sess = Session(nerve_compile(model, precision="fp32", layers={name: precision}, **kw))
+            score = _compare(ref, _outputs_of(sess, feeds))
+            layers[name] = {"alone": score}
+            say(f"[{i}/{len(names)}] {name}: cosine {score['cosine']:.6f}, SNR {score['snr_db']:.1f} dB")
+        limit = budget * sum(fp32_bytes.values())
+        total = sum(_w4_bytes(b, group_size) for b in fp32_bytes.values())
+        for rank, name in enumerate(sorted(names, key=lambda n: layers[n]["alone"]["snr_db"]), 1):
+            extra = fp32_bytes[name] - _w4_bytes(fp32_bytes[name], group_size)
+            snr = layers[name]["alone"]["snr_db"]
+            if total + extra <= limit:
+                total += extra
+                choice[name] = "fp32"
+                layers[name]["why"] = (f"kept fp32: sensitivity rank {rank} (SNR {snr:.1f} dB alone), "
+                                       f"+{extra} bytes within the budget")
+            else:
+                layers[name]["why"] = (f"{scheme}: sensitivity rank {rank} (SNR {snr:.1f} dB alone); keeping it "
+                                       f"fp32 would exceed the budget ({int(total + extra)} > {int(limit)} bytes)")
+    elif isinstance(policy, dict):
+        choice.update(policy)
+        for name in names:
+            layers[name] = {"why": "given by the policy" if name in policy else f"{scheme}: the scheme's default"}
+    else:
+        for name in names:
+            layers[name] = {"why": f"{scheme}: policy 'all'"}
+    for name in names:
+        layers[name]["precision"] = choice[name]
+    plan = nerve_compile(model, precision=precision,
+                         layers={n: (precision if c == scheme else c) for n, c in choice.items()}, **kw)
+    accuracy = _compare(ref, _outputs_of(Session(plan), feeds)) if feeds else None
+    weight_bytes = sum(fp32_bytes[n] if choice[n] == "fp32" else _w4_bytes(fp32_bytes[n], group_size) for n in names)
+    plan.report = {"scheme": scheme, "method": method, "group_size": group_size, "policy":
+                   policy if isinstance(policy, str) else "dict", "layers": layers, "accuracy": accuracy,
+                   "linear_weight_bytes": {"fp32": sum(fp32_bytes.values()), "chosen": weight_bytes}}
+    kept = [n for n in names if choice[n] == "fp32"]
+    say(f"quantized {len(names) - len(kept)} of {len(names)} linear layers to {scheme} "
+        f"({weight_bytes} of {sum(fp32_bytes.values())} fp32 bytes); kept fp32: {kept or 'none'}")
+    if accuracy:
+        say(f"accuracy vs fp32 on {len(feeds)} calibration feeds: cosine {accuracy['cosine']:.6f}, "
+            f"SNR {accuracy['snr_db']:.1f} dB, max |error| {accuracy['max_abs']:.3g}")
+    return plan

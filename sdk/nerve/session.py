@@ -113,7 +113,8 @@ def _options_key(options: Mapping) -> str:
 def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]] = None,
             state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
             constants: Optional[Mapping[str, object]] = None,
-            outputs: Optional[Sequence[str]] = None, precision: str = "fp32") -> Plan:
+            outputs: Optional[Sequence[str]] = None, precision: str = "fp32",
+            layers: Optional[Mapping[str, str]] = None) -> Plan:
     """Compiles an ONNX model (``.onnx``, or ONNX Runtime's ``.ort``) into a :class:`Plan`.
 
     dims: upper bounds of the model's symbolic dimensions (``{"sequence": 576}``); memory is
@@ -129,6 +130,8 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     their activations per row: linear_w8a8), "w4a32" or "w4a8" (linear layers get group-wise
     INT4 weights, quantised at compile time; ":g32"/":g128" picks the group) — the list and
     the trade-offs: :mod:`nerve.precision`.
+    layers: per-layer overrides {linear op name (as ``Session.ops()`` names it): "fp32" |
+    "w4a32" | "w4a8"}: what :func:`nerve.quantize`'s policies produce.
     """
     precision_scheme.parse(precision)
     from .compiler import compile_onnx  # the compiler imports onnx: only when compiling
@@ -146,6 +149,8 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
         options["constants"] = {k: np.asarray(v) for k, v in constants.items()}
     if outputs is not None:
         options["outputs"] = list(outputs)
+    if layers:
+        options["layers"] = dict(layers)
     key = hashlib.sha256(model_bytes + _options_key(options).encode() + _compiler_fingerprint()).hexdigest()
     use_cache = cache and os.environ.get("NERVE_PLAN_CACHE", "1") != "0"
     cached = cache_dir() / "plans" / f"{key}.nrv"

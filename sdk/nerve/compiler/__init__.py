@@ -39,12 +39,14 @@ def _load_model(model_bytes: bytes):
 def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
                     state: Optional[Mapping[str, str]] = None, fuse: bool = True,
                     constants: Optional[Mapping[str, object]] = None,
-                    outputs: Optional[Sequence[str]] = None, precision: str = "fp32"):
+                    outputs: Optional[Sequence[str]] = None, precision: str = "fp32",
+                    layers: Optional[Mapping[str, str]] = None):
     """Imports and optimises a model; returns the Program (before serialisation).
 
     constants: graph inputs fixed at compile time (folded; an If on one is specialised).
     outputs: the graph outputs to keep (default all); the ops only the others need are dropped.
-    precision: "fp32", or "int8" (int8-weight products on many rows take int8 activations)."""
+    precision: a nerve.precision name; layers: {linear op name: precision} overrides for single
+    layers (passes.optimize)."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
     from . import onnx_ops_nn  # noqa: F401
     from . import onnx_ops_quant  # noqa: F401  (MatMulNBits, DequantizeLinear, QuantizeLinear)
@@ -54,7 +56,7 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     model = _load_model(model_bytes)
     try:
         prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {}, constants, outputs)
-        passes.optimize(prog, fuse=fuse, precision=precision)
+        passes.optimize(prog, fuse=fuse, precision=precision, layers=layers)
         if fuse:
             from .kv_append import append_kv_caches
 
@@ -67,10 +69,11 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
 def compile_onnx(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True,
                  constants: Optional[Mapping[str, object]] = None,
-                 outputs: Optional[Sequence[str]] = None, precision: str = "fp32") -> bytes:
+                 outputs: Optional[Sequence[str]] = None, precision: str = "fp32",
+                 layers: Optional[Mapping[str, str]] = None) -> bytes:
     from .planfile import serialize
 
-    prog = compile_program(model_bytes, model_dir, dims, state, fuse, constants, outputs, precision)
+    prog = compile_program(model_bytes, model_dir, dims, state, fuse, constants, outputs, precision, layers)
     try:
         return serialize(prog)
     except CompileError as exc:

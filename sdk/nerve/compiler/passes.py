@@ -43,7 +43,7 @@ import numpy as np
 
 from . import symbolic as S
 from .builder import int8_affine
-from .graph import Op, Program, Value
+from .graph import CompileError, Op, Program, Value
 from .memplan import bytes_at_bounds
 
 CONTROL = {"if", "jump", "label"}
@@ -622,31 +622,63 @@ W4_DIRECT_MAX_ROWS = 16  # native/src/plan/op_linalg.c: w4a32 on more rows takes
 W4_TILE_OUT = 64
 
 
-def select_linear_w4(prog: Program, int8_activations: bool, group_size: int = 64, packed: bool = True,
-                     method: str = "mse") -> bool:
+def linear_w4_layers(prog: Program) -> List[tuple]:
+    """(op name, fp32 weight bytes) of the W4 linears of a program compiled at a w4 precision:
+    the layers a per-layer policy can choose for (named as Session.ops() names them)."""
+    return [(op.name, 4 * int(op.iattr[1]) * int(op.iattr[2])) for op in prog.ops
+            if op.type in ("linear_w4a32", "linear_w4a8")]
+
+
+def _layer_choice(layers: Dict[str, str], name: str) -> Optional[str]:
+    """layers' entry for a linear named name here, which later fusions may extend ("MatMul_0"
+    becomes "MatMul_0+Relu_1" when its activation is fused): the keys are final names."""
+    if name in layers:
+        return layers[name]
+    for key, p in layers.items():
+        if key.startswith(name + "+"):
+            return p
+    return None
+
+
+def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size: int = 64, packed: bool = True,
+                     method: str = "mse", layers: Optional[Dict[str, str]] = None) -> bool:
     """Every linear whose weight is a static 2-D float constant (int8-folded ones included:
     their dequantised values are requantised) and whose input width is a multiple of 32 ->
     linear_w4a8 / linear_w4a32 with a W4 weight quantised here (nerve.quant.quantize_w4:
     symmetric, fp16 scales, group group_size or the largest smaller one dividing the width).
     Equal weights share one quantised copy. w4a32 on more than W4_DIRECT_MAX_ROWS rows gets a
-    scratch tile (the op dequantises W4_TILE_OUT rows at a time into it for the fp32 gemm)."""
+    scratch tile (the op dequantises W4_TILE_OUT rows at a time into it for the fp32 gemm).
+    layers: {op name: "fp32" (left as it is) | a w4 precision ("w4a8", "w4a32:g32:minmax", ...)}
+    per-layer overrides (int8_activations None: only the listed ops are quantised)."""
     from ..quant import GROUP_SIZES, quantize_w4  # numpy only; imported when used
 
     made: Dict[bytes, tuple] = {}
     changed = False
+    from ..precision import parse_full
+
     for i, op in enumerate(prog.ops):
         if op.type != "linear":
             continue
+        chosen = _layer_choice(layers, op.name) if layers else None
+        if chosen is not None:  # "fp32", or a w4 scheme with its own group/method
+            scheme, group_size_op, method_op = parse_full(chosen)
+        else:
+            scheme = None if int8_activations is None else ("w4a8" if int8_activations else "w4a32")
+            group_size_op, method_op = group_size, method
+        if scheme not in ("w4a32", "w4a8"):
+            continue
+        a8 = scheme == "w4a8"
         x, w, bias = op.inputs
         if w.const is None or w.rank != 2 or w.const.dtype != np.float32 or not w.static:
             continue
         n, k = int(w.shape[0]), int(w.shape[1])
         if n == 0 or k == 0 or k % 32 or k > W4_MAX_K:
             continue
-        g = max(s for s in GROUP_SIZES if s <= group_size and k % s == 0)
-        key = hashlib.sha256(b"w4 %d %d %d|" % (g, int(packed), n) + np.ascontiguousarray(w.const).tobytes()).digest()
+        g = max(s for s in GROUP_SIZES if s <= group_size_op and k % s == 0)
+        key = hashlib.sha256(b"w4 %d %d %d %s|" % (g, int(packed), n, method_op.encode())
+                             + np.ascontiguousarray(w.const).tobytes()).digest()
         if key not in made:
-            w4 = quantize_w4(w.const, group_size=g, symmetric=True, method=method)
+            w4 = quantize_w4(w.const, group_size=g, symmetric=True, method=method_op)
             vals = w4.packed if packed else w4.q
             made[key] = (Value(w.name + ".w4", vals.dtype, vals.shape, const=vals),
                          Value(w.name + ".w4.scale", np.float16, w4.scales.shape, const=w4.scales),
@@ -654,9 +686,9 @@ def select_linear_w4(prog: Program, int8_activations: bool, group_size: int = 64
         vv, sv, zv, g = made[key]
         rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
         scratch = None
-        if not int8_activations and rows > W4_DIRECT_MAX_ROWS:
+        if not a8 and rows > W4_DIRECT_MAX_ROWS:
             scratch = Value(op.name + ".w4.tile", np.float32, (W4_TILE_OUT * k,))
-        new = Op("linear_w4a8" if int8_activations else "linear_w4a32", [x, vv, sv, zv, bias], op.outputs,
+        new = Op("linear_w4a8" if a8 else "linear_w4a32", [x, vv, sv, zv, bias], op.outputs,
                  iattr=[op.iattr[0], n, k, g, 1 if packed else 0], fattr=list(op.fattr), scratch=scratch,
                  name=op.name)
         for v in new.outputs:
@@ -666,21 +698,29 @@ def select_linear_w4(prog: Program, int8_activations: bool, group_size: int = 64
     return changed
 
 
-def optimize(prog: Program, fuse: bool = True, precision: str = "fp32") -> None:
+def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
+             layers: Optional[Dict[str, str]] = None) -> None:
     """precision (nerve.precision): "int8" — int8-folded linears on many rows also take int8
     activations (select_linear_w8a8); "w4a32"/"w4a8" — linears get W4 weights
-    (select_linear_w4); "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8)."""
-    from ..precision import parse
+    (select_linear_w4); "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8).
+    layers: {linear op name: "fp32" | "w4a32" | "w4a8"} overrides per layer (nerve.quantize's
+    policies); "fp32" there keeps the layer's weight as the model stores it."""
+    from ..precision import parse_full
 
-    scheme, group = parse(precision)
+    scheme, group, method = parse_full(precision)
+    for name, p in (layers or {}).items():
+        if parse_full(p)[0] not in ("fp32", "w4a32", "w4a8"):
+            raise CompileError(f"layers: precision {p!r} for {name!r} must be 'fp32', or 'w4a32' / 'w4a8' "
+                               "(with their :gN / :method suffixes)")
     eliminate_dead_ops(prog)
     if not fuse:
         return
     fuse_layernorm(prog)
     fuse_gelu(prog)
     fuse_bias(prog)
-    if scheme in ("w4a32", "w4a8"):
-        select_linear_w4(prog, int8_activations=scheme == "w4a8", group_size=group)
+    if scheme in ("w4a32", "w4a8") or layers:
+        select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
+                         group_size=group, method=method, layers=layers)
     if w8_enabled():
         select_gather_q8(prog)
         select_linear_w8(prog)

@@ -1,0 +1,109 @@
+"""nerve.quantize and `nerve quantize`: a model's linear layers to W4 with a per-layer
+sensitivity report and a policy. The model: three linears where the last one (the output
+projection) is the most sensitive, on fresh random calibration feeds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import nerve
+from nerve.errors import InputError
+
+from helpers import SEED, make_model, run_cli
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    rng = np.random.default_rng(SEED)
+    k, hid, n = 128, 256, 64
+    inits = {"W1": (rng.standard_normal((k, hid)) * 0.05).astype(np.float32),
+             "W2": (rng.standard_normal((hid, hid)) * 0.05).astype(np.float32),
+             "W3": (rng.standard_normal((hid, n)) * 0.05).astype(np.float32)}
+    nodes = [h.make_node("MatMul", ["x", "W1"], ["a"]), h.make_node("Relu", ["a"], ["b"]),
+             h.make_node("MatMul", ["b", "W2"], ["c"]), h.make_node("Relu", ["c"], ["d"]),
+             h.make_node("MatMul", ["d", "W3"], ["y"], name="out_proj")]
+    path = tmp_path / "mlp.onnx"
+    import onnx
+
+    onnx.save(make_model(nodes, [("x", T.FLOAT, ["n", k])], [("y", T.FLOAT)], inits), path)
+    calib = [{"x": rng.standard_normal((8, k)).astype(np.float32)} for _ in range(4)]
+    return path, calib
+
+
+def test_auto_policy_keeps_the_most_sensitive_layer(mlp):
+    path, calib = mlp
+    plan = nerve.quantize(path, "w4a8", calib, dims={"n": 8}, budget=0.3, progress=False)
+    rep = plan.report
+    layers = rep["layers"]
+    assert len(layers) == 3
+    worst = min(layers, key=lambda n: layers[n]["alone"]["snr_db"])
+    for name, info in layers.items():
+        assert 10 < info["alone"]["snr_db"] < 60 and 0.9 < info["alone"]["cosine"] < 1.0  # each really quantised
+        assert info["precision"] == ("fp32" if name == worst else "w4a8"), (name, info)
+        assert info["why"]
+    assert rep["linear_weight_bytes"]["chosen"] <= 0.3 * rep["linear_weight_bytes"]["fp32"]
+    sess = nerve.Session(plan)
+    types = {o["name"]: o["type"] for o in sess.ops()}
+    assert types[worst] != "linear_w4a8" and sum(t == "linear_w4a8" for t in types.values()) == 2
+    assert sess.memory_report()["layers"][worst] == "fp32"
+    # the report's accuracy is the plan's, against fp32 on the calibration feeds
+    ref = nerve.Session(path, dims={"n": 8})
+    y, r = sess.run(calib[0])["y"], ref.run(calib[0])["y"]
+    assert rep["accuracy"]["cosine"] > 0.99 and float((y * r).sum() / np.linalg.norm(y) / np.linalg.norm(r)) > 0.99
+
+
+def test_policy_all_and_dict(mlp):
+    path, calib = mlp
+    plan = nerve.quantize(path, "w4a32", calib, policy="all", group_size=32, method="minmax", dims={"n": 8},
+                          progress=False)
+    types = [o["type"] for o in nerve.Session(plan).ops()]
+    assert types.count("linear_w4a32") == 3
+    names = list(plan.report["layers"])
+    plan = nerve.quantize(path, "w4a8", None, policy={names[0]: "fp32"}, dims={"n": 8}, progress=False)
+    assert plan.report["accuracy"] is None and plan.report["layers"][names[0]]["precision"] == "fp32"
+    assert [o["type"] for o in nerve.Session(plan).ops()].count("linear_w4a8") == 2
+
+
+def test_bad_calibration_and_options(mlp):
+    path, calib = mlp
+    with pytest.raises(InputError, match="empty"):
+        nerve.quantize(path, calibration=[], dims={"n": 8}, progress=False)
+    with pytest.raises(InputError, match="needs calibration"):
+        nerve.quantize(path, calibration=None, dims={"n": 8}, progress=False)
+    with pytest.raises(InputError, match="not inputs of the model"):
+        nerve.quantize(path, calibration=[{"z": calib[0]["x"]}], dims={"n": 8}, progress=False)
+    with pytest.raises(InputError, match="one dict"):
+        nerve.quantize(path, calibration=calib[0], dims={"n": 8}, progress=False)
+    with pytest.raises(nerve.NerveError, match="x"):  # a feed of the wrong width
+        nerve.quantize(path, calibration=[{"x": np.zeros((8, 7), np.float32)}], dims={"n": 8}, progress=False)
+    with pytest.raises(InputError, match="does not have"):
+        nerve.quantize(path, policy={"nope": "fp32"}, dims={"n": 8}, progress=False)
+    for bad in ({"scheme": "w2"}, {"method": "kmeans"}, {"group_size": 48}, {"policy": "some"}, {"budget": 0}):
+        with pytest.raises(InputError):
+            nerve.quantize(path, calibration=calib, dims={"n": 8}, progress=False, **bad)
+
+
+def test_cli(mlp, tmp_path):
+    path, calib = mlp
+    np.savez(tmp_path / "calib.npz", x=np.stack([c["x"] for c in calib]))
+    out = tmp_path / "q.nrv"
+    r = run_cli("quantize", str(path), "--calib", str(tmp_path / "calib.npz"), "--out", str(out), "--dim", "n=8",
+                "--budget", "0.3", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert sum(v["precision"] == "fp32" for v in rep["layers"].values()) == 1 and out.is_file()
+    y = nerve.Session(out).run(calib[0])["y"]
+    assert y.shape == (8, 64) and np.isfinite(y).all()
+    (tmp_path / "feeds").mkdir()
+    for i, c in enumerate(calib):
+        np.savez(tmp_path / "feeds" / f"{i}.npz", **c)
+    r = run_cli("quantize", str(path), "--calib", str(tmp_path / "feeds"), "--out", str(out), "--dim", "n=8")
+    assert r.returncode == 0 and "[3/3]" in r.stderr and "kept fp32" in r.stderr, r.stderr
+    r = run_cli("quantize", str(path), "--calib", str(tmp_path / "missing.npz"), "--out", str(out))
+    assert r.returncode != 0 and "no such file" in r.stderr
