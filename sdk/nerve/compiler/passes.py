@@ -420,6 +420,13 @@ def w8_enabled() -> bool:
     return os.environ.get("NERVE_W8", "1").strip() != "0"
 
 
+def _swap_op(prog: Program, i: int, new: Op) -> None:
+    """Puts new in place of prog.ops[i], which computed the same outputs."""
+    for v in new.outputs:
+        v.producer = new
+    prog.ops[i] = new
+
+
 def _per_output(a: np.ndarray, n: int) -> Optional[np.ndarray]:
     """s or z of a record over W [n, k] as a vector of 1 or n floats, None if it varies along k."""
     a2 = a.reshape((1,) * (2 - a.ndim) + a.shape)
@@ -449,9 +456,7 @@ def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS) -> bool:
         qv, sv, zv = made[w.uid]
         new = Op("linear_w8", [x, qv, sv, zv, bias], op.outputs, iattr=list(op.iattr), fattr=list(op.fattr),
                  name=op.name)
-        for v in new.outputs:
-            v.producer = new
-        prog.ops[i] = new
+        _swap_op(prog, i, new)
         changed = True
     return changed
 
@@ -484,9 +489,7 @@ def select_gather_q8(prog: Program) -> bool:
                                Value(data.name + ".q8.zero", np.float32, zv.shape, const=zv) if np.any(zv) else None)
         qv, sc, zc = by_content[key]
         new = Op("gather_q8", [qv, idx, sc] + ([zc] if zc is not None else []), op.outputs, name=op.name)
-        for v in new.outputs:
-            v.producer = new
-        prog.ops[i] = new
+        _swap_op(prog, i, new)
         changed = True
     return changed
 
@@ -610,9 +613,7 @@ def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Op
                      fattr=list(op.fattr), name=op.name)
         else:
             continue
-        for v in new.outputs:
-            v.producer = new
-        prog.ops[i] = new
+        _swap_op(prog, i, new)
         changed = True
     return changed
 
@@ -691,9 +692,7 @@ def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size
         new = Op("linear_w4a8" if a8 else "linear_w4a32", [x, vv, sv, zv, bias], op.outputs,
                  iattr=[op.iattr[0], n, k, g, 1 if packed else 0], fattr=list(op.fattr), scratch=scratch,
                  name=op.name)
-        for v in new.outputs:
-            v.producer = new
-        prog.ops[i] = new
+        _swap_op(prog, i, new)
         changed = True
     return changed
 
