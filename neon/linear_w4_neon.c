@@ -38,6 +38,7 @@
 #include "kernels.h"
 
 #define AI static inline __attribute__((always_inline))
+#include "linear_w4_tiles.h" /* group constants, block weights, W4A8_R / W4A8_NO */
 
 /* Tiles: rows per tile and outputs per tile for each row count (32 vector registers: w4a32
  * keeps 3·R·NO partial sums and accumulators, w4a8 ~4·R·NO, plus weights and x). Not yet
@@ -45,9 +46,6 @@
 #define A32_R 4
 #define A32_NO 4
 static const int a32_no_of_rows[A32_R + 1] = {0, 4, 2, 1, 1};
-#define A8_R 4
-#define A8_NO 4
-static const int a8_no_of_rows[A8_R + 1] = {0, 4, 2, 1, 1};
 
 #define XS_FLOATS 4096    /* per-row group sums kept per pass (padded to 4 per row) */
 #define XS_ROWS 8         /* rows per pass at most */
@@ -60,17 +58,6 @@ static int64_t chunk_outputs(const nrv_w4_weight *w) {
     const int64_t per = nrv_w4_row_bytes(w) + 3 * (w->in / w->group); /* q + scales + zero points */
     const int64_t n = W4_CHUNK_BYTES / per / 4 * 4;
     return n < 4 ? 4 : n;
-}
-
-/* Scales and zero points of up to 4 groups of one output as floats (0 past gn). */
-AI void group_consts4(const uint16_t *s, const int8_t *z, int gn, float32x4_t *sv, float32x4_t *zv) {
-    uint16_t st[4] = {0, 0, 0, 0};
-    int32_t zt[4] = {0, 0, 0, 0};
-    memcpy(st, s, (size_t)gn * sizeof *s);
-    if (z)
-        for (int j = 0; j < gn; j++) zt[j] = z[j];
-    *sv = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(st)));
-    *zv = vcvtq_f32_s32(vld1q_s32(zt));
 }
 
 /* ---------------------------------------------------------------- w4a32 */
@@ -277,30 +264,17 @@ void nrv_w4a8_neon_run(const float *x, int64_t rows, const nrv_w4_weight *w, con
     }
 }
 
-/* The int8 weights q = u - 8 of one block (k0..15 in lo, k16..31 in hi). */
-AI void block_q(const int packed, const uint8_t *row, int64_t k0, int8x16_t *lo, int8x16_t *hi) {
-    if (packed) {
-        const uint8x16_t v = vld1q_u8(row + k0 / 2);
-        const int8x16_t eight = vdupq_n_s8(8);
-        *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), eight);
-        *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
-    } else {
-        *lo = vld1q_s8((const int8_t *)row + k0);
-        *hi = vld1q_s8((const int8_t *)row + k0 + 16);
-    }
-}
-
 /* Group g's sums Σ xq·q as 4 int32 lanes per (row, output); 0 when !live. */
 AI void a8_group(const int R, const int NO, const int packed, const int8_t *xq, int64_t in, int64_t G,
-                 const uint8_t *const *qo, int64_t g, int live, int32x4_t t[][A8_NO]) {
+                 const uint8_t *const *qo, int64_t g, int live, int32x4_t t[][W4A8_NO]) {
     for (int r = 0; r < R; r++)
         for (int o = 0; o < NO; o++) t[r][o] = vdupq_n_s32(0);
     if (!live) return;
-    int16x8_t a[A8_R][A8_NO], c[A8_R][A8_NO];
+    int16x8_t a[W4A8_R][W4A8_NO], c[W4A8_R][W4A8_NO];
     for (int r = 0; r < R; r++)
         for (int o = 0; o < NO; o++) a[r][o] = c[r][o] = vdupq_n_s16(0);
     for (int64_t kb = g * G; kb < (g + 1) * G; kb += 32) {
-        int8x16_t wl[A8_NO], wh[A8_NO];
+        int8x16_t wl[W4A8_NO], wh[W4A8_NO];
         for (int o = 0; o < NO; o++) block_q(packed, qo[o], kb, &wl[o], &wh[o]);
         for (int r = 0; r < R; r++) {
             const int8x16_t xa = vld1q_s8(xq + r * in + kb), xb = vld1q_s8(xq + r * in + kb + 16);
@@ -316,75 +290,12 @@ AI void a8_group(const int R, const int NO, const int packed, const int8_t *xq, 
         for (int o = 0; o < NO; o++) t[r][o] = vpadalq_s16(vpaddlq_s16(a[r][o]), c[r][o]);
 }
 
-/* Groups [g0, g0 + gn) (gn <= 4) of R rows x NO outputs into acc; the group vectors are
- * paired with addp as soon as two exist, so few stay live. */
-AI void a8_chunk(const int R, const int NO, const int packed, const int gn, const int8_t *xq, int64_t in, int64_t G,
-                 const uint8_t *const *qo, const uint16_t *const *so, const int8_t *const *zo, int64_t g0,
-                 const float *xs, int64_t xst, float32x4_t acc[][A8_NO]) {
-    int32x4_t p[2][A8_R][A8_NO];
-    for (int h = 0; h < 2; h++) {
-        int32x4_t ta[A8_R][A8_NO], tb[A8_R][A8_NO];
-        a8_group(R, NO, packed, xq, in, G, qo, g0 + 2 * h, 2 * h < gn, ta);
-        a8_group(R, NO, packed, xq, in, G, qo, g0 + 2 * h + 1, 2 * h + 1 < gn, tb);
-        for (int r = 0; r < R; r++)
-            for (int o = 0; o < NO; o++) p[h][r][o] = vpaddq_s32(ta[r][o], tb[r][o]);
-    }
-    for (int o = 0; o < NO; o++) {
-        float32x4_t sv, zv;
-        group_consts4(so[o] + g0, zo[o] ? zo[o] + g0 : NULL, gn, &sv, &zv);
-        for (int r = 0; r < R; r++) {
-            const int32x4_t tt = vpaddq_s32(p[0][r][o], p[1][r][o]); /* [T_g0 .. T_g0+3] */
-            const float32x4_t d = vfmsq_f32(vcvtq_f32_s32(tt), zv, vld1q_f32(xs + r * xst + g0)); /* exact */
-            acc[r][o] = vfmaq_f32(acc[r][o], sv, d);
-        }
-    }
-}
-
-AI void a8_tile(const int R, const int NO, const int packed, const int8_t *xq, const float *xs, int64_t xst,
-                const float *sx, const nrv_w4_weight *w, int64_t o0, const float *b, float *y, int64_t ldy) {
-    const int64_t in = w->in, G = w->group, ng = in / G, rb = nrv_w4_row_bytes(w);
-    const uint8_t *qo[A8_NO];
-    const uint16_t *so[A8_NO];
-    const int8_t *zo[A8_NO];
-    for (int o = 0; o < NO; o++) {
-        qo[o] = (const uint8_t *)w->q + (o0 + o) * rb;
-        so[o] = w->scales + (o0 + o) * ng;
-        zo[o] = w->zero ? w->zero + (o0 + o) * ng : NULL;
-    }
-    float32x4_t acc[A8_R][A8_NO];
-    for (int r = 0; r < R; r++)
-        for (int o = 0; o < NO; o++) acc[r][o] = vdupq_n_f32(0.0f);
-    int64_t g0 = 0;
-    for (; g0 + 4 <= ng; g0 += 4) a8_chunk(R, NO, packed, 4, xq, in, G, qo, so, zo, g0, xs, xst, acc);
-    if (g0 < ng) a8_chunk(R, NO, packed, (int)(ng - g0), xq, in, G, qo, so, zo, g0, xs, xst, acc);
-    for (int r = 0; r < R; r++)
-        for (int o = 0; o < NO; o++) y[r * ldy + o] = fmaf(vaddvq_f32(acc[r][o]), sx[r], b ? b[o0 + o] : 0.0f);
-}
-
-#define A8_CASE(R_, NO_)                                                                                      \
-    case (R_) * 8 + (NO_):                                                                                    \
-        if (packed) a8_tile(R_, NO_, 1, xq, xs, xst, sx, w, o0, b, y, ldy);                                   \
-        else a8_tile(R_, NO_, 0, xq, xs, xst, sx, w, o0, b, y, ldy);                                          \
-        return;
-
-static __attribute__((noinline)) void a8_block(int R, int NO, const int8_t *xq, const float *xs, int64_t xst,
-                                               const float *sx, const nrv_w4_weight *w, int64_t o0, const float *b,
-                                               float *y, int64_t ldy) {
-    const int packed = w->layout == NRV_W4_PACKED;
-    switch (R * 8 + NO) { /* the shapes of a8_no_of_rows, and one output for the chunk tails */
-        A8_CASE(1, 4)
-        A8_CASE(1, 1)
-        A8_CASE(2, 2)
-        A8_CASE(2, 1)
-        A8_CASE(3, 1)
-        A8_CASE(4, 1)
-    default: return;
-    }
-}
+#define W4A8_GROUP a8_group
+#include "linear_w4_tiles.h" /* w4a8_block around a8_group */
 
 void nrv_linear_w4a8_neon(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                           int64_t ldy) {
-    nrv_w4a8_neon_run(x, rows, w, b, y, ldy, a8_block, a8_no_of_rows, A8_R);
+    nrv_w4a8_neon_run(x, rows, w, b, y, ldy, w4a8_block, w4a8_no_of_rows, W4A8_R);
 }
 
 const nrv_kernel_variant nrv_variants_neon_w4[] = {

@@ -276,7 +276,7 @@ NRV_API nrv_status nrv_w4_unpack(const uint8_t *packed, int64_t out, int64_t in,
  * int8_activations 0: w4a32 (x stays fp32, W dequantised in registers); 1: w4a8 (each row
  * of x quantised to int8 on the fly, symmetric, sx = max|x| / 127, int32 products per group).
  * in <= NRV_W4_MAX_IN. */
-#define NRV_W4_MAX_IN 16384
+enum { NRV_W4_MAX_IN = 16384 };
 NRV_API nrv_status nrv_linear_w4(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b,
                                  int int8_activations, float *y);
 

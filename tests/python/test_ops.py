@@ -22,6 +22,7 @@ RTOL = 1e-5
 COVERED_OPS = {
     "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear", "layernorm_linear", "gemm",
     "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax", "linear_w8", "linear_w8a8",
+    "linear_w4a32", "linear_w4a8",  # every variant: tests/python/test_quant_w4.py
 }
 
 
