@@ -428,7 +428,10 @@ def _swap_op(prog: Program, i: int, new: Op) -> None:
 
 
 def _per_output(a: np.ndarray, n: int) -> Optional[np.ndarray]:
-    """s or z of a record over W [n, k] as a vector of 1 or n floats, None if it varies along k."""
+    """s or z of a record over W [n, k] (or a conv weight [n, c, kw]) as a vector of 1 or n
+    floats, None if it varies along k."""
+    if a.ndim > 2 and all(d == 1 for d in a.shape[1:]):
+        a = a.reshape(a.shape[0], 1)
     a2 = a.reshape((1,) * (2 - a.ndim) + a.shape)
     if a2.ndim != 2 or a2.shape[1] != 1 or a2.shape[0] not in (1, n):
         return None
@@ -568,6 +571,43 @@ def w8a8_convs_enabled() -> bool:
     linears alone keep 0.996. Per-channel smoothing from calibration (the quantization
     issue) is what makes them safe)."""
     return os.environ.get("NERVE_W8A8_CONV", "0").strip() == "1"
+
+
+def quantize_fp32_weights_w8(prog: Program, convs: bool) -> bool:
+    """precision "int8" on weights the model stores in fp32: each linear's static 2-D weight
+    (and, with convs, each group-1 1-D conv's [m, c, kw] weight) gets an int8 form, symmetric
+    per output channel (s = max|w_row| / 127, q = round(w / s) in [-127, 127]), and its fp32
+    constant becomes q·s — so the int8 passes after this one take it as a weight stored int8
+    (linear_w8 on few rows, linear_w8a8 / conv_w8a8 on many). Weights already stored as int8
+    keep their own form."""
+    from .builder import AffineInt8Value
+
+    made: Dict[int, Value] = {}
+    changed = False
+    for op in prog.ops:
+        if op.type == "linear":
+            rank = 2
+        elif convs and op.type == "conv" and op.iattr[0] == 1 and op.iattr[1] == 1:
+            rank = 3
+        else:
+            continue
+        w = op.inputs[1]
+        if w is None or w.const is None or w.rank != rank or w.const.dtype != np.float32 or not w.static \
+                or int8_affine(w) is not None or w.const.size == 0 or not np.all(np.isfinite(w.const)):
+            continue
+        if w.uid not in made:
+            n = int(w.shape[0])
+            flat = w.const.reshape(n, -1).astype(np.float64)
+            amax = np.abs(flat).max(axis=1)
+            sc = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+            q = np.clip(np.rint(flat / sc[:, None].astype(np.float64)), -127, 127).astype(np.int8)
+            deq = (q.astype(np.float32) * sc[:, None]).reshape(w.shape)
+            v = AffineInt8Value(w.name + ".w8", np.float32, w.shape, const=np.ascontiguousarray(deq))
+            v.int8_affine = (q.reshape(w.shape), sc.reshape((n,) + (1,) * (rank - 1)), np.zeros((), np.float32))
+            made[w.uid] = v
+        op.inputs[1] = made[w.uid]
+        changed = True
+    return changed
 
 
 def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Optional[bool] = None) -> bool:
@@ -720,6 +760,8 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     if scheme in ("w4a32", "w4a8") or layers:
         select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
                          group_size=group, method=method, layers=layers)
+    if scheme == "int8":
+        quantize_fp32_weights_w8(prog, convs=w8a8_convs_enabled())
     if w8_enabled():
         select_gather_q8(prog)
         select_linear_w8(prog)
