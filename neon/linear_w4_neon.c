@@ -136,15 +136,11 @@ AI void a32_chunk(const int R, const int NO, const int packed, const int gn, con
  * constant, so a group's blocks unroll and the partial sums stay in registers. */
 AI void a32_tile(const int R, const int NO, const int packed, const int G, const float *x, const float *xs,
                  int64_t xst, const nrv_w4_weight *w, int64_t o0, const float *b, float *y, int64_t ldy) {
-    const int64_t in = w->in, ng = in / G, rb = nrv_w4_row_bytes(w);
+    const int64_t in = w->in, ng = in / G;
     const uint8_t *qo[A32_NO];
     const uint16_t *so[A32_NO];
     const int8_t *zo[A32_NO];
-    for (int o = 0; o < NO; o++) {
-        qo[o] = (const uint8_t *)w->q + (o0 + o) * rb;
-        so[o] = w->scales + (o0 + o) * ng;
-        zo[o] = w->zero ? w->zero + (o0 + o) * ng : NULL;
-    }
+    nrv_w4_row_ptrs(w, o0, NO, qo, so, zo);
     float32x4_t acc[A32_R][A32_NO];
     for (int r = 0; r < R; r++)
         for (int o = 0; o < NO; o++) acc[r][o] = vdupq_n_f32(0.0f);

@@ -101,6 +101,16 @@ typedef void (*nrv_linear_w4_fn)(const float *x, int64_t rows, const nrv_w4_weig
 static inline int64_t nrv_w4_row_bytes(const nrv_w4_weight *w) {
     return w->layout == NRV_W4_PACKED ? w->in / 2 : w->in;
 }
+/* Where output rows o0 .. o0+n-1 of w begin: values, scales, zero points (NULL without). */
+static inline void nrv_w4_row_ptrs(const nrv_w4_weight *w, int64_t o0, int n, const uint8_t **q,
+                                   const uint16_t **scales, const int8_t **zero) {
+    const int64_t rb = nrv_w4_row_bytes(w), ng = w->in / w->group;
+    for (int o = 0; o < n; o++) {
+        q[o] = (const uint8_t *)w->q + (o0 + o) * rb;
+        scales[o] = w->scales + (o0 + o) * ng;
+        zero[o] = w->zero ? w->zero + (o0 + o) * ng : NULL;
+    }
+}
 /* W as fp32 [out, in] into dst (exact: an fp16 scale times an integer below 16). */
 void nrv_w4_dequantise(const nrv_w4_weight *w, float *dst);
 static inline nrv_w4_weight nrv_w4_rows(const nrv_w4_weight *w, int64_t o0, int64_t n) {

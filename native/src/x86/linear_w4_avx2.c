@@ -299,15 +299,11 @@ AI void a8_chunk(const int R, const int NO, const int packed, const int gn, cons
 AI void a8_tile(const int R, const int NO, const int packed, const int G, const int8_t *xq, const float *xs,
                 int64_t xst, const float *sx, const nrv_w4_weight *w, int64_t o0, const float *b, float *y,
                 int64_t ldy) {
-    const int64_t in = w->in, ng = in / G, rb = nrv_w4_row_bytes(w);
+    const int64_t in = w->in, ng = in / G;
     const uint8_t *qo[A8_NO];
     const uint16_t *so[A8_NO];
     const int8_t *zo[A8_NO];
-    for (int o = 0; o < NO; o++) {
-        qo[o] = (const uint8_t *)w->q + (o0 + o) * rb;
-        so[o] = w->scales + (o0 + o) * ng;
-        zo[o] = w->zero ? w->zero + (o0 + o) * ng : NULL;
-    }
+    nrv_w4_row_ptrs(w, o0, NO, qo, so, zo);
     __m256 acc[A8_R][A8_NO];
     for (int r = 0; r < R; r++)
         for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();
