@@ -171,6 +171,85 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     return plan
 
 
+_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30}
+
+
+def _parse_bytes(value: Union[int, str], what: str) -> int:
+    """Bytes from an int or a string like "64MB", "1.5 GiB", "500kB"."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        num = text.rstrip("kmgib")
+        unit = text[len(num):]
+        try:
+            n = float(num) * _UNITS[unit]
+        except (ValueError, KeyError):
+            n = -1
+        if n > 0:
+            return int(n)
+    raise InputError(f"{what} must be a positive number of bytes or a size like '64MB' / '1.5GiB', got {value!r}")
+
+
+def _weight_bytes(plan: Plan) -> int:
+    raw = ffi.new("nrv_session_memory *")
+    native = _Native(plan.data)
+    check(lib.nrv_session_memory_get(native.ptr, raw))
+    return int(raw.weight_bytes)
+
+
+def _fit_memory(plan: Plan, compile_args: dict, precision: str, limit: int):
+    """(plan, report) for Session(memory_limit=limit): the requested precision when its weights
+    fit; else every linear layer W4 (w4a32 for an fp32 request, w4a8 otherwise) and then, layer
+    by layer from the smallest, as many layers back at the requested precision as the limit
+    allows. OutOfMemoryError when even all-W4 weights do not fit."""
+    from .errors import OutOfMemoryError
+
+    got = _weight_bytes(plan)
+    if got <= limit:
+        return plan, {"limit": limit, "weight_bytes": got, "fallback": None,
+                      "why": f"{precision}: its {got} weight bytes fit in {limit}"}
+    scheme, group = precision_scheme.parse(precision)
+    if scheme in ("w4a32", "w4a8"):
+        raise OutOfMemoryError(f"memory_limit: the weights need {got} bytes at {precision}, the lowest precision "
+                               f"nerve has; the limit is {limit}")
+    low = f"{'w4a32' if scheme == 'fp32' else 'w4a8'}:g{group}"
+    low_plan = compile(precision=low, **compile_args)
+    floor = _weight_bytes(low_plan)
+    if floor > limit:
+        raise OutOfMemoryError(f"memory_limit: the weights need {floor} bytes even with every linear layer at {low} "
+                               f"({got} at {precision}); the limit is {limit}")
+    sess = Session(low_plan)
+    sizes = {o["name"]: 4 * n * k for o in sess.ops() if o["type"].startswith("linear_w4")
+             for n, k in [_w4_dims(sess, o)]}
+    kept: List[str] = []
+    spare = limit - floor
+    for name in sorted(sizes, key=lambda nm: sizes[nm]):  # the most layers back for the bytes
+        extra = sizes[name] - (sizes[name] // 8 + 2 * (sizes[name] // 4 // group))
+        if extra <= spare:
+            kept.append(name)
+            spare -= extra
+    chosen = low_plan
+    while kept:
+        chosen = compile(precision=low, layers={nm: "fp32" for nm in kept}, **compile_args)
+        if _weight_bytes(chosen) <= limit:
+            break
+        kept.pop()  # the estimate was short (e.g. a layer stored int8): give back the largest
+        chosen = low_plan
+    wb = _weight_bytes(chosen)
+    return chosen, {"limit": limit, "weight_bytes": wb, "fallback": low, "kept": list(kept),
+                    "why": f"{precision} needs {got} weight bytes, over the limit {limit}: every linear layer at "
+                           f"{low} ({floor} bytes), then {len(kept)} of {len(sizes)} back as the model stores "
+                           f"them, smallest first, while they fit ({wb} bytes)"}
+
+
+def _w4_dims(sess: "Session", op: dict):
+    """(N, K) of a linear_w4 op: its values tensor is [N, K/2] (packed) or [N, K]."""
+    t = sess.tensors()[op["inputs"][1]]
+    n, cols = t["shape"]
+    return int(n), int(cols) * (2 if t["dtype"] == np.uint8 else 1)
+
+
 class _Native:
     """Owns one nrv_session_t."""
 
@@ -231,13 +310,17 @@ class Session:
     number of threads for the big ops (1: the goals are measured at one thread).
     ``log``: a JSON-lines provenance log (see :mod:`nerve.provenance`); ``nerve replay LOG``
     re-runs it and confirms the outputs.
+    ``memory_limit`` (bytes, or "64MB", "1.5GiB"): when the weights at ``precision`` do not fit,
+    every linear layer takes INT4 weights and then as many layers as fit go back to
+    ``precision``, smallest first; ``memory_report()["layers"]`` names each layer's precision
+    and ``["memory_limit"]`` the choice and why (OutOfMemoryError if even INT4 does not fit).
     """
 
     def __init__(self, model: Union[str, os.PathLike, Plan], device: str = "cpu", precision: str = "fp32",
                  threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
                  constants: Optional[Mapping[str, object]] = None, outputs: Optional[Sequence[str]] = None,
-                 log: Optional[Union[str, os.PathLike]] = None):
+                 log: Optional[Union[str, os.PathLike]] = None, memory_limit: Union[int, str, None] = None):
         if device != "cpu":
             raise InputError(f"device {device!r} is not supported by Session yet (use 'cpu')")
         precision_scheme.parse(precision)
@@ -254,6 +337,12 @@ class Session:
             self._compile_args = dict(model=model, dims=dims, state=state, fuse=fuse, cache=cache,
                                       constants=constants, outputs=outputs)
             self.plan = compile(precision=precision, **self._compile_args)
+        self.memory_choice: Optional[dict] = None  # what memory_limit chose, and why
+        if memory_limit is not None:
+            if self._compile_args is None:
+                raise InputError("memory_limit needs the model file: a compiled plan holds one precision")
+            self.plan, self.memory_choice = _fit_memory(self.plan, self._compile_args, precision,
+                                                        _parse_bytes(memory_limit, "memory_limit"))
         self._native = self._new_native(self.plan)
         self._by_precision = {precision: (self.plan, self._native)}
         self._inputs = self._native.io(False)
@@ -429,6 +518,8 @@ class Session:
         report["peak_bytes"] = report["arena_bytes"]
         report["total_bytes"] = report["weight_bytes"] + report["arena_bytes"] + report["state_bytes"]
         report["precision"] = self.precision
+        if self.memory_choice is not None:
+            report["memory_limit"] = dict(self.memory_choice)
         report["layers"] = {o["name"]: self._OP_PRECISION[o["type"]] for o in self.ops()
                             if o["type"] in self._OP_PRECISION}
         return report

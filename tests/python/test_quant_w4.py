@@ -267,3 +267,34 @@ def test_set_precision_switches_without_reloading(rng, tmp_path):
     plan_sess = nerve.Session(nerve.compile(p, dims={"n": 8}, cache=False))
     with pytest.raises(InputError, match="compiled plan"):
         plan_sess.set_precision("w4a8")
+
+
+# ---- memory_limit
+
+def test_memory_limit_picks_precision_layer_by_layer(rng, tmp_path):
+    """fp32 weights 3.4 MB (W1 416x1664: 2.77 MB, W2 1664x97: 0.65 MB). A 10 MB limit keeps
+    fp32; 1.5 MB: both layers W4 (0.45 MB), then W2 (the smaller) back to fp32 (+0.56 MB) while
+    W1 cannot come back; 100 kB: OutOfMemoryError naming the bytes; bad sizes: InputError."""
+    import onnx
+
+    m, _ = _mlp(rng)
+    p = tmp_path / "mlp.onnx"
+    onnx.save(m, p)
+    x = rng.standard_normal((2, 416)).astype(np.float32)
+    big = nerve.Session(p, dims={"n": 4}, cache=False, memory_limit="10MB")
+    assert big.memory_choice["fallback"] is None and set(big.memory_report()["layers"].values()) == {"fp32"}
+    fit = nerve.Session(p, dims={"n": 4}, cache=False, memory_limit="1.5MB")
+    rep = fit.memory_report()
+    assert rep["weight_bytes"] <= 1_500_000 and rep["memory_limit"]["fallback"] == "w4a32:g64"
+    layers = rep["layers"]
+    first, second = [o["name"] for o in fit.ops() if o["type"].startswith("linear")]  # W1, then W2
+    assert layers == {first: "w4a32", second: "fp32"} and rep["memory_limit"]["kept"] == [second], layers
+    y, ref = fit.run({"x": x})["y"], big.run({"x": x})["y"]
+    assert float((y * ref).sum() / np.linalg.norm(y) / np.linalg.norm(ref)) > 0.98
+    with pytest.raises(nerve.OutOfMemoryError, match="even with every linear layer"):
+        nerve.Session(p, dims={"n": 4}, cache=False, memory_limit="100kB")
+    for bad in ("lots", "-5MB", 0, "12XB"):
+        with pytest.raises(InputError, match="memory_limit"):
+            nerve.Session(p, dims={"n": 4}, cache=False, memory_limit=bad)
+    with pytest.raises(InputError, match="model file"):
+        nerve.Session(nerve.compile(p, dims={"n": 4}, cache=False), memory_limit="1MB")
