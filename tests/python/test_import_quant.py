@@ -364,14 +364,17 @@ def dq_weight(rng, K, N, dt, axis=None, zp="none"):
     return q, s, z
 
 
-def dq_matmul_model(rng, K, N, dt, axis=None, zp="none", bias=False):
+def dq_node(rng, K, N, dt, axis, zp, name="dq"):
+    """(W = DequantizeLinear node of a random weight, its initializers)."""
     q, s, z = dq_weight(rng, K, N, dt, axis, zp)
-    inits = {"q": q, "s": s}
-    ins = ["q", "s"] + (["z"] if z is not None else [])
-    if z is not None:
-        inits["z"] = z
+    inits = {"q": q, "s": s, **({"z": z} if z is not None else {})}
     kw = {} if axis is None else {"axis": axis}
-    nodes = [h.make_node("DequantizeLinear", ins, ["W"], name="dq", **kw), h.make_node("MatMul", ["x", "W"], ["mm"])]
+    return h.make_node("DequantizeLinear", ["q", "s"] + (["z"] if z is not None else []), ["W"], name=name, **kw), inits
+
+
+def dq_matmul_model(rng, K, N, dt, axis=None, zp="none", bias=False):
+    dq, inits = dq_node(rng, K, N, dt, axis, zp)
+    nodes = [dq, h.make_node("MatMul", ["x", "W"], ["mm"])]
     last = "mm"
     if bias:
         inits["b"] = rng.standard_normal(N).astype(F32)
@@ -419,13 +422,8 @@ def test_dequantize_linear_fold_is_onnxruntime_bit_for_bit(tmp_path, rng, dt, ax
     """The folded weight itself (a graph output here) equals onnxruntime's DequantizeLinear bit
     for bit: exact integers x − zp times one fp32 scale, whichever int8 form is recorded."""
     K, N = 40, 24
-    q, s, z = dq_weight(rng, K, N, dt, axis, zp)
-    inits = {"q": q, "s": s}
-    ins = ["q", "s"] + (["z"] if z is not None else [])
-    if z is not None:
-        inits["z"] = z
-    kw = {} if axis is None else {"axis": axis}
-    nodes = [h.make_node("DequantizeLinear", ins, ["W"], **kw), h.make_node("MatMul", ["x", "W"], ["y"])]
+    dq, inits = dq_node(rng, K, N, dt, axis, zp)
+    nodes = [dq, h.make_node("MatMul", ["x", "W"], ["y"])]
     m = model(nodes, [("x", T.FLOAT, ["batch", K])], [("W", T.FLOAT), ("y", T.FLOAT)], inits)
     sess = session(tmp_path, m, {"batch": 40})
     x = rng.standard_normal((40, K)).astype(F32)
