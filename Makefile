@@ -40,6 +40,7 @@ install: venv
 # verified by SHA-256, compiled; a no-op (about a second) when already there
 models: install
 	$(VENV)/bin/nerve models fetch moonshine-base
+	$(VENV)/bin/nerve models fetch moonshine-tiny
 
 # ---- the README's two commands
 # The silero VAD model (from the silero-vad wheel) located without importing the package.

@@ -85,7 +85,7 @@ def _cmd_bench(args) -> int:
         from .asr import bench as asr_bench
 
         result = asr_bench.run(args.audio, repeat=args.repeat or (1 if args.quick else 3),
-                               precision=args.precision or ("int8" if args.int8 else "fp32"))
+                               precision=args.precision or ("int8" if args.int8 else "fp32"), model=args.model)
         print(json.dumps(result, indent=2, default=str) if args.json else asr_bench.format_report(result))
         return 0
     if args.target == "quant":
@@ -229,6 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--int8", action="store_true", help="asr: nerve with precision='int8' (int8 activations too)")
     bench.add_argument("--precision", default=None, metavar="P",
                        help="asr: nerve's precision (fp32, int8, w4a32, w4a8[:gN]; nerve.precision)")
+    bench.add_argument("--model", default="moonshine-base", help="asr: moonshine-base (default) or moonshine-tiny")
     bench.add_argument("--audio", action="append", metavar="FILE.wav",
                        help="asr: a recording to use (default: the example WAVs and the model's own recording)")
     bench.add_argument("--repeat", type=int, default=None, metavar="N",

@@ -76,17 +76,17 @@ def assert_within(got, ref, tol, what=""):
 # onnxruntime are imported where used, so modules that need neither can import this one.
 
 
-def make_model(nodes, inputs, outputs, inits):
-    """An opset-17 model: inputs [(name, TensorProto type, shape)], outputs [(name, type)],
-    inits {name: array} as initializers."""
+def make_model(nodes, inputs, outputs, inits, opset=17):
+    """A model of the given opset (plus onnxruntime's com.microsoft domain): inputs [(name,
+    TensorProto type, shape)], outputs [(name, type)], inits {name: array} as initializers."""
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
     g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, dt, shp) for n, dt, shp in inputs],
                      [h.make_tensor_value_info(n, dt, None) for n, dt in outputs],
                      [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset), h.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8 if opset < 21 else 10
     return m
 
 
@@ -139,15 +139,65 @@ def onnx_session(tmp_path, m, dims, **kw):
     return nerve.Session(p, dims=dims, cache=False, **kw)
 
 
-def ort_run(m, feeds):
-    """m run by onnxruntime on the CPU: {output name: array}."""
+def ort_run(m, feeds, basic=False):
+    """m run by onnxruntime on the CPU: {output name: array}. basic: only its basic graph
+    optimisations (no fusions that change the arithmetic)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if basic:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
 
 
 def op_types(sess):
     return [o["type"] for o in sess.ops()]
+
+
+def undo_dynamic_quantization(model):
+    """model (an onnx ModelProto, changed in place and returned) with onnxruntime's dynamic
+    quantization undone, in every subgraph: MatMulIntegerToFloat fed by a
+    DynamicQuantizeLinear, and DynamicQuantizeMatMul, become a float MatMul (+ Add of the
+    bias) on the dequantised weight — the arithmetic nerve runs them with, for onnxruntime to
+    check it (its own kernels round the activations to uint8 first)."""
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    inits = {i.name: nh.to_array(i) for i in model.graph.initializer}
+    dql = {}  # quantized activation -> its DynamicQuantizeLinear (a subgraph sees its outer graph's)
+    added = []
+
+    def rewrite(graph):
+        for i in graph.initializer:
+            inits[i.name] = nh.to_array(i)
+        dql.update({n.output[0]: n for n in graph.node if n.op_type == "DynamicQuantizeLinear"})
+        nodes = []
+        for n in graph.node:
+            for a in n.attribute:
+                if a.type == a.GRAPH:
+                    rewrite(a.g)
+            if n.op_type not in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul"):
+                nodes.append(n)
+                continue
+            ins = list(n.input) + [""] * 7
+            if n.op_type == "MatMulIntegerToFloat":
+                a, b, bs, bz, bias = dql[ins[0]].input[0], ins[1], ins[3], ins[5], ins[6]
+            else:
+                a, b, bs, bz, bias = ins[:5]
+            w = inits[b].astype(np.float64) - (inits[bz].astype(np.float64) if bz else 0.0)
+            wname = n.name + "/float_weight"
+            added.append(nh.from_array((w * inits[bs].astype(np.float64)).astype(np.float32), wname))
+            out = n.output[0]
+            if bias:
+                nodes += [h.make_node("MatMul", [a, wname], [out + "/mm"], name=n.name),
+                          h.make_node("Add", [out + "/mm", bias], [out], name=n.name + "/bias")]
+            else:
+                nodes.append(h.make_node("MatMul", [a, wname], [out], name=n.name))
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+    rewrite(model.graph)
+    model.graph.initializer.extend(added)
+    return model

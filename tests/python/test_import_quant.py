@@ -25,32 +25,15 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import nerve
+from helpers import make_model as model
 from helpers import onnx_session as session
-from helpers import op_types
+from helpers import op_types, ort_run
 
 ort = pytest.importorskip("onnxruntime")
 
 F32 = np.float32
 EPS32 = float(np.finfo(np.float32).eps)
 REL = 1e-5  # test_linear_w8.py
-
-
-def model(nodes, inputs, outputs, inits, opset=17):
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, dt, shp) for n, dt, shp in inputs],
-                     [h.make_tensor_value_info(n, dt, None) for n, dt in outputs],
-                     [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset), h.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8 if opset < 21 else 10
-    return m
-
-
-def ort_run(m, feeds, basic=False):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if basic:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
 
 
 # ------------------------------------------------------------------ MatMulNBits

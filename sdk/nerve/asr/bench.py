@@ -33,11 +33,12 @@ def default_audio() -> List[Path]:
 
 
 def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[Sequence[str]] = None,
-        peers: Sequence[str] = ("onnxruntime", "pocketsphinx"), precision: str = "fp32") -> Dict[str, object]:
+        peers: Sequence[str] = ("onnxruntime", "pocketsphinx"), precision: str = "fp32",
+        model: str = "moonshine-base") -> Dict[str, object]:
     from .peers import ort_decoder, pocketsphinx_recognize
 
     paths = [Path(f) for f in files] if files else default_audio()
-    rec = Recognizer(partial_ms=0, precision=precision)
+    rec = Recognizer(model=model, partial_ms=0, precision=precision)
     model = rec.model
     rows = []
     totals = {"audio_s": 0.0, "nerve": 0.0, "onnxruntime": 0.0, "pocketsphinx": 0.0}
@@ -93,14 +94,15 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
         for k in stages:
             stages[k] += stream_stages.get(k, 0.0)
         rows.append(row)
-    return {"machine": cpu_model(), "threads": 1, "precision": precision, "repeat": repeat, "rows": rows, "totals": totals,
+    return {"machine": cpu_model(), "threads": 1, "model": model.name, "precision": precision, "repeat": repeat, "rows": rows, "totals": totals,
             "stages_s": stages, "pool_peak_bytes": peak}
 
 
 def format_report(r: Dict[str, object]) -> str:
     t = r["totals"]
     audio = t["audio_s"] or 1.0
-    lines = [f"nerve bench asr — {r['machine']}, 1 thread, nerve precision {r['precision']}, "
+    lines = [f"nerve bench asr — {r['machine']}, 1 thread, {r.get('model', 'moonshine-base')}, "
+             f"nerve precision {r['precision']}, "
              f"median of {r['repeat']}", ""]
     head = f"{'file':28} {'audio s':>7} {'nerve ms':>9} {'ort ms':>8} {'sphinx ms':>9}"
     lines.append(head)

@@ -24,7 +24,7 @@ def add_commands(commands) -> None:
     msub = models.add_subparsers(dest="models_command", metavar="ACTION")
     msub.required = True
     fetch = msub.add_parser("fetch", help="download (pip), verify (SHA-256) and compile a model")
-    fetch.add_argument("name", metavar="NAME", help="moonshine-base")
+    fetch.add_argument("name", metavar="NAME", help="moonshine-base or moonshine-tiny")
     fetch.add_argument("--wheel", metavar="FILE.whl", help="use this wheel instead of downloading it")
     fetch.add_argument("--force", action="store_true", help="fetch again even if present")
     fetch.set_defaults(func=_cmd_models_fetch)
@@ -38,7 +38,7 @@ def add_commands(commands) -> None:
     asr.add_argument("--words", metavar="FILE", help="only these words (one or more per line)")
     asr.add_argument("--phrases", metavar="FILE", help="only these phrases (one per line)")
     asr.add_argument("--digits", action="store_true", help="numbers as digits (default: words)")
-    asr.add_argument("--model", default="moonshine-base")
+    asr.add_argument("--model", default="moonshine-base", help="moonshine-base (default) or moonshine-tiny")
     asr.add_argument("--int8", action="store_true",
                      help="int8 activations in the encoder's products too (faster; = --precision int8)")
     asr.add_argument("--precision", default=None, metavar="P",

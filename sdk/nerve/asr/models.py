@@ -1,7 +1,8 @@
 """Speech models nerve knows by name, fetched once from a package registry into the user cache.
 
 ``nerve models fetch moonshine-base`` downloads the ``moonshine-cpp`` wheel (MIT; it carries
-Moonshine base-en as ONNX Runtime ``.ort`` files), checks every file's SHA-256 against the
+Moonshine base-en as ONNX Runtime ``.ort`` files; ``moonshine-tiny``: the ``moonshine-voice``
+wheel and tiny-en), checks every file's SHA-256 against the
 values pinned here and unpacks the model files under ``$XDG_CACHE_HOME/nerve/models/<name>``.
 Nothing is fetched at run time: a missing model raises :class:`nerve.ModelError` naming the
 command to run.
@@ -54,6 +55,27 @@ MODELS: Dict[str, ModelSpec] = {
             "test-data/beckett.wav":
                 "e5a26b3d29e5b0bc8dbd72c11d16a3808a4ec0ac45b21f12a27d2a2fe5c5ae61",
             "LICENSE": None,
+        },
+    ),
+    # Moonshine tiny-en (27 M parameters) from moonshine-voice (MIT): opset 18, onnxruntime's
+    # dynamic-quantization ops; the wheel also ships real recordings (readings of Beckett,
+    # Dickens): test and bench material
+    "moonshine-tiny": ModelSpec(
+        name="moonshine-tiny",
+        package="moonshine-voice==0.0.73",
+        wheel_sha256="6461c8097ed78d054c46b4c821143008a07b5fa1f4169674493ccfa06c1407db",
+        platform_tag="manylinux_2_34_x86_64",
+        prefix="",
+        files={
+            "moonshine_voice/assets/tiny-en/encoder_model.ort":
+                "94e90a4654fc45cdfedb77c4c08e1739f48862998e58fada384b25118134f221",
+            "moonshine_voice/assets/tiny-en/decoder_model_merged.ort":
+                "cf524c4862d36e9e5ab032eddc73637efd822d70e868ac575cf1a46e1e4708a0",
+            "moonshine_voice/assets/tiny-en/tokenizer.bin":
+                "6884b35fd6377d4c4d32336a0bc152f36b64d1e45b6503683cdc238250a8472d",
+            "moonshine_voice/assets/two_cities.wav": None,
+            "moonshine_voice/assets/endgame_nagg_nell.wav": None,
+            "moonshine_voice-0.0.73.dist-info/licenses/LICENSE": None,
         },
     ),
 }

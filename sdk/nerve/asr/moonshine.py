@@ -1,6 +1,11 @@
-"""Moonshine (base-en) on nerve's engine: the encoder plan and the merged decoder specialised
-into two plans, one for the first step (computes the cross-attention keys/values from the
-encoder states, once per segment) and one for every next step (reads them back).
+"""Moonshine on nerve's engine: the encoder plan and the merged decoder specialised into
+plans for the first step (computes the cross-attention keys/values from the encoder states,
+once per segment) and for every next step (reads them back).
+
+Two exports are known (:data:`ARCHS`): base-en from ``moonshine-cpp`` (opset 14, int8
+weights dequantised in-graph) and tiny-en from ``moonshine-voice`` (opset 18, onnxruntime's
+dynamic-quantization contrib ops; its graphs also take attention masks, fed all ones: a
+segment is never padded).
 
     model = MoonshineModel()                 # compiles (or loads cached) plans, once per process
     decoder = model.decoder()                # per stream: its own arenas, the model's plans
@@ -28,10 +33,9 @@ from ..session import Session, compile as compile_plan
 from .models import model_dir
 from .tokenizer import Tokenizer
 
-__all__ = ["MoonshineModel", "MoonshineDecoder", "Transcript", "SAMPLE_RATE"]
+__all__ = ["MoonshineModel", "MoonshineDecoder", "Transcript", "SAMPLE_RATE", "ARCHS", "Arch"]
 
 SAMPLE_RATE = 16000
-LAYERS, HEADS, HEAD_DIM, HIDDEN = 8, 8, 52, 416
 TOKENS_PER_SECOND = 6.5     # Moonshine speaks at most ~6.5 tokens per second of audio
 MIN_TOKENS = 6
 REPEAT_LIMIT = 4            # a 1..8-token pattern seen this many times in a row: a loop
@@ -39,8 +43,52 @@ MAX_BEAM = 8
 MIN_SAMPLES = 1600          # the encoder's convolutions need >= 0.1 s
 
 
-def _kv_names(prefix: str, part: str) -> List[str]:
-    return [f"{prefix}.{layer}.{part}.{kind}" for layer in range(LAYERS) for kind in ("key", "value")]
+@dataclass(frozen=True)
+class Arch:
+    """What differs between the Moonshine exports nerve runs."""
+    folder: str         # the model files, under the fetched model's folder
+    layers: int
+    heads: int
+    head_dim: int
+    hidden: int
+    samples_dim: str    # the encoder input's symbolic length
+    masks: bool         # the graphs take attention masks ("attention_mask", "encoder_attention_mask")
+
+    def kv_names(self, prefix: str, part: str) -> List[str]:
+        return [f"{prefix}.{layer}.{part}.{kind}" for layer in range(self.layers) for kind in ("key", "value")]
+
+    def empty_kv(self) -> np.ndarray:
+        return np.zeros((1, self.heads, 0, self.head_dim), np.float32)
+
+
+ARCHS: Dict[str, Arch] = {
+    "moonshine-base": Arch("models/base-en", 8, 8, 52, 416, "num_samples", False),
+    "moonshine-tiny": Arch("moonshine_voice/assets/tiny-en", 6, 8, 36, 288, "encoder_sequence_length", True),
+}
+
+
+def arch_of(name: str) -> Arch:
+    if name not in ARCHS:
+        raise InputError(f"unknown Moonshine model {name!r}; known: {', '.join(sorted(ARCHS))}")
+    return ARCHS[name]
+
+
+def encoder_feeds(arch: Arch, audio: np.ndarray) -> Dict[str, np.ndarray]:
+    """The encoder's inputs for one [1, n] segment."""
+    feeds = {"input_values": audio}
+    if arch.masks:
+        feeds["attention_mask"] = np.ones(audio.shape, np.int64)
+    return feeds
+
+
+def decoder_feeds(token: int, states: np.ndarray) -> Dict[str, np.ndarray]:
+    """The decoder's per-step inputs besides the caches, use_cache_branch and the mask."""
+    return {"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states}
+
+
+# The decoder's encoder_attention_mask is over audio samples (the graph takes every 384th:
+# the encoder's total stride), though the export declares it with the frames' symbol.
+MASK_STRIDE = 384
 
 
 @dataclass
@@ -58,7 +106,8 @@ class MoonshineModel:
 
     def __init__(self, name: str = "moonshine-base", max_segment_s: float = 30.0,
                  model_path: Optional[Path] = None, precision: str = "fp32"):
-        folder = Path(model_path) if model_path else model_dir(name) / "models" / "base-en"
+        self.arch = arch_of(name)
+        folder = Path(model_path) if model_path else model_dir(name) / self.arch.folder
         self.name = name
         self.folder = folder
         self.precision = precision  # nerve.precision: "int8" (many-row products), "w4a8", ...
@@ -67,20 +116,29 @@ class MoonshineModel:
         frames = self.encoder_frames(self.max_samples)
         self.max_tokens = self.token_limit(self.max_samples)
         self.encoder_plan = compile_plan(folder / "encoder_model.ort", precision=precision,
-                                         dims={"batch_size": 1, "num_samples": self.max_samples})
+                                         dims={"batch_size": 1, self.arch.samples_dim: self.max_samples})
         dec_dims = {"batch_size": 1, "decoder_sequence_length": 1, "encoder_sequence_length": frames,
                     "encoder_sequence_length_out": frames, "past_decoder_sequence_length": self.max_tokens + 1}
         decoder_path = folder / "decoder_model_merged.ort"
+        kv = self.arch.kv_names
+        if self.arch.masks:  # never padded: an all-ones mask, folded into the plans
+            ones = {"encoder_attention_mask": np.ones((1, frames * MASK_STRIDE), np.int64)}
+        else:
+            ones = {}
         self.first_plan = compile_plan(
-            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([False])},
-            outputs=["logits"] + _kv_names("present", "decoder") + _kv_names("present", "encoder"))
+            decoder_path, dims=dec_dims, precision=precision, outputs=["logits"] + kv("present", "decoder")
+            + kv("present", "encoder"),
+            # the first step computes the cross-attention caches: the past ones (and the If's
+            # other branch) are folded away as empty constants, so they are not inputs
+            constants={"use_cache_branch": np.array([False]), **ones,
+                       **{n: self.arch.empty_kv() for n in kv("past_key_values", "encoder")}})
         self.next_plan = compile_plan(  # past keys/values in and out as arrays (beam search)
-            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True])},
-            outputs=["logits"] + _kv_names("present", "decoder"))
+            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True]), **ones},
+            outputs=["logits"] + kv("present", "decoder"))
         self.kept_plan = compile_plan(  # the same, with them kept in the session (greedy)
-            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True])},
-            outputs=["logits"] + _kv_names("present", "decoder"),
-            state={n: n.replace("present", "past_key_values") for n in _kv_names("present", "decoder")})
+            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True]), **ones},
+            outputs=["logits"] + kv("present", "decoder"),
+            state={n: n.replace("present", "past_key_values") for n in kv("present", "decoder")})
         self.vocab = len(self.tokenizer)
         self._idle: List["MoonshineDecoder"] = []
         self._idle_lock = threading.Lock()
@@ -139,22 +197,19 @@ class NerveSteps:
         self.first = Session(model.first_plan, threads=threads)
         self.next = Session(model.next_plan, threads=threads)
         self.kept = Session(model.kept_plan, threads=threads)
-        empty = np.zeros((1, HEADS, 0, HEAD_DIM), np.float32)
-        self._empty_past = {n: empty for n in _kv_names("past_key_values", "decoder")}
-        self._empty_cross = {n: empty for n in _kv_names("past_key_values", "encoder")}
+        self.arch = arch = model.arch
+        self._empty_past = {n: arch.empty_kv() for n in arch.kv_names("past_key_values", "decoder")}
 
     def encode(self, audio: np.ndarray) -> np.ndarray:
-        return self.encoder.run({"input_values": audio})["last_hidden_state"]
+        return self.encoder.run(encoder_feeds(self.arch, audio))["last_hidden_state"]
 
     def first_step(self, states: np.ndarray) -> Tuple[np.ndarray, Dict, Dict]:
-        out = self.first.run({"input_ids": np.array([[Tokenizer.BOS]], np.int64),
-                              "encoder_hidden_states": states, **self._empty_past, **self._empty_cross})
-        return out["logits"][0, -1], _as_past(out, "decoder"), _as_past(out, "encoder")
+        out = self.first.run({**decoder_feeds(Tokenizer.BOS, states), **self._empty_past})
+        return out["logits"][0, -1], as_past(self.arch, out, "decoder"), as_past(self.arch, out, "encoder")
 
     def next_step(self, token: int, states, past: Dict, cross: Dict) -> Tuple[np.ndarray, Dict]:
-        out = self.next.run({"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states,
-                             **past, **cross})
-        return out["logits"][0, -1], _as_past(out, "decoder")
+        out = self.next.run({**decoder_feeds(token, states), **past, **cross})
+        return out["logits"][0, -1], as_past(self.arch, out, "decoder")
 
     def greedy(self, first_token: int, states, past: Dict, cross: Dict, limit: int, vocab: int):
         """The rest of a greedy decode in one native call (Session.decode_greedy), the caches
@@ -166,14 +221,15 @@ class NerveSteps:
         """A step whose past keys/values stay in the session's state buffers (preallocated
         for the longest segment): ``past`` is given on the first step only, then each step
         reads what the previous one wrote."""
-        feeds = {"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states, **cross}
+        feeds = {**decoder_feeds(token, states), **cross}
         if past is not None:
             feeds.update(past)
         return self.kept.run(feeds)["logits"][0, -1]
 
 
-def _as_past(out: Dict[str, np.ndarray], part: str) -> Dict[str, np.ndarray]:
-    return {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", part)}
+def as_past(arch: Arch, out: Dict[str, np.ndarray], part: str) -> Dict[str, np.ndarray]:
+    """The present.* outputs of a step renamed as the past_key_values.* inputs of the next."""
+    return {n.replace("present", "past_key_values"): out[n] for n in arch.kv_names("present", part)}
 
 
 class MoonshineDecoder:

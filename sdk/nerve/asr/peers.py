@@ -16,7 +16,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ..errors import NerveError
-from .moonshine import HEAD_DIM, HEADS, MoonshineDecoder, MoonshineModel, _kv_names
+from .moonshine import ARCHS, MASK_STRIDE, Arch, MoonshineDecoder, MoonshineModel, as_past, decoder_feeds, encoder_feeds
 from .tokenizer import Tokenizer
 
 __all__ = ["OrtSteps", "ort_decoder", "pocketsphinx_recognize", "sphinx_grammar"]
@@ -25,37 +25,42 @@ __all__ = ["OrtSteps", "ort_decoder", "pocketsphinx_recognize", "sphinx_grammar"
 class OrtSteps:
     """encode / first_step / next_step on onnxruntime sessions of the model's .ort files."""
 
-    def __init__(self, folder: Path, threads: int = 1):
+    def __init__(self, folder: Path, threads: int = 1, arch: Arch = ARCHS["moonshine-base"]):
         from ..modeltools import ort_session
 
-        self.encoder = ort_session(folder / "encoder_model.ort", threads)
-        self.decoder = ort_session(folder / "decoder_model_merged.ort", threads)
+        self.arch = arch
+        self.encoder = ort_session(_model_file(folder, "encoder_model"), threads)
+        self.decoder = ort_session(_model_file(folder, "decoder_model_merged"), threads)
         self.out_names = [o.name for o in self.decoder.get_outputs()]
-        empty = np.zeros((1, HEADS, 0, HEAD_DIM), np.float32)
-        self._empty = {n: empty for n in _kv_names("past_key_values", "decoder") + _kv_names("past_key_values", "encoder")}
+        self._empty = {n: arch.empty_kv() for part in ("decoder", "encoder")
+                       for n in arch.kv_names("past_key_values", part)}
 
     def encode(self, audio: np.ndarray) -> np.ndarray:
-        return self.encoder.run(None, {"input_values": audio})[0]
+        return self.encoder.run(None, encoder_feeds(self.arch, audio))[0]
 
     def _run(self, token: int, states, kv: Dict, use_cache: bool) -> Dict[str, np.ndarray]:
-        feeds = {"input_ids": np.array([[token]], np.int64), "encoder_hidden_states": states,
-                 "use_cache_branch": np.array([use_cache]), **kv}
+        feeds = {**decoder_feeds(token, states), "use_cache_branch": np.array([use_cache]), **kv}
+        if self.arch.masks:
+            feeds["encoder_attention_mask"] = np.ones((1, states.shape[1] * MASK_STRIDE), np.int64)
         return dict(zip(self.out_names, self.decoder.run(None, feeds)))
 
     def first_step(self, states: np.ndarray) -> Tuple[np.ndarray, Dict, Dict]:
         out = self._run(Tokenizer.BOS, states, self._empty, False)
-        past = {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", "decoder")}
-        cross = {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", "encoder")}
-        return out["logits"][0, -1], past, cross
+        return out["logits"][0, -1], as_past(self.arch, out, "decoder"), as_past(self.arch, out, "encoder")
 
     def next_step(self, token: int, states, past: Dict, cross: Dict) -> Tuple[np.ndarray, Dict]:
         out = self._run(token, states, {**past, **cross}, True)
-        past = {n.replace("present", "past_key_values"): out[n] for n in _kv_names("present", "decoder")}
-        return out["logits"][0, -1], past
+        return out["logits"][0, -1], as_past(self.arch, out, "decoder")
+
+
+def _model_file(folder: Path, stem: str) -> Path:
+    """stem.onnx when the folder has one (a re-exported or rewritten graph), else the .ort."""
+    onnx = folder / f"{stem}.onnx"
+    return onnx if onnx.is_file() else folder / f"{stem}.ort"
 
 
 def ort_decoder(model: MoonshineModel, threads: int = 1) -> MoonshineDecoder:
-    return MoonshineDecoder(model, threads, steps=OrtSteps(model.folder, threads))
+    return MoonshineDecoder(model, threads, steps=OrtSteps(model.folder, threads, model.arch))
 
 
 # ---- PocketSphinx (CMU, 5.x): the classic offline command recogniser, with the English

@@ -49,7 +49,8 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     layers (passes.optimize)."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
     from . import onnx_ops_nn  # noqa: F401
-    from . import onnx_ops_quant  # noqa: F401  (MatMulNBits, DequantizeLinear, QuantizeLinear)
+    from . import onnx_ops_contrib  # noqa: F401  (onnxruntime's float com.microsoft ops)
+    from . import onnx_ops_quant  # noqa: F401  (MatMulNBits, (De)QuantizeLinear, dynamic quantization)
     from . import passes
     from .onnx_import import Importer
 

@@ -97,6 +97,9 @@ class Importer:
             if imp.domain in ("", "ai.onnx"):
                 self.opset = imp.version
         self.symbols: Dict[str, int] = {}
+        # uid of a DynamicQuantizeLinear's y -> (its float input, scale, zero point): a product
+        # of y that dequantises it again (MatMulIntegerToFloat) reads the float input instead
+        self.dynamic_quant: Dict[int, tuple] = {}
 
     # ---- tensors
     def load_initializer(self, tensor) -> np.ndarray:

@@ -502,6 +502,62 @@ def _gather(ctx: NodeCtx, ins):
     return ctx.b.emit("gather", [data, idx], [spec(ctx.out_name(), data.dtype, shape)], iattr=[axis], name=ctx.name)
 
 
+@handler("GatherND")
+def _gather_nd(ctx: NodeCtx, ins):
+    """GatherND with constant indices (batch_dims 0): the index tuples over data's first r
+    axes are linearised at compile time and the whole op is one Gather on a view of data
+    with those axes flattened (they must be static)."""
+    data, idx = ins
+    if ctx.attr("batch_dims", 0):
+        raise ctx.fail("batch_dims > 0 is not supported")
+    if idx.dtype != np.int64:
+        raise ctx.fail(f"indices must be int64, got {idx.dtype}")
+    if idx.rank < 1 or not S.is_static(idx.shape[-1]) or not 1 <= int(idx.shape[-1]) <= data.rank:
+        raise ctx.fail(f"the last axis of indices ({list(idx.shape)}) must be a static 1..{data.rank}")
+    r = int(idx.shape[-1])
+    lead = data.shape[:r]
+    known = ctx.b.known_values(idx)
+    if known is None or not all(S.is_static(d) for d in list(lead) + list(idx.shape)) \
+            or not all(S.is_static(v) for v in known):
+        raise ctx.fail("indices known only at run time (or over symbolic axes) are not supported")
+    lead = [int(d) for d in lead]
+    tuples = np.array([int(v) for v in known], dtype=np.int64).reshape(-1, r)
+    for j, n in enumerate(lead):
+        col = tuples[:, j]
+        bad = np.flatnonzero((col < -n) | (col >= n))
+        if bad.size:
+            raise ctx.fail(f"index tuple {bad[0]} has {col[bad[0]]} on axis {j} of size {n}")
+        tuples[:, j] = np.where(col < 0, col + n, col)
+    strides = np.cumprod([1] + lead[::-1])[:-1][::-1].astype(np.int64)
+    lin = ctx.b.const((tuples @ strides).reshape([int(d) for d in idx.shape[:-1]]), ctx.b.fresh(ctx.name + ".rows"))
+    flat = ctx.b.alias(data, [int(np.prod(lead))] + list(data.shape[r:]), ctx.b.fresh(ctx.name))
+    shape = list(idx.shape[:-1]) + list(data.shape[r:])
+    return ctx.b.emit("gather", [flat, lin], [spec(ctx.out_name(), data.dtype, shape)], iattr=[0], name=ctx.name)
+
+
+@handler("NonZero")
+def _nonzero(ctx: NodeCtx, ins):
+    """NonZero of values known at compile time (index arithmetic, e.g. a rotary slice):
+    folded to its constant. Its output size depends on the values, so a run-time input
+    cannot have a static plan."""
+    x = ins[0]
+    known = ctx.b.known_values(x)
+    if x.rank == 0 or known is None or not all(S.is_static(v) for v in known) \
+            or not all(S.is_static(d) for d in x.shape):
+        raise ctx.fail("NonZero of run-time values is not supported (its output size depends on them)")
+    arr = np.array([int(v) for v in known]).reshape([int(d) for d in x.shape])
+    return [ctx.b.const(np.array(np.nonzero(arr), dtype=np.int64).reshape(x.rank, -1), ctx.out_name())]
+
+
+@handler("IsNaN")
+def _isnan(ctx: NodeCtx, ins):
+    x = ins[0]
+    if x.dtype.kind != "f":
+        raise ctx.fail(f"IsNaN of {x.dtype} is not supported (float)")
+    same = binary(ctx, "Equal", x, x, ctx.b.fresh(ctx.name))  # false only for NaN
+    return [unary(ctx, _UNARY["Not"], same, ctx.out_name())]
+
+
 @handler("Concat")
 def _concat(ctx: NodeCtx, ins):
     ins = [v for v in ins if v is not None]
@@ -773,11 +829,16 @@ def _layernorm(ctx: NodeCtx, ins):
     axis = norm_axis(ctx, ctx.attr("axis", -1), x.rank)
     if len([o for o in ctx.outputs if o]) > 1:
         raise ctx.fail("the Mean and InvStdDev outputs are not supported")
+    return [layernorm(ctx, x, gamma, beta, axis, ctx.out_name())]
+
+
+def layernorm(ctx: NodeCtx, x: Value, gamma: Value, beta: Optional[Value], axis: int, name: str) -> Value:
+    """LayerNormalization of x over axes [axis:] (epsilon from ctx) as one runtime op."""
     norm_shape = list(x.shape[axis:])
     gamma = _broadcast_param(ctx, gamma, norm_shape, "scale")
     beta = _broadcast_param(ctx, beta, norm_shape, "bias") if beta is not None else None
-    return ctx.b.emit("layernorm", [x, gamma, beta], [spec(ctx.out_name(), x.dtype, x.shape)], iattr=[axis],
-                      fattr=[ctx.attr("epsilon", 1e-5)], name=ctx.name, inplace=True)
+    return ctx.b.emit("layernorm", [x, gamma, beta], [spec(name, x.dtype, x.shape)], iattr=[axis],
+                      fattr=[ctx.attr("epsilon", 1e-5)], name=ctx.name, inplace=True)[0]
 
 
 def _broadcast_param(ctx: NodeCtx, v: Value, shape, what: str) -> Value:
@@ -904,8 +965,11 @@ def _auto_pads(ctx: NodeCtx, spatial, kernel, strides, dil):
 
 @handler("Conv")
 def _conv(ctx: NodeCtx, ins):
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
+    return [conv(ctx, ins[0], ins[1], ins[2] if len(ins) > 2 else None, ctx.out_name())]
+
+
+def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> Value:
+    """The Conv node's convolution (its attributes from ctx) as one runtime op named name."""
     if x.dtype != np.float32 or w.dtype != np.float32:
         raise ctx.fail("Conv is supported for float32")
     sr = x.rank - 2
@@ -931,9 +995,9 @@ def _conv(ctx: NodeCtx, ins):
     scratch = 0 if pointwise else S.dim_mul(4 * int(w.shape[1]) * int(np.prod(kernel)), S.prod(out_sp))
     if bias is not None and bias.const is None:
         raise ctx.fail("the bias must be a constant")
-    return ctx.b.emit("conv", [x, w, bias], [spec(ctx.out_name(), np.float32, shape)],
+    return ctx.b.emit("conv", [x, w, bias], [spec(name, np.float32, shape)],
                       iattr=[sr, group, 0] + strides + dil + pb + pe, fattr=[0, 0], scratch_bytes=scratch,
-                      name=ctx.name)
+                      name=ctx.name)[0]
 
 
 # ---------------------------------------------------------------- control flow

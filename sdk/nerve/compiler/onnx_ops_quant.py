@@ -293,22 +293,27 @@ def _dequantize_linear(ctx: NodeCtx, ins):
     if block < 0:
         raise ctx.fail(f"block_size {block} must be >= 0")
     if x.const is not None and sc.const is not None and (zp is None or zp.const is not None):
-        return [_dequantize_const(ctx, x, sc, zp, axis, block, out_dt)]
+        return [_dequantize_const(ctx, x, sc, zp, axis, block, out_dt, ctx.out_name())]
     if block:
         raise ctx.fail("block quantization (block_size) is supported on constant inputs only")
     if out_dt != F32:
         raise ctx.fail(f"a {out_dt} result is supported on constant inputs only (float32 arithmetic)")
+    return [_dequantize_runtime(ctx, x, sc, zp, axis, ctx.out_name())]
+
+
+def _dequantize_runtime(ctx: NodeCtx, x: Value, sc: Value, zp: Optional[Value], axis: int, name: str) -> Value:
+    """(x − zp)·scale on a run-time integer x: Cast, Sub of the zero point, Mul by the scale."""
     s = _axis_param(ctx, sc, x, axis, "scale")
     xf = ctx.b.emit("cast", [x], [spec(ctx.b.fresh(ctx.name + ".x"), F32, x.shape)], name=ctx.name)[0]
     if zp is not None and not (zp.const is not None and not np.any(zp.const)):
         z = _axis_param(ctx, zp, x, axis, "zero_point")
         zf = ctx.b.emit("cast", [z], [spec(ctx.b.fresh(ctx.name + ".zp"), F32, z.shape)], name=ctx.name)[0]
         xf = binary(ctx, "Sub", xf, zf, ctx.b.fresh(ctx.name))
-    return [binary(ctx, "Mul", xf, s, ctx.out_name())]
+    return binary(ctx, "Mul", xf, s, name)
 
 
 def _dequantize_const(ctx: NodeCtx, x: Value, sc: Value, zp: Optional[Value], axis: int, block: int,
-                      out_dt) -> Value:
+                      out_dt, name: str) -> Value:
     q = x.const
     s = _np_param(ctx, sc.const, q.shape, axis, block, "x_scale")
     z = _np_param(ctx, zp.const, q.shape, axis, block, "x_zero_point") if zp is not None \
@@ -330,10 +335,10 @@ def _dequantize_const(ctx: NodeCtx, x: Value, sc: Value, zp: Optional[Value], ax
         if zc is not None:
             y = binary(ctx, "Sub", y, b.const(zc, b.fresh(ctx.name + ".zp")), b.fresh(ctx.name))
         # (a weight too large to fold keeps these ops in the plan, as Cast+Mul weights do)
-        return binary(ctx, "Mul", y, b.const(s.astype(np.float32), b.fresh(ctx.name + ".scale")), ctx.out_name())
+        return binary(ctx, "Mul", y, b.const(s.astype(np.float32), b.fresh(ctx.name + ".scale")), name)
     # onnxruntime: float(x − zp) · scale in fp32 (one rounding; exact integers below 2^24)
     y = (d.astype(np.float32) * s.astype(np.float32)).astype(out_dt)
-    return ctx.b.const(np.ascontiguousarray(y), ctx.out_name())
+    return ctx.b.const(np.ascontiguousarray(y), name)
 
 
 @handler("QuantizeLinear")
@@ -356,13 +361,143 @@ def _quantize_linear(ctx: NodeCtx, ins):
         raise ctx.fail(f"quantizing to {out_dt} is not supported (int8, uint8)")
     if block:
         raise ctx.fail("block quantization (block_size) is not supported")
+    return [_quantize(ctx, x, sc, zp, axis, out_dt, ctx.out_name())]
+
+
+def _quantize(ctx: NodeCtx, x: Value, sc: Value, zp: Optional[Value], axis: int, out_dt, name: str) -> Value:
+    """saturate(round_half_even(x / scale) + zp): Div, Round (nearbyintf: half to even), Add,
+    then the saturating cast (it clamps to the integer type; the value is already integral)."""
     s = _axis_param(ctx, sc, x, axis, "scale")
-    # saturate(round_half_even(x / scale) + zp): Div, Round (nearbyintf: half to even), Add,
-    # then the saturating cast (it clamps to the integer type; the value is already integral)
     y = binary(ctx, "Div", x, s, ctx.b.fresh(ctx.name))
     y = unary(ctx, _U_ROUND, y, ctx.b.fresh(ctx.name))
     if zp is not None and not (zp.const is not None and not np.any(zp.const)):
         z = _axis_param(ctx, zp, x, axis, "zero_point")
         zf = ctx.b.emit("cast", [z], [spec(ctx.b.fresh(ctx.name + ".zp"), F32, z.shape)], name=ctx.name)[0]
         y = binary(ctx, "Add", y, zf, ctx.b.fresh(ctx.name))
-    return ctx.b.emit("cast", [y], [spec(ctx.out_name(), out_dt, y.shape)], name=ctx.name)
+    return ctx.b.emit("cast", [y], [spec(name, out_dt, y.shape)], name=ctx.name)[0]
+
+
+# ---------------------------------------------------------------- dynamic quantization
+
+
+@handler("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(ctx: NodeCtx, ins):
+    """y = saturate(round(x / s) + zp) with s = (max(x, 0) − min(x, 0)) / 255 and zp =
+    round(−min(x, 0) / s) clamped to [0, 255] (uint8, over the whole tensor), as real ops —
+    but a product that dequantises y straight back (MatMulIntegerToFloat with this node's
+    scale and zero point) reads x instead (Importer.dynamic_quant), so in the usual graph
+    these ops are dead and dropped."""
+    x = ins[0]
+    if x.dtype != F32:
+        raise ctx.fail(f"x of {x.dtype} is not supported (float32)")
+    b = ctx.b
+    flat = b.alias(x, [S.prod(x.shape)], b.fresh(ctx.name + ".flat"))
+    zero = b.const(np.array(0.0, F32))
+
+    def extreme(code: int, clamp: str) -> Value:
+        r = b.emit("reduce", [flat], [spec(b.fresh(ctx.name), F32, [])], iattr=[code, 1, 0], name=ctx.name)[0]
+        return binary(ctx, clamp, r, zero, b.fresh(ctx.name))
+
+    lo, hi = extreme(3, "Min"), extreme(2, "Max")  # ReduceMin/ReduceMax, then with 0 in range
+    scale = binary(ctx, "Div", binary(ctx, "Sub", hi, lo, b.fresh(ctx.name)), b.const(np.array(255.0, F32)),
+                   ctx.out_name(1))
+    zp_f = unary(ctx, 15, binary(ctx, "Div", unary(ctx, 0, lo, b.fresh(ctx.name)), scale, b.fresh(ctx.name)),
+                 b.fresh(ctx.name), 0.0, 255.0)  # Clip to [0, 255]
+    zp_f = unary(ctx, _U_ROUND, zp_f, b.fresh(ctx.name))
+    zp = b.emit("cast", [zp_f], [spec(ctx.out_name(2), np.uint8, [])], name=ctx.name)[0]
+    y = _quantize(ctx, x, scale, zp, 0, np.dtype(np.uint8), ctx.out_name(0))
+    ctx.imp.dynamic_quant[y.uid] = (x, scale, zp)
+    return [y, scale, zp]
+
+
+def _activation(ctx: NodeCtx, a: Value, scale: Value, zp: Optional[Value]) -> Value:
+    """The float activations behind a quantized input: the DynamicQuantizeLinear input it was
+    made from (when scale and zero point are that node's), else (a − zp)·scale at run time."""
+    known = ctx.imp.dynamic_quant.get(a.uid)
+    if known is not None and known[1] is scale and known[2] is zp:
+        return known[0]
+    if a.dtype not in (np.int8, np.uint8):
+        raise ctx.fail(f"A of {a.dtype} is not supported (int8, uint8)")
+    if scale.rank > 0 and S.prod(scale.shape) != 1:
+        raise ctx.fail(f"a per-row A scale (shape {list(scale.shape)}) is not supported: per tensor only")
+    return _dequantize_runtime(ctx, a, scale, zp, 0, ctx.b.fresh(ctx.name + ".a"))
+
+
+def _product(ctx: NodeCtx, x: Value, w: Value, scale: Value, zp: Optional[Value], bias: Optional[Value],
+             name: str) -> Value:
+    """x · ((w − zp)·scale) + bias for float x and an integer w [K, N] with a per-tensor or
+    per-column ([N]) scale and zero point. A constant w becomes an int8-recorded weight (as
+    DequantizeLinear's) under the plain ``linear``, which the precision passes keep int8."""
+    if w.dtype not in (np.int8, np.uint8):
+        raise ctx.fail(f"B of {w.dtype} is not supported (int8, uint8)")
+    if w.rank != 2:
+        raise ctx.fail(f"B of rank {w.rank} is not supported (a [K, N] matrix)")
+    if x.dtype != F32:
+        raise ctx.fail(f"A of {x.dtype} is not supported (float32)")
+    if bias is not None and (bias.rank != 1 or (S.is_static(bias.shape[0]) and bias.shape[0] != w.shape[1])):
+        raise ctx.fail(f"bias of shape {list(bias.shape)} does not match N = {w.shape[1]}")
+    k, n = w.shape
+    if S.is_static(x.shape[-1]) and int(x.shape[-1]) != int(k):
+        raise ctx.fail(f"inner dimensions differ: A has {x.shape[-1]}, B has {k}")
+    const_w = w.const is not None and scale.const is not None and (zp is None or zp.const is not None)
+    if const_w and x.rank >= 2:
+        wf = _dequantize_const(ctx, w, scale, zp, 1, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
+        if wf.const is not None:
+            b = bias.const if bias is not None and bias.const is not None else None
+            y = linear(ctx, x, wf.const.T, b, name if bias is None or b is not None else ctx.b.fresh(ctx.name))
+            return y if bias is None or b is not None else binary(ctx, "Add", y, bias, name)
+    else:
+        wf = _dequantize_const(ctx, w, scale, zp, 1, 0, F32, ctx.b.fresh(ctx.name + ".weight")) if const_w \
+            else _dequantize_runtime(ctx, w, scale, zp, 1, ctx.b.fresh(ctx.name + ".weight"))
+    x2 = ctx.b.alias(x, [1, x.shape[0]], ctx.b.fresh(ctx.name)) if x.rank == 1 else x
+    shape = list(x2.shape[:-1]) + [n]
+    y = ctx.b.emit("matmul", [x2, wf], [spec(ctx.b.fresh(ctx.name), F32, shape)], iattr=[0], fattr=[0, 0],
+                   name=ctx.name)[0]
+    if bias is not None:
+        y = binary(ctx, "Add", y, bias, ctx.b.fresh(ctx.name))
+    return ctx.b.alias(y, list(x.shape[:-1]) + [n], name)
+
+
+def _opt(ins, i: int) -> Optional[Value]:
+    return ins[i] if len(ins) > i else None
+
+
+@handler("MatMulIntegerToFloat", domain="com.microsoft")
+def _matmul_integer_to_float(ctx: NodeCtx, ins):
+    """Y = ((A − a_zp)·a_scale) · ((B − b_zp)·b_scale) + bias. Computed on float activations:
+    onnxruntime's int32 products of the uint8 activations differ from it by their rounding
+    (at most a_scale/2 per activation)."""
+    a, w, a_scale, w_scale = ins[:4]
+    x = _activation(ctx, a, a_scale, _opt(ins, 4))
+    return [_product(ctx, x, w, w_scale, _opt(ins, 5), _opt(ins, 6), ctx.out_name())]
+
+
+@handler("DynamicQuantizeMatMul", domain="com.microsoft")
+def _dynamic_quantize_matmul(ctx: NodeCtx, ins):
+    """Y = A · ((B − b_zp)·b_scale) + bias on float A (onnxruntime quantizes A to uint8 per
+    tensor first: its result carries that rounding, this one does not)."""
+    return [_product(ctx, ins[0], ins[1], ins[2], _opt(ins, 3), _opt(ins, 4), ctx.out_name())]
+
+
+@handler("MatMulInteger")
+def _matmul_integer(ctx: NodeCtx, ins):
+    """int32 Y = (A − a_zp) · (B − b_zp), per-tensor or per-row a_zp, per-tensor or per-column
+    b_zp. Products in fp32: exact while every partial sum stays below 2^24 in magnitude,
+    otherwise within fp32 rounding of the int32 result (the usual consumer scales it to float)."""
+    a, w = ins[0], ins[1]
+    a_zp, w_zp = _opt(ins, 2), _opt(ins, 3)
+    one = ctx.b.const(np.array(1.0, F32))
+    if a.dtype not in (np.int8, np.uint8):
+        raise ctx.fail(f"A of {a.dtype} is not supported (int8, uint8)")
+    x = _dequantize_runtime(ctx, a, one, a_zp, max(a.rank - 2, 0), ctx.b.fresh(ctx.name + ".a"))
+    y = _product(ctx, x, w, one, w_zp, None, ctx.b.fresh(ctx.name))
+    return ctx.b.emit("cast", [y], [spec(ctx.out_name(), np.int32, y.shape)], name=ctx.name)
+
+
+@handler("QLinearMatMul")
+def _qlinear_matmul(ctx: NodeCtx, ins):
+    """y = quantize(dequantize(a) · dequantize(b), y_scale, y_zp): the product in float."""
+    a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp = ins
+    x = _activation(ctx, a, a_scale, a_zp)
+    y = _product(ctx, x, w, w_scale, w_zp, None, ctx.b.fresh(ctx.name))
+    return [_quantize(ctx, y, y_scale, y_zp, 0, np.dtype(y_zp.dtype), ctx.out_name())]

@@ -1,0 +1,283 @@
+"""onnxruntime's com.microsoft ops in saved models (compiler/onnx_ops_contrib.py and the
+dynamic-quantization handlers of onnx_ops_quant.py), and the index ops real exports carry
+(GatherND, NonZero on shape arithmetic, IsNaN); each against onnxruntime on fresh inputs.
+
+Tolerances:
+  * float ops: 1e-5 of the output's largest magnitude (fp32 summation order differs);
+  * dynamic quantization (DynamicQuantizeLinear -> MatMulIntegerToFloat, DynamicQuantizeMatMul):
+    nerve multiplies the float activations by the int8-held weight; onnxruntime first rounds
+    the activations to uint8 (step a_scale), so its result is within 0.5·a_scale·Σ_k|W[k, n]|
+    of the exact product (per output element); against a float64 reference of nerve's own
+    arithmetic, the float budget above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import nerve
+from helpers import make_model, op_types, ort_run
+from helpers import onnx_session as session
+
+pytest.importorskip("onnxruntime")
+
+F32 = np.float32
+MS = "com.microsoft"
+REL = 1e-5
+
+
+def close(got, ref, what="", rel=REL):
+    ref = np.asarray(ref, np.float64)
+    tol = rel * max(float(np.abs(ref).max(initial=0.0)), 1e-30)
+    err = float(np.abs(np.asarray(got, np.float64) - ref).max(initial=0.0))
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    assert err <= tol, f"{what}: max |Δ| {err:.3g} > {tol:.3g}"
+
+
+def quant_weight(rng, K, N, dt, per_column):
+    q = (rng.integers(-128, 128, (K, N)) if dt == np.int8 else rng.integers(0, 256, (K, N))).astype(dt)
+    n = N if per_column else 1
+    s = (0.001 + 0.01 * rng.random(n)).astype(F32).reshape(-1 if per_column else ())
+    z = (rng.integers(-20, 20, n) if dt == np.int8 else rng.integers(100, 156, n)).astype(dt)
+    return q, s, z.reshape(-1 if per_column else ())
+
+
+def dequant(q, s, z):
+    return (q.astype(np.float64) - z.astype(np.float64)) * s.astype(np.float64)
+
+
+# ------------------------------------------------------------------ dynamic quantization
+
+
+@pytest.mark.parametrize("low,high", [(-2.0, 3.0), (0.5, 4.0), (-4.0, -0.25)])
+def test_dynamic_quantize_linear_matches_onnxruntime(tmp_path, rng, low, high):
+    m = make_model([h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dql")],
+                   [("x", T.FLOAT, [3, 37])], [("y", T.UINT8), ("s", T.FLOAT), ("z", T.UINT8)], {})
+    x = rng.uniform(low, high, (3, 37)).astype(F32)
+    got, ref = session(tmp_path, m, {}).run({"x": x}), ort_run(m, {"x": x})
+    assert got["z"].dtype == np.uint8 and got["z"] == ref["z"]
+    np.testing.assert_allclose(got["s"], ref["s"], rtol=2 * float(np.finfo(F32).eps))
+    diff = np.abs(got["y"].astype(int) - ref["y"].astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() >= 0.99  # a tie may round the other way
+
+
+@pytest.mark.parametrize("dt,per_column,bias", [(np.uint8, False, False), (np.int8, True, True),
+                                                (np.uint8, True, True)])
+@pytest.mark.parametrize("rows,K,N", [(1, 13, 7), (5, 97, 33), (40, 64, 127)])
+def test_dql_then_matmul_integer_to_float_is_the_float_product(tmp_path, rng, dt, per_column, bias, rows, K, N):
+    q, s, z = quant_weight(rng, K, N, dt, per_column)
+    b = rng.standard_normal(N).astype(F32)
+    ins = ["xq", "B", "xs", "Bs", "xz", "Bz"] + (["bias"] if bias else [])
+    m = make_model([h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+                    h.make_node("MatMulIntegerToFloat", ins, ["y"], name="mitf", domain=MS)],
+                   [("x", T.FLOAT, ["rows", K])], [("y", T.FLOAT)],
+                   {"B": q, "Bs": s, "Bz": z, **({"bias": b} if bias else {})})
+    sess = session(tmp_path, m, {"rows": 64})
+    assert "reduce" not in op_types(sess)  # the DynamicQuantizeLinear fed only this: dropped
+    x = rng.standard_normal((rows, K)).astype(F32)
+    w = dequant(q, s, z)
+    exact = x.astype(np.float64) @ w + (b if bias else 0)
+    got = sess.run({"x": x})["y"]
+    close(got, exact, "vs the float product")
+    a_scale = (max(x.max(), 0) - min(x.min(), 0)) / 255
+    bound = 0.5 * a_scale * np.abs(w).sum(axis=0) + 1e-5 * np.abs(exact).max()
+    assert np.all(np.abs(ort_run(m, {"x": x})["y"] - got) <= bound)
+
+
+def test_matmul_integer_to_float_on_runtime_uint8_is_exact(tmp_path, rng):
+    K, N = 45, 19
+    q, s, z = quant_weight(rng, K, N, np.int8, True)
+    m = make_model([h.make_node("MatMulIntegerToFloat", ["a", "B", "as", "Bs", "az", "Bz"], ["y"], name="m",
+                                domain=MS)],
+                   [("a", T.UINT8, [6, K])], [("y", T.FLOAT)],
+                   {"B": q, "Bs": s, "Bz": z, "as": np.array(0.02, F32), "az": np.array(131, np.uint8)})
+    a = rng.integers(0, 256, (6, K)).astype(np.uint8)
+    close(session(tmp_path, m, {}).run({"a": a})["y"], ort_run(m, {"a": a})["y"], "runtime uint8 A")
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_dynamic_quantize_matmul(tmp_path, rng, per_column):
+    K, N = 127, 65
+    q, s, z = quant_weight(rng, K, N, np.int8, per_column)
+    b = rng.standard_normal(N).astype(F32)
+    m = make_model([h.make_node("DynamicQuantizeMatMul", ["x", "B", "Bs", "Bz", "bias"], ["y"], name="dqmm",
+                                domain=MS)],
+                   [("x", T.FLOAT, [1, "t", K])], [("y", T.FLOAT)], {"B": q, "Bs": s, "Bz": z, "bias": b})
+    sess = session(tmp_path, m, {"t": 16})
+    x = rng.standard_normal((1, 9, K)).astype(F32)
+    got = sess.run({"x": x})["y"]
+    w = dequant(q, s, z)
+    exact = x.astype(np.float64) @ w + b
+    close(got, exact, "vs the float product")
+    a_scale = (max(x.max(), 0) - min(x.min(), 0)) / 255
+    assert np.all(np.abs(ort_run(m, {"x": x})["y"] - got) <= 0.5 * a_scale * np.abs(w).sum(axis=0) + 1e-4)
+
+
+def test_dynamic_quantize_matmul_weight_runs_int8(tmp_path, rng):
+    K, N = 64, 48
+    q, s, z = quant_weight(rng, K, N, np.uint8, False)
+    m = make_model([h.make_node("DynamicQuantizeMatMul", ["x", "B", "Bs", "Bz"], ["y"], name="dqmm", domain=MS)],
+                   [("x", T.FLOAT, [1, K])], [("y", T.FLOAT)], {"B": q, "Bs": s, "Bz": z})
+    sess = session(tmp_path, m, {}, precision="int8")
+    assert "linear_w8" in op_types(sess)
+    x = rng.standard_normal((1, K)).astype(F32)
+    close(sess.run({"x": x})["y"], x.astype(np.float64) @ dequant(q, s, z), "int8 weight")
+
+
+def test_matmul_integer_and_qlinear_matmul(tmp_path, rng):
+    K, N = 33, 17
+    bq = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    mi = make_model([h.make_node("MatMulInteger", ["a", "B", "az", "Bz"], ["y"], name="mi")],
+                    [("a", T.UINT8, [4, K])], [("y", T.INT32)],
+                    {"B": bq, "az": np.array(120, np.uint8), "Bz": np.array(3, np.int8)})
+    a = rng.integers(0, 256, (4, K)).astype(np.uint8)
+    got = session(tmp_path, mi, {}).run({"a": a})["y"]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, ort_run(mi, {"a": a})["y"])  # every sum < 2^24: exact
+
+    qm = make_model([h.make_node("QLinearMatMul", ["a", "as", "az", "B", "Bs", "Bz", "ys", "yz"], ["y"],
+                                 name="qlm")],
+                    [("a", T.UINT8, [4, K])], [("y", T.UINT8)],
+                    {"as": np.array(0.01, F32), "az": np.array(128, np.uint8), "B": bq, "Bs": np.array(0.02, F32),
+                     "Bz": np.array(0, np.int8), "ys": np.array(0.05, F32), "yz": np.array(100, np.uint8)})
+    (tmp_path / "q").mkdir()
+    got = session(tmp_path / "q", qm, {}).run({"a": a})["y"]
+    diff = np.abs(got.astype(int) - ort_run(qm, {"a": a})["y"].astype(int))
+    assert got.dtype == np.uint8 and diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+def test_dynamic_quantization_bad_input_names_the_node(tmp_path, rng):
+    m = make_model([h.make_node("DynamicQuantizeMatMul", ["x", "B", "Bs"], ["y"], name="dq_bad", domain=MS)],
+                   [("x", T.FLOAT, [2, 8])], [("y", T.FLOAT)],
+                   {"B": np.zeros((8, 4, 2), np.int8), "Bs": np.array(1.0, F32)})
+    with pytest.raises(nerve.ModelError, match=r"dq_bad.*rank 3"):
+        session(tmp_path, m, {})
+    m = make_model([h.make_node("DynamicQuantizeMatMul", ["x", "B", "Bs"], ["y"], name="dq_k", domain=MS)],
+                   [("x", T.FLOAT, [2, 9])], [("y", T.FLOAT)],
+                   {"B": np.zeros((8, 4), np.int8), "Bs": np.array(1.0, F32)})
+    with pytest.raises(nerve.ModelError, match=r"dq_k.*inner dimensions"):
+        session(tmp_path, m, {})
+
+
+# ------------------------------------------------------------------ float contrib ops
+
+
+@pytest.mark.parametrize("ta,tb,alpha", [(0, 1, 0.125), (1, 0, 1.0), (1, 1, -2.0), (0, 0, 0.5)])
+def test_fused_matmul(tmp_path, rng, ta, tb, alpha):
+    a_shape = [2, 3, 7, 5] if ta else [2, 3, 5, 7]
+    b_shape = [3, 4, 7] if tb else [3, 7, 4]
+    m = make_model([h.make_node("FusedMatMul", ["a", "b"], ["y"], name="fm", domain=MS, alpha=alpha, transA=ta,
+                                transB=tb)],
+                   [("a", T.FLOAT, a_shape), ("b", T.FLOAT, b_shape)], [("y", T.FLOAT)], {})
+    feeds = {"a": rng.standard_normal(a_shape).astype(F32), "b": rng.standard_normal(b_shape).astype(F32)}
+    close(session(tmp_path, m, {}).run(feeds)["y"], ort_run(m, feeds)["y"], "FusedMatMul")
+
+
+@pytest.mark.parametrize("act,params", [("Relu", []), ("Tanh", []), ("Sigmoid", []), ("LeakyRelu", [0.2]),
+                                        ("Clip", [-0.5, 0.5]), ("HardSigmoid", [0.3, 0.4]), ("", [])])
+def test_fused_conv(tmp_path, rng, act, params):
+    attrs = {"kernel_shape": [5], "strides": [2], "pads": [1, 2]}
+    if act:
+        attrs["activation"] = act
+    if params:
+        attrs["activation_params"] = params
+    w, b = rng.standard_normal((6, 3, 5)).astype(F32), rng.standard_normal(6).astype(F32)
+    m = make_model([h.make_node("FusedConv", ["x", "w", "b"], ["y"], name="fc", domain=MS, **attrs)],
+                   [("x", T.FLOAT, [1, 3, 41])], [("y", T.FLOAT)], {"w": w, "b": b})
+    x = rng.standard_normal((1, 3, 41)).astype(F32)
+    close(session(tmp_path, m, {}).run({"x": x})["y"], ort_run(m, {"x": x})["y"], act)
+
+
+def test_fused_conv_refuses_unknown_activation(tmp_path):
+    m = make_model([h.make_node("FusedConv", ["x", "w"], ["y"], name="fc_bad", domain=MS, activation="Swish")],
+                   [("x", T.FLOAT, [1, 1, 8])], [("y", T.FLOAT)], {"w": np.ones((1, 1, 3), F32)})
+    with pytest.raises(nerve.ModelError, match=r"fc_bad.*Swish"):
+        session(tmp_path, m, {})
+
+
+@pytest.mark.parametrize("op,attrs", [("Gelu", {}), ("QuickGelu", {}), ("QuickGelu", {"alpha": 1.0}),
+                                      ("QuickGelu", {"alpha": 2.5})])
+def test_gelu_family(tmp_path, rng, op, attrs):
+    m = make_model([h.make_node(op, ["x"], ["y"], name="g", domain=MS, **attrs)],
+                   [("x", T.FLOAT, [4, 33])], [("y", T.FLOAT)], {})
+    x = (3 * rng.standard_normal((4, 33))).astype(F32)
+    close(session(tmp_path, m, {}).run({"x": x})["y"], ort_run(m, {"x": x})["y"], op)
+
+
+@pytest.mark.parametrize("beta,bias,want_sum", [(False, False, False), (True, True, True), (True, False, True)])
+def test_skip_layer_normalization(tmp_path, rng, beta, bias, want_sum):
+    D = 37
+    ins = ["x", "skip", "gamma"] + (["beta"] if beta else [""]) + (["bias"] if bias else [])
+    outs = ["y", "", "", "sum"] if want_sum else ["y"]
+    inits = {"gamma": rng.standard_normal(D).astype(F32)}
+    if beta:
+        inits["beta"] = rng.standard_normal(D).astype(F32)
+    if bias:
+        inits["bias"] = rng.standard_normal(D).astype(F32)
+    m = make_model([h.make_node("SkipLayerNormalization", ins, outs, name="sln", domain=MS, epsilon=1e-5)],
+                   [("x", T.FLOAT, [2, 5, D]), ("skip", T.FLOAT, [2, 5, D])],
+                   [("y", T.FLOAT)] + ([("sum", T.FLOAT)] if want_sum else []), inits)
+    feeds = {"x": rng.standard_normal((2, 5, D)).astype(F32), "skip": rng.standard_normal((2, 5, D)).astype(F32)}
+    got, ref = session(tmp_path, m, {}).run(feeds), ort_run(m, feeds)
+    close(got["y"], ref["y"], "output")
+    if want_sum:
+        close(got["sum"], ref["sum"], "input + skip + bias")
+
+
+# ------------------------------------------------------------------ index ops
+
+
+@pytest.mark.parametrize("r", [1, 2])
+def test_gather_nd_constant_indices(tmp_path, rng, r):
+    data_shape = [4, 6, 3]
+    idx = np.stack([rng.integers(-d, d, 5) for d in data_shape[:r]], axis=-1).reshape(5, r).astype(np.int64)
+    m = make_model([h.make_node("GatherND", ["x", "i"], ["y"], name="gnd")],
+                   [("x", T.FLOAT, data_shape)], [("y", T.FLOAT)], {"i": idx})
+    x = rng.standard_normal(data_shape).astype(F32)
+    np.testing.assert_array_equal(session(tmp_path, m, {}).run({"x": x})["y"], ort_run(m, {"x": x})["y"])
+
+
+def test_gather_nd_out_of_range_and_runtime_indices_are_refused(tmp_path):
+    m = make_model([h.make_node("GatherND", ["x", "i"], ["y"], name="gnd_bad")],
+                   [("x", T.FLOAT, [4, 2])], [("y", T.FLOAT)], {"i": np.array([[1], [4]], np.int64)})
+    with pytest.raises(nerve.ModelError, match=r"gnd_bad.*index tuple 1 has 4 on axis 0 of size 4"):
+        session(tmp_path, m, {})
+    m = make_model([h.make_node("GatherND", ["x", "i"], ["y"], name="gnd_rt")],
+                   [("x", T.FLOAT, [4, 2]), ("i", T.INT64, [3, 1])], [("y", T.FLOAT)], {})
+    (tmp_path / "b").mkdir()
+    with pytest.raises(nerve.ModelError, match=r"gnd_rt.*run time"):
+        session(tmp_path / "b", m, {})
+
+
+def test_nonzero_on_shape_arithmetic_folds(tmp_path, rng):
+    # the rotary-slice pattern of transformer exports: NonZero(Range(0, n) < k) over known sizes
+    nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             h.make_node("Range", ["zero", "n", "step"], ["r"]), h.make_node("Less", ["r", "k"], ["m"]),
+             h.make_node("NonZero", ["m"], ["nz"], name="nz"), h.make_node("Transpose", ["nz"], ["t"], perm=[1, 0]),
+             h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), h.make_node("GatherND", ["xt", "t"], ["y"])]
+    m = make_model(nodes, [("x", T.FLOAT, [2, 9])], [("y", T.FLOAT)],
+                   {"one": np.array(1, np.int64), "zero": np.array(0, np.int64), "step": np.array(1, np.int64),
+                    "k": np.array(4, np.int64)})
+    x = rng.standard_normal((2, 9)).astype(F32)
+    sess = session(tmp_path, m, {})
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], ort_run(m, {"x": x})["y"])
+
+
+def test_nonzero_of_runtime_values_is_refused(tmp_path):
+    m = make_model([h.make_node("NonZero", ["x"], ["y"], name="nz_rt")],
+                   [("x", T.FLOAT, [5])], [("y", T.INT64)], {})
+    with pytest.raises(nerve.ModelError, match=r"nz_rt.*run-time values"):
+        session(tmp_path, m, {})
+
+
+def test_isnan(tmp_path, rng):
+    m = make_model([h.make_node("IsNaN", ["x"], ["y"], name="isnan")], [("x", T.FLOAT, [3, 11])],
+                   [("y", T.BOOL)], {})
+    x = rng.standard_normal((3, 11)).astype(F32)
+    x[0, 3] = x[2, 10] = np.nan
+    x[1, 1], x[1, 2] = np.inf, -np.inf
+    got = session(tmp_path, m, {}).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, np.isnan(x))
