@@ -23,7 +23,7 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "scikit-build-core>=0.10" cmake ninja "numpy>=1.22" "cffi>=1.15" "onnx>=1.14" \
-	  "pytest>=7" "onnxruntime>=1.16"
+	  "pytest>=7" "onnxruntime>=1.16" "pyserial>=3.5"
 	# the silero VAD models (test and bench material); --no-deps: the package itself wants torch
 	$(PIP) install --quiet --no-deps "silero-vad==6.2.3"
 	# the classic offline recogniser `nerve bench asr` and bench/asr_eval.py compare with

@@ -718,6 +718,138 @@ NRV_API size_t nrv_sample_format_size(nrv_sample_format format);
 NRV_API nrv_status nrv_audio_to_mono_f32(const void *in, nrv_sample_format sample_format, size_t frames,
                                          int channels, float *out, size_t *n_nonfinite);
 
+/* ---------------------------------------------------------------- serial link frames
+ *
+ * The codec of nerve.serial's link (docs/SERIAL.md), in native/src/frame.c. That file stands
+ * alone so it can be copied onto a microcontroller with this header: no allocation, no libc
+ * beyond memcpy/memset, nothing else from libnerve. Because of that these functions do NOT
+ * set nrv_last_error(): the returned status (and the decoder's event) is the whole report.
+ *
+ * Raw frame (little-endian), 13 + len bytes:
+ *   [0] version (1)  [1] type (nrv_frame_type)  [2] flags (nrv_frame_flag bits)
+ *   [3..6] seq, uint32  [7..8] len, uint16 (0..256)  [9 .. 9+len) payload
+ *   [9+len .. 13+len) CRC-32C (Castagnoli, reflected 0x82F63B78, init and xorout 0xFFFFFFFF;
+ *   check value 0xE3069283 for "123456789") over bytes [0, 9+len).
+ * On the wire: 0x00, COBS(raw frame), 0x00. COBS removes every zero byte from the frame, so
+ * 0x00 only ever delimits; the leading one ends any noise the line carried before. A
+ * decoder ignores empty frames (repeated delimiters), so frames may also share one.
+ * Sizes: at most 269 raw bytes, 271 stuffed, 273 on the wire (nrv_frame_encoded_size).
+ *
+ * Thread safety: the functions keep no state of their own; a decoder is used by one thread
+ * at a time, separate decoders are independent.
+ */
+typedef enum nrv_frame_limits {
+    NRV_FRAME_VERSION = 1,        /* the only version this codec writes and accepts */
+    NRV_FRAME_MAX_PAYLOAD = 256,
+    NRV_FRAME_HEADER_SIZE = 9,
+    NRV_FRAME_CRC_SIZE = 4,
+    NRV_FRAME_MAX_RAW = 269,      /* header + largest payload + CRC */
+    NRV_FRAME_MAX_STUFFED = 271,  /* COBS of the largest raw frame */
+    NRV_FRAME_MAX_ENCODED = 273   /* ... with its two delimiters */
+} nrv_frame_limits;
+
+typedef enum nrv_frame_type {
+    NRV_FRAME_COMMAND = 1,   /* payload: the command (compact JSON in nerve.serial) */
+    NRV_FRAME_ACK = 2,       /* seq of the command acknowledged; payload: a result or empty */
+    NRV_FRAME_NACK = 3,      /* seq of the command refused; payload: the reason, UTF-8 */
+    NRV_FRAME_HEARTBEAT = 4  /* a ping, or (flag REPLY) its answer with the same seq */
+} nrv_frame_type;
+
+/* Bits of the flags byte. Bits not listed are sent as 0 and ignored on receipt. */
+typedef enum nrv_frame_flag {
+    NRV_FRAME_FLAG_SYN = 1,          /* command: first of a sender's session, its seq starts the count */
+    NRV_FRAME_FLAG_REPLY = 2,        /* heartbeat: the answer to a ping */
+    NRV_FRAME_FLAG_UNATTRIBUTED = 4  /* nack: refuses a frame that could not be read, seq means nothing */
+} nrv_frame_flag;
+
+/* What nrv_frame_decoder_push stopped for. Each rejected frame is one BAD_* event and one
+ * count in the decoder's counter of that name. */
+typedef enum nrv_frame_event {
+    NRV_FRAME_NEED_MORE = 0,      /* every byte consumed, no frame completed */
+    NRV_FRAME_DECODED = 1,        /* a good frame: header, payload and length written */
+    NRV_FRAME_BAD_OVERSIZE = 2,   /* more than 271 bytes without a delimiter: reported at the byte
+                                     that overflowed, the rest skipped up to the next delimiter */
+    NRV_FRAME_BAD_COBS = 3,       /* invalid stuffing: a code byte runs past the frame's end */
+    NRV_FRAME_BAD_SHORT = 4,      /* under 13 raw bytes: no room for header and CRC */
+    NRV_FRAME_BAD_CRC = 5,        /* CRC mismatch (checked before the fields below) */
+    NRV_FRAME_BAD_VERSION = 6,    /* good CRC, version byte not 1 */
+    NRV_FRAME_BAD_LENGTH = 7,     /* length field above 256 or not the payload bytes present */
+    NRV_FRAME_BAD_TYPE = 8        /* type not in nrv_frame_type */
+} nrv_frame_event;
+
+typedef struct nrv_frame_header {
+    uint8_t version;   /* NRV_FRAME_VERSION */
+    uint8_t type;      /* nrv_frame_type */
+    uint8_t flags;     /* nrv_frame_flag bits */
+    uint32_t seq;
+} nrv_frame_header;
+
+/* A streaming decoder: caller-allocated (stack, static or heap), set up by
+ * nrv_frame_decoder_init, no pointers inside (it may be copied or reset with memset 0).
+ * Counters count since init and wrap modulo 2^32. */
+typedef struct nrv_frame_decoder {
+    uint8_t buf[271];         /* stuffed bytes of the frame being received (NRV_FRAME_MAX_STUFFED) */
+    uint8_t dropping;         /* 1 while an oversize frame is skipped */
+    uint16_t len;             /* bytes in buf */
+    uint32_t bytes;           /* bytes pushed */
+    uint32_t frames;          /* good frames decoded */
+    uint32_t bad_oversize;    /* one count per nrv_frame_event BAD_* of the same name */
+    uint32_t bad_cobs;
+    uint32_t bad_short;
+    uint32_t bad_crc;
+    uint32_t bad_version;
+    uint32_t bad_length;
+    uint32_t bad_type;
+    uint32_t dropped_bytes;   /* bytes of rejected frames (with their delimiter) */
+} nrv_frame_decoder;
+
+/* CRC-32C of n bytes of data (data may be NULL when n is 0), continuing from crc: pass 0 to
+ * start, and the previous result to continue, so nrv_crc32c(nrv_crc32c(0, a, na), b, nb) is the
+ * CRC of a then b. Returns the CRC (not a status). Thread-safe. */
+NRV_API uint32_t nrv_crc32c(uint32_t crc, const uint8_t *data, size_t n);
+
+/* Bytes nrv_frame_encode writes at most for a payload of payload_len bytes (delimiters
+ * included); 0 when payload_len exceeds NRV_FRAME_MAX_PAYLOAD. */
+NRV_API size_t nrv_frame_encoded_size(size_t payload_len);
+
+/* Encodes one frame, delimiters included, into out (room for cap bytes; nrv_frame_encoded_size
+ * (len) always suffices); *written receives the byte count. payload (may be NULL when len is 0)
+ * is copied, nothing is retained. NRV_ERR_INVALID_ARG, nothing written, for: a NULL argument,
+ * hdr->version not NRV_FRAME_VERSION, hdr->type not in nrv_frame_type, len above
+ * NRV_FRAME_MAX_PAYLOAD, or cap below the frame's size. Any flags byte is sent as given. */
+NRV_API nrv_status nrv_frame_encode(const nrv_frame_header *hdr, const uint8_t *payload, size_t len,
+                                    uint8_t *out, size_t cap, size_t *written);
+
+/* COBS-stuffs n bytes of in (any values, any length; in may be NULL when n is 0) into out,
+ * which holds no zero afterwards (no delimiter is added); *written receives the size, at most
+ * n + n / 254 + 1. in and out must not overlap. cap too small: NRV_ERR_INVALID_ARG, nothing
+ * written. For tools and tests that build frames by hand; nrv_frame_encode does it all. */
+NRV_API nrv_status nrv_frame_cobs_encode(const uint8_t *in, size_t n, uint8_t *out, size_t cap,
+                                         size_t *written);
+
+/* Reverses nrv_frame_cobs_encode: n stuffed bytes (no delimiter) into out (room for cap; n - 1
+ * always suffices); out == in is allowed (decoding in place), other overlaps are not.
+ * NRV_ERR_FORMAT if in is not valid COBS (empty, contains a zero, or a code byte runs past the
+ * end); cap too small: NRV_ERR_INVALID_ARG. Nothing is written on failure. */
+NRV_API nrv_status nrv_frame_cobs_decode(const uint8_t *in, size_t n, uint8_t *out, size_t cap,
+                                         size_t *written);
+
+/* Empties the decoder and zeroes its counters. NRV_ERR_INVALID_ARG for NULL. */
+NRV_API nrv_status nrv_frame_decoder_init(nrv_frame_decoder *dec);
+
+/* Feeds up to n bytes (bytes may be NULL when n is 0) and stops at the first event: a frame
+ * decoded or rejected. *consumed receives how many bytes were used (all n with
+ * NRV_FRAME_NEED_MORE; otherwise up to and including the byte that ended the frame): call
+ * again with the rest. *event says what happened; only NRV_FRAME_DECODED writes *hdr,
+ * payload (payload_cap must be at least NRV_FRAME_MAX_PAYLOAD) and *payload_len. Any byte
+ * sequence is accepted: garbage costs the frame it falls in and the decoder picks up again at
+ * the next delimiter; nothing is read or written outside the buffers given. NRV_ERR_INVALID_ARG
+ * (nothing consumed, decoder unchanged) for a NULL argument or a payload_cap that is too small.
+ * Not retained: bytes, hdr, payload. */
+NRV_API nrv_status nrv_frame_decoder_push(nrv_frame_decoder *dec, const uint8_t *bytes, size_t n,
+                                          size_t *consumed, nrv_frame_header *hdr, uint8_t *payload,
+                                          size_t payload_cap, size_t *payload_len, nrv_frame_event *event);
+
 /* NRV_CDEF_END */
 
 /* Largest tensor rank a plan handles (the size of nrv_tensor.dims). */

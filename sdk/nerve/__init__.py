@@ -15,7 +15,9 @@ Public API::
     nerve.quantize(model, ...) a model's linears to W4 with a sensitivity-driven policy -> Plan
     nerve.asr                  speech recognition (Recognizer, streams); imported on first use
     nerve.audio                WAV reading, sample conversion, the stateful resampler
-    nerve.NerveError, InputError, ModelError, DeviceError, OutOfMemoryError, NativeError
+    nerve.serial               command link over pyserial URLs (Link, LinkServer); import it explicitly
+    nerve.commands             spoken phrases -> structured robot commands (Grammar, CommandRouter)
+    nerve.NerveError, InputError, ModelError, DeviceError, OutOfMemoryError, NativeError, LinkError
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .errors import (
     DeviceError,
     InputError,
     LibraryLoadError,
+    LinkError,
     ModelError,
     NativeError,
     NerveError,
@@ -64,6 +67,7 @@ __all__ = [
     "OutOfMemoryError",
     "NativeError",
     "LibraryLoadError",
+    "LinkError",
 ]
 
 

@@ -12,6 +12,7 @@
     nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
     nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
     nerve replay LOG                             re-run a provenance log, confirm every output
+    nerve robot-sim --listen URL [--log F.jsonl] a simulated robot on the far end of a serial link
     nerve models fetch moonshine-base            fetch a speech model once (pip), verify, compile
     nerve asr FILE.wav|- [--json] [--words F] [--phrases F]   speech to text (nerve.asr.cli)
 
@@ -213,6 +214,12 @@ def _cmd_replay(args) -> int:
     return 0 if not r["mismatched"] else 1
 
 
+def _cmd_robot_sim(args) -> int:
+    from .robot_sim import serve
+
+    return serve(args.listen, log=args.log, baudrate=args.baudrate, once=args.once)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nerve", description="nerve edge inference SDK")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -277,6 +284,15 @@ def _parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("replay", help="re-run the runs of a provenance log and confirm their outputs")
     rep.add_argument("log", metavar="LOG.jsonl")
     rep.set_defaults(func=_cmd_replay)
+
+    sim = commands.add_parser("robot-sim", help="a simulated robot on the far end of a serial link (nerve.serial)")
+    sim.add_argument("--listen", required=True, metavar="URL",
+                     help="tcp://HOST:PORT (or socket://HOST:PORT) to listen for links on (port 0: any free one), "
+                          "or a serial device / pyserial URL to serve (/dev/ttyUSB1, rfc2217://...)")
+    sim.add_argument("--log", metavar="FILE.jsonl", help="append one JSON line per command received")
+    sim.add_argument("--baudrate", type=int, default=115200, help="for a serial device (default 115200)")
+    sim.add_argument("--once", action="store_true", help="exit when the first link disconnects")
+    sim.set_defaults(func=_cmd_robot_sim)
 
     from .asr.cli import add_commands as add_speech_commands  # models, asr
 

@@ -15,6 +15,7 @@ Hierarchy::
     +-- OutOfMemoryError (MemoryError)  NRV_ERR_OUT_OF_MEMORY
     +-- NativeError                 anything else (STATE, UNSUPPORTED, INTERNAL, unknown)
     +-- LibraryLoadError (ImportError)  libnerve or its header could not be loaded
+    +-- LinkError                   nerve.serial: a command was not acknowledged, the link is closed
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "OutOfMemoryError",
     "NativeError",
     "LibraryLoadError",
+    "LinkError",
     "STATUS_NAMES",
     "register_status_names",
     "error_class_for",
@@ -103,6 +105,22 @@ class NativeError(NerveError):
 class LibraryLoadError(NerveError, ImportError):
     """libnerve (or the nerve.h shipped next to it) could not be found or loaded.
     The message names every path that was tried."""
+
+
+class LinkError(NerveError):
+    """A serial link (nerve.serial) could not deliver a command: no acknowledgement after the
+    last retry, the port failed, or the link was closed. The message names the url, the
+    command's sequence number, the attempts and the last reason; the same facts are attributes
+    (None where they do not apply). A command that raised it may or may not have been applied:
+    the far end may have received it while every acknowledgement was lost."""
+
+    def __init__(self, message: str, url: Optional[str] = None, seq: Optional[int] = None,
+                 attempts: int = 0, reason: Optional[str] = None):
+        super().__init__(message)
+        self.url = url
+        self.seq = seq
+        self.attempts = attempts
+        self.reason = reason
 
 
 _CLASS_BY_NAME = {
