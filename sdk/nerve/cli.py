@@ -13,6 +13,7 @@
     nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
     nerve replay LOG                             re-run a provenance log, confirm every output
     nerve robot-sim --listen URL [--log F.jsonl] a simulated robot on the far end of a serial link
+    nerve robot --port URL --wav F.wav|--raw -   speech -> commands -> serial link (nerve.robot)
     nerve models fetch moonshine-base            fetch a speech model once (pip), verify, compile
     nerve asr FILE.wav|- [--json] [--words F] [--phrases F]   speech to text (nerve.asr.cli)
 
@@ -220,6 +221,17 @@ def _cmd_robot_sim(args) -> int:
     return serve(args.listen, log=args.log, baudrate=args.baudrate, once=args.once)
 
 
+def _cmd_robot(args) -> int:
+    from .errors import InputError
+    from .robot import run
+
+    if args.raw is not None and args.raw != "-":
+        raise InputError("--raw takes '-' (raw s16le PCM on stdin)")
+    return run(args.port, wav=args.wav, raw=sys.stdin.buffer if args.raw == "-" else None, rate=args.rate,
+               channels=args.channels, grammar=args.grammar, model=args.model, precision=args.precision,
+               timeout_s=args.timeout, retries=args.retries, as_json=args.json)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nerve", description="nerve edge inference SDK")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -293,6 +305,22 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--baudrate", type=int, default=115200, help="for a serial device (default 115200)")
     sim.add_argument("--once", action="store_true", help="exit when the first link disconnects")
     sim.set_defaults(func=_cmd_robot_sim)
+
+    robot = commands.add_parser("robot", help="speech -> grammar commands -> serial link (stop/halt first, from partials)")
+    robot.add_argument("--port", required=True, metavar="URL",
+                       help="the robot's link: /dev/ttyUSB0, socket://HOST:PORT (e.g. a nerve robot-sim), rfc2217://...")
+    src = robot.add_mutually_exclusive_group(required=True)
+    src.add_argument("--wav", metavar="FILE.wav", help="speech from a WAV file")
+    src.add_argument("--raw", metavar="-", help="'-': raw s16le PCM on stdin (e.g. from arecord)")
+    robot.add_argument("--rate", type=int, default=16000, help="--raw sample rate (default 16000)")
+    robot.add_argument("--channels", type=int, default=1, help="--raw channels (default 1)")
+    robot.add_argument("--grammar", metavar="FILE.json", help="command grammar (default: docs/COMMANDS.md's robot grammar)")
+    robot.add_argument("--model", default="moonshine-base", help="moonshine-base (default) or moonshine-tiny")
+    robot.add_argument("--precision", default="fp32", help="recogniser precision (fp32, int8, w4a8, ...)")
+    robot.add_argument("--timeout", type=float, default=0.2, metavar="S", help="ack timeout per attempt (0.2 s)")
+    robot.add_argument("--retries", type=int, default=5, help="attempts per command before it fails (5)")
+    robot.add_argument("--json", action="store_true", help="one JSON line per command")
+    robot.set_defaults(func=_cmd_robot)
 
     from .asr.cli import add_commands as add_speech_commands  # models, asr
 

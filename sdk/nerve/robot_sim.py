@@ -55,7 +55,8 @@ _MAX_DISTANCE_M = 1000.0
 _MAX_DEGREES = 3600.0
 
 _ACTIONS = {"rotate": "turn", "go": "move", "drive": "move", "halt": "stop", "lift": "arm", "lower": "arm",
-            "grab": "gripper", "release": "gripper", "dock": "home"}
+            "grab": "gripper", "release": "gripper", "dock": "home", "yes": "reply", "no": "reply",
+            "cancel": "reply", "repeat": "reply", "digits": "reply"}
 _MOVE_DIRECTIONS = {"forward": (1, 0), "ahead": (1, 0), "front": (1, 0), "back": (-1, 0), "backward": (-1, 0),
                     "backwards": (-1, 0), "reverse": (-1, 0), "left": (0, 1), "right": (0, -1)}
 
@@ -93,6 +94,8 @@ class RobotSim:
         self.gripper = "closed"
         self.lights = "off"
         self.arm = "down"
+        self.camera = "off"
+        self.camera_aim = "center"
         self.moving: Optional[str] = None
         self.paused = False
         self.applied = 0
@@ -109,7 +112,7 @@ class RobotSim:
     @property
     def state(self) -> Dict[str, Any]:
         return {**self.pose, "speed": self.speed, "gripper": self.gripper, "lights": self.lights, "arm": self.arm,
-                "moving": self.moving, "paused": self.paused}
+                "camera": self.camera, "moving": self.moving, "paused": self.paused}
 
     def apply(self, command: Dict[str, Any], seq: Optional[int] = None) -> Dict[str, Any]:
         with self._lock:
@@ -197,10 +200,11 @@ class RobotSim:
         if "value" in command:
             self.speed = _number(command, "value", 0, 100)
         elif "change" in command:
-            change = _word(command, "change")
-            if change not in ("faster", "slower"):
-                raise CommandRejected(f"a speed change is faster or slower, not {change!r}")
-            self.speed = min(100.0, self.speed + 10) if change == "faster" else max(0.0, self.speed - 10)
+            change = _word(command, "change")  # the default grammar says up/down
+            if change not in ("faster", "slower", "up", "down"):
+                raise CommandRejected(f"a speed change is faster/up or slower/down, not {change!r}")
+            up = change in ("faster", "up")
+            self.speed = min(100.0, self.speed + 10) if up else max(0.0, self.speed - 10)
         else:
             raise CommandRejected("a speed command needs 'value' (0-100) or 'change' (faster, slower)")
 
@@ -223,7 +227,7 @@ class RobotSim:
         if raw in ("lift", "lower") and "state" not in command:
             self.arm = "up" if raw == "lift" else "down"
             return
-        state = _word(command, "state")
+        state = _word(command, "state" if "state" in command else "direction")  # grammar: direction
         if state not in ("up", "down", "lift", "lower", "raise"):
             raise CommandRejected(f"the arm goes up or down, not {state!r}")
         self.arm = "up" if state in ("up", "lift", "raise") else "down"
@@ -234,6 +238,29 @@ class RobotSim:
 
     def _do_status(self, command, raw):
         return {"state": self.state}
+
+    def _do_battery(self, command, raw):
+        return {"battery": 1.0}  # a simulator's battery never drains
+
+    def _do_camera(self, command, raw):
+        if "aim" in command:  # up, down, left, right, center
+            aim = _word(command, "aim")
+            if aim not in ("up", "down", "left", "right", "center", "front", "rear"):
+                raise CommandRejected(f"the camera aims up, down, left, right or center, not {aim!r}")
+            self.camera_aim = aim
+            return
+        state = _word(command, "state")
+        if state not in ("on", "off"):
+            raise CommandRejected(f"the camera is on or off, not {state!r}")
+        self.camera = state
+
+    def _do_follow(self, command, raw):
+        self.moving = "follow"  # until stop
+
+    def _do_reply(self, command, raw):
+        """yes / no / cancel / repeat / a digit string: answers to the robot's questions; the
+        simulator asks none, so they are acknowledged and logged, nothing moves."""
+        return None
 
 
 def serve(url: str, log: Optional[Union[str, Path]] = None, baudrate: int = 115200, once: bool = False,
