@@ -7,7 +7,6 @@ Random inputs come from numpy generators with fixed seeds, so a failure reproduc
 """
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -557,11 +556,11 @@ def test_robot_sim_applies_commands(tmp_path):
 
 def test_cli_robot_sim_writes_its_log(tmp_path):
     log = tmp_path / "cli.jsonl"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_SDK), env.get("PYTHONPATH", "")] if p)
+    # the environment as it is: the nerve this pytest imports (installed, or PYTHONPATH=sdk with
+    # NERVE_LIBRARY set) is the one the subprocess imports
     proc = subprocess.Popen([sys.executable, "-m", "nerve.cli", "robot-sim", "--listen", "tcp://127.0.0.1:0",
                              "--log", str(log), "--once"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True)
     try:
         first = proc.stdout.readline()
         assert "listening on socket://127.0.0.1:" in first, first + proc.stderr.read()
@@ -594,7 +593,6 @@ def test_listen_url_forms():
 
 # ------------------------------------------------------------------ helpers
 
-_SDK = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "sdk")
 
 
 class _Capture:
