@@ -41,6 +41,7 @@ install: venv
 models: install
 	$(VENV)/bin/nerve models fetch moonshine-base
 	$(VENV)/bin/nerve models fetch moonshine-tiny
+	$(VENV)/bin/nerve models calibrate moonshine-base   # GPTQ statistics for precision "w4a8:gptq" (~1 min, once)
 
 # ---- the README's two commands
 # The silero VAD model (from the silero-vad wheel) located without importing the package.

@@ -10,7 +10,9 @@
     64/32 dividing the width — quantised at compile time, "mse" clipping), fp32 activations.
   * ``"w4a8"``: the same weights, activations quantised per row to int8 (linear_w4a8).
 Suffixes on a w4 scheme: ``:gN`` picks the group size (``"w4a8:g32"``, ``"w4a32:g128"``) and
-``:minmax``, ``:mse`` (default) or ``:percentile`` the weight quantizer (nerve.quant).
+``:minmax``, ``:mse`` (default) or ``:percentile`` the weight quantizer (nerve.quant), and
+``:gptq`` asks for GPTQ weights (nerve.quant): the compile then needs calibration statistics
+(``hessians=``; a Recognizer reads the ones ``nerve models calibrate`` stored).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ W4_DEFAULT_GROUP = 64
 
 
 W4_METHODS = ("mse", "minmax", "percentile")
+GPTQ = "gptq"
 
 
 def parse_full(precision: str) -> Tuple[str, int, str]:
@@ -38,14 +41,23 @@ def parse_full(precision: str) -> Tuple[str, int, str]:
                          f"':g128' and ':minmax', ':mse', ':percentile'), got {precision!r}")
     g, method = W4_DEFAULT_GROUP, W4_METHODS[0]
     for suffix in suffixes:
+        if suffix == GPTQ:
+            continue  # a flag for who supplies the calibration (calibrated())
         if suffix in W4_METHODS:
             method = suffix
         elif suffix.startswith("g") and suffix[1:].isdigit() and int(suffix[1:]) in W4_GROUPS:
             g = int(suffix[1:])
         else:
             raise InputError(f"precision {precision!r}: unknown suffix ':{suffix}' (group "
-                             f"{', '.join(':g%d' % x for x in W4_GROUPS)}; method {', '.join(':' + m for m in W4_METHODS)})")
+                             f"{', '.join(':g%d' % x for x in W4_GROUPS)}; method {', '.join(':' + m for m in W4_METHODS)}; "
+                             f"':{GPTQ}')")
     return ("int8" if scheme == "w8a8" else scheme), g, method
+
+
+def calibrated(precision: str) -> bool:
+    """Whether a (valid) precision name asks for GPTQ weights (the ``:gptq`` suffix)."""
+    parse_full(precision)
+    return GPTQ in precision.split(":")[1:]
 
 
 def parse(precision: str) -> Tuple[str, int]:

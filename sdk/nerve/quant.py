@@ -31,7 +31,7 @@ from . import _marshal as m
 from ._native import check, ffi, lib
 from .errors import InputError, code
 
-__all__ = ["W4Weight", "quantize_w4", "quantize", "GROUP_SIZES", "METHODS", "W4_MAX_IN"]
+__all__ = ["W4Weight", "quantize_w4", "input_hessian", "quantize", "GROUP_SIZES", "METHODS", "W4_MAX_IN"]
 
 GROUP_SIZES = (32, 64, 128)
 METHODS = ("minmax", "mse", "percentile")
@@ -148,6 +148,98 @@ class W4Weight:
         return _error(np.asarray(w, np.float64), self.dequantize().astype(np.float64))
 
 
+def input_hessian(x, into: Optional[np.ndarray] = None) -> np.ndarray:
+    """Σ xᵀx over the rows of x [..., in] (float64), added to ``into`` when given: the
+    statistic GPTQ needs, accumulated over calibration batches."""
+    x2 = np.asarray(x, np.float64).reshape(-1, np.shape(x)[-1])
+    h = x2.T @ x2
+    if into is not None:
+        into += h
+        return into
+    return h
+
+
+class LinearTaps:
+    """A model compiled at fp32 without fusion, with the input of every linear layer as an
+    extra output, for calibration: :meth:`run` runs it like a Session and adds each layer's
+    Σ xᵀx; :attr:`hessians` gives them by layer name (the names ``compile(hessians=...)``
+    and :func:`quantize_w4` take). A linear whose input is not a named tensor of the graph
+    (rare: a transpose the importer made) gets none and is quantized without GPTQ."""
+
+    def __init__(self, model, dims=None, constants=None, outputs=None, state=None):
+        from pathlib import Path
+
+        from .compiler import compile_program
+        from .compiler.ort_format import load_ort
+        from .compiler.planfile import serialize
+        from .session import Plan, Session
+
+        path = Path(model)
+        raw = path.read_bytes()
+        proto = load_ort(raw) if raw[4:8] == b"ORTM" else _onnx_model(raw)
+        named = {i.name for i in proto.graph.input} | _node_outputs(proto.graph)
+        prog = compile_program(proto.SerializeToString(), path.parent, dims, state=None, fuse=False,
+                               constants=constants, outputs=outputs)
+        self.taps: Dict[str, list] = {}  # tensor -> [(layer name, input width)]
+        for op in prog.ops:
+            if op.type != "linear":
+                continue
+            root = op.inputs[0]
+            while root.alias_of is not None:
+                root = root.alias_of
+            if root.name in named:
+                self.taps.setdefault(root.name, []).append((op.name, int(op.inputs[1].shape[1])))
+        keep = list(outputs) if outputs is not None else [o.name for o in proto.graph.output]
+        from onnx import TensorProto, helper
+
+        have = {o.name for o in proto.graph.output}
+        proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                                  for n in self.taps if n not in have)
+        prog = compile_program(proto.SerializeToString(), path.parent, dims, state=state, fuse=False,
+                               constants=constants, outputs=keep + [n for n in self.taps if n not in keep])
+        self.session = Session(Plan(serialize(prog), str(path)))
+        self.input_names = self.session.input_names
+        self._h: Dict[str, np.ndarray] = {}
+        self.rows = 0
+
+    def run(self, feeds) -> Dict[str, np.ndarray]:
+        out = self.session.run(feeds)
+        for name, layers in self.taps.items():
+            k = layers[0][1]
+            x = out[name].reshape(-1, k)
+            if name not in self._h:
+                self._h[name] = np.zeros((k, k))
+            input_hessian(x, into=self._h[name])
+        self.rows += 1
+        return out
+
+    @property
+    def hessians(self) -> Dict[str, np.ndarray]:
+        return {layer: self._h[name] for name, layers in self.taps.items() if name in self._h
+                for layer, _k in layers}
+
+
+def _onnx_model(raw: bytes):
+    import onnx
+
+    m = onnx.ModelProto()
+    m.ParseFromString(raw)
+    return m
+
+
+def _node_outputs(graph) -> set:
+    """Every tensor a node of graph (or of its subgraphs) makes."""
+    names = set()
+    for n in graph.node:
+        names.update(o for o in n.output if o)
+        for a in n.attribute:
+            if a.g is not None and len(a.g.node):
+                names |= _node_outputs(a.g)
+            for sub in a.graphs:
+                names |= _node_outputs(sub)
+    return names
+
+
 def _error(ref: np.ndarray, got: np.ndarray) -> Dict[str, float]:
     diff = got - ref
     num, den = float(np.sum(ref * ref)), float(np.sum(diff * diff))
@@ -185,8 +277,12 @@ def _fit(wg: np.ndarray, ratio: float, symmetric: bool):
 
 
 def quantize_w4(w, group_size: int = 64, symmetric: bool = True, method: str = "mse",
-                percentile: float = 99.9) -> W4Weight:
-    """Quantizes a float weight ``w`` [out, in] to W4 (module docstring for the methods)."""
+                percentile: float = 99.9, hessian=None) -> W4Weight:
+    """Quantizes a float weight ``w`` [out, in] to W4 (module docstring for the methods).
+
+    hessian: Σ xᵀx [in, in] over calibration inputs x of the layer (:func:`input_hessian`):
+    the weights are then quantized with GPTQ's error compensation (group scales fitted by
+    ``method``), which minimises the error of ``x · Wᵀ`` rather than of W."""
     w = np.asarray(w)
     if w.dtype.kind != "f" or w.ndim != 2:
         raise InputError(f"quantize_w4 takes a 2-D float weight, got {w.dtype} of shape {w.shape}",
@@ -208,7 +304,17 @@ def quantize_w4(w, group_size: int = 64, symmetric: bool = True, method: str = "
         lim = np.percentile(np.abs(w64), percentile, axis=1, keepdims=True) if k else np.zeros((n, 1))
         w64 = np.clip(w64, -lim, lim)
     wg = w64.reshape(n, k // g, g)
-    ratios = _CLIP_RATIOS if method == "mse" else (1.0,)
+    if hessian is not None:
+        return _gptq(w64, _check_hessian(hessian, k), g, symmetric, _CLIP_RATIOS if method == "mse" else (1.0,))
+    best_scale, best_zero = _search_fit(wg, _CLIP_RATIOS if method == "mse" else (1.0,), symmetric)
+    q = _codes(wg, best_scale, best_zero).astype(np.int8).reshape(n, k)
+    return W4Weight(q, best_scale.astype(np.float16),
+                    None if best_zero is None else best_zero.astype(np.int8), g)
+
+
+def _search_fit(wg: np.ndarray, ratios, symmetric: bool):
+    """(scale, zero) per group of wg [..., G]: of the clipping ratios, the one with the least
+    squared error of the group."""
     best_err = best_scale = best_zero = None
     for ratio in ratios:
         scale, zero = _fit(wg, ratio, symmetric)
@@ -222,9 +328,64 @@ def quantize_w4(w, group_size: int = 64, symmetric: bool = True, method: str = "
             best_scale = np.where(better, scale, best_scale)
             if zero is not None:
                 best_zero = np.where(better, zero, best_zero)
-    q = _codes(wg, best_scale, best_zero).astype(np.int8).reshape(n, k)
-    return W4Weight(q, best_scale.astype(np.float16),
-                    None if best_zero is None else best_zero.astype(np.int8), g)
+    return best_scale, best_zero
+
+
+def _check_hessian(h, k: int) -> np.ndarray:
+    h = np.asarray(h, np.float64)
+    if h.shape != (k, k):
+        raise InputError(f"hessian must be [{k}, {k}] (the layer's input width), got {list(h.shape)}", _ERR_SHAPE)
+    if not np.all(np.isfinite(h)):
+        raise InputError("hessian has non-finite entries", _ERR_INVALID)
+    return h
+
+
+GPTQ_DAMP = 0.01   # of the mean diagonal, added to H's diagonal (keeps the Cholesky factor stable)
+GPTQ_BLOCK = 128   # columns updated together (a multiple of every group size)
+
+
+def _gptq(w: np.ndarray, h: np.ndarray, g: int, symmetric: bool, ratios) -> W4Weight:
+    """GPTQ (Frantar et al., 2022): columns are quantized left to right and each one's rounding
+    error, weighted by the inverse of the layer's input Hessian H = Σ xᵀx, is pushed onto the
+    columns not yet quantized, so the layer's *output* error on inputs like the calibration
+    ones shrinks, not the weight error. A group's scale (and zero) is fitted when its first
+    column is reached, on the weights as updated so far."""
+    n, k = w.shape
+    w = w.copy()
+    h = h.copy()
+    dead = np.diag(h) <= 0  # inputs that never vary: their weights do not matter
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    h[np.diag_indices(k)] += GPTQ_DAMP * float(np.mean(np.diag(h)))
+    try:
+        u = np.linalg.cholesky(np.linalg.inv(h)).T  # upper factor of H⁻¹: H⁻¹ = uᵀu
+    except np.linalg.LinAlgError:
+        raise InputError("the activation Hessian is not positive definite even after damping "
+                         "(too few calibration rows?)", _ERR_INVALID) from None
+    q = np.empty((n, k), np.int8)
+    scales = np.empty((n, k // g))
+    zeros = None if symmetric else np.empty((n, k // g))
+    for b0 in range(0, k, GPTQ_BLOCK):
+        b1 = min(b0 + GPTQ_BLOCK, k)
+        wb = w[:, b0:b1].copy()
+        err = np.zeros_like(wb)
+        ub = u[b0:b1, b0:b1]
+        for i in range(b1 - b0):
+            col = b0 + i
+            if col % g == 0:  # a group starts: fit it on its current values
+                sc, z = _search_fit(wb[:, i:i + g][:, None, :], ratios, symmetric)
+                scale, zero = sc[:, 0], (None if z is None else z[:, 0])
+                scales[:, col // g] = scale
+                if zeros is not None:
+                    zeros[:, col // g] = zero
+            z0 = 0.0 if zero is None else zero
+            code = np.clip(np.rint(wb[:, i] / scale) + z0, -8, 7)
+            q[:, col] = code
+            e = (wb[:, i] - (code - z0) * scale) / ub[i, i]
+            wb[:, i:] -= np.outer(e, ub[i, i:])
+            err[:, i] = e
+        w[:, b1:] -= err @ u[b0:b1, b1:]
+    return W4Weight(q, scales.astype(np.float16), None if zeros is None else zeros.astype(np.int8), g)
 
 
 # ---- whole models: nerve.quantize

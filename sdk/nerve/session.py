@@ -114,7 +114,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
             state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
             constants: Optional[Mapping[str, object]] = None,
             outputs: Optional[Sequence[str]] = None, precision: str = "fp32",
-            layers: Optional[Mapping[str, str]] = None) -> Plan:
+            layers: Optional[Mapping[str, str]] = None, hessians: Optional[Mapping[str, np.ndarray]] = None) -> Plan:
     """Compiles an ONNX model (``.onnx``, or ONNX Runtime's ``.ort``) into a :class:`Plan`.
 
     dims: upper bounds of the model's symbolic dimensions (``{"sequence": 576}``); memory is
@@ -132,8 +132,13 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     the trade-offs: :mod:`nerve.precision`.
     layers: per-layer overrides {linear op name (as ``Session.ops()`` names it): "fp32" |
     "w4a32" | "w4a8"}: what :func:`nerve.quantize`'s policies produce.
+    hessians: {linear layer name: Σ xᵀx over calibration inputs} (:class:`nerve.quant.LinearTaps`):
+    at a W4 precision those layers are quantized with GPTQ's error compensation.
     """
     precision_scheme.parse(precision)
+    if precision_scheme.calibrated(precision) and not hessians:
+        raise InputError(f"precision {precision!r} asks for GPTQ weights: give hessians= (calibration statistics "
+                         "from nerve.quant.LinearTaps, or nerve.asr.calibrate for speech models)")
     from .compiler import compile_onnx  # the compiler imports onnx: only when compiling
 
     path = Path(model)
@@ -151,6 +156,11 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
         options["outputs"] = list(outputs)
     if layers:
         options["layers"] = dict(layers)
+    if hessians:
+        digest = hashlib.sha256()
+        for name in sorted(hessians):
+            digest.update(name.encode() + b"|" + np.ascontiguousarray(hessians[name], np.float64).tobytes())
+        options["hessians_sha256"] = digest.hexdigest()
     key = hashlib.sha256(model_bytes + _options_key(options).encode() + _compiler_fingerprint()).hexdigest()
     use_cache = cache and os.environ.get("NERVE_PLAN_CACHE", "1") != "0"
     cached = cache_dir() / "plans" / f"{key}.nrv"
@@ -160,7 +170,8 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     if model_bytes[4:8] == b"ORTM":  # ONNX Runtime's flatbuffer format: read into ONNX first
         from .compiler.ort_format import load_ort
         onnx_bytes = load_ort(model_bytes).SerializeToString()
-    data = compile_onnx(onnx_bytes, path.parent, **{k: v for k, v in options.items() if k not in ("w8", "w8a8", "w8a8_conv")})
+    data = compile_onnx(onnx_bytes, path.parent, hessians=hessians,
+                        **{k: v for k, v in options.items() if k not in ("w8", "w8a8", "w8a8_conv", "hessians_sha256")})
     plan = Plan(data, str(path))
     if use_cache:
         try:

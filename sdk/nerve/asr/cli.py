@@ -28,6 +28,15 @@ def add_commands(commands) -> None:
     fetch.add_argument("--wheel", metavar="FILE.whl", help="use this wheel instead of downloading it")
     fetch.add_argument("--force", action="store_true", help="fetch again even if present")
     fetch.set_defaults(func=_cmd_models_fetch)
+    cal = msub.add_parser("calibrate", help="gather a model's layer statistics for GPTQ INT4 weights "
+                                            "(precision 'w4a8:gptq'); stored with the model")
+    cal.add_argument("name", metavar="NAME", help="moonshine-base or moonshine-tiny")
+    cal.add_argument("--audio", action="append", metavar="FILE.wav",
+                     help="recordings like the ones to recognise (default: the real readings in the "
+                          "moonshine-voice wheel); longer ones are cut into 15 s pieces")
+    cal.add_argument("--seconds", type=float, default=None, help="use at most this much audio (default 75)")
+    cal.add_argument("--force", action="store_true", help="calibrate again even if stored")
+    cal.set_defaults(func=_cmd_models_calibrate)
     lst = msub.add_parser("list", help="known models and whether they are fetched")
     lst.set_defaults(func=_cmd_models_list)
 
@@ -42,7 +51,8 @@ def add_commands(commands) -> None:
     asr.add_argument("--int8", action="store_true",
                      help="int8 activations in the encoder's products too (faster; = --precision int8)")
     asr.add_argument("--precision", default=None, metavar="P",
-                     help="fp32 (default), int8, w4a32 or w4a8 (INT4 weights; nerve.precision)")
+                     help="fp32 (default), int8, w4a32 or w4a8 (INT4 weights; nerve.precision); w4a8:gptq after "
+                          "`nerve models calibrate`")
     asr.add_argument("--threads", type=int, default=1)
     asr.add_argument("--beam", type=int, default=None, help="beam width (default 1; 2 with --words/--phrases)")
     asr.set_defaults(func=_cmd_asr)
@@ -56,6 +66,37 @@ def _cmd_models_fetch(args) -> int:
     t0 = time.perf_counter()
     shared_model(args.name)  # compiles the plans into the plan cache now, not on first use
     print(f"{args.name}: ready (plans compiled or found in the cache in {time.perf_counter() - t0:.1f} s)",
+          file=sys.stderr)
+    return 0
+
+
+def _cmd_models_calibrate(args) -> int:
+    from .. import audio
+    from . import calibrate as cal
+
+    path = cal.calibration_file(args.name)
+    if path.is_file() and not args.force:
+        print(f"{args.name}: calibration already stored in {path} (--force to redo)", file=sys.stderr)
+        return 0
+    seconds = args.seconds or cal.DEFAULT_SECONDS
+    if args.audio:
+        step = int(cal.CHUNK_S * 16000)
+        pieces = []
+        for f in args.audio:
+            x = audio.load_audio(f)
+            pieces += [x[i:i + step] for i in range(0, len(x), step)]
+        total, chosen = 0.0, []
+        for p in pieces:
+            if total < seconds:
+                chosen.append(p)
+                total += len(p) / 16000
+    else:
+        chosen = cal.default_audio(seconds)
+    t0 = time.perf_counter()
+    hessians = cal.calibrate(args.name, chosen)
+    cal.save(hessians, path)
+    print(f"{args.name}: {sum(len(p) for p in chosen) / 16000:.0f} s of audio, "
+          f"{sum(len(v) for v in hessians.values())} layers, in {time.perf_counter() - t0:.0f} s -> {path}",
           file=sys.stderr)
     return 0
 

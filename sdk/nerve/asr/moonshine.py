@@ -28,7 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, ModelError
+from ..precision import calibrated
 from ..session import Session, compile as compile_plan
 from .models import model_dir
 from .tokenizer import Tokenizer
@@ -105,7 +106,7 @@ class MoonshineModel:
     """The compiled plans and tokenizer of one Moonshine model (shared by every stream)."""
 
     def __init__(self, name: str = "moonshine-base", max_segment_s: float = 30.0,
-                 model_path: Optional[Path] = None, precision: str = "fp32"):
+                 model_path: Optional[Path] = None, precision: str = "fp32", hessians=None):
         self.arch = arch_of(name)
         folder = Path(model_path) if model_path else model_dir(name) / self.arch.folder
         self.name = name
@@ -115,7 +116,16 @@ class MoonshineModel:
         self.max_samples = int(max_segment_s * SAMPLE_RATE)
         frames = self.encoder_frames(self.max_samples)
         self.max_tokens = self.token_limit(self.max_samples)
+        if hessians is None and calibrated(precision):  # ":gptq": the stored calibration
+            from .calibrate import stored
+
+            hessians = stored(name)
+            if hessians is None:
+                raise ModelError(f"precision {precision!r} needs the model's calibration: run "
+                                 f"`nerve models calibrate {name}` once")
+        hessians = hessians or {}
         self.encoder_plan = compile_plan(folder / "encoder_model.ort", precision=precision,
+                                         hessians=hessians.get("encoder"),
                                          dims={"batch_size": 1, self.arch.samples_dim: self.max_samples})
         dec_dims = {"batch_size": 1, "decoder_sequence_length": 1, "encoder_sequence_length": frames,
                     "encoder_sequence_length_out": frames, "past_decoder_sequence_length": self.max_tokens + 1}
@@ -126,17 +136,17 @@ class MoonshineModel:
         else:
             ones = {}
         self.first_plan = compile_plan(
-            decoder_path, dims=dec_dims, precision=precision, outputs=["logits"] + kv("present", "decoder")
+            decoder_path, dims=dec_dims, precision=precision, hessians=hessians.get("decoder"), outputs=["logits"] + kv("present", "decoder")
             + kv("present", "encoder"),
             # the first step computes the cross-attention caches: the past ones (and the If's
             # other branch) are folded away as empty constants, so they are not inputs
             constants={"use_cache_branch": np.array([False]), **ones,
                        **{n: self.arch.empty_kv() for n in kv("past_key_values", "encoder")}})
         self.next_plan = compile_plan(  # past keys/values in and out as arrays (beam search)
-            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True]), **ones},
+            decoder_path, dims=dec_dims, precision=precision, hessians=hessians.get("decoder"), constants={"use_cache_branch": np.array([True]), **ones},
             outputs=["logits"] + kv("present", "decoder"))
         self.kept_plan = compile_plan(  # the same, with them kept in the session (greedy)
-            decoder_path, dims=dec_dims, precision=precision, constants={"use_cache_branch": np.array([True]), **ones},
+            decoder_path, dims=dec_dims, precision=precision, hessians=hessians.get("decoder"), constants={"use_cache_branch": np.array([True]), **ones},
             outputs=["logits"] + kv("present", "decoder"),
             state={n: n.replace("present", "past_key_values") for n in kv("present", "decoder")})
         self.vocab = len(self.tokenizer)

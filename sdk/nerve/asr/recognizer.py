@@ -55,12 +55,14 @@ _MODELS: Dict[tuple, MoonshineModel] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def shared_model(name: str, precision: str = "fp32") -> MoonshineModel:
-    """One MoonshineModel (compiled plans, shared weights) per name and precision per process."""
+def shared_model(name: str, precision: str = "fp32", hessians=None) -> MoonshineModel:
+    """One MoonshineModel (compiled plans, shared weights) per name and precision per process
+    (and per calibration: hessians from nerve.asr.calibrate, for GPTQ W4 weights)."""
+    key = (name, precision, id(hessians) if hessians is not None else None)
     with _MODELS_LOCK:
-        model = _MODELS.get((name, precision))
+        model = _MODELS.get(key)
         if model is None:
-            model = _MODELS[(name, precision)] = MoonshineModel(name, precision=precision)
+            model = _MODELS[key] = MoonshineModel(name, precision=precision, hessians=hessians)
         return model
 
 
@@ -159,12 +161,15 @@ class Recognizer:
     quantise their activations (VNNI on x86): ~2x faster encoder, same WER on our command
     corpus (bench/RESULTS.md), encoder states within cosine 0.996 of fp32; "w4a32"/"w4a8":
     INT4 weights (nerve.precision; accuracy and speed in bench/RESULTS.md).
+    hessians: calibration statistics from :func:`nerve.asr.calibrate.calibrate` (recordings
+    like the ones to recognise): at a W4 precision the weights are then quantized with GPTQ.
     """
 
     def __init__(self, model: str = "moonshine-base", words: Optional[Sequence[str]] = None,
                  phrases: Optional[Sequence[str]] = None, partial_ms: int = 320, threads: int = 1, *,
                  beam: Optional[int] = None, numbers: str = "words", end_silence_ms: float = 600,
-                 max_segment_s: float = 20.0, vad_threshold: float = 0.5, precision: str = "fp32"):
+                 max_segment_s: float = 20.0, vad_threshold: float = 0.5, precision: str = "fp32",
+                 hessians=None):
         if numbers not in ("words", "digits"):
             raise InputError(f"numbers must be 'words' or 'digits', got {numbers!r}")
         if partial_ms < 0:
@@ -172,7 +177,7 @@ class Recognizer:
         if not 0.5 <= max_segment_s <= 30:
             raise InputError(f"max_segment_s must be in [0.5, 30] (the model's window), got {max_segment_s}")
         parse_precision(precision)
-        self.model = shared_model(model, precision)
+        self.model = shared_model(model, precision, hessians)
         self.vocabulary = None
         if words is not None or phrases is not None:
             self.vocabulary = Vocabulary(self.model.tokenizer, words=words, phrases=phrases)

@@ -40,13 +40,13 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
                     state: Optional[Mapping[str, str]] = None, fuse: bool = True,
                     constants: Optional[Mapping[str, object]] = None,
                     outputs: Optional[Sequence[str]] = None, precision: str = "fp32",
-                    layers: Optional[Mapping[str, str]] = None):
+                    layers: Optional[Mapping[str, str]] = None, hessians: Optional[Mapping[str, object]] = None):
     """Imports and optimises a model; returns the Program (before serialisation).
 
     constants: graph inputs fixed at compile time (folded; an If on one is specialised).
     outputs: the graph outputs to keep (default all); the ops only the others need are dropped.
     precision: a nerve.precision name; layers: {linear op name: precision} overrides for single
-    layers (passes.optimize)."""
+    layers (passes.optimize); hessians: {linear op name: Σ xᵀx} for GPTQ W4 weights."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
     from . import onnx_ops_nn  # noqa: F401
     from . import onnx_ops_contrib  # noqa: F401  (onnxruntime's float com.microsoft ops)
@@ -57,7 +57,7 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     model = _load_model(model_bytes)
     try:
         prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {}, constants, outputs)
-        passes.optimize(prog, fuse=fuse, precision=precision, layers=layers)
+        passes.optimize(prog, fuse=fuse, precision=precision, layers=layers, hessians=hessians)
         if fuse:
             from .kv_append import append_kv_caches
 
@@ -71,10 +71,10 @@ def compile_onnx(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[str
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True,
                  constants: Optional[Mapping[str, object]] = None,
                  outputs: Optional[Sequence[str]] = None, precision: str = "fp32",
-                 layers: Optional[Mapping[str, str]] = None) -> bytes:
+                 layers: Optional[Mapping[str, str]] = None, hessians: Optional[Mapping[str, object]] = None) -> bytes:
     from .planfile import serialize
 
-    prog = compile_program(model_bytes, model_dir, dims, state, fuse, constants, outputs, precision, layers)
+    prog = compile_program(model_bytes, model_dir, dims, state, fuse, constants, outputs, precision, layers, hessians)
     try:
         return serialize(prog)
     except CompileError as exc:

@@ -100,6 +100,9 @@ class Importer:
         # uid of a DynamicQuantizeLinear's y -> (its float input, scale, zero point): a product
         # of y that dequantises it again (MatMulIntegerToFloat) reads the float input instead
         self.dynamic_quant: Dict[int, tuple] = {}
+        # tensors of the If branches folded in (condition known at compile time): always
+        # computed, so they may be asked for as outputs (calibration taps, debugging)
+        self.branch_values: Dict[str, Value] = {}
 
     # ---- tensors
     def load_initializer(self, tensor) -> np.ndarray:
@@ -270,9 +273,9 @@ class Importer:
             graph_outputs = [vi for vi in graph_outputs if vi.name in set(keep_outputs)]
         outputs = []
         for vi in graph_outputs:
-            if vi.name not in scope:
+            v = scope.get(vi.name, self.branch_values.get(vi.name))
+            if v is None:
                 raise CompileError(f"graph output '{vi.name}' is not computed by any node")
-            v = scope[vi.name]
             v = self.b.materialize(v)
             if v.name != vi.name or v in outputs:
                 v = self.b.alias(v, v.shape, vi.name)  # its own name, same bytes

@@ -1010,7 +1010,7 @@ def _if(ctx: NodeCtx, ins):
     k = ctx.b.known_values(cond)
     if k is not None and S.is_static(k[0]):
         branch = then_g if int(k[0]) else else_g
-        return _inline_branch(ctx, branch)
+        return _inline_branch(ctx, branch, taken=True)
     # specialise: both branches in the plan, one runs, chosen per run by the condition
     b = ctx.b
     else_label, end_label = b.label(ctx.name + ".else"), b.label(ctx.name + ".end")
@@ -1033,9 +1033,14 @@ def _if(ctx: NodeCtx, ins):
     return results
 
 
-def _inline_branch(ctx: NodeCtx, graph) -> List[Value]:
-    scope = dict(ctx.imp.current_scope)
+def _inline_branch(ctx: NodeCtx, graph, taken: bool = False) -> List[Value]:
+    """Imports a branch; taken: the condition is known, so the branch's tensors are computed
+    on every run and may be named as graph outputs (Importer.branch_values)."""
+    outer = ctx.imp.current_scope
+    scope = dict(outer)
     ctx.imp.run_graph(graph, scope)
+    if taken:
+        ctx.imp.branch_values.update({k: v for k, v in scope.items() if k not in outer})
     return [scope[o.name] for o in graph.output]
 
 

@@ -681,8 +681,20 @@ def _layer_choice(layers: Dict[str, str], name: str) -> Optional[str]:
     return None
 
 
+def _hessian_for(hessians: Dict[str, np.ndarray], name: str) -> Optional[np.ndarray]:
+    """The Hessian collected for a linear named name at import (fusions extend names:
+    "MatMul_0" becomes "MatMul_0+Add_1")."""
+    if name in hessians:
+        return hessians[name]
+    for key, h in hessians.items():
+        if name.startswith(key + "+"):
+            return h
+    return None
+
+
 def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size: int = 64, packed: bool = True,
-                     method: str = "mse", layers: Optional[Dict[str, str]] = None) -> bool:
+                     method: str = "mse", layers: Optional[Dict[str, str]] = None,
+                     hessians: Optional[Dict[str, np.ndarray]] = None) -> bool:
     """Every linear whose weight is a static 2-D float constant (int8-folded ones included:
     their dequantised values are requantised) and whose input width is a multiple of 32 ->
     linear_w4a8 / linear_w4a32 with a W4 weight quantised here (nerve.quant.quantize_w4:
@@ -690,7 +702,9 @@ def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size
     Equal weights share one quantised copy. w4a32 on more than W4_DIRECT_MAX_ROWS rows gets a
     scratch tile (the op dequantises W4_TILE_OUT rows at a time into it for the fp32 gemm).
     layers: {op name: "fp32" (left as it is) | a w4 precision ("w4a8", "w4a32:g32:minmax", ...)}
-    per-layer overrides (int8_activations None: only the listed ops are quantised)."""
+    per-layer overrides (int8_activations None: only the listed ops are quantised).
+    hessians: {linear op name as imported: Σ xᵀx of its calibration inputs} -> that layer's
+    weight is quantised with GPTQ (nerve.quant.LinearTaps collects them)."""
     from ..quant import GROUP_SIZES, quantize_w4  # numpy only; imported when used
 
     made: Dict[bytes, tuple] = {}
@@ -716,10 +730,13 @@ def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size
         if n == 0 or k == 0 or k % 32 or k > W4_MAX_K:
             continue
         g = max(s for s in GROUP_SIZES if s <= group_size_op and k % s == 0)
+        h = _hessian_for(hessians, op.name) if hessians else None
         key = hashlib.sha256(b"w4 %d %d %d %s|" % (g, int(packed), n, method_op.encode())
-                             + np.ascontiguousarray(w.const).tobytes()).digest()
+                             + np.ascontiguousarray(w.const).tobytes()
+                             + (b"|gptq" + np.ascontiguousarray(h, np.float64).tobytes() if h is not None else b"")
+                             ).digest()
         if key not in made:
-            w4 = quantize_w4(w.const, group_size=g, symmetric=True, method=method_op)
+            w4 = quantize_w4(w.const, group_size=g, symmetric=True, method=method_op, hessian=h)
             vals = w4.packed if packed else w4.q
             made[key] = (Value(w.name + ".w4", vals.dtype, vals.shape, const=vals),
                          Value(w.name + ".w4.scale", np.float16, w4.scales.shape, const=w4.scales),
@@ -738,7 +755,7 @@ def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size
 
 
 def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
-             layers: Optional[Dict[str, str]] = None) -> None:
+             layers: Optional[Dict[str, str]] = None, hessians: Optional[Dict[str, np.ndarray]] = None) -> None:
     """precision (nerve.precision): "int8" — int8-folded linears on many rows also take int8
     activations (select_linear_w8a8); "w4a32"/"w4a8" — linears get W4 weights
     (select_linear_w4); "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8).
@@ -759,7 +776,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_bias(prog)
     if scheme in ("w4a32", "w4a8") or layers:
         select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
-                         group_size=group, method=method, layers=layers)
+                         group_size=group, method=method, layers=layers, hessians=hessians)
     if scheme == "int8":
         quantize_fp32_weights_w8(prog, convs=w8a8_convs_enabled())
     if w8_enabled():
