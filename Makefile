@@ -14,7 +14,7 @@ BUILD_CUDA := build/cuda
 CMAKE := $(VENV)/bin/cmake
 CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja)
 
-.PHONY: all venv install models demo test test-python test-native test-asan test-aarch64 cuda-build bench clean
+.PHONY: all venv install models demo test test-python test-native test-asan test-aarch64 dist-aarch64 cuda-build bench clean
 
 all: install
 
@@ -85,6 +85,16 @@ test-aarch64: venv
 	@# qemu's "max" CPU has every extension, so a baseline variant that slipped in a newer
 	@# instruction would pass above; run the kernel tests again on an ARMv8.0 core model.
 	qemu-aarch64-static -L /usr/aarch64-linux-gnu -cpu cortex-a53 $(BUILD_ARM)/tests/native/test_kernels
+	@# The C package: install both builds, build examples/c against each (cross for aarch64),
+	@# run the VAD example on the same plans and WAVs natively and under qemu, compare.
+	$(CMAKE) -S . -B $(BUILD_HOST) $(CMAKE_FLAGS) -DNERVE_BUILD_TESTS=ON -DNERVE_CUDA=OFF
+	$(CMAKE) --build $(BUILD_HOST) -j $(JOBS) --target nerve
+	CMAKE=$(CMAKE) PY=$(PY) bash scripts/c-package-check.sh $(BUILD_HOST) $(BUILD_ARM) build/c-package
+
+# The Jetson tarball, cross-built here: dist/nerve-<version>-linux-aarch64.tar.gz (library,
+# header, CMake and pkg-config files, the Python package, examples/c; docs/JETSON.md).
+dist-aarch64: venv
+	CMAKE=$(CMAKE) bash scripts/dist-aarch64.sh
 
 # Compile the CUDA backend (needs nvcc; no GPU needed) and list the SASS it holds.
 cuda-build: venv
