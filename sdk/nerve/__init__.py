@@ -9,6 +9,7 @@ Public API::
     nerve.memory               StaticPool, DynamicPool, StreamingPool
     nerve.memory_report()      counters of every pool of this process
     nerve.Session(model)       a model (.onnx compiled on load, or a .nrv plan) ready to run
+    nerve.MemoryBudget(bytes)  bytes shared by sessions and reservations; sessions step down to fit
     nerve.compile(onnx_path)   ONNX -> Plan (save with Plan.save("model.nrv"))
     nerve.precision            the precision names (fp32, int8/w8a8, w4a32, w4a8)
     nerve.quant                INT4 weights: quantize_w4, W4Weight (packed / unpacked)
@@ -40,7 +41,7 @@ from .errors import (
     OutOfMemoryError,
 )
 from .memory import memory_report
-from .session import Plan, Session, compile
+from .session import MemoryBudget, Plan, Session, compile
 from .quant import quantize
 
 __version__: str = _to_str(_lib.nrv_version())
@@ -55,6 +56,7 @@ __all__ = [
     "memory",
     "memory_report",
     "Session",
+    "MemoryBudget",
     "Plan",
     "compile",
     "quantize",

@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from ._native import check, ffi, lib, to_str
 from . import precision as precision_scheme
 from .errors import InputError, ModelError
 
-__all__ = ["Session", "Plan", "compile", "run_program_once", "cache_dir"]
+__all__ = ["Session", "Plan", "compile", "run_program_once", "cache_dir", "MemoryBudget", "Reservation"]
 
 _DTYPE_OF_CODE = {0: np.float32, 1: np.float16, 2: np.int8, 3: np.int32, 4: np.int64, 5: np.uint8, 6: np.bool_,
                   7: np.float64}
@@ -254,6 +254,122 @@ def _fit_memory(plan: Plan, compile_args: dict, precision: str, limit: int):
                            f"them, smallest first, while they fit ({wb} bytes)"}
 
 
+class MemoryBudget:
+    """Bytes shared by sessions and other holders (a stream's KV cache, a second model's
+    buffers) on a device with little memory (seed §3.3).
+
+        budget = nerve.MemoryBudget("96MB")
+        asr = nerve.Session("model.onnx", budget=budget, priority=0, on_memory_change=print)
+        with budget.reserve(40 << 20, "kv cache of stream 2"):   # sessions step down to make room
+            ...
+
+    A session attached to the budget counts its current weight bytes. When a reservation (or a
+    session joining) would go over the limit, attached sessions step down (Session.step_down:
+    linear layers to INT4, smallest first) — lowest ``priority`` first, then the heaviest —
+    until it fits; each one's ``on_memory_change`` is told. OutOfMemoryError, with nothing
+    reserved, when even that cannot make room. Releasing a reservation does not step sessions
+    back up by itself: call ``session.set_memory_limit(...)`` when the room is back.
+    Thread-safe."""
+
+    def __init__(self, limit: Union[int, str]):
+        import threading
+
+        self.limit = _parse_bytes(limit, "limit")
+        self._sessions: List[tuple] = []  # (priority, order, weakref to a Session)
+        self._reserved: Dict[int, tuple] = {}
+        self._lock = threading.RLock()
+        self._order = 0
+
+    def _live(self) -> List["Session"]:
+        out = []
+        for entry in list(self._sessions):
+            sess = entry[2]()
+            if sess is None:
+                self._sessions.remove(entry)
+            else:
+                out.append(sess)
+        return out
+
+    @property
+    def used(self) -> int:
+        with self._lock:
+            return sum(s.weight_bytes for s in self._live()) + sum(n for n, _ in self._reserved.values())
+
+    def _make_room(self, need: int, exclude=None) -> None:
+        """Steps sessions down until used + need fits (the lock is held)."""
+        from .errors import OutOfMemoryError
+
+        over = self.used + need - self.limit
+        if over <= 0:
+            return
+        order = sorted((e for e in self._sessions if e[2]() is not None and e[2]() is not exclude),
+                       key=lambda e: (e[0], -e[2]().weight_bytes))
+        for _prio, _n, ref in order:
+            sess = ref()
+            try:
+                sess.step_down(min(over, sess.weight_bytes - 1))
+            except OutOfMemoryError:
+                pass  # already as small as it gets: try the next one
+            over = self.used + need - self.limit
+            if over <= 0:
+                return
+        raise OutOfMemoryError(f"memory budget: {need} more bytes do not fit in {self.limit} ({self.used} in use "
+                               f"after every session stepped down as far as it can)")
+
+    def _attach(self, session: "Session", priority: int) -> None:
+        import weakref
+
+        with self._lock:
+            self._order += 1
+            self._sessions.append((int(priority), self._order, weakref.ref(session)))
+            over = self.used - self.limit
+            if over > 0:  # the newcomer fits itself first, then the others make room
+                try:
+                    session.step_down(over)
+                except Exception:  # noqa: BLE001 - any failure: let the others try
+                    pass
+                self._make_room(0)
+
+    def reserve(self, nbytes: int, what: str = "") -> "Reservation":
+        """Holds nbytes for something other than a session's weights; sessions step down to
+        make room. Use as a context manager or call ``release()``."""
+        if not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+            raise InputError(f"nbytes must be a non-negative int, got {nbytes!r}")
+        with self._lock:
+            self._make_room(int(nbytes))
+            self._order += 1
+            self._reserved[self._order] = (int(nbytes), what)
+            return Reservation(self, self._order, int(nbytes), what)
+
+    def _release(self, key: int) -> None:
+        with self._lock:
+            self._reserved.pop(key, None)
+
+    def report(self) -> dict:
+        with self._lock:
+            return {"limit": self.limit, "used": self.used,
+                    "sessions": [{"priority": p, "weight_bytes": r().weight_bytes,
+                                  "precision": r().precision,
+                                  "memory_limit": r().memory_choice} for p, _n, r in self._sessions if r() is not None],
+                    "reserved": [{"bytes": n, "what": w} for n, w in self._reserved.values()]}
+
+
+class Reservation:
+    """Bytes held in a MemoryBudget until released (or the with-block ends)."""
+
+    def __init__(self, budget: MemoryBudget, key: int, nbytes: int, what: str):
+        self.budget, self._key, self.nbytes, self.what = budget, key, nbytes, what
+
+    def release(self) -> None:
+        self.budget._release(self._key)
+
+    def __enter__(self) -> "Reservation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def _w4_dims(sess: "Session", op: dict):
     """(N, K) of a linear_w4 op: its values tensor is [N, K/2] (packed) or [N, K]."""
     t = sess.tensors()[op["inputs"][1]]
@@ -325,13 +441,19 @@ class Session:
     every linear layer takes INT4 weights and then as many layers as fit go back to
     ``precision``, smallest first; ``memory_report()["layers"]`` names each layer's precision
     and ``["memory_limit"]`` the choice and why (OutOfMemoryError if even INT4 does not fit).
+    ``budget`` (a :class:`MemoryBudget` shared with other sessions and reservations such as a
+    stream's KV cache): when it runs short, sessions step down by themselves (lowest
+    ``priority`` first) the same way, and ``on_memory_change(report)`` is called with the new
+    choice; :meth:`set_memory_limit` / :meth:`step_down` do it on request.
     """
 
     def __init__(self, model: Union[str, os.PathLike, Plan], device: str = "cpu", precision: str = "fp32",
                  threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
                  constants: Optional[Mapping[str, object]] = None, outputs: Optional[Sequence[str]] = None,
-                 log: Optional[Union[str, os.PathLike]] = None, memory_limit: Union[int, str, None] = None):
+                 log: Optional[Union[str, os.PathLike]] = None, memory_limit: Union[int, str, None] = None,
+                 budget: Optional["MemoryBudget"] = None, priority: int = 0,
+                 on_memory_change: Optional[Callable[[dict], None]] = None):
         if device != "cpu":
             raise InputError(f"device {device!r} is not supported by Session yet (use 'cpu')")
         precision_scheme.parse(precision)
@@ -377,6 +499,52 @@ class Session:
             from .provenance import RunLog
 
             self._log = RunLog(log, self)
+        self.on_memory_change = on_memory_change
+        self.budget = budget
+        if budget is not None:
+            budget._attach(self, priority)
+
+    # ---- memory pressure
+
+    @property
+    def weight_bytes(self) -> int:
+        """Weight bytes of the plan the session runs now (memory_report()["weight_bytes"])."""
+        raw = ffi.new("nrv_session_memory *")
+        check(lib.nrv_session_memory_get(self._native.ptr, raw))
+        return int(raw.weight_bytes)
+
+    def set_memory_limit(self, limit: Union[int, str]) -> dict:
+        """Fits the weights of the session's precision into ``limit`` bytes between runs, as
+        ``memory_limit=`` does at creation (every linear layer INT4, then layers back smallest
+        first while they fit), and switches to that plan: weights it shares with the current
+        one are not reloaded, and the plans of other precisions this session held are dropped
+        (their weights are freed unless another session uses them). State carried between runs
+        starts afresh. A larger limit steps back up. Returns the choice (as
+        ``memory_report()["memory_limit"]``) and passes it to ``on_memory_change`` when the
+        plan changed. OutOfMemoryError when even INT4 weights do not fit (nothing changes)."""
+        if self._compile_args is None:
+            raise InputError("set_memory_limit needs the session's model file: a compiled plan holds one precision")
+        base = compile(precision=self.precision, **self._compile_args)
+        plan, choice = _fit_memory(base, self._compile_args, self.precision, _parse_bytes(limit, "limit"))
+        changed = plan.data != self.plan.data
+        if changed:
+            native = self._new_native(plan)
+            if native.io(False) != self._inputs or native.io(True) != self._outputs:
+                raise ModelError("the refitted plan's inputs/outputs differ (a compiler bug: please report)")
+            self.plan, self._native = plan, native
+            self._by_precision = {self.precision: (plan, native)}
+            self._fed_shapes = [None] * len(self._inputs)
+        self.memory_choice = choice
+        if changed and self.on_memory_change is not None:
+            self.on_memory_change(dict(choice))
+        return dict(choice)
+
+    def step_down(self, free_bytes: int) -> dict:
+        """Frees at least ``free_bytes`` of weights by moving layers to INT4
+        (:meth:`set_memory_limit` with the current weight bytes less ``free_bytes``)."""
+        if not isinstance(free_bytes, (int, np.integer)) or free_bytes <= 0:
+            raise InputError(f"free_bytes must be a positive int, got {free_bytes!r}")
+        return self.set_memory_limit(max(self.weight_bytes - int(free_bytes), 1))
 
     def _new_native(self, plan: Plan) -> "_Native":
         native = _Native(plan.data)

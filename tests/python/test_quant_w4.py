@@ -298,3 +298,65 @@ def test_memory_limit_picks_precision_layer_by_layer(rng, tmp_path):
             nerve.Session(p, dims={"n": 4}, cache=False, memory_limit=bad)
     with pytest.raises(InputError, match="model file"):
         nerve.Session(nerve.compile(p, dims={"n": 4}, cache=False), memory_limit="1MB")
+
+
+# ---- stepping down under memory pressure
+
+def test_step_down_and_back_up_between_runs(rng, tmp_path):
+    """A live session moves layers to INT4 when asked for room (step_down), tells its callback,
+    keeps its inputs/outputs and runs on; a larger limit brings the fp32 weights back, and the
+    outputs are then bit-identical to before the step down."""
+    import onnx
+
+    m, _ = _mlp(rng)
+    p = tmp_path / "mlp.onnx"
+    onnx.save(m, p)
+    x = rng.standard_normal((2, 416)).astype(np.float32)
+    seen = []
+    sess = nerve.Session(p, dims={"n": 4}, cache=False, on_memory_change=seen.append)
+    full = sess.weight_bytes
+    y0 = sess.run({"x": x})["y"]
+    choice = sess.step_down(2_000_000)
+    assert sess.weight_bytes <= full - 2_000_000 and seen == [choice] and choice["fallback"] == "w4a32:g64"
+    assert "w4a32" in set(sess.memory_report()["layers"].values())
+    y1 = sess.run({"x": x})["y"]
+    assert float((y1 * y0).sum() / np.linalg.norm(y1) / np.linalg.norm(y0)) > 0.98 and not np.array_equal(y1, y0)
+    sess.set_memory_limit("100MB")
+    assert sess.weight_bytes == full and len(seen) == 2
+    assert np.array_equal(sess.run({"x": x})["y"], y0)
+    sess.set_memory_limit("100MB")  # nothing changes: no callback
+    assert len(seen) == 2
+    with pytest.raises(nerve.OutOfMemoryError):
+        sess.set_memory_limit("10kB")
+    assert sess.weight_bytes == full  # a failed step down leaves the session as it was
+    with pytest.raises(InputError, match="free_bytes"):
+        sess.step_down(0)
+
+
+def test_memory_budget_makes_room_for_a_reservation(rng, tmp_path):
+    """Two sessions share a budget; a KV-cache-sized reservation that does not fit makes the
+    lower-priority session step down by itself (its callback is told), the other keeps fp32;
+    a reservation nothing can make room for raises OutOfMemoryError and reserves nothing."""
+    import onnx
+
+    m, _ = _mlp(rng)
+    p = tmp_path / "mlp.onnx"
+    onnx.save(m, p)
+    told = {"low": [], "high": []}
+    budget = nerve.MemoryBudget("8MB")
+    low = nerve.Session(p, dims={"n": 4}, cache=False, budget=budget, priority=0, on_memory_change=told["low"].append)
+    high = nerve.Session(p, dims={"n": 4}, cache=False, budget=budget, priority=5,
+                         on_memory_change=told["high"].append)
+    full = high.weight_bytes
+    assert budget.used == 2 * full and not told["low"]
+    with budget.reserve(2_000_000, "kv cache") as r:
+        assert budget.used <= budget.limit and r.nbytes == 2_000_000
+        assert len(told["low"]) == 1 and not told["high"] and high.weight_bytes == full
+        rep = budget.report()
+        assert rep["reserved"] == [{"bytes": 2_000_000, "what": "kv cache"}] and len(rep["sessions"]) == 2
+    assert budget.report()["reserved"] == []
+    with pytest.raises(nerve.OutOfMemoryError, match="memory budget"):
+        budget.reserve(7_000_000, "too much")
+    assert budget.report()["reserved"] == []
+    x = rng.standard_normal((2, 416)).astype(np.float32)
+    assert low.run({"x": x})["y"].shape == high.run({"x": x})["y"].shape
