@@ -5,6 +5,7 @@
     nerve bench asr [--audio FILE.wav ...]       the speech pipeline vs onnxruntime and pocketsphinx
     nerve bench quant [--repeat N] [--quick] [--json] W4/W8 linear layers (GEMV, small GEMM) vs fp32 and
                                                  onnxruntime's MatMulNBits/MatMulInteger
+    nerve bench robot [--repeat N] [--quick] [--json] serial link round trip, speech final / "stop" -> robot ack
     nerve bench MODEL [--vs onnxruntime] [--dim NAME=N] [--input NAME=x.npy] [--threads N] [--json]
                                                  one model's latency (median, p99), next to a peer
     nerve quantize MODEL --out PLAN.nrv [--scheme w4a8|w4a32] [--calib DIR_OR_NPZ] [--policy auto|all]
@@ -95,6 +96,12 @@ def _cmd_bench(args) -> int:
 
         result = bench_quant.run(repeat=args.repeat, quick=args.quick)
         print(json.dumps(result, indent=2, default=str) if args.json else bench_quant.format_report(result))
+        return 0
+    if args.target == "robot":
+        from . import bench_robot
+
+        result = bench_robot.run(repeat=args.repeat, quick=args.quick)
+        print(json.dumps(result, indent=2, default=str) if args.json else bench_robot.format_report(result))
         return 0
     if args.target == "ops":
         from . import bench
@@ -241,10 +248,13 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print nerve.info() as JSON")
     info.set_defaults(func=_cmd_info)
 
-    bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels), 'asr', 'quant' (W4/W8 linears) or a model file")
-    bench.add_argument("target", metavar="ops|asr|quant|MODEL",
+    bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels), 'asr', 'quant' (W4/W8 linears), 'robot' "
+                                              "(serial link and speech -> robot latency) or a model file")
+    bench.add_argument("target", metavar="ops|asr|quant|robot|MODEL",
                        help="'ops' for the kernel suite, 'asr' for the speech pipeline vs its peers, 'quant' for W4/W8 "
-                            "linear layers vs fp32 and onnxruntime's quantized MatMuls, or an .onnx/.nrv model")
+                            "linear layers vs fp32 and onnxruntime's quantized MatMuls, 'robot' for the serial link's "
+                            "round trip (clean and noisy) and speech final / 'stop' partial -> robot ack on loopback, "
+                            "or an .onnx/.nrv model")
     bench.add_argument("--int8", action="store_true", help="asr: nerve with precision='int8' (int8 activations too)")
     bench.add_argument("--precision", default=None, metavar="P",
                        help="asr: nerve's precision (fp32, int8, w4a32, w4a8[:gN]; nerve.precision)")

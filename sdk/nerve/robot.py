@@ -35,6 +35,18 @@ def _raw_blocks(stream, rate: int, channels: int) -> Iterable[np.ndarray]:
         yield np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
 
 
+def _rechunk(blocks: Iterable[np.ndarray], n: int) -> Iterable[np.ndarray]:
+    """The samples of blocks in pieces of n (the last may be shorter)."""
+    pending = np.zeros(0, np.float32)
+    for block in blocks:
+        pending = np.concatenate([pending, block]) if pending.size else block
+        while pending.size >= n:
+            yield pending[:n]
+            pending = pending[n:]
+    if pending.size:
+        yield pending
+
+
 def run(port: str, wav: Optional[str] = None, raw: Optional[TextIO] = None, rate: int = 16000, channels: int = 1,
         grammar: Optional[str] = None, model: str = "moonshine-base", precision: str = "fp32",
         timeout_s: float = 0.2, retries: int = 5, as_json: bool = False, out: TextIO = sys.stdout) -> int:
@@ -49,7 +61,8 @@ def run(port: str, wav: Optional[str] = None, raw: Optional[TextIO] = None, rate
     g = Grammar.load(grammar)
     rec = asr.Recognizer(model=model, words=g.words(), precision=precision)
     if wav is not None:
-        rate, blocks = audio.iter_wav(wav, block_frames=int(16000 * BLOCK_S))
+        rate, big = audio.iter_wav(wav)  # read in large blocks, fed in 100 ms ones at the file's rate
+        blocks = _rechunk(big, max(1, int(rate * BLOCK_S)))
         channels = 1  # iter_wav downmixes
     else:
         blocks = _raw_blocks(raw, rate, channels)
