@@ -43,6 +43,21 @@ _TABLE_CAP = 1 * GiB  # keeps the default run within ~2 GiB of RAM
 
 # ------------------------------------------------------------------------- the machine
 
+def example_audio_dir() -> "os.PathLike":
+    """The repository's examples/audio (the command recordings the speech benchmarks use): in
+    the working directory (a checkout, where `make` runs) or beside this source tree. An
+    installed package does not carry them: InputError says what to do."""
+    from pathlib import Path
+
+    from .errors import InputError
+
+    for folder in (Path.cwd() / "examples" / "audio", Path(__file__).resolve().parents[2] / "examples" / "audio"):
+        if folder.is_dir() and any(folder.glob("*.wav")):
+            return folder
+    raise InputError("the example recordings (examples/audio/*.wav of the nerve repository) were not found: run "
+                     "from the repository's folder, or give the recordings to use (--audio)")
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

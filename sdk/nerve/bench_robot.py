@@ -51,11 +51,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .bench import format_table, machine
+from .bench import example_audio_dir, format_table, machine
 
-__all__ = ["run", "format_report", "NoisyProxy", "EXAMPLE_AUDIO", "FINAL_WAVS", "STOP_WAVS"]
+__all__ = ["run", "format_report", "NoisyProxy", "FINAL_WAVS", "STOP_WAVS"]
 
-EXAMPLE_AUDIO = Path(__file__).resolve().parents[2] / "examples" / "audio"
 FINAL_WAVS = ("go_forward_two_meters_8k_s16.wav", "halt_48k_f32.wav", "open_the_gripper_22k05_s24.wav",
               "robot_stop_44k1_stereo_u8.wav", "turn_left_ninety_degrees_16k_s16.wav",
               "two_commands_11k025_s16.wav")
@@ -392,7 +391,7 @@ def bench_speech(repeat: int = 5, wavs: Sequence[str] = FINAL_WAVS, stop_wavs: S
     from .commands import Grammar
     from .serial import Link
 
-    folder = Path(audio_dir) if audio_dir is not None else EXAMPLE_AUDIO
+    folder = Path(audio_dir) if audio_dir is not None else Path(example_audio_dir())
     names = list(dict.fromkeys(list(wavs) + list(stop_wavs)))
     grammar = Grammar.load()
     t = time.perf_counter()

@@ -27,8 +27,13 @@ __all__ = ["run", "format_report", "default_audio"]
 def default_audio() -> List[Path]:
     from .models import model_file
 
-    repo_examples = Path(__file__).resolve().parents[3] / "examples" / "audio"
-    files = sorted(repo_examples.glob("*.wav")) if repo_examples.is_dir() else []
+    from ..bench import example_audio_dir
+    from ..errors import InputError
+
+    try:
+        files = sorted(Path(example_audio_dir()).glob("*.wav"))
+    except InputError:
+        files = []  # an installed package: the model's own recording only
     return files + [model_file("moonshine-base", "test-data/beckett.wav")]
 
 
