@@ -34,6 +34,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_LINEAR_W8A8] = "linear_w8a8",
     [NRV_OP_LINEAR_W4A32] = "linear_w4a32",
     [NRV_OP_LINEAR_W4A8] = "linear_w4a8",
+    [NRV_OP_LINEAR_F16] = "linear_f16",
 };
 
 typedef struct op_slot {
@@ -101,6 +102,7 @@ static void init_table(void) {
 #if defined(__aarch64__)
     add_table(nrv_variants_neon);
     add_table(nrv_variants_neon_w8);
+    add_table(nrv_variants_neon_f16);
     add_table(nrv_variants_neon_w8a8);
     add_table(nrv_variants_dotprod_w4);
     add_table(nrv_variants_neon_w4);

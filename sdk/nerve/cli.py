@@ -257,7 +257,7 @@ def _parser() -> argparse.ArgumentParser:
                             "or an .onnx/.nrv model")
     bench.add_argument("--int8", action="store_true", help="asr: nerve with precision='int8' (int8 activations too)")
     bench.add_argument("--precision", default=None, metavar="P",
-                       help="asr: nerve's precision (fp32, int8, w4a32, w4a8[:gN]; nerve.precision)")
+                       help="asr: nerve's precision (fp32, fp16, int8, w4a32, w4a8[:gN][:gptq]; nerve.precision)")
     bench.add_argument("--model", default="moonshine-base", help="asr: moonshine-base (default) or moonshine-tiny")
     bench.add_argument("--audio", action="append", metavar="FILE.wav",
                        help="asr: a recording to use (default: the example WAVs and the model's own recording)")

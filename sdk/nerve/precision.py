@@ -9,6 +9,11 @@
     INT4 weights (docs/QUANTIZATION.md; symmetric, fp16 scales, group 64 — or the largest of
     64/32 dividing the width — quantised at compile time, "mse" clipping), fp32 activations.
   * ``"w4a8"``: the same weights, activations quantised per row to int8 (linear_w4a8).
+  * ``"fp16"``: every linear layer's fp32 weight is stored as IEEE half (half the bytes),
+    rounded to nearest even at compile time and widened to fp32 in registers (linear_f16);
+    activations and sums stay fp32, so the only error is the weights' rounding (relative
+    2^-11 each). Weights stored as int8 keep their int8 form (smaller still), and a layer
+    with a weight beyond fp16's range (|w| > 65504) stays fp32.
 Suffixes on a w4 scheme: ``:gN`` picks the group size (``"w4a8:g32"``, ``"w4a32:g128"``) and
 ``:minmax``, ``:mse`` (default) or ``:percentile`` the weight quantizer (nerve.quant), and
 ``:gptq`` asks for GPTQ weights (nerve.quant): the compile then needs calibration statistics
@@ -21,7 +26,7 @@ from typing import Tuple
 
 from .errors import InputError
 
-SCHEMES = ("fp32", "int8", "w8a8", "w4a32", "w4a8")
+SCHEMES = ("fp32", "int8", "w8a8", "w4a32", "w4a8", "fp16")
 W4_GROUPS = (32, 64, 128)
 W4_DEFAULT_GROUP = 64
 

@@ -224,7 +224,7 @@ def _fit_memory(plan: Plan, compile_args: dict, precision: str, limit: int):
     if scheme in ("w4a32", "w4a8"):
         raise OutOfMemoryError(f"memory_limit: the weights need {got} bytes at {precision}, the lowest precision "
                                f"nerve has; the limit is {limit}")
-    low = f"{'w4a32' if scheme == 'fp32' else 'w4a8'}:g{group}"
+    low = f"{'w4a32' if scheme in ('fp32', 'fp16') else 'w4a8'}:g{group}"  # float activations stay float
     low_plan = compile(precision=low, **compile_args)
     floor = _weight_bytes(low_plan)
     if floor > limit:
@@ -580,7 +580,7 @@ class Session:
 
     # op type -> the precision it computes at (memory_report()["layers"])
     _OP_PRECISION = {"linear": "fp32", "layernorm_linear": "fp32", "conv": "fp32", "linear_w8": "w8a32",
-                     "linear_w8a8": "w8a8", "conv_w8a8": "w8a8", "linear_w4a32": "w4a32", "linear_w4a8": "w4a8",
+                     "linear_w8a8": "w8a8", "conv_w8a8": "w8a8", "linear_w4a32": "w4a32", "linear_w4a8": "w4a8", "linear_f16": "fp16",
                      "gather_q8": "w8 (embedding)"}
 
     @property

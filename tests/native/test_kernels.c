@@ -454,6 +454,52 @@ static void test_linear_w8(void) {
     }
 }
 
+/* ------------------------------------------------------------------ linear_f16 */
+
+/* Half weights: uniform in [-1, 1) rounded to fp16, every 13th a subnormal half (random
+ * mantissa, either sign: the widening must be exact there too). */
+static void fill_half(uint16_t *w, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        w[i] = nrv_float_to_half(nrv_test_uniform(-1.0f, 1.0f));
+        if (i % 13 == 5) w[i] = (uint16_t)((nrv_test_u64() & 0x83ffu) | 1u);
+    }
+}
+
+/* The fp16-weight linear (no public entry point: the plan op is its caller) through the
+ * dispatch table against nrv_linear_f16_ref, with and without bias, misaligned x and y;
+ * tolerance as for linear (the widened weights are exact, only the summation order differs).
+ * tests/native/test_linear_f16.c has the double-precision sweep and the plan op. */
+static void test_linear_f16(void) {
+    lin_case cs[256];
+    const int ncase = lin_cases(cs, 256);
+    for (int c = 0; c < ncase; c++) {
+        const int64_t rows = cs[c].rows, in = cs[c].in, out = cs[c].out;
+        const int with_b = c % 3 != 1, mis = c % 6 == 5;
+        buf x = buf_in(rows * in, mis), b = buf_in(out, 0);
+        uint16_t *w = xalloc((size_t)(out * in) * sizeof(uint16_t));
+        nrv_test_fill(x.p, rows * in, -1.0f, 1.0f);
+        fill_half(w, out * in);
+        nrv_test_fill(b.p, out, -1.0f, 1.0f);
+        float *want = xalloc((size_t)(rows * out) * sizeof(float));
+        buf y = buf_out(rows * out, mis);
+        const float *bp = with_b ? b.p : NULL;
+        nrv_linear_f16_ref(x.p, rows, in, w, bp, out, want, out);
+        nrv_kernel_get(NRV_OP_LINEAR_F16).linear_f16(x.p, rows, in, w, bp, out, y.p, out);
+        const double atol = dot_atol(in, max_abs(x.p, rows * in), 1.0);
+        int64_t at = 0;
+        double err = compare(y.p, want, rows * out, 1e-5, atol, NULL, 0.0, &at);
+        if (!guards_intact(&y)) err = INFINITY;
+        record(err, "rows=%lld in=%lld out=%lld b=%d at %lld: got %.9g want %.9g%s", (long long)rows, (long long)in,
+               (long long)out, with_b, (long long)at, (double)y.p[at], (double)want[at],
+               guards_intact(&y) ? "" : " canary overwritten");
+        free(want);
+        free(w);
+        buf_free(&y);
+        buf_free(&x);
+        buf_free(&b);
+    }
+}
+
 /* ------------------------------------------------------------------ gemm */
 
 static void test_gemm(void) {
@@ -786,6 +832,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "linear_w8a8")) test_linear_w8a8();
     else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
+    else if (!strcmp(op, "linear_f16")) test_linear_f16();
     else return 0;
     return 1;
 }

@@ -23,6 +23,7 @@ COVERED_OPS = {
     "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear", "layernorm_linear", "gemm",
     "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax", "linear_w8", "linear_w8a8",
     "linear_w4a32", "linear_w4a8",  # every variant: tests/python/test_quant_w4.py
+    "linear_f16",  # every variant: tests/python/test_linear_f16.py, natively tests/native/test_linear_f16.c
 }
 
 

@@ -49,6 +49,14 @@ typedef void (*nrv_layernorm_linear_fn)(const float *x, int64_t rows, int64_t in
 typedef void (*nrv_linear_w8_fn)(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
                                  const float *z, int64_t sz_stride, const float *b, int64_t out, float *y);
 
+/* y[r, o] = x[r, :] · W[o, :] + b[o] with W [out, in] stored as IEEE fp16 bits (linear's
+ * layout), each weight widened to fp32 in registers (exactly: every half is a float), the
+ * products and sums in fp32; b may be NULL; y has row stride ldy >= out and does not overlap
+ * x. As for linear_w8, an output's value depends only on its row, its weight row and `rows`,
+ * not on the other outputs of the call (a caller may split the outputs freely). */
+typedef void (*nrv_linear_f16_fn)(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b,
+                                  int64_t out, float *y, int64_t ldy);
+
 /* linear_w8a8: int8 x int8 linear with dynamic per-row int8 activations (docs/ARCHITECTURE.md,
  * "INT8 x INT8 linear (w8a8)"; the math and the epilogue order are in kernels/linear_w8a8.c).
  * The weight q [out, in] int8 is packed once (nrv_linear_w8a8_pack) into one layout every
@@ -158,6 +166,7 @@ typedef enum nrv_op {
     NRV_OP_LINEAR_W8A8,
     NRV_OP_LINEAR_W4A32,
     NRV_OP_LINEAR_W4A8,
+    NRV_OP_LINEAR_F16,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -172,6 +181,7 @@ typedef union nrv_kernel_fn {
     nrv_linear_w8_fn linear_w8;
     nrv_linear_w8a8_fn linear_w8a8;
     nrv_linear_w4_fn linear_w4;
+    nrv_linear_f16_fn linear_f16;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -209,6 +219,11 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+/* linear_f16 (native/src/x86/linear_f16_avx2.c / linear_f16_avx512.c: the linear_w8 template) */
+void nrv_linear_f16_avx2(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
+                         float *y, int64_t ldy);
+void nrv_linear_f16_avx512(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
+                           float *y, int64_t ldy);
 /* linear_w4a32 / linear_w4a8 (native/src/x86/linear_w4_avx512.c, linear_w4_vnni.c, linear_w4_avx2.c) */
 void nrv_linear_w4a32_avx512(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                              int64_t ldy);
@@ -227,6 +242,10 @@ void nrv_linear_w8a8_neon(const float *x, int64_t rows, int64_t in, const int8_t
 extern const nrv_kernel_variant nrv_variants_neon_w8[];
 void nrv_linear_w8_neon(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
                         int64_t sz_stride, const float *b, int64_t out, float *y);
+/* linear_f16 (neon/linear_f16_neon.c, with its one-entry table, added after nrv_variants_neon_w8) */
+extern const nrv_kernel_variant nrv_variants_neon_f16[];
+void nrv_linear_f16_neon(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
+                         float *y, int64_t ldy);
 /* linear_w4a32 / linear_w4a8 (neon/linear_w4_neon.c, neon/linear_w4_dotprod.c; each file's
  * table is added by dispatch.c, dotprod first) */
 extern const nrv_kernel_variant nrv_variants_neon_w4[];
@@ -281,6 +300,8 @@ void nrv_linear_w4a32_ref(const float *x, int64_t rows, const nrv_w4_weight *w, 
                           int64_t ldy);
 void nrv_linear_w4a8_ref(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                          int64_t ldy);
+void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
+                        float *y, int64_t ldy);
 /* Quantises row x (n floats) to int8 as linear_w8a8 does; returns sx. */
 float nrv_w8a8_quantise_row_ref(const float *x, int64_t n, int8_t *xq);
 

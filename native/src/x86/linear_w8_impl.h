@@ -30,6 +30,11 @@
  * faster from memory and 1.3-1.6x from L2; at 8-16 rows with q in cache 0.75-0.85x (the
  * widening per row block and the horizontal sums, not the bytes, bound it there; widening
  * each group once into a stack panel instead measured no better), from memory 1.0-1.2x.
+ *
+ * With W8_F16 defined to 1 (linear_f16_avx2.c / linear_f16_avx512.c) the same template is the
+ * fp16-weight linear (precision "fp16", kernels.h nrv_linear_f16_fn): q holds IEEE half bits,
+ * widened by vcvtph2ps (F16C, exact for every half), s is 1 and there is no z, so the inner
+ * loop, blocking and prefetch are shared; only the bytes per weight (2) differ.
  */
 #include "x86_kernels.h"
 
@@ -53,7 +58,23 @@
 #define W8_PF_GROUPS 1 /* groups of q rows ahead to prefetch (0: none) */
 #endif
 #ifndef W8_PF_HINT
+#ifdef W8_F16
+/* fp16 rows are twice the bytes: a group of long rows prefetched into L1 overflows it before
+ * use (in = 4096: 8 x 8 KiB), so fp16 prefetches into L2. One row, 4096 x 4096 (32 MiB): T1
+ * 1.3-2.0 ms, T0 2.2-3.1 ms; 416 x 32768: even (1.5-2.1 ms); Zen 4, medians of 31, 4 rounds
+ * alternated. */
+#define W8_PF_HINT _MM_HINT_T1
+#else
 #define W8_PF_HINT _MM_HINT_T0
+#endif
+#endif
+#ifdef W8_F16
+#define W8_WT uint16_t
+#define w8_wload vload_f16
+#define w8_wload_part vload_f16_part
+#else
+#define w8_wload vload_i8
+#define w8_wload_part vload_i8_part
 #endif
 #include "linear_w8_common.h"
 
@@ -77,24 +98,24 @@ static inline float w8_row_sum(const float *x, int64_t n) {
  * are discarded); R and NO are constants after inlining. rsum: the rows' sums (read only
  * when z is non-NULL). */
 static inline __attribute__((always_inline)) void w8_block(const int R, const int NO, const float *x, int64_t in,
-                                                           const int8_t *q, const int8_t *pf, int64_t nout,
+                                                           const W8_WT *q, const W8_WT *pf, int64_t nout,
                                                            const float *s, const float *z, int64_t st,
                                                            const float *b, const float *rsum, float *y,
                                                            int64_t ldy) {
-    const int8_t *qo[W8_NO_MAX];
+    const W8_WT *qo[W8_NO_MAX];
     for (int o = 0; o < NO; o++) qo[o] = q + (o < nout ? o : 0) * in;
     vf acc[W8_R][W8_NO_MAX];
     for (int r = 0; r < R; r++)
         for (int o = 0; o < NO; o++) acc[r][o] = vzero();
     int64_t p = 0;
     for (; p + VL <= in; p += VL) {
-        if (pf) /* NO·VL bytes of a later group per step: the rate this block consumes q */
-            for (int j = 0; j < (NO * VL + 63) / 64; j++)
-                _mm_prefetch((const char *)pf + p * NO + 64 * j, W8_PF_HINT);
+        if (pf) /* NO·VL weights of a later group per step: the rate this block consumes q */
+            for (int j = 0; j < (NO * VL * (int)sizeof(W8_WT) + 63) / 64; j++)
+                _mm_prefetch((const char *)(pf + p * NO) + 64 * j, W8_PF_HINT);
         vf xv[W8_R];
         for (int r = 0; r < R; r++) xv[r] = vload(x + r * in + p);
         for (int o = 0; o < NO; o++) {
-            const vf w = vload_i8(qo[o] + p);
+            const vf w = w8_wload(qo[o] + p);
             for (int r = 0; r < R; r++) acc[r][o] = vfmadd(xv[r], w, acc[r][o]);
         }
     }
@@ -104,7 +125,7 @@ static inline __attribute__((always_inline)) void w8_block(const int R, const in
         vf xv[W8_R];
         for (int r = 0; r < R; r++) xv[r] = vload_tail(x + r * in + p, t);
         for (int o = 0; o < NO; o++) {
-            const vf w = vload_i8_part(qo[o] + p, in - p);
+            const vf w = w8_wload_part(qo[o] + p, in - p);
             for (int r = 0; r < R; r++) acc[r][o] = vfmadd(xv[r], w, acc[r][o]);
         }
     }
@@ -130,8 +151,8 @@ static inline __attribute__((always_inline)) void w8_block(const int R, const in
         return;                                                                                              \
     }
 
-static __attribute__((noinline)) void w8_rows(int64_t rr, int no, const float *x, int64_t in, const int8_t *q,
-                                              const int8_t *pf, int64_t nout, const float *s, const float *z,
+static __attribute__((noinline)) void w8_rows(int64_t rr, int no, const float *x, int64_t in, const W8_WT *q,
+                                              const W8_WT *pf, int64_t nout, const float *s, const float *z,
                                               int64_t st, const float *b, const float *rsum, float *y,
                                               int64_t ldy) {
     /* rows < W8_R use their own NO; the blocks of a call with >= W8_R rows all use W8_NO_4 */
@@ -151,9 +172,19 @@ static __attribute__((noinline)) void w8_rows(int64_t rr, int no, const float *x
 }
 #undef W8_CASE
 
+static const int w8_no_of_rows[W8_R + 1] = {0, W8_NO_1, W8_NO_2, W8_NO_3, W8_NO_4};
+
+#ifdef W8_F16
+void X86FN(nrv_linear_f16)(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
+                           float *y, int64_t ldy) {
+    static const float one = 1.0f; /* s: 1·dot is dot exactly */
+    w8_drive(w8_no_of_rows[rows < W8_R ? rows : W8_R], W8_PF_GROUPS, w8_rows, w8_row_sum, x, rows, in, w, &one, NULL,
+             0, b, out, y, ldy);
+}
+#else
 void X86FN(nrv_linear_w8)(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
                           const float *z, int64_t sz_stride, const float *b, int64_t out, float *y) {
-    static const int no_of_rows[W8_R + 1] = {0, W8_NO_1, W8_NO_2, W8_NO_3, W8_NO_4};
-    w8_drive(no_of_rows[rows < W8_R ? rows : W8_R], W8_PF_GROUPS, w8_rows, w8_row_sum, x, rows, in, q, s, z,
-             sz_stride, b, out, y);
+    w8_drive(w8_no_of_rows[rows < W8_R ? rows : W8_R], W8_PF_GROUPS, w8_rows, w8_row_sum, x, rows, in, q, s, z,
+             sz_stride, b, out, y, out);
 }
+#endif

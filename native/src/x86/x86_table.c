@@ -15,6 +15,10 @@
  * (same process, packed, one row): VNNI ahead at group 32 (4096x4096 0.47 vs 0.56 ms;
  * 32768x416 0.56 vs 0.80 ms), avx2 ahead at group 64 (0.38 vs 0.41 ms; 416x1664 0.021 vs
  * 0.031 ms) and at 8-32 rows by 10-12%: one order for all shapes keeps VNNI first.
+ * linear_f16 (fp16 weights, the linear_w8 template) is listed in both: one row streaming a
+ * 4096x4096 weight from memory, the two run at the same speed (1.36-1.40 ms); at 16 rows
+ * AVX-512 is ahead (4096x4096 5.2 vs 5.3 ms, 1024x1024 330 vs 351-367 us), at one row with a
+ * 1024x1024 weight in cache AVX2 is (37 vs 43 us; medians of 41, same process).
  * .requires is every feature the variant's translation unit was compiled for:
  *  - avx2: files built with -mavx2 -mfma -mf16c;
  *  - avx512: files built with the AVX-512 F/BW/VL/DQ flags plus -mavx2 -mfma -mf16c. They
@@ -75,5 +79,8 @@ const nrv_kernel_variant nrv_variants_x86[] = {
      .fn.linear_w4 = nrv_linear_w4a8_vnni},
     AVX2(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_avx2),
     AVX2(NRV_OP_LINEAR_W4A8, linear_w4, nrv_linear_w4a8_avx2),
+    /* linear_f16: the linear_w8 template with vcvtph2ps (F16C: in both variants' features) */
+    AVX512(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_avx512),
+    AVX2(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_avx2),
     {.name = NULL},
 };

@@ -30,6 +30,11 @@ x86): ~3x the fp32 product's speed on the encoder shapes, at the cost of the act
 quantisation error (docs/ARCHITECTURE.md, "INT8 x INT8 linear (w8a8)"). Its weight is the
 packed blob the C op ``pack_w8a8`` writes, computed here once per weight. It runs before the
 layernorm fusion, so a layernorm in front of such a layer stays its own op.
+
+fp16 weights (select_linear_f16, precision "fp16"): every linear with a static fp32 weight
+becomes ``linear_f16`` over an IEEE half copy of it, widened in registers (half the bytes;
+details in its docstring). It runs after the sum-of-linears fusion (an RNN cell's fused
+product gets fp16 weights too) and before the layernorm fusion, which then leaves it alone.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ CONTROL = {"if", "jump", "label"}
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
 _ACT_SLOT = {"conv": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0), "linear_w8a8": (0, 0),
-             "linear_w4a32": (0, 0), "linear_w4a8": (0, 0), "matmul": (0, 0),
+             "linear_w4a32": (0, 0), "linear_w4a8": (0, 0), "linear_f16": (0, 0), "matmul": (0, 0),
              "layernorm_linear": (0, 1)}
 
 # The most rows (product of x's leading dims, at the bounds) a linear with an int8-folded
@@ -754,11 +759,56 @@ def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size
     return changed
 
 
+F16_MAX = 65504.0  # the largest finite IEEE half
+
+
+def select_linear_f16(prog: Program) -> bool:
+    """precision "fp16": every linear whose weight is a static 2-D fp32 constant -> linear_f16
+    with that weight stored as IEEE half (half the bytes), rounded to nearest even here once
+    (numpy's float16 cast; relative error <= 2^-11, values below 2^-24 become subnormals or 0,
+    an absolute error <= 2^-25) and widened exactly to fp32 in registers by the kernel, so the
+    products and sums stay fp32. Equal weights share one fp16 copy (content hash); another
+    reader of the fp32 constant (a tied embedding's Gather) keeps it. Any row count: the
+    kernel keeps pace with the fp32 linear on many rows too (op_linalg.c, linear_f16).
+    Left as they are:
+      * weights folded from int8 (the builder's int8_affine record): their int8 form (linear_w8)
+        is a quarter of the fp32 bytes, smaller than fp16, and exact;
+      * a weight with any |w| > 65504 (or an infinity): fp16 would round it to inf and turn the
+        layer's outputs into inf/NaN, so the whole layer stays an fp32 linear."""
+    made: Dict[int, Optional[Value]] = {}  # weight uid -> its fp16 value (None: stays fp32)
+    by_content: Dict[bytes, Value] = {}
+    changed = False
+    for i, op in enumerate(prog.ops):
+        if op.type != "linear":
+            continue
+        x, w, bias = op.inputs
+        if w is None or w.const is None or w.rank != 2 or w.const.dtype != np.float32 or not w.static \
+                or int8_affine(w) is not None or w.const.size == 0:
+            continue
+        if w.uid not in made:
+            wc = np.ascontiguousarray(w.const)
+            if np.any(np.abs(wc) > F16_MAX):
+                made[w.uid] = None
+            else:
+                key = hashlib.sha256(b"f16 %d %d|" % wc.shape + wc.tobytes()).digest()
+                if key not in by_content:
+                    by_content[key] = Value(w.name + ".f16", np.float16, wc.shape, const=wc.astype(np.float16))
+                made[w.uid] = by_content[key]
+        wv = made[w.uid]
+        if wv is None:
+            continue
+        new = Op("linear_f16", [x, wv, bias], op.outputs, iattr=list(op.iattr), fattr=list(op.fattr), name=op.name)
+        _swap_op(prog, i, new)
+        changed = True
+    return changed
+
+
 def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
              layers: Optional[Dict[str, str]] = None, hessians: Optional[Dict[str, np.ndarray]] = None) -> None:
     """precision (nerve.precision): "int8" — int8-folded linears on many rows also take int8
     activations (select_linear_w8a8); "w4a32"/"w4a8" — linears get W4 weights
-    (select_linear_w4); "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8).
+    (select_linear_w4); "fp16" — linears with fp32 weights get fp16 ones (select_linear_f16);
+    "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8).
     layers: {linear op name: "fp32" | "w4a32" | "w4a8"} overrides per layer (nerve.quantize's
     policies); "fp32" there keeps the layer's weight as the model stores it."""
     from ..precision import parse_full
@@ -785,6 +835,8 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     if scheme == "int8" or w8a8_enabled():
         select_linear_w8a8(prog)
     fuse_sum_of_linears(prog)
+    if scheme == "fp16":
+        select_linear_f16(prog)
     fuse_layernorm_linear(prog)
     fold_transpose_into_matmul(prog)
     fuse_activation(prog)
