@@ -473,7 +473,7 @@ def test_int8_precision_is_faster_path_with_the_same_words(model, beckett):
     with pytest.raises(nerve.InputError, match="precision"):
         Recognizer(precision="int4")
     with pytest.raises(nerve.InputError, match="precision"):
-        nerve.Session(model.encoder_plan, precision="fp16")
+        nerve.Session(model.encoder_plan, precision="fp8")
 
 
 def test_w4_precision_on_the_real_recording(model, beckett):

@@ -32,14 +32,21 @@ def out_err(x, w, wq):
 @pytest.mark.parametrize("n,k,g", [(97, 256, 32), (13, 128, 64), (257, 384, 128), (1, 64, 32)])
 @pytest.mark.parametrize("method", ["mse", "minmax"])
 def test_gptq_lowers_the_output_error_on_held_out_inputs(rng, n, k, g, method):
+    """A single output row is one draw: its gain varies (0.85x RTN's error on one seed), so
+    one-row layers are measured over 24 independent draws; the others are many rows at once."""
+    draws = 24 if n == 1 else 1
     mix = np.eye(k) + 0.3 * rng.standard_normal((k, k))
-    w = (0.05 * rng.standard_normal((n, k))).astype(np.float32)
     hess = input_hessian(activations(rng, 4 * k, k, mix))
     test = activations(rng, 512, k, mix)
-    rtn = quantize_w4(w, g, method=method)
-    gptq = quantize_w4(w, g, method=method, hessian=hess)
-    assert gptq.q.dtype == np.int8 and gptq.q.min() >= -8 and gptq.q.max() <= 7
-    assert out_err(test, w, gptq.dequantize()) < 0.8 * out_err(test, w, rtn.dequantize())
+    got = ref = 0.0
+    for _ in range(draws):
+        w = (0.05 * rng.standard_normal((n, k))).astype(np.float32)
+        rtn = quantize_w4(w, g, method=method)
+        gptq = quantize_w4(w, g, method=method, hessian=hess)
+        assert gptq.q.dtype == np.int8 and gptq.q.min() >= -8 and gptq.q.max() <= 7
+        got += out_err(test, w, gptq.dequantize())
+        ref += out_err(test, w, rtn.dequantize())
+    assert got < 0.8 * ref
 
 
 def test_gptq_with_uncorrelated_inputs_is_round_to_nearest(rng):

@@ -675,25 +675,15 @@ def linear_w4_layers(prog: Program) -> List[tuple]:
             if op.type in ("linear_w4a32", "linear_w4a8")]
 
 
-def _layer_choice(layers: Dict[str, str], name: str) -> Optional[str]:
-    """layers' entry for a linear named name here, which later fusions may extend ("MatMul_0"
-    becomes "MatMul_0+Relu_1" when its activation is fused): the keys are final names."""
-    if name in layers:
-        return layers[name]
-    for key, p in layers.items():
-        if key.startswith(name + "+"):
-            return p
-    return None
-
-
-def _hessian_for(hessians: Dict[str, np.ndarray], name: str) -> Optional[np.ndarray]:
-    """The Hessian collected for a linear named name at import (fusions extend names:
-    "MatMul_0" becomes "MatMul_0+Add_1")."""
-    if name in hessians:
-        return hessians[name]
-    for key, h in hessians.items():
-        if name.startswith(key + "+"):
-            return h
+def _for_layer(by_name: Dict[str, object], name: str):
+    """by_name's entry for a linear named name here. Fusions extend names ("MatMul_0" becomes
+    "MatMul_0+Add_1", then "MatMul_0+Add_1+Relu_2"), so a key may be the name as imported
+    (a prefix of name) or as in the final plan (name is its prefix): both find the layer."""
+    if name in by_name:
+        return by_name[name]
+    for key, value in by_name.items():
+        if key.startswith(name + "+") or name.startswith(key + "+"):
+            return value
     return None
 
 
@@ -719,7 +709,7 @@ def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size
     for i, op in enumerate(prog.ops):
         if op.type != "linear":
             continue
-        chosen = _layer_choice(layers, op.name) if layers else None
+        chosen = _for_layer(layers, op.name) if layers else None
         if chosen is not None:  # "fp32", or a w4 scheme with its own group/method
             scheme, group_size_op, method_op = parse_full(chosen)
         else:
@@ -735,7 +725,7 @@ def select_linear_w4(prog: Program, int8_activations: Optional[bool], group_size
         if n == 0 or k == 0 or k % 32 or k > W4_MAX_K:
             continue
         g = max(s for s in GROUP_SIZES if s <= group_size_op and k % s == 0)
-        h = _hessian_for(hessians, op.name) if hessians else None
+        h = _for_layer(hessians, op.name) if hessians else None
         key = hashlib.sha256(b"w4 %d %d %d %s|" % (g, int(packed), n, method_op.encode())
                              + np.ascontiguousarray(w.const).tobytes()
                              + (b"|gptq" + np.ascontiguousarray(h, np.float64).tobytes() if h is not None else b"")
