@@ -800,7 +800,10 @@ class Dispatch:
     urgent: bool
     heard: float                # the event reached the router (or the caller's stamp)
     parsed: float
-    audio_end_s: float = 0.0    # end of the event's audio in the stream
+    # stream time (s) of the event's end: for a partial, the position the stream had reached
+    # when it fired; for a final, the VAD segment's end (speech end + the endpointer's padding),
+    # which the final follows by the end-of-speech silence
+    audio_end_s: float = 0.0
     sent: Optional[float] = None
     acked: Optional[float] = None
     ack: Any = None
