@@ -1,5 +1,5 @@
 /* test_plan_conv.c — the conv-family plan ops (op_conv.c) against naive double-precision
- * references: conv, pool, global_pool, channel_affine, instancenorm, pad.
+ * references: conv, rdft, pool, global_pool, channel_affine, instancenorm, pad.
  *
  * Ops are called the way the plan runtime calls them: views and nrv_op_args built by hand,
  * nrv_plan_op_find(type)->run(&args). Inputs are allocated to their exact size and the
@@ -9,6 +9,7 @@
  * the output was left untouched (filled with a sentinel beforehand).
  */
 #include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1008,6 +1009,121 @@ static void test_pad(void) {
     free(y.base);
 }
 
+/* ------------------------------------------------------------------ rdft */
+
+#define RDFT_PI 3.14159265358979323846
+
+/* The twiddle table of op rdft as the compiler writes it (passes.py rdft_table), in double. */
+static float *rdft_table_new(int64_t n) {
+    const int64_t m = n / 2;
+    float *t = xmalloc((size_t)nrv_rdft_table_floats(n) * sizeof(float));
+    memset(t, 0, (size_t)nrv_rdft_table_floats(n) * sizeof(float));
+    for (int64_t h = 1; h < m; h *= 2)
+        for (int64_t j = 0; j < h; j++) {
+            t[h - 1 + j] = (float)cos(-RDFT_PI * (double)j / (double)h);
+            t[m + h - 1 + j] = (float)sin(-RDFT_PI * (double)j / (double)h);
+        }
+    for (int64_t k = 0; k < m; k++) {
+        t[2 * m + k] = (float)cos(2 * RDFT_PI * (double)k / (double)n);
+        t[3 * m + k] = (float)sin(2 * RDFT_PI * (double)k / (double)n);
+    }
+    return t;
+}
+
+/* One case against the DFT in double: batch b, signal length len, window n, stride, pads,
+ * bins, im_sign. Exact input and scratch sizes, canaries around y. */
+static void rdft_case(int64_t b, int64_t len, int64_t n, int64_t stride, int64_t pb, int64_t pe, int64_t bins,
+                      int64_t sign) {
+    const int64_t frames = (len + pb + pe - n) / stride + 1;
+    const int64_t xd[3] = {b, 1, len}, wd[1] = {n}, td[1] = {nrv_rdft_table_floats(n)}, yd[3] = {b, 2 * bins, frames};
+    float *x = rand_floats(b * len, -1, 1), *win = rand_floats(n, 0, 1), *table = rdft_table_new(n);
+    const size_t sb = (size_t)nrv_rdft_work_bytes(n);
+    void *scratch = aligned_alloc(16, (sb + 15) / 16 * 16);
+    obuf y = obuf_new(b * 2 * bins * frames);
+    nrv_tview xv = tv(x, NRV_F32, 3, xd), wv = tv(win, NRV_F32, 1, wd), tw = tv(table, NRV_F32, 1, td);
+    nrv_tview yv = tv(y.p, NRV_F32, 3, yd);
+    const nrv_tview *ins[3] = {&xv, &wv, &tw};
+    const int64_t ia[5] = {stride, pb, pe, bins, sign};
+    NRV_EXPECT_STATUS(run_op("rdft", ins, 3, &yv, ia, 5, NULL, 0, scratch, sb), NRV_OK);
+    double worst = 0.0, scale = 0.0;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t f = 0; f < frames; f++)
+            for (int64_t k = 0; k < bins; k++) {
+                double re = 0.0, im = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    const int64_t i = f * stride - pb + j;
+                    if (i < 0 || i >= len) continue;
+                    const double a = (double)x[bi * len + i] * (double)win[j];
+                    re += a * cos(2 * RDFT_PI * (double)(j * k % n) / (double)n);
+                    im -= a * sin(2 * RDFT_PI * (double)(j * k % n) / (double)n);
+                }
+                const float *yb = y.p + bi * 2 * bins * frames;
+                const double e1 = fabs(re - yb[k * frames + f]), e2 = fabs((double)sign * im - yb[(bins + k) * frames + f]);
+                worst = fmax(worst, fmax(e1, e2));
+                scale = fmax(scale, fmax(fabs(re), fabs(im)));
+            }
+    /* fp32 FFT: error grows like log2(n)·eps·|X|max */
+    NRV_EXPECT(worst <= 2e-6 * (scale + 1.0), "rdft b=%lld len=%lld n=%lld stride=%lld pads=%lld,%lld bins=%lld sign=%lld: "
+               "max error %.3g (scale %.3g)", (long long)b, (long long)len, (long long)n, (long long)stride,
+               (long long)pb, (long long)pe, (long long)bins, (long long)sign, worst, scale);
+    NRV_EXPECT(obuf_guards_ok(&y), "rdft n=%lld wrote past y", (long long)n);
+    free(x), free(win), free(table), free(scratch), free(y.base);
+}
+
+static void test_rdft(void) {
+    /* silero VAD's STFT (4 frames of 256, stride 128), then awkward shapes: frame counts not
+     * a multiple of the 4 lanes, pads past both ends, partial bin ranges, n from 4 up */
+    rdft_case(1, 640, 256, 128, 0, 0, 129, 1);
+    rdft_case(2, 320, 128, 64, 0, 0, 65, 1);
+    rdft_case(1, 1000, 512, 160, 256, 256, 257, -1);
+    rdft_case(3, 7, 4, 1, 2, 1, 3, 1);
+    rdft_case(1, 13, 8, 3, 0, 5, 5, -1);
+    rdft_case(2, 97, 16, 7, 9, 0, 2, 1);
+    rdft_case(1, 300, 64, 17, 31, 63, 33, 1);
+    rdft_case(1, 2048, 2048, 1, 0, 0, 1025, 1);
+    for (int i = 0; i < 20; i++) {
+        const int64_t n = (int64_t)4 << rand_int(0, 7), stride = rand_int(1, n), pb = rand_int(0, n), pe = rand_int(0, n);
+        const int64_t len = rand_int(n > pb + pe ? n - pb - pe : 1, 3 * n);
+        rdft_case(rand_int(1, 2), len, n, stride, pb, pe, rand_int(1, n / 2 + 1), rand_int(0, 1) ? 1 : -1);
+    }
+
+    /* bad attributes, shapes and scratch: a clear status, y untouched */
+    const int64_t n = 16, len = 40, bins = 9, frames = (len - n) / 8 + 1;
+    const int64_t xd[3] = {1, 1, len}, wd[1] = {n}, td[1] = {nrv_rdft_table_floats(n)}, yd[3] = {1, 2 * bins, frames};
+    float *x = rand_floats(len, -1, 1), *win = rand_floats(n, 0, 1), *table = rdft_table_new(n);
+    const size_t sb = (size_t)nrv_rdft_work_bytes(n);
+    void *scratch = aligned_alloc(16, (sb + 15) / 16 * 16);
+    obuf y = obuf_new(2 * bins * frames);
+#define RDFT_ERR(want, ...)                                                                              \
+    do {                                                                                                 \
+        int64_t xdd[3] = {xd[0], xd[1], xd[2]}, wdd[1] = {wd[0]}, tdd[1] = {td[0]}, ydd[3] = {yd[0], yd[1], yd[2]}; \
+        int64_t ia[5] = {8, 0, 0, bins, 1};                                                              \
+        size_t sbytes = sb;                                                                              \
+        void *scr = scratch;                                                                             \
+        __VA_ARGS__;                                                                                     \
+        nrv_tview xv = tv(x, NRV_F32, 3, xdd), wv = tv(win, NRV_F32, 1, wdd), tw = tv(table, NRV_F32, 1, tdd); \
+        nrv_tview yv = tv(y.p, NRV_F32, 3, ydd);                                                         \
+        const nrv_tview *ins[3] = {&xv, &wv, &tw};                                                       \
+        NRV_EXPECT_STATUS(run_op("rdft", ins, 3, &yv, ia, 5, NULL, 0, scr, sbytes), want);               \
+        NRV_EXPECT(obuf_untouched(&y), "rdft error case wrote y");                                       \
+    } while (0)
+    RDFT_ERR(NRV_ERR_SHAPE, wdd[0] = 12);                   /* not a power of two */
+    RDFT_ERR(NRV_ERR_SHAPE, tdd[0] = 31);                   /* table size */
+    RDFT_ERR(NRV_ERR_INVALID_ARG, ia[3] = n / 2 + 2);       /* too many bins */
+    RDFT_ERR(NRV_ERR_INVALID_ARG, ia[3] = 0);
+    RDFT_ERR(NRV_ERR_INVALID_ARG, ia[4] = 0);               /* im_sign */
+    RDFT_ERR(NRV_ERR_INVALID_ARG, ia[0] = 0);               /* stride */
+    RDFT_ERR(NRV_ERR_INVALID_ARG, ia[1] = -1);              /* pad */
+    RDFT_ERR(NRV_ERR_INVALID_ARG, sbytes = sb - 1);         /* scratch too small */
+    RDFT_ERR(NRV_ERR_INVALID_ARG, scr = (char *)scratch + 4); /* scratch misaligned */
+    RDFT_ERR(NRV_ERR_SHAPE, ydd[2] = frames + 1);           /* output frames */
+    RDFT_ERR(NRV_ERR_SHAPE, ydd[1] = 2 * bins - 1);         /* output channels */
+    RDFT_ERR(NRV_ERR_SHAPE, xdd[1] = 2);                    /* two input channels */
+    RDFT_ERR(NRV_ERR_SHAPE, xdd[2] = n - 1);                /* input shorter than the window */
+#undef RDFT_ERR
+    free(x), free(win), free(table), free(scratch), free(y.base);
+}
+
 int main(void) {
     NRV_EXPECT(nrv_plan_op_find("conv") && nrv_plan_op_find("pool") && nrv_plan_op_find("global_pool") &&
                    nrv_plan_op_find("channel_affine") && nrv_plan_op_find("instancenorm") && nrv_plan_op_find("pad"),
@@ -1017,6 +1133,7 @@ int main(void) {
                "conv kernel_op is not gemm");
     test_conv();
     test_conv_errors();
+    test_rdft();
     test_pool();
     test_global_pool();
     test_channel_affine();

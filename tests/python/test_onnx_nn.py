@@ -392,3 +392,70 @@ def test_batchnorm_training_mode_fails(tmp_path, rng):
                           name="bn1")
     m = _model([bn], [("x", (1, 3, 5))], ["y"], inits=_bn_params(rng, 3))
     _expect_model_error(tmp_path, m, "bn1", "training_mode")
+
+
+# ---------------------------------------------------------------- DFT-basis conv -> rdft
+
+def _dft_basis(n, bins, sign, window):
+    """A conv weight [2 * bins, 1, n] holding [window·cos; sign·window·sin] in float32, the
+    way exported STFT front ends (silero VAD) store their transform."""
+    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(n)) / n
+    return np.concatenate([window * np.cos(angle), sign * window * np.sin(angle)])[:, None, :].astype(np.float32)
+
+
+def _stft_conv_model(w, stride, pads, bias=None):
+    inits = [("w", w)] + ([("b", bias)] if bias is not None else [])
+    conv = helper.make_node("Conv", ["x", "w"] + (["b"] if bias is not None else []), ["y"], strides=[stride],
+                            pads=list(pads))
+    return _model([conv], [("x", ["batch", 1, "len"])], ["y"], inits)
+
+
+@pytest.mark.parametrize("n, bins, sign, stride, pads, batch, length", [
+    (256, 129, -1, 128, (0, 0), 1, 640),   # silero VAD's STFT
+    (64, 33, 1, 16, (32, 32), 2, 301),
+    (512, 200, -1, 160, (0, 511), 1, 1000),
+    (8, 5, 1, 3, (2, 0), 3, 23),
+    (4, 3, -1, 1, (0, 0), 1, 4),
+])
+def test_dft_basis_conv_runs_as_an_fft(tmp_path, rng, n, bins, sign, stride, pads, batch, length):
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / n)) * rng.uniform(0.5, 1.0, n)  # any window
+    model = _stft_conv_model(_dft_basis(n, bins, sign, window), stride, pads)
+    x = _rand(rng, batch, 1, length)
+    sess = check(tmp_path, model, {"x": x}, dims={"batch": batch, "len": length}, rtol=1e-4, atol=2e-5 * np.sqrt(n))
+    assert [op["type"] for op in sess.ops()] == ["rdft"]
+    # against float64 too: the FFT is no less exact than the conv it replaces
+    frames = (length + sum(pads) - n) // stride + 1
+    xp = np.pad(x[:, 0].astype(np.float64), ((0, 0), pads))
+    seg = np.stack([xp[:, f * stride:f * stride + n] for f in range(frames)], axis=1) * window  # [B, F, n]
+    spec = np.fft.rfft(seg, axis=-1)[..., :bins]
+    want = np.concatenate([spec.real, -sign * spec.imag], axis=-1).transpose(0, 2, 1)
+    got = sess.run({"x": x})["y"]
+    assert np.abs(got - want).max() <= 1e-6 * np.sqrt(n) * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("case", ["perturbed", "odd_width", "bias", "two_channels", "dilated", "too_many_bins"])
+def test_conv_that_is_not_a_dft_stays_a_conv(tmp_path, rng, case):
+    n, bins = 32, 17
+    window = np.hanning(n)
+    w = _dft_basis(n, bins, -1, window)
+    bias, stride, x_ch, dil = None, 8, 1, 1
+    if case == "perturbed":
+        w[5, 0, 7] += 1e-3
+    elif case == "odd_width":
+        n = 30
+        w = _dft_basis(n, 16, -1, np.hanning(n))
+    elif case == "bias":
+        bias = _rand(rng, 2 * bins)
+    elif case == "two_channels":
+        w = np.concatenate([w, w], axis=1)
+        x_ch = 2
+    elif case == "dilated":
+        dil = 2
+    elif case == "too_many_bins":
+        w = _dft_basis(n, n // 2 + 2, -1, window)
+    inits = [("w", w)] + ([("b", bias)] if bias is not None else [])
+    conv = helper.make_node("Conv", ["x", "w"] + (["b"] if bias is not None else []), ["y"], strides=[stride],
+                            dilations=[dil])
+    model = _model([conv], [("x", [1, x_ch, 97])], ["y"], inits)
+    sess = check(tmp_path, model, {"x": _rand(rng, 1, x_ch, 97)})
+    assert [op["type"] for op in sess.ops()] == ["conv"]

@@ -305,6 +305,19 @@ void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t
 /* Quantises row x (n floats) to int8 as linear_w8a8 does; returns sx. */
 float nrv_w8a8_quantise_row_ref(const float *x, int64_t n, int8_t *xq);
 
+/* Windowed real DFT of strided frames (kernels/fft.c; one portable loop, no variants):
+ * for frame f < frames, a[j] = x[f·stride - pad_begin + j]·window[j] for j < n (0 where the
+ * index leaves [0, len)), and for bin k < bins, X[k] = Σ_j a[j]·e^{-2πijk/n}:
+ * y_re[k·ldy + f] = Re X[k], y_im[k·ldy + f] = im_sign·Im X[k]. n is a power of two in
+ * [4, NRV_RDFT_MAX_N], bins <= n/2 + 1; table holds nrv_rdft_table_floats(n) twiddles as
+ * kernels/fft.c lays them out; work is nrv_rdft_work_bytes(n) bytes, 16-byte aligned. */
+#define NRV_RDFT_MAX_N 4096
+static inline int64_t nrv_rdft_table_floats(int64_t n) { return 2 * n; }
+static inline int64_t nrv_rdft_work_bytes(int64_t n) { return 18 * n; }
+void nrv_rdft_frames_ref(const float *x, int64_t len, int64_t stride, int64_t pad_begin, int64_t frames, int64_t n,
+                         const float *window, const float *table, int64_t bins, float im_sign, float *y_re,
+                         float *y_im, int64_t ldy, void *work);
+
 /* IEEE half -> float conversion shared by the reference kernels (exact, handles
  * subnormals, inf and NaN). */
 float nrv_half_to_float(uint16_t h);

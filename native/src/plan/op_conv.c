@@ -1,5 +1,5 @@
 /* op_conv.c — plan ops of the conv family (see plan_ops.h for the contract):
- *   conv, pool, global_pool, channel_affine, instancenorm, pad.
+ *   conv, conv_w8a8, rdft, pool, global_pool, channel_affine, instancenorm, pad.
  *
  * Spatial ops accept one or two spatial axes. A 1-D problem is run as a 2-D one whose
  * height is 1 (kernel 1, stride 1, dilation 1, no padding along it), so every loop below
@@ -1003,9 +1003,67 @@ static nrv_status conv_w8a8_run(const nrv_op_args *a) {
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, y->numel);
 }
 
+/* ---- rdft: a windowed real DFT of strided frames — what a 1-D conv computes when its
+ * weight is a DFT basis (the compiler's select_rdft proves that and swaps this in; the FFT
+ * and its table are in kernels/fft.c).
+ *   in[0]  x      f32 [B, 1, L]
+ *   in[1]  window f32 [N], N a power of two in [4, NRV_RDFT_MAX_N]
+ *   in[2]  table  f32 [nrv_rdft_table_floats(N)] twiddles (kernels/fft.c)
+ *   out[0] y      f32 [B, 2K, F], F = (L + pad_begin + pad_end - N) / stride + 1: channel k < K
+ *                 the real part of bin k of each frame, channel K + k its imaginary part
+ *                 times im_sign
+ *   iattr (5): [stride >= 1, pad_begin >= 0, pad_end >= 0, K in [1, N/2 + 1], im_sign ±1]
+ *   scratch: nrv_rdft_work_bytes(N) bytes (18·N), 16-byte aligned
+ * Not in place. */
+static nrv_status rdft_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 5, -1));
+    for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_require_input(a, i));
+    const nrv_tview *x = a->in[0], *win = a->in[1], *table = a->in[2];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, win, "window", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, table, "twiddle table", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    const int64_t stride = a->iattr[0], pb = a->iattr[1], pe = a->iattr[2], bins = a->iattr[3], sign = a->iattr[4];
+    NRV_TRY(check_attr(a, "stride", 0, stride, 1));
+    NRV_TRY(check_attr(a, "pad_begin", 0, pb, 0));
+    NRV_TRY(check_attr(a, "pad_end", 0, pe, 0));
+    if (sign != 1 && sign != -1) return op_fail(a, NRV_ERR_INVALID_ARG, "im_sign %lld, expected 1 or -1", (long long)sign);
+    if (win->rank != 1) return op_fail(a, NRV_ERR_SHAPE, "window has rank %d, expected 1", (int)win->rank);
+    const int64_t n = win->dims[0];
+    if (n < 4 || n > NRV_RDFT_MAX_N || (n & (n - 1)) != 0)
+        return op_fail(a, NRV_ERR_SHAPE, "window length %lld: a power of two in [4, %d] expected", (long long)n,
+                       NRV_RDFT_MAX_N);
+    if (table->rank != 1 || table->dims[0] != nrv_rdft_table_floats(n))
+        return op_fail(a, NRV_ERR_SHAPE, "twiddle table has %lld elements, expected %lld", (long long)table->numel,
+                       (long long)nrv_rdft_table_floats(n));
+    if (bins < 1 || bins > n / 2 + 1)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld bins, expected 1..%lld", (long long)bins, (long long)(n / 2 + 1));
+    if (x->rank != 3 || x->dims[1] != 1)
+        return op_fail(a, NRV_ERR_SHAPE, "input must be [B, 1, L] (rank %d)", (int)x->rank);
+    const int64_t frames = conv_out_extent(x->dims[2], n, stride, 1, pb, pe);
+    if (frames < 0)
+        return op_fail(a, NRV_ERR_SHAPE, "window %lld exceeds the padded input %lld+%lld+%lld", (long long)n,
+                       (long long)x->dims[2], (long long)pb, (long long)pe);
+    if (y->rank != 3 || y->dims[0] != x->dims[0] || y->dims[1] != 2 * bins || y->dims[2] != frames)
+        return op_fail(a, NRV_ERR_SHAPE, "output must be [%lld, %lld, %lld]", (long long)x->dims[0],
+                       (long long)(2 * bins), (long long)frames);
+    if (a->scratch_bytes < (size_t)nrv_rdft_work_bytes(n) || ((uintptr_t)a->scratch & 15) != 0)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %lld, 16-byte aligned", a->scratch_bytes,
+                       (long long)nrv_rdft_work_bytes(n));
+    const int64_t len = x->dims[2];
+    for (int64_t b = 0; b < x->dims[0]; b++) {
+        float *yb = (float *)y->data + b * 2 * bins * frames;
+        nrv_rdft_frames_ref((const float *)x->data + b * len, len, stride, pb, frames, n, win->data, table->data, bins,
+                            (float)sign, yb, yb + bins * frames, frames, a->scratch);
+    }
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_conv[] = {
     {"conv", conv_run, "gemm"},
     {"conv_w8a8", conv_w8a8_run, "linear_w8a8"},
+    {"rdft", rdft_run, NULL},
     {"pool", pool_run, NULL},
     {"global_pool", global_pool_run, NULL},
     {"channel_affine", channel_affine_run, NULL},

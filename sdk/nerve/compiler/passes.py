@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -663,6 +663,83 @@ def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Op
     return changed
 
 
+RDFT_MAX_N = 4096  # kernels.h NRV_RDFT_MAX_N
+RDFT_WORK_BYTES_PER_N = 18  # kernels.h nrv_rdft_work_bytes
+RDFT_BASIS_TOL = 1e-6  # |weight - window·cos/sin basis| allowed, relative to max |weight|: fp32 rounding
+
+
+def rdft_basis(w: np.ndarray) -> Optional[Tuple[np.ndarray, int]]:
+    """(window, im_sign) when a 1-D conv weight w [2K, 1, N] is a windowed DFT basis — rows
+    k < K equal window·cos(2πkn/N) and rows K + k equal im_sign·window·sin(2πkn/N), to fp32
+    rounding (RDFT_BASIS_TOL) — with N a power of two and K <= N/2 + 1; else None. The window
+    is row 0 (cos 0 = 1) as stored."""
+    if w.ndim != 3 or w.shape[1] != 1 or w.shape[0] % 2 or w.dtype != np.float32:
+        return None
+    m2, _, n = w.shape
+    k_bins = m2 // 2
+    if n < 4 or n > RDFT_MAX_N or n & (n - 1) or k_bins > n // 2 + 1 or not np.all(np.isfinite(w)):
+        return None
+    basis = w[:, 0, :].astype(np.float64)
+    tol = RDFT_BASIS_TOL * max(float(np.abs(basis).max()), 1e-30)
+    window = basis[0]
+    angle = 2.0 * np.pi * np.outer(np.arange(k_bins), np.arange(n)) / n
+    if np.abs(basis[:k_bins] - window * np.cos(angle)).max() > tol:
+        return None
+    sin = window * np.sin(angle)
+    for sign in (-1, 1):
+        if np.abs(basis[k_bins:] - sign * sin).max() <= tol:
+            return np.ascontiguousarray(w[0, 0, :]), sign
+    return None
+
+
+def rdft_table(n: int) -> np.ndarray:
+    """The twiddle table of op rdft (kernels/fft.c): per FFT stage h = 1, 2, .. N/4 the h
+    factors e^{-iπj/h} (real parts, then imaginary parts, N/2 entries each, stage h from
+    entry h - 1), then cos and sin of 2πk/N for k < N/2."""
+    m = n // 2
+    st = np.zeros(m, np.complex128)
+    h = 1
+    while h < m:
+        st[h - 1:2 * h - 1] = np.exp(-1j * np.pi * np.arange(h) / h)
+        h *= 2
+    k = 2.0 * np.pi * np.arange(m) / n
+    return np.concatenate([st.real, st.imag, np.cos(k), np.sin(k)]).astype(np.float32)
+
+
+def select_rdft(prog: Program) -> bool:
+    """A 1-D conv (one input channel, group 1, dilation 1, no bias or a zero one, no fused
+    activation) whose static weight is a windowed DFT basis (rdft_basis) -> op rdft: the same
+    frames through an FFT (kernels/fft.c) instead of N x 2K multiply-adds. Exported audio
+    models carry their STFT this way (silero VAD: 258 x 256, ~8 µs of its ~35 µs per chunk as
+    a conv here)."""
+    changed = False
+    tables: Dict[int, Value] = {}
+    for i, op in enumerate(prog.ops):
+        if op.type != "conv" or op.iattr[0] != 1 or op.iattr[1] != 1 or op.iattr[2] != 0:
+            continue
+        x, w = op.inputs[0], op.inputs[1]
+        bias = op.inputs[2] if len(op.inputs) > 2 else None
+        if w is None or w.const is None or x.rank != 3 or op.iattr[4] != 1:
+            continue
+        if bias is not None and (bias.const is None or np.any(bias.const != 0)):
+            continue
+        found = rdft_basis(w.const)
+        if found is None:
+            continue
+        window, sign = found
+        n = int(window.size)
+        # the conv's channel K + k is sign·Σ a·sin = -sign·Im X[k] (X[k] = Σ a·e^{-2πijk/n})
+        if n not in tables:
+            tables[n] = Value(f"rdft_table_{n}", np.float32, (2 * n,), const=rdft_table(n))
+        win = Value(w.name + ".window", np.float32, (n,), const=window)
+        new = Op("rdft", [x, win, tables[n]], op.outputs,
+                 iattr=[int(op.iattr[3]), int(op.iattr[5]), int(op.iattr[6]), int(w.shape[0]) // 2, -sign],
+                 scratch=Value(op.name + ".rdft.scratch", np.uint8, (RDFT_WORK_BYTES_PER_N * n,)), name=op.name)
+        _swap_op(prog, i, new)
+        changed = True
+    return changed
+
+
 W4_MAX_K = 16384  # nerve.h NRV_W4_MAX_IN
 W4_DIRECT_MAX_ROWS = 16  # native/src/plan/op_linalg.c: w4a32 on more rows takes the tiled path
 W4_TILE_OUT = 64
@@ -814,6 +891,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_layernorm(prog)
     fuse_gelu(prog)
     fuse_bias(prog)
+    select_rdft(prog)
     if scheme in ("w4a32", "w4a8") or layers:
         select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
                          group_size=group, method=method, layers=layers, hessians=hessians)
