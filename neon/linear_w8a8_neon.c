@@ -15,6 +15,8 @@
 #include <arm_neon.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "kernels.h"
 
 #define W8A8_MR 2
@@ -22,35 +24,15 @@
 
 /* Quantises row x (n floats) into xq (kp int8, pad 0); returns sx, sets *rsum (when want_sum). */
 static float quantise_row(const float *x, int64_t n, int64_t kp, int8_t *xq, int want_sum, float *rsum) {
-    float32x4_t m = vdupq_n_f32(0.0f), l0 = m, l1 = m, l2 = m, l3 = m;
+    float32x4_t m = vdupq_n_f32(0.0f);
     int64_t p = 0;
     for (; p + 16 <= n; p += 16) {
         const float32x4_t a = vld1q_f32(x + p), b = vld1q_f32(x + p + 4), c = vld1q_f32(x + p + 8),
                           d = vld1q_f32(x + p + 12);
         m = vmaxq_f32(m, vmaxq_f32(vmaxq_f32(vabsq_f32(a), vabsq_f32(b)), vmaxq_f32(vabsq_f32(c), vabsq_f32(d))));
-        l0 = vaddq_f32(l0, a);
-        l1 = vaddq_f32(l1, b);
-        l2 = vaddq_f32(l2, c);
-        l3 = vaddq_f32(l3, d);
     }
-    if (p < n) { /* the tail into the same lanes (k mod 16); the zeros added change nothing */
-        float t[16] = {0};
-        memcpy(t, x + p, (size_t)(n - p) * sizeof(float));
-        const float32x4_t a = vld1q_f32(t), b = vld1q_f32(t + 4), c = vld1q_f32(t + 8), d = vld1q_f32(t + 12);
-        m = vmaxq_f32(m, vmaxq_f32(vmaxq_f32(vabsq_f32(a), vabsq_f32(b)), vmaxq_f32(vabsq_f32(c), vabsq_f32(d))));
-        l0 = vaddq_f32(l0, a);
-        l1 = vaddq_f32(l1, b);
-        l2 = vaddq_f32(l2, c);
-        l3 = vaddq_f32(l3, d);
-    }
+    for (; p < n; p++) m = vmaxq_f32(m, vdupq_n_f32(fabsf(x[p])));
     const float amax = vmaxvq_f32(m);
-    if (want_sum) { /* j += j+8, j += j+4, j += j+2, 0 + 1 */
-        const float32x4_t c = vaddq_f32(vaddq_f32(l0, l2), vaddq_f32(l1, l3));
-        const float32x2_t d = vadd_f32(vget_low_f32(c), vget_high_f32(c));
-        *rsum = vget_lane_f32(d, 0) + vget_lane_f32(d, 1);
-    } else {
-        *rsum = 0.0f;
-    }
     float inv, sx;
     nrv_w8a8_row_scale(amax, &inv, &sx);
     const float32x4_t vinv = vdupq_n_f32(inv), hi = vdupq_n_f32(127.0f), lo = vdupq_n_f32(-127.0f);
@@ -70,6 +52,12 @@ static float quantise_row(const float *x, int64_t n, int64_t kp, int8_t *xq, int
             const int32_t lo4 = vget_lane_s32(vreinterpret_s32_s8(q), 0);
             memcpy(xq + p, &lo4, 4);
         }
+    }
+    *rsum = 0.0f;
+    if (want_sum) { /* sx·Σ xq, as the reference */
+        int32_t isum = 0;
+        for (p = 0; p < n; p++) isum += xq[p];
+        *rsum = sx * (float)isum;
     }
     return sx;
 }

@@ -139,7 +139,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     if precision_scheme.calibrated(precision) and not hessians:
         raise InputError(f"precision {precision!r} asks for GPTQ weights: give hessians= (calibration statistics "
                          "from nerve.quant.LinearTaps, or nerve.asr.calibrate for speech models)")
-    from .compiler import compile_onnx  # the compiler imports onnx: only when compiling
+    from .compiler import compile_onnx, passes  # the compiler imports onnx: only when compiling
 
     path = Path(model)
     try:
@@ -149,7 +149,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     options = {"dims": dict(dims or {}), "state": dict(state or {}), "fuse": bool(fuse), "precision": precision,
                "w8": os.environ.get("NERVE_W8", "1").strip() != "0",  # passes.select_linear_w8
                "w8a8": os.environ.get("NERVE_W8A8", "0").strip() == "1",  # passes.select_linear_w8a8
-               "w8a8_conv": os.environ.get("NERVE_W8A8_CONV", "0").strip() == "1"}
+               "w8a8_conv": passes.w8a8_convs_mode()}
     if constants:
         options["constants"] = {k: np.asarray(v) for k, v in constants.items()}
     if outputs is not None:

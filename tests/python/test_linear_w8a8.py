@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
+from onnx import numpy_helper
 
 import nerve
 from helpers import dequant_nodes, make_model, op_types, ort_run, quant, w8_matmul_model
@@ -64,10 +65,12 @@ def w8a8_ref(x, inits, relu=True):
     x2 = x.reshape(-1, k)
     xq, sx = quantise_rows(x2)
     acc = xq @ q  # exact
-    y = s * sx[:, None].astype(np.float64) * acc + z * x2.astype(np.float64).sum(axis=1, keepdims=True)
+    sx64 = sx[:, None].astype(np.float64)
+    # the zero-point term sees the quantised row too (sx·Σ xq): y is x̂·Wᵀ exactly
+    y = s * sx64 * acc + z * sx64 * xq.sum(axis=1, keepdims=True)
     if "b" in inits:
         y = y + inits["b"]
-    bound = np.abs(s) * (sx[:, None] / 2.0) * np.abs(q).sum(axis=0)  # [R, N]
+    bound = (sx64 / 2.0) * np.abs(s * q + z).sum(axis=0)  # |x - x̂| <= sx/2 per element: [R, N]
     if relu:
         y = np.maximum(y, 0.0)
     shape = x.shape[:-1] + (q.shape[1],)
@@ -102,6 +105,29 @@ def test_many_rows_compile_to_linear_w8a8(tmp_path, rng, k, n, per_output):
                    for t in tensors if n * k > 1)
     for rows in (40, 17, 1):
         check(sess, m, inits, rng.standard_normal((1, rows, k)).astype(F32))
+
+
+def test_zero_point_sees_the_quantised_row(tmp_path, rng):
+    """A weight whose zero point dwarfs its scale (Moonshine base's conv3 ships z = -1.37 with
+    s = 0.021, so z·Σx is ~30x the output): the result must stay within the activations'
+    rounding of the exact product. With the float row sum in the zero-point term (the
+    kernels before) the two terms' errors did not cancel: 5x the error here, and cosine 0.38
+    on the conv's real input."""
+    k, n = 832, 96
+    m, inits = w8_matmul_model(rng, k, n, relu=False)
+    # asymmetric int8 as an exporter writes it: codes centred on -z/s = 65, W = s·q + z ~ 0
+    inits["q"] = np.clip(np.rint(rng.standard_normal((k, n)) * 15) + 65, -128, 127).astype(np.int8)
+    inits["s"][...], inits["z"][...] = 0.021, -1.37
+    for init in m.graph.initializer:
+        if init.name in ("q", "s", "z"):
+            init.CopyFrom(numpy_helper.from_array(inits[init.name], init.name))
+    x = np.maximum(rng.standard_normal((64, k)), 0).astype(F32) * rng.uniform(0.5, 30, k).astype(F32)  # GELU-like
+    sess = session(tmp_path, m, {"batch": 1, "seq": 64})
+    assert "linear_w8a8" in op_types(sess)
+    got = check(sess, m, inits, x[None], relu=False)
+    exact = ort_run(m, {"x": x[None]})["y"].astype(np.float64)
+    rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert rel < 0.02, rel  # ~0.009; the float row sum gave ~0.045 on these inputs
 
 
 def test_zero_rows_and_no_bias(tmp_path, rng):
@@ -189,9 +215,21 @@ def test_int8_conv_compiles_to_conv_w8a8(tmp_path, rng, monkeypatch, c, m, kw, s
     assert g @ e / (np.linalg.norm(g) * np.linalg.norm(e)) >= 0.999
 
 
-def test_int8_convs_stay_fp32_by_default(tmp_path, rng):
+def test_which_convs_take_int8_activations(tmp_path, rng, monkeypatch):
+    """Default: neither a conv whose weight the model stores as int8 nor one with fp32
+    weights; NERVE_W8A8_CONV=stored the first, =1 both (at "int8"; fp32 precision never)."""
     q = rng.integers(-128, 128, (8, 4, 3)).astype(np.int8)
-    nodes = dequant_nodes() + [h.make_node("Conv", ["x", "W"], ["y"])]
-    model = make_model(nodes, [("x", T.FLOAT, [1, 4, "t"])], [("y", T.FLOAT)],
-                       {"q": q, "s": np.array([0.01], F32), "z": np.array([0.0], F32)})
-    assert op_types(session(tmp_path, model, {"t": 50})) == ["conv"]
+    stored = make_model(dequant_nodes() + [h.make_node("Conv", ["x", "W"], ["y"])], [("x", T.FLOAT, [1, 4, "t"])],
+                        [("y", T.FLOAT)], {"q": q, "s": np.array([0.01], F32), "z": np.array([0.0], F32)})
+    plain = make_model([h.make_node("Conv", ["x", "w"], ["y"])], [("x", T.FLOAT, [1, 4, "t"])], [("y", T.FLOAT)],
+                       {"w": rng.standard_normal((8, 4, 3)).astype(F32)})
+    monkeypatch.delenv("NERVE_W8A8", raising=False)
+    for env, want_stored, want_plain in ((None, "conv", "conv"), ("stored", "conv_w8a8", "conv"),
+                                         ("1", "conv_w8a8", "conv_w8a8")):
+        if env is None:
+            monkeypatch.delenv("NERVE_W8A8_CONV", raising=False)
+        else:
+            monkeypatch.setenv("NERVE_W8A8_CONV", env)
+        assert op_types(session(tmp_path, stored, {"t": 50}, precision="int8")) == [want_stored], env
+        assert op_types(session(tmp_path, plain, {"t": 50}, precision="int8")) == [want_plain], env
+        assert op_types(session(tmp_path, stored, {"t": 50}, precision="fp32")) == ["conv"], env  # fp32: never

@@ -9,10 +9,12 @@
  *   xq[k] = round_half_even(clamp(x[r, k]·inv, -127, 127))   (fp32 product; the clamp first,
  *           so NaN maps to 127 and nothing is undefined; round as _mm512_cvtps_epi32 under
  *           the default MXCSR, i.e. nearbyintf under FE_TONEAREST)
- *   rsum  = Σ_k x[r, k] in a fixed order: 16 lanes, lane j summing the x[r, k] with
- *           k ≡ j (mod 16) in increasing k from +0; then lane j += lane j+8 (j < 8),
- *           j += j+4 (j < 4), j += j+2 (j < 2), rsum = lane 0 + lane 1
- *           (computed only when z is present)
+ *   rsum  = sx·(float)Σ_k xq[k]: the row sum of the *quantised* row (int32 sum, exact;
+ *           one fp32 product; computed only when z is present). The zero-point term must see
+ *           the same x̂ = sx·xq as the product: with W = s·q + z, y = x̂·Wᵀ exactly
+ *           (s·sx·acc + z·Σx̂), so only the activation rounding is an error. With the float
+ *           Σx instead, the two terms' errors do not cancel: Moonshine's conv3 (z = -1.37
+ *           against s = 0.021, so z·Σx is ~30x the output) came out at cosine 0.38.
  *  acc[r, n] = Σ_k xq[k]·q[n, k]                             (int32, exact: |acc| <= 16129·K)
  *  y[r, n] = fma(s[n]·sx, (float)acc[r, n], t) (+ b[n] when b is present),
  *           t = z[n]·rsum, or +0 when z is absent; (float)acc rounds to nearest even, one fp32
@@ -62,16 +64,6 @@ float nrv_w8a8_quantise_row_ref(const float *x, int64_t n, int8_t *xq) {
     return sx;
 }
 
-/* The fixed-order row sum described above. */
-static float row_sum16(const float *x, int64_t n) {
-    float l[16];
-    for (int j = 0; j < 16; j++) l[j] = 0.0f;
-    for (int64_t k = 0; k < n; k++) l[k & 15] += x[k];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) l[j] += l[j + w];
-    return l[0];
-}
-
 void nrv_linear_w8a8_ref(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                          const float *s, const float *z, int64_t sz_stride, const float *b, float *y) {
     const int64_t kp = (in + 3) / 4 * 4, kb_n = kp / 4;
@@ -79,7 +71,9 @@ void nrv_linear_w8a8_ref(const float *x, int64_t rows, int64_t in, const int8_t 
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * in;
         const float sx = nrv_w8a8_quantise_row_ref(xr, in, xq);
-        const float rsum = z ? row_sum16(xr, in) : 0.0f;
+        int32_t isum = 0;
+        for (int64_t k = 0; k < in; k++) isum += xq[k];
+        const float rsum = z ? sx * (float)isum : 0.0f;
         for (int64_t n = 0; n < out; n++) {
             const int8_t *blk = packed + (n / 16) * kb_n * 64 + (n % 16) * 4;
             int32_t acc = 0;

@@ -25,14 +25,6 @@ static inline __m256i tail_mask(int64_t left) { /* lanes < left set */
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(l), idx);
 }
 
-/* lanes 0-7 in lo, 8-15 in hi -> the reference's tree: j += j+8, j += j+4, j += j+2, 0 + 1 */
-static inline float tree16(__m256 lo, __m256 hi) {
-    const __m256 a = _mm256_add_ps(lo, hi);
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
-}
-
 static inline float hmax8(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -42,23 +34,18 @@ static inline float hmax8(__m256 v) {
 
 /* Quantises row x (n floats) into xq (kp int16, pad 0); returns sx, sets *rsum (when want_sum). */
 static float quantise_row(const float *x, int64_t n, int64_t kp, int16_t *xq, int want_sum, float *rsum) {
-    __m256 m = _mm256_setzero_ps(), s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 m = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 16 <= n; p += 16) {
         const __m256 v0 = _mm256_loadu_ps(x + p), v1 = _mm256_loadu_ps(x + p + 8);
         m = _mm256_max_ps(m, _mm256_max_ps(abs_ps(v0), abs_ps(v1)));
-        s0 = _mm256_add_ps(s0, v0);
-        s1 = _mm256_add_ps(s1, v1);
     }
     if (p < n) {
         const __m256 v0 = _mm256_maskload_ps(x + p, tail_mask(n - p));
         const __m256 v1 = _mm256_maskload_ps(x + p + 8, tail_mask(n - p - 8));
         m = _mm256_max_ps(m, _mm256_max_ps(abs_ps(v0), abs_ps(v1)));
-        s0 = _mm256_add_ps(s0, v0);
-        s1 = _mm256_add_ps(s1, v1);
     }
     const float amax = hmax8(m);
-    *rsum = want_sum ? tree16(s0, s1) : 0.0f;
     float inv, sx;
     nrv_w8a8_row_scale(amax, &inv, &sx);
     const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
@@ -70,6 +57,12 @@ static float quantise_row(const float *x, int64_t n, int64_t kp, int16_t *xq, in
         const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
         if (kp - p >= 8) _mm_storeu_si128((__m128i *)(void *)(xq + p), i16);
         else _mm_storel_epi64((__m128i *)(void *)(xq + p), i16); /* kp - p == 4 */
+    }
+    *rsum = 0.0f;
+    if (want_sum) { /* sx·Σ xq, as the reference */
+        int32_t isum = 0;
+        for (p = 0; p < n; p++) isum += xq[p];
+        *rsum = sx * (float)isum;
     }
     return sx;
 }

@@ -25,30 +25,13 @@ static inline __m512 abs_ps(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
 }
 
-/* 16 lanes -> one float in the reference's order: j += j+8, j += j+4, j += j+2, 0 + 1. */
-static inline float tree16(__m512 l) {
-    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(l), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(l), 1)));
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
-}
-
 /* Quantises row x (n floats) into xu (kp bytes); returns sx, sets *rsum (when want_sum). */
 static float quantise_row(const float *x, int64_t n, int64_t kp, uint8_t *xu, int want_sum, float *rsum) {
-    __m512 m = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+    __m512 m = _mm512_setzero_ps();
     int64_t p = 0;
-    for (; p + 16 <= n; p += 16) {
-        const __m512 v = _mm512_loadu_ps(x + p);
-        m = _mm512_max_ps(abs_ps(v), m);
-        sum = _mm512_add_ps(sum, v);
-    }
-    if (p < n) {
-        const __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - p)) - 1), x + p);
-        m = _mm512_max_ps(abs_ps(v), m);
-        sum = _mm512_add_ps(sum, v);
-    }
+    for (; p + 16 <= n; p += 16) m = _mm512_max_ps(abs_ps(_mm512_loadu_ps(x + p)), m);
+    if (p < n) m = _mm512_max_ps(abs_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << (n - p)) - 1), x + p)), m);
     const float amax = _mm512_reduce_max_ps(m);
-    *rsum = want_sum ? tree16(sum) : 0.0f;
     float inv, sx;
     nrv_w8a8_row_scale(amax, &inv, &sx);
     const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
@@ -61,6 +44,12 @@ static float quantise_row(const float *x, int64_t n, int64_t kp, uint8_t *xu, in
         const __m128i q = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)), bias);
         const int64_t w = kp - p < 16 ? kp - p : 16; /* kp is a multiple of 4 */
         _mm_mask_storeu_epi8(xu + p, (__mmask16)(w == 16 ? 0xffff : (1u << w) - 1), q);
+    }
+    *rsum = 0.0f;
+    if (want_sum) { /* sx·Σ xq, as the reference (xu holds xq + 128) */
+        int32_t isum = 0;
+        for (p = 0; p < n; p++) isum += (int32_t)xu[p] - 128;
+        *rsum = sx * (float)isum;
     }
     return sx;
 }

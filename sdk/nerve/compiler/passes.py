@@ -569,13 +569,16 @@ def _int8_linear(prog: Program, op: Op):
 CONV_W8A8_ROWS = 32  # positions per block of op conv_w8a8 (native/src/plan/op_conv.c)
 
 
-def w8a8_convs_enabled() -> bool:
-    """Whether convs take int8 activations too (NERVE_W8A8_CONV=1; off by default: a conv's
-    im2row rows mix every input channel, and one channel's outliers set the row's scale —
-    on Moonshine's third conv the encoder states fell to cosine 0.70 against fp32, where the
-    linears alone keep 0.996. Per-channel smoothing from calibration (the quantization
-    issue) is what makes them safe)."""
-    return os.environ.get("NERVE_W8A8_CONV", "0").strip() == "1"
+def w8a8_convs_mode() -> str:
+    """Which 1-D convs take int8 activations where linears do (precision "int8"), from
+    NERVE_W8A8_CONV: "none" (unset, the default); "stored" — convs whose weight the model
+    stores as int8 (Moonshine base's three: the encoder runs ~25% faster and its states stay
+    at cosine 0.997 of fp32 against 0.9985 with the linears alone, but on the real recording
+    beckett.wav one word of twelve changes, "fail better" -> "failed better", so it is not
+    the default); "all" (=1) — fp32-weight convs too, quantised per output channel at compile
+    time (silero VAD's convs: max |Δp| 0.39)."""
+    value = os.environ.get("NERVE_W8A8_CONV", "").strip()
+    return "all" if value in ("1", "all") else "stored" if value == "stored" else "none"
 
 
 def quantize_fp32_weights_w8(prog: Program, convs: bool) -> bool:
@@ -617,10 +620,10 @@ def quantize_fp32_weights_w8(prog: Program, convs: bool) -> bool:
 
 def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Optional[bool] = None) -> bool:
     """linear with an int8-folded weight on >= min_rows rows -> linear_w8a8 (module docstring);
-    with convs (default: w8a8_convs_enabled()), a group-1 1-D conv with an int8-folded weight
-    -> conv_w8a8 (im2row blocks through the same kernel)."""
+    with convs (default: unless w8a8_convs_mode() is "none"), a group-1 1-D conv with an
+    int8-folded weight -> conv_w8a8 (im2row blocks through the same kernel)."""
     if convs is None:
-        convs = w8a8_convs_enabled()
+        convs = w8a8_convs_mode() != "none"
     made: Dict[int, Optional[tuple]] = {}  # weight uid -> (packed, s, z) values, shared by its ops
     by_content: Dict[bytes, tuple] = {}
     changed = False
@@ -896,7 +899,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
         select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
                          group_size=group, method=method, layers=layers, hessians=hessians)
     if scheme == "int8":
-        quantize_fp32_weights_w8(prog, convs=w8a8_convs_enabled())
+        quantize_fp32_weights_w8(prog, convs=w8a8_convs_mode() == "all")
     if w8_enabled():
         select_gather_q8(prog)
         select_linear_w8(prog)
