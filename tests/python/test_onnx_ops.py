@@ -310,6 +310,29 @@ def test_hard_sigmoid(tmp_path, rng, attrs):
     check_op(tmp_path, "HardSigmoid", {"x": randn(rng, (2, 1, 13), scale=4)}, attrs)
 
 
+@pytest.mark.parametrize("op, attrs", [
+    ("HardSwish", {}), ("Elu", {}), ("Elu", {"alpha": 0.3}), ("Selu", {}), ("Selu", {"alpha": 1.5, "gamma": 0.7}),
+    ("Celu", {}), ("Celu", {"alpha": 2.5}), ("Softsign", {}), ("Mish", {}), ("ThresholdedRelu", {}),
+    ("ThresholdedRelu", {"alpha": -0.5}), ("Shrink", {}), ("Shrink", {"lambd": 1.2, "bias": 0.4}), ("Tan", {}),
+    ("Atan", {}), ("Sinh", {}), ("Cosh", {})])
+def test_parametric_activations(tmp_path, rng, op, attrs):
+    """The activations exporters write (MobileNetV3's HardSwish, YOLO's Mish, ...) against
+    onnxruntime on values spanning both sides of every kink, plus the special values."""
+    x = np.concatenate([randn(rng, (97,), scale=4), np.array([0.0, -0.0, 1e-30, -1e-30, 3.0, -3.0, 30.0, -30.0], F32)])
+    check_op(tmp_path, op, {"x": x.reshape(3, 35)}, attrs, opset=18 if op == "Mish" else 17)  # Mish: opset 18
+
+
+def test_asin_acos(tmp_path, rng):
+    for op in ("Asin", "Acos"):
+        check_op(tmp_path, op, {"x": rng.uniform(-1, 1, (5, 13)).astype(F32)})
+
+
+@pytest.mark.parametrize("x_shape, slope_shape", [((2, 3, 5, 4), (3, 1, 1)), ((4, 7), (7,)), ((2, 5), (1,)),
+                                                  ((3, 6), (3, 6))])
+def test_prelu(tmp_path, rng, x_shape, slope_shape):
+    check_op(tmp_path, "PRelu", {"x": randn(rng, x_shape, scale=2)}, consts={"slope": randn(rng, slope_shape)})
+
+
 @pytest.mark.parametrize("approx", [None, "none", "tanh"])
 def test_gelu(tmp_path, rng, approx):
     attrs = {} if approx is None else {"approximate": approx}

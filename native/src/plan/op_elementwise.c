@@ -16,7 +16,10 @@
 typedef enum unary_code {
     U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_SIN, U_COS, U_ERF, U_TANH, U_SIGMOID,
     U_RELU, U_GELU, U_GELU_TANH, U_LEAKY_RELU, U_HARD_SIGMOID, U_CLIP, U_RECIPROCAL,
-    U_FLOOR, U_CEIL, U_NOT, U_IDENTITY, U_SOFTPLUS, U_SIGN, U_ROUND, U_SQUARE, U_COUNT
+    U_FLOOR, U_CEIL, U_NOT, U_IDENTITY, U_SOFTPLUS, U_SIGN, U_ROUND, U_SQUARE,
+    /* activations with parameters in (p0, p1), as ONNX defines them */
+    U_HARD_SWISH, U_ELU, U_SELU, U_CELU, U_SOFTSIGN, U_MISH, U_THRESHOLDED_RELU, U_SHRINK,
+    U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_COUNT
 } unary_code;
 
 static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float p1, const float *x, float *y,
@@ -53,6 +56,34 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_SIGN: for (int64_t i = 0; i < n; i++) y[i] = (float)((x[i] > 0.0f) - (x[i] < 0.0f)); break;
     case U_ROUND: for (int64_t i = 0; i < n; i++) y[i] = nearbyintf(x[i]); break; /* half to even */
     case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
+    case U_HARD_SWISH: /* x · HardSigmoid(x; 1/6, 1/2) */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * fmaxf(0.0f, fminf(1.0f, x[i] * (1.0f / 6.0f) + 0.5f));
+        break;
+    case U_ELU: /* alpha = p0 */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? p0 * expm1f(x[i]) : x[i];
+        break;
+    case U_SELU: /* alpha = p0, gamma = p1 */
+        for (int64_t i = 0; i < n; i++) y[i] = p1 * (x[i] <= 0.0f ? p0 * expm1f(x[i]) : x[i]);
+        break;
+    case U_CELU: /* alpha = p0 (> 0) */
+        for (int64_t i = 0; i < n; i++) y[i] = fmaxf(0.0f, x[i]) + fminf(0.0f, p0 * expm1f(x[i] / p0));
+        break;
+    case U_SOFTSIGN: for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + fabsf(x[i])); break;
+    case U_MISH: /* x · tanh(softplus(x)) */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * tanhf(x[i] > 20.0f ? x[i] : log1pf(expf(x[i])));
+        break;
+    case U_THRESHOLDED_RELU: /* alpha = p0 */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > p0 ? x[i] : 0.0f;
+        break;
+    case U_SHRINK: /* lambd = p0, bias = p1 */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] < -p0 ? x[i] + p1 : (x[i] > p0 ? x[i] - p1 : 0.0f);
+        break;
+    case U_TAN: for (int64_t i = 0; i < n; i++) y[i] = tanf(x[i]); break;
+    case U_ATAN: for (int64_t i = 0; i < n; i++) y[i] = atanf(x[i]); break;
+    case U_ASIN: for (int64_t i = 0; i < n; i++) y[i] = asinf(x[i]); break;
+    case U_ACOS: for (int64_t i = 0; i < n; i++) y[i] = acosf(x[i]); break;
+    case U_SINH: for (int64_t i = 0; i < n; i++) y[i] = sinhf(x[i]); break;
+    case U_COSH: for (int64_t i = 0; i < n; i++) y[i] = coshf(x[i]); break;
     default:
         return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): unary code %lld is not defined for f32", a->type, a->name,
                         (long long)code);

@@ -383,7 +383,14 @@ def _variadic(ctx: NodeCtx, ins):
 
 _UNARY = {"Neg": 0, "Abs": 1, "Exp": 2, "Log": 3, "Sqrt": 4, "Sin": 5, "Cos": 6, "Erf": 7, "Tanh": 8, "Sigmoid": 9,
           "Relu": 10, "LeakyRelu": 13, "HardSigmoid": 14, "Reciprocal": 16, "Floor": 17, "Ceil": 18, "Not": 19,
-          "Softplus": 21, "Sign": 22, "Round": 23}
+          "Softplus": 21, "Sign": 22, "Round": 23, "HardSwish": 25, "Elu": 26, "Selu": 27, "Celu": 28,
+          "Softsign": 29, "Mish": 30, "ThresholdedRelu": 31, "Shrink": 32, "Tan": 33, "Atan": 34, "Asin": 35,
+          "Acos": 36, "Sinh": 37, "Cosh": 38}
+# (p0, p1) of the activations with attributes: ONNX's names and defaults
+_UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
+                 "Elu": (("alpha", 1.0), None), "Celu": (("alpha", 1.0), None),
+                 "Selu": (("alpha", 1.6732632423543772), ("gamma", 1.0507009873554805)),
+                 "ThresholdedRelu": (("alpha", 1.0), None), "Shrink": (("lambd", 0.5), ("bias", 0.0))}
 
 
 def unary(ctx: NodeCtx, code: int, x: Value, name: str, p0: float = 0.0, p1: float = 0.0) -> Value:
@@ -402,11 +409,25 @@ def _unary(ctx: NodeCtx, ins):
                 vals = [abs(int(v)) for v in vals]
             return [ctx.b.from_known(vals, x.dtype, x.shape, ctx.out_name())]
     p0 = p1 = 0.0
-    if ctx.op_type == "LeakyRelu":
-        p0 = ctx.attr("alpha", 0.01)
-    elif ctx.op_type == "HardSigmoid":
-        p0, p1 = ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5)
+    if ctx.op_type in _UNARY_PARAMS:
+        first, second = _UNARY_PARAMS[ctx.op_type]
+        p0 = float(ctx.attr(*first))
+        p1 = float(ctx.attr(*second)) if second else 0.0
+        if ctx.op_type == "Celu" and p0 == 0.0:
+            raise ctx.fail("alpha = 0 is not supported (Celu divides by alpha)")
     return [unary(ctx, _UNARY[ctx.op_type], x, ctx.out_name(), p0, p1)]
+
+
+@handler("PRelu")
+def _prelu(ctx: NodeCtx, ins):
+    """max(x, 0) + slope · min(x, 0), slope broadcast to x (ONNX: unidirectionally)."""
+    x, slope = ins[0], ins[1]
+    if x.dtype != np.float32 or slope.dtype != np.float32:
+        raise ctx.fail(f"PRelu on {x.dtype}/{slope.dtype}: float32 only")
+    zero = ctx.b.const(np.array(0.0, np.float32))
+    pos = binary(ctx, "Max", x, zero, ctx.b.fresh(ctx.name))
+    neg = binary(ctx, "Min", x, zero, ctx.b.fresh(ctx.name))
+    return [binary(ctx, "Add", pos, binary(ctx, "Mul", neg, slope, ctx.b.fresh(ctx.name)), ctx.out_name())]
 
 
 @handler("Gelu")
