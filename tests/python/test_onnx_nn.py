@@ -459,3 +459,70 @@ def test_conv_that_is_not_a_dft_stays_a_conv(tmp_path, rng, case):
     model = _model([conv], [("x", [1, x_ch, 97])], ["y"], inits)
     sess = check(tmp_path, model, {"x": _rand(rng, 1, x_ch, 97)})
     assert [op["type"] for op in sess.ops()] == ["conv"]
+
+
+# ---------------------------------------------------------------- STFT
+
+@pytest.mark.parametrize("n, step, window, onesided, length, fft", [
+    (512, 160, "hann", 1, 16000, True),    # torch.stft(n_fft=512, hop=160) as exported at opset 17
+    (256, 128, "hann", 1, 1000, True),
+    (400, 160, "hann", 1, 4000, False),    # not a power of two: stays a conv
+    (64, 17, None, 1, 300, True),          # frame_length only: rectangular window
+    (32, 8, "rand", 0, 100, False),        # two-sided: all 32 bins (more than N/2 + 1: a conv)
+])
+def test_stft(tmp_path, rng, n, step, window, onesided, length, fft):
+    inits = [("step", np.array(step, np.int64)), ("flen", np.array(n, np.int64))]
+    ins = ["x", "step", "", "flen"]
+    if window == "hann":
+        inits.append(("win", (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / n)).astype(np.float32)))
+        ins[2] = "win"
+    elif window == "rand":
+        inits.append(("win", rng.uniform(0, 1, n).astype(np.float32)))
+        ins[2] = "win"
+    node = helper.make_node("STFT", ins, ["y"], onesided=onesided)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "len", 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(a, k) for k, a in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = _rand(rng, 2, length, 1)
+    win = next((a for k, a in inits if k == "win"), np.ones(n, np.float32)).astype(np.float64)
+
+    def stft_float64(feeds):
+        sig = feeds["x"][..., 0].astype(np.float64)
+        frames = np.stack([sig[:, f * step:f * step + n] * win
+                           for f in range((length - n) // step + 1)], axis=1)
+        spec = np.fft.rfft(frames, axis=-1) if onesided else np.fft.fft(frames, axis=-1)
+        return {"y": np.stack([spec.real, spec.imag], axis=-1)}
+
+    ref = stft_float64({"x": x})["y"]
+    # The reference is float64 (onnxruntime's own fp32 DFT is ~1e-3 off at n=400); the bound
+    # is fp32 rounding of an n-term sum: a few eps * sqrt(n) * the spectrum's peak.
+    atol = 4 * np.finfo(np.float32).eps * np.sqrt(n) * np.abs(ref).max()
+    sess = check(tmp_path, model, {"x": x}, dims={"len": length}, rtol=1e-5, atol=atol,
+                 reference=stft_float64)
+    ort_y = _ort(model, {"x": x})["y"]   # the reference reads STFT as onnxruntime does
+    assert ort_y.shape == ref.shape
+    np.testing.assert_allclose(ort_y, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+    types = [op["type"] for op in sess.ops()]
+    assert ("rdft" in types) == fft and ("conv" in types) == (not fft), types
+
+
+def test_stft_refuses_what_it_cannot_run(tmp_path):
+    def model(signal_shape, window_is_input=False):
+        ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, signal_shape)]
+        inits = [numpy_helper.from_array(np.array(4, np.int64), "step")]
+        if window_is_input:
+            ins.append(helper.make_tensor_value_info("win", TensorProto.FLOAT, [16]))
+        else:
+            inits.append(numpy_helper.from_array(np.ones(16, np.float32), "win"))
+        g = helper.make_graph([helper.make_node("STFT", ["x", "step", "win"], ["y"])], "g", ins,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        return _save(tmp_path, m)
+    with pytest.raises(nerve.ModelError, match="complex"):
+        nerve.Session(model([1, 64, 2]), cache=False)
+    with pytest.raises(nerve.ModelError, match="window must be a constant"):
+        nerve.Session(model([1, 64, 1], window_is_input=True), cache=False)

@@ -1,7 +1,8 @@
 """Handlers for the neural-network ONNX operators beyond Conv: pooling (MaxPool, AveragePool,
 GlobalMaxPool, GlobalAveragePool), normalisation (BatchNormalization — folded into the
-preceding Conv when it is that Conv's only reader — and InstanceNormalization) and the
-recurrent cells (LSTM, GRU).
+preceding Conv when it is that Conv's only reader — and InstanceNormalization), the
+recurrent cells (LSTM, GRU) and STFT (as a conv with a DFT basis, which the compiler turns
+into an FFT).
 
 The runtime ops and their attribute layouts are documented at the C run functions:
 ``pool``, ``global_pool``, ``channel_affine``, ``instancenorm`` in
@@ -360,3 +361,54 @@ def _lstm(ctx: NodeCtx, ins):
 @handler("GRU")
 def _gru(ctx: NodeCtx, ins):
     return _rnn(ctx, ins, 3)
+
+
+# ---------------------------------------------------------------- STFT
+
+
+def _static_int(ctx: NodeCtx, v: Value, what: str) -> int:
+    vals = ctx.known(v, what)
+    if len(vals) != 1 or not S.is_static(vals[0]):
+        raise ctx.fail(f"{what} must be one integer known when the model is compiled")
+    return int(vals[0])
+
+
+@handler("STFT")
+def _stft(ctx: NodeCtx, ins):
+    """STFT (opset 17) of a real signal [B, L, 1] with a constant window: a 1-D conv whose weight
+    is the windowed DFT basis [win·cos; -win·sin] (frame_step as its stride), reshaped and
+    transposed to ONNX's [B, frames, bins, 2]. The compiler's select_rdft then runs the conv
+    as a real FFT when the frame length is a power of two (and the basis has at most N/2 + 1
+    bins); other lengths keep the conv (N·bins multiply-adds per frame)."""
+    signal, step_v = ins[0], ins[1]
+    window = ins[2] if len(ins) > 2 else None
+    length_v = ins[3] if len(ins) > 3 else None
+    if signal.dtype != np.float32 or signal.rank != 3:
+        raise ctx.fail(f"the signal must be float32 [batch, length, 1 or 2], got {signal.dtype} rank {signal.rank}")
+    if not (S.is_static(signal.shape[2]) and int(signal.shape[2]) == 1):
+        raise ctx.fail("complex signals ([batch, length, 2]) are not supported; real ones ([.., 1]) are")
+    step = _static_int(ctx, step_v, "frame_step")
+    if step < 1:
+        raise ctx.fail(f"frame_step {step} must be >= 1")
+    if window is not None and (window.const is None or window.rank != 1):
+        raise ctx.fail("the window must be a constant 1-D tensor")
+    win = None if window is None else window.const.astype(np.float64)
+    n = _static_int(ctx, length_v, "frame_length") if length_v is not None else (None if win is None else win.size)
+    if n is None:
+        raise ctx.fail("needs a window or a frame_length")
+    if win is None:
+        win = np.ones(n)
+    if win.size != n or n < 1:
+        raise ctx.fail(f"window of {win.size} samples for frames of {n}")
+    bins = n // 2 + 1 if ctx.attr("onesided", 1) else n
+    angle = 2.0 * np.pi * (np.outer(np.arange(bins), np.arange(n)) % n) / n
+    basis = np.concatenate([win * np.cos(angle), -win * np.sin(angle)])[:, None, :].astype(np.float32)
+    b = ctx.b
+    batch, length = signal.shape[0], signal.shape[1]
+    x = b.alias(signal, [batch, 1, length], b.fresh(ctx.name))  # moves an axis of extent 1: same bytes
+    frames = conv_out_dim(ctx, length, n, step, 1, 0, 0)
+    y = b.emit("conv", [x, b.const(basis), None], [spec(b.fresh(ctx.name), np.float32, [batch, 2 * bins, frames])],
+               iattr=[1, 1, 0, step, 1, 0, 0], fattr=[0, 0], scratch_bytes=S.dim_mul(4 * n, frames), name=ctx.name)[0]
+    y = b.alias(y, [batch, 2, bins, frames], b.fresh(ctx.name))
+    return b.emit("transpose", [y], [spec(ctx.out_name(), np.float32, [batch, frames, bins, 2])], iattr=[0, 3, 2, 1],
+                  name=ctx.name)
