@@ -1,6 +1,7 @@
 """ONNX neural-network operators through the compiler (onnx_ops_nn.py) against onnxruntime:
 pooling, global pooling, BatchNormalization (folded into a Conv or as channel_affine),
-InstanceNormalization, LSTM and GRU; and the clear failures for what is not supported."""
+InstanceNormalization, LSTM and GRU, STFT (and the DFT-basis conv that becomes an FFT),
+ConvTranspose, Resize/Upsample; and the clear failures for what is not supported."""
 
 import numpy as np
 import pytest
@@ -526,3 +527,139 @@ def test_stft_refuses_what_it_cannot_run(tmp_path):
         nerve.Session(model([1, 64, 2]), cache=False)
     with pytest.raises(nerve.ModelError, match="window must be a constant"):
         nerve.Session(model([1, 64, 1], window_is_input=True), cache=False)
+
+
+# ---------------------------------------------------------------- ConvTranspose
+
+CONVT_CASES = [
+    # (x shape, w shape, attrs, bias)
+    ((2, 3, 5, 7), (3, 4, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]), True),
+    ((1, 6, 4, 5), (6, 2, 3, 2), dict(group=3, dilations=[2, 1], strides=[1, 3], pads=[0, 1, 2, 0]), True),
+    ((1, 4, 13), (4, 5, 4), dict(strides=[4]), False),                # the usual 1-D upsampler, k == s
+    ((2, 5, 9), (5, 1, 5), dict(group=5, strides=[2], pads=[2, 2], output_padding=[1]), True),  # depthwise
+    ((1, 3, 6, 5), (3, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER"), True),
+    ((1, 3, 6, 5), (3, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER"), False),
+    ((1, 2, 5, 4), (2, 3, 3, 3), dict(strides=[3, 2], output_shape=[14, 9]), True),
+    ((1, 0, 4), (0, 3, 2), dict(strides=[2]), True),                  # no input channel: bias only
+]
+
+
+@pytest.mark.parametrize("xs, ws, attrs, bias", CONVT_CASES)
+def test_conv_transpose(tmp_path, rng, xs, ws, attrs, bias):
+    inits = [("w", _rand(rng, *ws))] + ([("b", _rand(rng, ws[1] * attrs.get("group", 1)))] if bias else [])
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
+    model = _model([node], [("x", list(xs))], ["y"], inits)
+    sess = check(tmp_path, model, {"x": _rand(rng, *xs)})
+    assert [op["type"] for op in sess.ops()] == ["conv_transpose"]
+
+
+def test_conv_transpose_symbolic_length_and_fused_relu(tmp_path, rng):
+    w, b = _rand(rng, 4, 3, 5), _rand(rng, 3)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["t"], strides=[3], pads=[1, 2]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    model = _model(nodes, [("x", [1, 4, "len"])], ["y"], [("w", w), ("b", b)])
+    sess = check(tmp_path, model, [{"x": _rand(rng, 1, 4, n)} for n in (40, 1, 17)], dims={"len": 40})
+    assert [op["type"] for op in sess.ops()] == ["conv_transpose"]   # the Relu fused into it
+
+
+def test_conv_transpose_threads_give_the_same_bits(tmp_path, rng):
+    w, b = _rand(rng, 16, 8, 4, 4), _rand(rng, 8)
+    model = _model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])],
+                   [("x", [1, 16, 19, 17])], ["y"], [("w", w), ("b", b)])
+    path = _save(tmp_path, model)
+    x = _rand(rng, 1, 16, 19, 17)
+    one = nerve.Session(path, cache=False).run({"x": x})["y"]
+    two = nerve.Session(path, cache=False, threads=2).run({"x": x})["y"]
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(one, _ort(model, {"x": x})["y"], rtol=RTOL, atol=1e-4)
+
+
+def test_conv_transpose_refuses_what_it_cannot_run(tmp_path, rng):
+    def session(attrs, ws=(2, 3, 3), w_input=False):
+        inits = [] if w_input else [("w", _rand(rng, *ws))]
+        ins = [("x", [1, 2, 8])] + ([("w", list(ws))] if w_input else [])
+        m = _model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)], ins, ["y"], inits)
+        return nerve.Session(_save(tmp_path, m), cache=False)
+    with pytest.raises(nerve.ModelError, match="weights must be constants"):
+        session({}, w_input=True)
+    with pytest.raises(nerve.ModelError, match="output_padding"):
+        session(dict(strides=[2], output_padding=[2]))
+    with pytest.raises(nerve.ModelError, match="channels"):
+        session({}, ws=(3, 3, 3))
+
+
+# ---------------------------------------------------------------- Resize
+
+RESIZE_CASES = [
+    # (x shape, attrs, scales, sizes, opset)
+    ((1, 3, 5, 7), dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+     [1, 1, 2, 2], None, 13),                                        # torch nearest, scale_factor=2
+    ((2, 3, 5, 7), dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"),
+     [1, 1, 2, 3], None, 13),                                        # torch bilinear, align_corners=False
+    ((1, 2, 6, 5), dict(mode="linear", coordinate_transformation_mode="align_corners"), None, [1, 2, 11, 3], 13),
+    ((1, 2, 9, 8), dict(mode="cubic", exclude_outside=1), None, [1, 2, 5, 13], 13),
+    ((1, 2, 9, 8), dict(mode="cubic", cubic_coeff_a=-0.5), [1, 1, 1.7, 0.6], None, 13),
+    ((1, 3, 10, 9), dict(mode="nearest", nearest_mode="round_prefer_ceil"), [1, 1, 0.6, 0.45], None, 13),
+    ((1, 3, 10, 9), dict(mode="nearest"), [1, 1, 2.5, 1.3], None, 13),
+    ((2, 3, 11), dict(mode="linear"), [1, 2.0, 0.5], None, 13),       # a channel axis too
+    ((1, 2, 4, 6), dict(mode="linear", axes=[2, 3], coordinate_transformation_mode="half_pixel_symmetric"),
+     None, [7, 5], 19),
+    ((1, 1, 3, 4), dict(mode="nearest"), [1, 1, 2, 3], None, 10),     # Resize-10: asymmetric, legacy rounding
+    ((1, 1, 6, 8), dict(mode="nearest"), [1, 1, 0.5, 0.4], None, 10),
+    ((1, 1, 3, 4), dict(mode="linear"), [1, 1, 2, 2], None, 10),
+]
+
+
+@pytest.mark.parametrize("xs, attrs, scales, sizes, opset", RESIZE_CASES)
+def test_resize(tmp_path, rng, xs, attrs, scales, sizes, opset):
+    inits = []
+    if opset < 11:
+        ins = ["x", "scales"]
+    else:
+        ins = ["x", "", "scales" if scales is not None else "", "sizes" if sizes is not None else ""]
+        while ins[-1] == "":
+            ins.pop()
+    if scales is not None:
+        inits.append(("scales", np.array(scales, np.float32)))
+    if sizes is not None:
+        inits.append(("sizes", np.array(sizes, np.int64)))
+    node = helper.make_node("Resize", ins, ["y"], **attrs)
+    model = _model([node], [("x", list(xs))], ["y"], inits, opset=opset)
+    sess = check(tmp_path, model, {"x": _rand(rng, *xs)})
+    assert [op["type"] for op in sess.ops()] == ["resize"]
+
+
+def test_upsample_opset9(tmp_path, rng):
+    node = helper.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest")
+    model = _model([node], [("x", [1, 2, 3, 5])], ["y"], [("scales", np.array([1, 1, 2, 2], np.float32))], opset=9)
+    check(tmp_path, model, {"x": _rand(rng, 1, 2, 3, 5)})
+
+
+def test_resize_sizes_from_shape_arithmetic(tmp_path, rng):
+    """As torch exports interpolate(size=2 * x.shape[-1]) on a dynamic length: Shape, Slice,
+    Mul and Concat feed sizes; the plan binds the length per run."""
+    nodes = [helper.make_node("Shape", ["x"], ["shp"]),
+             helper.make_node("Slice", ["shp", "start", "end"], ["len"]),
+             helper.make_node("Mul", ["len", "two"], ["len2"]),
+             helper.make_node("Slice", ["shp", "zero", "start"], ["nc"]),
+             helper.make_node("Concat", ["nc", "len2"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                              coordinate_transformation_mode="pytorch_half_pixel")]
+    inits = [("start", np.array([2], np.int64)), ("end", np.array([3], np.int64)),
+             ("two", np.array([2], np.int64)), ("zero", np.array([0], np.int64))]
+    model = _model(nodes, [("x", [1, 3, "len"])], ["y"], inits, opset=13)
+    sess = check(tmp_path, model, [{"x": _rand(rng, 1, 3, n)} for n in (50, 1, 23)], dims={"len": 50})
+    assert "resize" in [op["type"] for op in sess.ops()]
+
+
+def test_resize_refuses_what_it_cannot_run(tmp_path):
+    def session(attrs, opset=13, scales=(1, 1, 2, 2)):
+        m = _model([helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)], [("x", [1, 1, 4, 4])], ["y"],
+                   [("scales", np.array(scales, np.float32))], opset=opset)
+        return nerve.Session(_save(tmp_path, m), cache=False)
+    with pytest.raises(nerve.ModelError, match="tf_crop_and_resize"):
+        session(dict(coordinate_transformation_mode="tf_crop_and_resize"))
+    with pytest.raises(nerve.ModelError, match="antialias"):
+        session(dict(mode="linear", antialias=1), opset=18, scales=(1, 1, 0.5, 0.5))
+    with pytest.raises(nerve.ModelError, match="scale"):
+        session({}, scales=(1, 1, -2, 2))

@@ -412,3 +412,181 @@ def _stft(ctx: NodeCtx, ins):
     y = b.alias(y, [batch, 2, bins, frames], b.fresh(ctx.name))
     return b.emit("transpose", [y], [spec(ctx.out_name(), np.float32, [batch, frames, bins, 2])], iattr=[0, 3, 2, 1],
                   name=ctx.name)
+
+
+# ---------------------------------------------------------------- ConvTranspose
+
+
+def _convt_pads(ctx: NodeCtx, spatial, kernel, strides, dil, out_pad):
+    """(pads_begin, pads_end) of a ConvTranspose from pads, auto_pad or output_shape. A total
+    padding is split as onnxruntime splits it: SAME_UPPER puts the extra one at the end,
+    SAME_LOWER and an explicit output_shape at the beginning."""
+    sr = len(kernel)
+    auto = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
+    out_shape = ctx.attr("output_shape")
+    if out_shape is None and auto in ("NOTSET", "VALID"):
+        pads = ctx.attr("pads", [0] * (2 * sr)) if auto == "NOTSET" else [0] * (2 * sr)
+        return list(pads[:sr]), list(pads[sr:])
+    if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.fail(f"auto_pad {auto!r} is not supported")
+    if out_shape is not None:
+        out_shape = list(out_shape)[-sr:]
+    pb, pe = [], []
+    for i, (d, k, s, dl, op) in enumerate(zip(spatial, kernel, strides, dil, out_pad)):
+        full = (k - 1) * dl + 1 + op - s  # s*(d-1) + op + span, less s*d (the SAME output)
+        if out_shape is not None:
+            if not S.is_static(d):
+                raise ctx.fail("output_shape needs the input's spatial dims known when the model is compiled")
+            total = s * (int(d) - 1) + op + (k - 1) * dl + 1 - int(out_shape[i])
+        else:
+            total = full
+        if total < 0:
+            raise ctx.fail(f"axis {i}: the output is {-total} larger than the full transposed convolution")
+        if auto == "SAME_UPPER":
+            pb.append(total // 2), pe.append(total - total // 2)
+        else:
+            pb.append(total - total // 2), pe.append(total // 2)
+    return pb, pe
+
+
+@handler("ConvTranspose")
+def _conv_transpose(ctx: NodeCtx, ins):
+    """ConvTranspose (1-D and 2-D, groups, dilations, pads, output_padding, output_shape,
+    auto_pad) as op conv_transpose (native/src/plan/op_upsample.c)."""
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    if x.dtype != np.float32 or w.dtype != np.float32:
+        raise ctx.fail("ConvTranspose is supported for float32")
+    sr = x.rank - 2
+    if sr not in (1, 2):
+        raise ctx.fail(f"{sr}-D transposed convolution is not supported (1-D and 2-D are)")
+    if w.const is None or not w.static or w.rank != x.rank:
+        raise ctx.fail("the weights must be constants of the input's rank")
+    if bias is not None and bias.const is None:
+        raise ctx.fail("the bias must be a constant")
+    kernel = [int(d) for d in w.shape[2:]]
+    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
+        raise ctx.fail("kernel_shape does not match the weights")
+    strides = list(ctx.attr("strides", [1] * sr))
+    dil = list(ctx.attr("dilations", [1] * sr))
+    out_pad = list(ctx.attr("output_padding", [0] * sr))
+    group = int(ctx.attr("group", 1))
+    c = x.shape[1]
+    if S.is_static(c) and int(c) != int(w.shape[0]):
+        raise ctx.fail(f"input has {c} channels, weights expect {int(w.shape[0])}")
+    if group < 1 or int(w.shape[0]) % group:
+        raise ctx.fail(f"group {group} does not divide the {int(w.shape[0])} input channels")
+    if any(not 0 <= p < max(s, dl) for p, s, dl in zip(out_pad, strides, dil)):
+        raise ctx.fail(f"output_padding {out_pad} must be below the stride or the dilation")
+    pb, pe = _convt_pads(ctx, x.shape[2:], kernel, strides, dil, out_pad)
+    pe_eff = [e - p for e, p in zip(pe, out_pad)]  # output_padding extends the end (op contract)
+    out_sp = [S.dim_add(S.dim_mul(s, S.dim_sub(d, 1)), dl * (k - 1) + 1 - b_ - e_)
+              for d, k, s, dl, b_, e_ in zip(x.shape[2:], kernel, strides, dil, pb, pe_eff)]
+    m = int(w.shape[1]) * group
+    scratch = S.dim_mul(4 * int(w.shape[1]) * int(np.prod(kernel)), S.prod(x.shape[2:]))
+    return ctx.b.emit("conv_transpose", [x, w, bias], [spec(ctx.out_name(), np.float32, [x.shape[0], m] + out_sp)],
+                      iattr=[sr, group, 0] + strides + dil + pb + pe_eff, fattr=[0, 0], scratch_bytes=scratch,
+                      name=ctx.name)
+
+
+# ---------------------------------------------------------------- Resize / Upsample
+
+_RESIZE_MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2, "bicubic": 2}
+_COORD_MODES = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3,
+                "half_pixel_symmetric": 4}
+_NEAREST_MODES = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3, "legacy": 4}
+_RESIZE_TAP_BYTES = 48  # sizeof(resize_tap) in op_upsample.c
+
+
+def _resize_scratch(in_shape, out_shape, resized) -> Dim:
+    """resize's scratch (op_upsample.c resize_scratch) at the bounds: a tap table for the
+    longest resized output axis, and a 64-byte-rounded float32 intermediate per resized axis
+    but the last."""
+    axes = [i for i, r in enumerate(resized) if r]
+    table: Optional[Dim] = None
+    for i in axes:
+        table = out_shape[i] if table is None else S.dim_max(table, out_shape[i])
+    total = S.dim_mul(_RESIZE_TAP_BYTES, 0 if table is None else table)
+    shape = list(in_shape)
+    for i in axes[:-1]:
+        shape[i] = out_shape[i]
+        total = S.dim_add(total, S.dim_add(S.prod(shape + [4]), 63))  # 4 bytes each, + rounding room
+    return total
+
+
+@handler("Resize", "Upsample")
+def _resize(ctx: NodeCtx, ins):
+    """Resize (opsets 10-19) and Upsample: nearest, linear and cubic over any axes, every
+    coordinate transformation but tf_crop_and_resize, scales or sizes (constants or shape
+    arithmetic), the axes attribute; as op resize (native/src/plan/op_upsample.c)."""
+    x = ins[0]
+    if x.dtype != np.float32:
+        raise ctx.fail(f"Resize is supported for float32 input, got {x.dtype}")
+    r = x.rank
+    # Upsample and Resize-10: inputs (X, scales), asymmetric coordinates, and onnxruntime's
+    # legacy nearest rounding (floor when enlarging, ceil when shrinking)
+    legacy = ctx.op_type == "Upsample" or ctx.opset < 11
+    scales_v = (ins[1] if len(ins) > 1 else None) if legacy else (ins[2] if len(ins) > 2 else None)
+    sizes_v = None if legacy else (ins[3] if len(ins) > 3 else None)
+    if ctx.op_type == "Upsample" and scales_v is None and ctx.attr("scales") is not None:
+        scale_list = [float(s) for s in ctx.attr("scales")]
+    elif scales_v is not None and scales_v.rank == 1 and S.is_static(scales_v.shape[0]) and int(scales_v.shape[0]) > 0:
+        if scales_v.const is None:
+            raise ctx.fail("scales must be a constant")
+        scale_list = [float(s) for s in scales_v.const.astype(np.float32).reshape(-1)]
+    else:
+        scale_list = None
+    if scale_list is None and sizes_v is None:
+        raise ctx.fail("needs scales or sizes")
+    mode_name = ctx.attr("mode", "nearest")
+    if mode_name not in _RESIZE_MODES:
+        raise ctx.fail(f"mode {mode_name!r} is not supported")
+    coord_name = "asymmetric" if legacy else ctx.attr("coordinate_transformation_mode", "half_pixel")
+    if coord_name not in _COORD_MODES:
+        raise ctx.fail(f"coordinate_transformation_mode {coord_name!r} is not supported "
+                       f"(supported: {', '.join(_COORD_MODES)})")
+    nearest_name = "legacy" if legacy else ctx.attr("nearest_mode", "round_prefer_floor")
+    if nearest_name not in _NEAREST_MODES:
+        raise ctx.fail(f"nearest_mode {nearest_name!r} is not supported")
+    if ctx.attr("antialias", 0):
+        raise ctx.fail("antialias=1 is not supported")
+    if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch" and sizes_v is not None:
+        raise ctx.fail("keep_aspect_ratio_policy other than 'stretch' is not supported")
+    axes = list(ctx.attr("axes", range(r)))
+    axes = [a + r if a < 0 else a for a in axes]
+    if sorted(set(axes)) != sorted(axes) or any(not 0 <= a < r for a in axes):
+        raise ctx.fail(f"axes {ctx.attr('axes')} are not distinct axes of a rank-{r} input")
+
+    scales = [1.0] * r
+    out = list(x.shape)
+    if scale_list is not None:
+        if len(scale_list) != len(axes):
+            raise ctx.fail(f"{len(scale_list)} scales for {len(axes)} axes")
+        for a, s in zip(axes, scale_list):
+            if not s > 0 or not np.isfinite(s):
+                raise ctx.fail(f"scale {s} must be a positive finite number")
+            scales[a] = s
+            d = x.shape[a]
+            if S.is_static(d):
+                out[a] = int(np.float32(int(d)) * np.float32(s))  # onnxruntime: float product, truncated
+            elif float(s).is_integer():
+                out[a] = S.dim_mul(d, int(s))
+            elif s == 1.0:
+                out[a] = d
+            else:
+                raise ctx.fail(f"a fractional scale ({s}) needs axis {a}'s extent known when the model is "
+                               "compiled (pass sizes, or bound the dimension)")
+    else:
+        sizes = ctx.known(sizes_v, "sizes")
+        if len(sizes) != len(axes):
+            raise ctx.fail(f"{len(sizes)} sizes for {len(axes)} axes")
+        for a, n in zip(axes, sizes):
+            out[a] = n
+            scales[a] = 0.0  # the op derives out / in per run
+    resized = [not (scales[i] in (0.0, 1.0) and S.is_static(S.dim_sub(out[i], x.shape[i]))
+                    and int(S.dim_sub(out[i], x.shape[i])) == 0) for i in range(r)]
+    iattr = [_RESIZE_MODES[mode_name], _COORD_MODES[coord_name], _NEAREST_MODES[nearest_name],
+             int(ctx.attr("exclude_outside", 0)), r]
+    return ctx.b.emit("resize", [x], [spec(ctx.out_name(), np.float32, out)], iattr=iattr,
+                      fattr=[float(ctx.attr("cubic_coeff_a", -0.75))] + scales,
+                      scratch_bytes=_resize_scratch(x.shape, out, resized), name=ctx.name)

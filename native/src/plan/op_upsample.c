@@ -1,0 +1,469 @@
+/* op_upsample.c — plan ops that make a tensor larger (see plan_ops.h for the contract):
+ *   conv_transpose (ONNX ConvTranspose), resize (ONNX Resize / Upsample).
+ *
+ * conv_transpose is the adjoint of conv: one GEMM per image and group (Wᵀ·x, every input
+ * position times every kernel tap) into a column matrix, then a col2im that adds each
+ * column into the output position it lands on. resize runs one 1-D pass per resized axis
+ * (nearest, linear and cubic are all separable), each from a per-axis table of source
+ * indices and weights computed once per run, exactly as onnxruntime computes coordinates
+ * (in float32), so nearest picks the same pixel.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "plan_ops.h"
+
+#define ATTR_MAX ((int64_t)1 << 30)
+
+static nrv_status NRV_PRINTF(3, 4) op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return nrv_fail(st, "%s (node '%s'): %s", a->type, a->name, msg);
+}
+
+/* ================================================================== conv_transpose */
+
+typedef struct convt_geom {
+    int64_t c, m, group, cg, mg;
+    int64_t ih, iw, kh, kw, oh, ow;
+    int64_t sh, sw, dh, dw, ph, pw;
+    int64_t taps; /* mg * kh * kw: rows of the column matrix */
+    int64_t hw;   /* ih * iw: its columns */
+} convt_geom;
+
+/* Column matrix of one image and group: col[mg*kh*kw, ih*iw] = W_gᵀ · x_g, W_g being
+ * [cg, mg*kh*kw] row-major; rows are cut into pieces for the threads. */
+typedef struct convt_gemm_job {
+    const convt_geom *g;
+    const float *wg, *xg;
+    float *col;
+    int64_t pieces;
+} convt_gemm_job;
+
+static void convt_gemm_task(void *ctx, int64_t t) {
+    const convt_gemm_job *j = ctx;
+    const convt_geom *g = j->g;
+    const int64_t r0 = t * g->taps / j->pieces, rn = (t + 1) * g->taps / j->pieces - r0;
+    nrv_kernel_get(NRV_OP_GEMM).gemm(1, 0, rn, g->hw, g->cg, 1.0f, j->wg + r0, g->taps, j->xg, g->hw, 0.0f,
+                                     j->col + r0 * g->hw, g->hw);
+}
+
+/* [lo, hi): the i in [0, n_in) with 0 <= i*s + off < n_out. */
+static void landing_range(int64_t off, int64_t s, int64_t n_in, int64_t n_out, int64_t *lo, int64_t *hi) {
+    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t h = off > n_out - 1 ? 0 : (n_out - 1 - off) / s + 1;
+    if (h > n_in) h = n_in;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* col2im for output channels [m0, m1) of one image and group: y starts as the bias, then
+ * every column value is added at (iy*sh + ki*dh - ph, ix*sw + kj*dw - pw) when inside. */
+typedef struct convt_scatter_job {
+    const convt_geom *g;
+    const float *col, *bias;
+    float *yg;
+    int64_t pieces;
+} convt_scatter_job;
+
+static void convt_scatter_task(void *ctx, int64_t t) {
+    const convt_scatter_job *j = ctx;
+    const convt_geom *g = j->g;
+    const int64_t m0 = t * g->mg / j->pieces, m1 = (t + 1) * g->mg / j->pieces;
+    for (int64_t m = m0; m < m1; m++) {
+        float *ym = j->yg + m * g->oh * g->ow;
+        const float bv = j->bias ? j->bias[m] : 0.0f;
+        for (int64_t i = 0; i < g->oh * g->ow; i++) ym[i] = bv;
+        for (int64_t ki = 0; ki < g->kh; ki++) {
+            int64_t y_lo, y_hi;
+            landing_range(ki * g->dh - g->ph, g->sh, g->ih, g->oh, &y_lo, &y_hi);
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                const int64_t offx = kj * g->dw - g->pw;
+                int64_t x_lo, x_hi;
+                landing_range(offx, g->sw, g->iw, g->ow, &x_lo, &x_hi);
+                const float *crow = j->col + ((m * g->kh + ki) * g->kw + kj) * g->hw;
+                for (int64_t iy = y_lo; iy < y_hi; iy++) {
+                    float *yrow = ym + (iy * g->sh + ki * g->dh - g->ph) * g->ow + offx;
+                    const float *src = crow + iy * g->iw;
+                    if (g->sw == 1) {
+                        for (int64_t ix = x_lo; ix < x_hi; ix++) yrow[ix] += src[ix];
+                    } else {
+                        for (int64_t ix = x_lo; ix < x_hi; ix++) yrow[ix * g->sw] += src[ix];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* conv_transpose: the transposed (fractionally strided) convolution over 1 or 2 spatial
+ * axes, grouped and dilated, with bias and a fused activation.
+ *   in[0]  x    f32 [N, C, *spatial]                 sr = 1 or 2 spatial axes
+ *   in[1]  w    f32 [C, M/group, *kernel]            (ONNX ConvTranspose layout)
+ *   in[2]  bias f32 [M], optional
+ *   out[0] y    f32 [N, M, *out_spatial], out_spatial[i] =
+ *               strides[i]*(in[i]-1) + dilations[i]*(kernel[i]-1) + 1 - pads_begin[i] - pads_end[i]
+ *   iattr (3 + 4*sr): [sr, group, act, strides[sr], dilations[sr], pads_begin[sr], pads_end[sr]]
+ *          pads_begin >= 0; pads_end may be negative: ONNX's output_padding enters as
+ *          pads_end - output_padding (extra positions at the end that only the bias reaches).
+ *   fattr (2): activation parameters, as for conv.
+ *   scratch: 4 * (M/group) * prod(kernel) * prod(spatial) bytes (one column matrix).
+ * Output position o along an axis receives x[i]·w[k] for every i*stride + k*dilation -
+ * pads_begin == o. Not in place. */
+static nrv_status conv_transpose_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 3, 1, -1, 2));
+    if (a->n_iattr < 1) return op_fail(a, NRV_ERR_INVALID_ARG, "no integer attributes, expected 3 + 4*sr");
+    const int64_t sr = a->iattr[0];
+    if (sr != 1 && sr != 2)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)sr);
+    if (a->n_iattr != 3 + 4 * sr)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
+                       (long long)(3 + 4 * sr));
+    NRV_TRY(nrv_op_check_in(a, 0, "input x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "weight"));
+    const nrv_tview *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "output"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, w, "weight", NRV_F32));
+    if (b) NRV_TRY(nrv_op_expect_dtype(a, b, "bias", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    const int rank = (int)(2 + sr);
+    if (x->rank != rank || w->rank != rank || y->rank != rank)
+        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
+                       (int)w->rank, (int)y->rank, rank, (long long)sr);
+    const int64_t act = a->iattr[2];
+    if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_CLIP)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);
+
+    convt_geom g;
+    const int64_t n_img = x->dims[0];
+    g.c = x->dims[1];
+    g.group = a->iattr[1];
+    if (g.group < 1 || g.group > ATTR_MAX || g.c % g.group != 0)
+        return op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide C = %lld", (long long)g.group,
+                       (long long)g.c);
+    if (w->dims[0] != g.c)
+        return op_fail(a, NRV_ERR_SHAPE, "weight is [%lld, ...], expected [C = %lld, M/group, ...]",
+                       (long long)w->dims[0], (long long)g.c);
+    g.cg = g.c / g.group;
+    g.mg = w->dims[1];
+    if (__builtin_mul_overflow(g.mg, g.group, &g.m))
+        return op_fail(a, NRV_ERR_SHAPE, "M/group %lld x group %lld overflows", (long long)g.mg, (long long)g.group);
+    if (y->dims[0] != n_img || y->dims[1] != g.m)
+        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], expected [N, M] = [%lld, %lld]",
+                       (long long)y->dims[0], (long long)y->dims[1], (long long)n_img, (long long)g.m);
+    if (b && (b->rank != 1 || b->dims[0] != g.m))
+        return op_fail(a, NRV_ERR_SHAPE, "bias must be [M] = [%lld] (rank %d, %lld elements)", (long long)g.m,
+                       (int)b->rank, (long long)b->numel);
+
+    int64_t in_[2] = {1, 1}, k_[2] = {1, 1}, o_[2] = {1, 1}, s_[2] = {1, 1}, d_[2] = {1, 1}, pb_[2] = {0, 0};
+    for (int i = 0; i < (int)sr; i++) {
+        const int ax = (int)(2 - sr) + i;
+        const int64_t s = a->iattr[3 + i], d = a->iattr[3 + sr + i];
+        const int64_t pb = a->iattr[3 + 2 * sr + i], pe = a->iattr[3 + 3 * sr + i];
+        if (s < 1 || s > ATTR_MAX || d < 1 || d > ATTR_MAX || pb < 0 || pb > ATTR_MAX || pe < -ATTR_MAX ||
+            pe > ATTR_MAX)
+            return op_fail(a, NRV_ERR_INVALID_ARG,
+                           "axis %d: stride %lld, dilation %lld, pads %lld/%lld out of range", i, (long long)s,
+                           (long long)d, (long long)pb, (long long)pe);
+        const int64_t k = w->dims[2 + i], in = x->dims[2 + i];
+        if (k < 1) return op_fail(a, NRV_ERR_SHAPE, "kernel dim %d is %lld, expected > 0", i, (long long)k);
+        int64_t want, span;
+        if (in < 1 || __builtin_mul_overflow(s, in - 1, &want) || __builtin_mul_overflow(d, k - 1, &span) ||
+            __builtin_add_overflow(want, span, &want) || __builtin_sub_overflow(want, pb + pe - 1, &want) ||
+            want < 0)
+            return op_fail(a, NRV_ERR_SHAPE, "spatial axis %d: input %lld gives no valid output extent", i,
+                           (long long)in);
+        if (y->dims[2 + i] != want)
+            return op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld", i,
+                           (long long)y->dims[2 + i], (long long)want);
+        in_[ax] = in, k_[ax] = k, o_[ax] = want, s_[ax] = s, d_[ax] = d, pb_[ax] = pb;
+    }
+    g.ih = in_[0], g.iw = in_[1], g.kh = k_[0], g.kw = k_[1], g.oh = o_[0], g.ow = o_[1];
+    g.sh = s_[0], g.sw = s_[1], g.dh = d_[0], g.dw = d_[1], g.ph = pb_[0], g.pw = pb_[1];
+    if (y->numel == 0) return NRV_OK;
+    /* y and w are non-empty here, so these products are bounded by numel of w and x */
+    g.taps = g.mg * g.kh * g.kw;
+    g.hw = g.ih * g.iw;
+    uint64_t need;
+    if (nrv_mul_overflow((uint64_t)g.taps, (uint64_t)g.hw, &need) || nrv_mul_overflow(need, sizeof(float), &need) ||
+        need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
+        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
+                       (long long)g.taps, (long long)g.hw);
+
+    const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
+    float *col = a->scratch;
+    const int threads = nrv_threadpool_size(a->pool);
+    const int64_t gemm_pieces = threads > 1 && g.taps * g.hw * g.cg >= (1 << 16) ? (g.taps < threads ? g.taps : threads)
+                                                                                  : 1;
+    const int64_t scatter_pieces = threads > 1 && g.mg > 1 ? (g.mg < threads ? g.mg : threads) : 1;
+    for (int64_t n = 0; n < n_img; n++) {
+        float *yn = (float *)y->data + n * g.m * g.oh * g.ow;
+        for (int64_t gi = 0; gi < g.group; gi++) {
+            float *yg = yn + gi * g.mg * g.oh * g.ow;
+            const float *bias = bd ? bd + gi * g.mg : NULL;
+            if (g.cg == 0) {
+                memset(col, 0, (size_t)need);
+            } else {
+                convt_gemm_job j = {&g, wd + gi * g.cg * g.taps, xd + (n * g.c + gi * g.cg) * g.hw, col, gemm_pieces};
+                nrv_parallel_for(a->pool, j.pieces, convt_gemm_task, &j);
+            }
+            convt_scatter_job s = {&g, col, bias, yg, scatter_pieces};
+            nrv_parallel_for(a->pool, s.pieces, convt_scatter_task, &s);
+        }
+        NRV_TRY(nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], yn, g.m * g.oh * g.ow));
+    }
+    return NRV_OK;
+}
+
+/* ================================================================== resize */
+
+enum { RESIZE_NEAREST, RESIZE_LINEAR, RESIZE_CUBIC };
+enum { COORD_HALF_PIXEL, COORD_PYTORCH_HALF_PIXEL, COORD_ALIGN_CORNERS, COORD_ASYMMETRIC, COORD_HALF_PIXEL_SYMMETRIC };
+/* NEAREST_LEGACY: Upsample and Resize-10 in onnxruntime: truncate when enlarging, ceil when
+ * shrinking. */
+enum { NEAREST_ROUND_PREFER_FLOOR, NEAREST_ROUND_PREFER_CEIL, NEAREST_FLOOR, NEAREST_CEIL, NEAREST_LEGACY };
+
+#define RESIZE_TAPS 4
+/* One output index's sources along an axis: up to 4 (index, weight) pairs. */
+typedef struct resize_tap {
+    int64_t idx[RESIZE_TAPS];
+    float w[RESIZE_TAPS];
+} resize_tap;
+
+typedef struct resize_cfg {
+    int64_t mode, coord, nearest, exclude_outside;
+    float cubic_a;
+} resize_cfg;
+
+/* Output index o's position in the input, as onnxruntime computes it (float32). */
+static float resize_source_coord(const resize_cfg *c, float o, float scale, int64_t len_in, int64_t len_out) {
+    switch (c->coord) {
+    case COORD_PYTORCH_HALF_PIXEL: return len_out > 1 ? (o + 0.5f) / scale - 0.5f : 0.0f;
+    case COORD_ALIGN_CORNERS: return len_out == 1 ? 0.0f : o * (float)(len_in - 1) / (float)(len_out - 1);
+    case COORD_ASYMMETRIC: return o / scale;
+    case COORD_HALF_PIXEL_SYMMETRIC: {
+        const float adjustment = (float)len_out / (scale * (float)len_in);
+        const float center = (float)len_in / 2.0f;
+        return center * (1.0f - adjustment) + (o + 0.5f) / scale - 0.5f;
+    }
+    default: return (o + 0.5f) / scale - 0.5f;
+    }
+}
+
+static int64_t clamp_index(int64_t i, int64_t len) { return i < 0 ? 0 : i >= len ? len - 1 : i; }
+
+static int64_t nearest_index(int64_t mode, float x, float scale) {
+    switch (mode) {
+    case NEAREST_LEGACY: return scale < 1.0f ? (int64_t)ceilf(x) : (int64_t)x;
+    case NEAREST_ROUND_PREFER_CEIL: return (int64_t)roundf(x);
+    case NEAREST_FLOOR: return (int64_t)floorf(x);
+    case NEAREST_CEIL: return (int64_t)ceilf(x);
+    default: return x == (float)(int64_t)x + 0.5f ? (int64_t)floorf(x) : (int64_t)roundf(x);
+    }
+}
+
+/* The taps of every output index along one axis (len_in >= 1). */
+static void resize_table(const resize_cfg *c, float scale, int64_t len_in, int64_t len_out, resize_tap *t) {
+    for (int64_t o = 0; o < len_out; o++) {
+        resize_tap *r = &t[o];
+        memset(r, 0, sizeof *r);
+        const float x = resize_source_coord(c, (float)o, scale, len_in, len_out);
+        if (c->mode == RESIZE_NEAREST) {
+            r->idx[0] = clamp_index(nearest_index(c->nearest, x, scale), len_in);
+            r->w[0] = 1.0f;
+        } else if (c->mode == RESIZE_LINEAR) {
+            const float xc = x < 0.0f ? 0.0f : x > (float)(len_in - 1) ? (float)(len_in - 1) : x;
+            const int64_t i0 = (int64_t)xc < len_in - 1 ? (int64_t)xc : len_in - 1;
+            const int64_t i1 = i0 + 1 < len_in ? i0 + 1 : len_in - 1;
+            r->idx[0] = i0, r->idx[1] = i1;
+            if (i0 == i1) {
+                r->w[0] = r->w[1] = 0.5f;
+            } else {
+                r->w[1] = xc - (float)i0;
+                r->w[0] = 1.0f - r->w[1];
+            }
+        } else {
+            const float a = c->cubic_a, fl = floorf(x), s = x - fl;
+            const float d[RESIZE_TAPS] = {s + 1.0f, s, 1.0f - s, 2.0f - s}; /* distances to the 4 taps */
+            float sum = 0.0f;
+            for (int k = 0; k < RESIZE_TAPS; k++) {
+                const float u = d[k];
+                float wk = u <= 1.0f ? ((a + 2.0f) * u - (a + 3.0f)) * u * u + 1.0f
+                                     : ((a * u - 5.0f * a) * u + 8.0f * a) * u - 4.0f * a;
+                const int64_t i = (int64_t)fl - 1 + k;
+                if (c->exclude_outside && (i < 0 || i >= len_in)) wk = 0.0f;
+                r->idx[k] = clamp_index(i, len_in);
+                r->w[k] = wk;
+                sum += wk;
+            }
+            if (c->exclude_outside && sum != 0.0f)
+                for (int k = 0; k < RESIZE_TAPS; k++) r->w[k] /= sum;
+        }
+    }
+}
+
+/* One 1-D pass: src [outer, len_in, inner] -> dst [outer, len_out, inner]. */
+static void resize_pass(const resize_tap *t, int taps, const float *src, float *dst, int64_t outer, int64_t len_in,
+                        int64_t len_out, int64_t inner) {
+    for (int64_t b = 0; b < outer; b++) {
+        const float *s = src + b * len_in * inner;
+        float *d = dst + b * len_out * inner;
+        if (inner == 1) {
+            for (int64_t o = 0; o < len_out; o++) {
+                float acc = 0.0f;
+                for (int k = 0; k < taps; k++) acc += t[o].w[k] * s[t[o].idx[k]];
+                d[o] = acc;
+            }
+            continue;
+        }
+        for (int64_t o = 0; o < len_out; o++) {
+            float *restrict dr = d + o * inner;
+            if (taps == 1) {
+                memcpy(dr, s + t[o].idx[0] * inner, (size_t)inner * sizeof(float));
+                continue;
+            }
+            const float *s0 = s + t[o].idx[0] * inner;
+            const float w0 = t[o].w[0];
+            for (int64_t i = 0; i < inner; i++) dr[i] = w0 * s0[i];
+            for (int k = 1; k < taps; k++) {
+                const float *sk = s + t[o].idx[k] * inner;
+                const float wk = t[o].w[k];
+                for (int64_t i = 0; i < inner; i++) dr[i] += wk * sk[i];
+            }
+        }
+    }
+}
+
+/* Bytes of scratch a resize needs: a tap table for the longest resized output axis, then
+ * one intermediate tensor per resized axis but the last (axes resized in order). *resized
+ * marks the axes that change (output extent or scale not 1). -1 on overflow. */
+static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *scales, uint8_t *resized,
+                          uint64_t *bytes) {
+    uint64_t table = 0, inter = 0, cur = 1;
+    int last = -1;
+    for (int i = 0; i < x->rank; i++) {
+        resized[i] = y->dims[i] != x->dims[i] || (scales[i] != 0.0f && scales[i] != 1.0f);
+        if (resized[i]) last = i;
+    }
+    int64_t shape[NRV_PLAN_MAX_RANK];
+    memcpy(shape, x->dims, sizeof(int64_t) * (size_t)x->rank);
+    for (int i = 0; i < x->rank; i++) {
+        if (!resized[i]) continue;
+        if ((uint64_t)y->dims[i] > table) table = (uint64_t)y->dims[i];
+        shape[i] = y->dims[i];
+        if (i == last) break;
+        cur = 1;
+        for (int j = 0; j < x->rank; j++)
+            if (nrv_mul_overflow(cur, (uint64_t)shape[j], &cur)) return -1;
+        if (nrv_mul_overflow(cur, sizeof(float), &cur) || __builtin_add_overflow(inter, (cur + 63) & ~(uint64_t)63, &inter))
+            return -1;
+    }
+    if (nrv_mul_overflow(table, sizeof(resize_tap), &table) || __builtin_add_overflow(table, inter, bytes)) return -1;
+    return 0;
+}
+
+/* resize: nearest / linear / cubic resampling of any axes of a float32 tensor.
+ *   in[0]  x f32 [*] (rank r >= 1)
+ *   out[0] y f32, rank r; along an axis with scales[i] > 0, y[i] = (int64)(x[i] * scales[i])
+ *          computed in float32 (onnxruntime's rule); scales[i] == 0: y[i] is the given size
+ *          and the scale is y[i] / x[i]
+ *   iattr (5): [mode, coordinate_transformation_mode, nearest_mode, exclude_outside, r]
+ *          mode: 0 nearest, 1 linear, 2 cubic; coordinate mode: 0 half_pixel,
+ *          1 pytorch_half_pixel, 2 align_corners, 3 asymmetric, 4 half_pixel_symmetric;
+ *          nearest_mode: 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil, 4 legacy
+ *   fattr (1 + r): [cubic_coeff_a, scales[r]]
+ *   scratch: resize_scratch above: sizeof(resize_tap) (48) x the longest resized output
+ *          extent, plus 64-byte-rounded float32 intermediates for every resized axis but
+ *          the last.
+ * Linear clamps the source coordinate to [0, len-1]; nearest and cubic clamp indices to the
+ * edge (cubic with exclude_outside drops taps outside and renormalises). Not in place. */
+static nrv_status resize_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 5, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "input x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "output"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    const resize_cfg c = {a->iattr[0], a->iattr[1], a->iattr[2], a->iattr[3], a->n_fattr > 0 ? a->fattr[0] : 0.0f};
+    const int64_t r = a->iattr[4];
+    if (c.mode < RESIZE_NEAREST || c.mode > RESIZE_CUBIC || c.coord < COORD_HALF_PIXEL ||
+        c.coord > COORD_HALF_PIXEL_SYMMETRIC || c.nearest < NEAREST_ROUND_PREFER_FLOOR || c.nearest > NEAREST_LEGACY ||
+        (c.exclude_outside != 0 && c.exclude_outside != 1))
+        return op_fail(a, NRV_ERR_INVALID_ARG, "attributes mode %lld, coordinate mode %lld, nearest mode %lld, "
+                       "exclude_outside %lld out of range", (long long)c.mode, (long long)c.coord,
+                       (long long)c.nearest, (long long)c.exclude_outside);
+    if (r != x->rank || y->rank != x->rank || a->n_fattr != 1 + r)
+        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d, attribute %lld, %d float attributes; expected equal "
+                       "ranks and 1 + rank floats", (int)x->rank, (int)y->rank, (long long)r, a->n_fattr);
+    const float *scales = a->fattr + 1;
+    for (int i = 0; i < x->rank; i++) {
+        const float s = scales[i];
+        if (!(s >= 0.0f) || isinf(s))
+            return op_fail(a, NRV_ERR_INVALID_ARG, "scale %d is %g, expected > 0 (or 0: size given)", i, (double)s);
+        if (s > 0.0f) {
+            const float want = (float)x->dims[i] * s;
+            if (!(want < 9.0e18f) || y->dims[i] != (int64_t)want)
+                return op_fail(a, NRV_ERR_SHAPE, "axis %d: output extent %lld, expected %lld x %g", i,
+                               (long long)y->dims[i], (long long)x->dims[i], (double)s);
+        }
+        if (x->dims[i] == 0 && y->dims[i] != 0)
+            return op_fail(a, NRV_ERR_SHAPE, "axis %d: cannot resize an empty axis to %lld", i, (long long)y->dims[i]);
+    }
+    if (y->numel == 0) return NRV_OK;
+    uint8_t resized[NRV_PLAN_MAX_RANK];
+    uint64_t need;
+    if (resize_scratch(x, y, scales, resized, &need) != 0 || need > (uint64_t)a->scratch_bytes ||
+        (need > 0 && !a->scratch))
+        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, less than this resize needs",
+                       a->scratch_bytes);
+    int last = -1;
+    for (int i = 0; i < x->rank; i++)
+        if (resized[i]) last = i;
+    if (last < 0) {
+        memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
+        return NRV_OK;
+    }
+    resize_tap *table = a->scratch;
+    unsigned char *inter = a->scratch;
+    uint64_t table_bytes = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (resized[i] && (uint64_t)y->dims[i] * sizeof(resize_tap) > table_bytes)
+            table_bytes = (uint64_t)y->dims[i] * sizeof(resize_tap);
+    inter += table_bytes;
+    const int taps = c.mode == RESIZE_NEAREST ? 1 : c.mode == RESIZE_LINEAR ? 2 : RESIZE_TAPS;
+    int64_t shape[NRV_PLAN_MAX_RANK];
+    memcpy(shape, x->dims, sizeof(int64_t) * (size_t)x->rank);
+    const float *src = x->data;
+    for (int i = 0; i < x->rank; i++) {
+        if (!resized[i]) continue;
+        const int64_t len_in = shape[i], len_out = y->dims[i];
+        const float scale = scales[i] > 0.0f ? scales[i] : (float)len_out / (float)len_in;
+        resize_table(&c, scale, len_in, len_out, table);
+        const int64_t outer = nrv_dims_product(shape, 0, i), inner = nrv_dims_product(shape, i + 1, x->rank);
+        shape[i] = len_out;
+        float *dst = i == last ? (float *)y->data : (float *)inter;
+        resize_pass(table, taps, src, dst, outer, len_in, len_out, inner);
+        if (i != last) {
+            const uint64_t n = (uint64_t)nrv_dims_product(shape, 0, x->rank) * sizeof(float);
+            inter += (n + 63) & ~(uint64_t)63;
+        }
+        src = dst;
+    }
+    return NRV_OK;
+}
+
+const nrv_op_def nrv_plan_ops_upsample[] = {
+    {"conv_transpose", conv_transpose_run, "gemm"},
+    {"resize", resize_run, NULL},
+    {NULL, NULL, NULL},
+};
