@@ -375,7 +375,7 @@ def _static_int(ctx: NodeCtx, v: Value, what: str) -> int:
 
 @handler("STFT")
 def _stft(ctx: NodeCtx, ins):
-    """STFT (opset 17) of a real signal [B, L, 1] with a constant window: a 1-D conv whose weight
+    """STFT (opset 17) of a real signal [B, L, 1] (or [B, L]) with a constant window: a 1-D conv whose weight
     is the windowed DFT basis [win·cos; -win·sin] (frame_step as its stride), reshaped and
     transposed to ONNX's [B, frames, bins, 2]. The compiler's select_rdft then runs the conv
     as a real FFT when the frame length is a power of two (and the basis has at most N/2 + 1
@@ -383,9 +383,10 @@ def _stft(ctx: NodeCtx, ins):
     signal, step_v = ins[0], ins[1]
     window = ins[2] if len(ins) > 2 else None
     length_v = ins[3] if len(ins) > 3 else None
-    if signal.dtype != np.float32 or signal.rank != 3:
+    # [batch, length] is read as real, as onnxruntime does (torch's TorchScript exporter writes it)
+    if signal.dtype != np.float32 or signal.rank not in (2, 3):
         raise ctx.fail(f"the signal must be float32 [batch, length, 1 or 2], got {signal.dtype} rank {signal.rank}")
-    if not (S.is_static(signal.shape[2]) and int(signal.shape[2]) == 1):
+    if signal.rank == 3 and not (S.is_static(signal.shape[2]) and int(signal.shape[2]) == 1):
         raise ctx.fail("complex signals ([batch, length, 2]) are not supported; real ones ([.., 1]) are")
     step = _static_int(ctx, step_v, "frame_step")
     if step < 1:

@@ -1,0 +1,198 @@
+"""Exports small PyTorch models of the kinds edge users run (image backbone blocks, a
+segmentation U-Net, keyword spotting from raw audio, recurrent and convolutional sequence
+models, a transformer encoder) to ONNX with PyTorch's own exporters, for
+tests/python/test_torch_exports.py: the graphs are what torch.onnx really writes (its op
+patterns, opsets, shape arithmetic), not hand-built.
+
+Development only (needs torch; the SDK and its tests never import it):
+    pip install torch==2.13.0 onnx onnxscript
+    python scripts/export_torch_models.py tests/data/torch
+Weights are random with a fixed seed; each model is written as <name>.onnx with its
+feeds' shapes and symbolic dims in manifest.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: pointwise expand, depthwise 3x3, pointwise project, ReLU6, skip."""
+
+    def __init__(self, c=16, expand=4):
+        super().__init__()
+        h = c * expand
+        self.body = nn.Sequential(
+            nn.Conv2d(c, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+            nn.Conv2d(h, h, 3, padding=1, groups=h, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+            nn.Conv2d(h, c, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class MobileNetish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.Hardswish())
+        self.blocks = nn.Sequential(InvertedResidual(), InvertedResidual())
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = self.blocks(self.stem(x))
+        return self.head(F.adaptive_avg_pool2d(y, 1).flatten(1)).softmax(-1)
+
+
+class UNet(nn.Module):
+    """Two levels down (max-pool), up by ConvTranspose and by bilinear and nearest upsampling."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.d1 = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.ReLU())
+        self.d2 = nn.Sequential(nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU())
+        self.mid = nn.Sequential(nn.Conv2d(2 * c, 2 * c, 3, padding=1), nn.LeakyReLU(0.1))
+        self.up2 = nn.ConvTranspose2d(2 * c, 2 * c, 2, stride=2)
+        self.u2 = nn.Conv2d(4 * c, c, 3, padding=1)
+        self.u1 = nn.Conv2d(2 * c, 2, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(F.max_pool2d(a, 2))
+        m = self.mid(F.max_pool2d(b, 2))
+        u = torch.relu(self.u2(torch.cat([self.up2(m), b], 1)))
+        u = F.interpolate(u, scale_factor=2, mode="bilinear", align_corners=False)
+        y = self.u1(torch.cat([u, a], 1))
+        return torch.sigmoid(y), F.interpolate(y, scale_factor=0.5, mode="nearest")
+
+
+class KeywordSpotter(nn.Module):
+    """Raw 16 kHz audio -> log power spectrum (torch.stft) -> a small conv net -> 12 classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(256))
+        self.conv = nn.Sequential(nn.Conv1d(129, 64, 3, padding=1), nn.ReLU(), nn.Conv1d(64, 64, 3, dilation=2,
+                                                                                             padding=2), nn.ReLU())
+        self.out = nn.Linear(64, 12)
+
+    def forward(self, wav):
+        spec = torch.stft(wav, 256, hop_length=128, window=self.window, center=False, return_complex=False)
+        power = (spec ** 2).sum(-1)
+        feats = torch.log(power + 1e-6)
+        return self.out(self.conv(feats).mean(-1))
+
+
+class BiLSTMTagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 24)
+        self.lstm = nn.LSTM(24, 32, num_layers=2, bidirectional=True, batch_first=True)
+        self.out = nn.Linear(64, 5)
+
+    def forward(self, ids):
+        h, _ = self.lstm(self.emb(ids))
+        return self.out(h).log_softmax(-1)
+
+
+class GRUStream(nn.Module):
+    """One streaming step: features and the previous hidden state in, output and state out."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(20, 48, batch_first=True)
+        self.out = nn.Linear(48, 4)
+
+    def forward(self, x, h):
+        y, h2 = self.gru(x, h)
+        return torch.sigmoid(self.out(y)), h2
+
+
+class TCN(nn.Module):
+    """Dilated causal 1-D convolutions with residuals and GELU (a WaveNet-style stack)."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.inp = nn.Conv1d(1, c, 1)
+        self.layers = nn.ModuleList(nn.Conv1d(c, c, 3, dilation=d) for d in (1, 2, 4, 8))
+        self.norm = nn.GroupNorm(1, c)
+        self.out = nn.Conv1d(c, 1, 1)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for conv in self.layers:
+            h = h + F.gelu(conv(F.pad(h, (2 * conv.dilation[0], 0))))
+        return torch.tanh(self.out(self.norm(h)))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(48, 4, 96, dropout=0.0, batch_first=True, activation="gelu")
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.pos = nn.Parameter(torch.randn(1, 64, 48) * 0.02)
+
+    def forward(self, x):
+        return self.enc(x + self.pos[:, : x.shape[1]])
+
+
+def models():
+    """(name, module, example inputs, input names, output names, dynamic dims {input: {axis: name}},
+    bounds {name: upper bound}, exporter)."""
+    seq = torch.export.Dim("seq", min=2, max=64)
+    return [
+        ("mobilenet_block", MobileNetish(), (torch.randn(1, 3, 32, 32),), ["image"], ["probs"], None, {}, "dynamo"),
+        ("unet", UNet(), (torch.randn(1, 3, 32, 48),), ["image"], ["mask", "coarse"], None, {}, "dynamo"),
+        ("kws_stft", KeywordSpotter(), (torch.randn(1, 16000),), ["wav"], ["logits"], None, {}, "torchscript"),
+        ("bilstm_tagger", BiLSTMTagger(), (torch.randint(0, 100, (1, 23)),), ["ids"], ["logp"],
+         {"ids": {1: "seq"}}, {"seq": 64}, "torchscript"),
+        ("gru_stream", GRUStream(), (torch.randn(1, 5, 20), torch.zeros(1, 1, 48)), ["x", "h"], ["y", "h_out"], None,
+         {}, "torchscript"),
+        ("tcn", TCN(), (torch.randn(1, 1, 400),), ["signal"], ["out"], {"signal": {2: "len"}}, {"len": 1000},
+         "torchscript"),
+        ("transformer", TinyTransformer(), (torch.randn(1, 17, 48),), ["x"], ["y"], {"x": {1: seq}}, {"seq": 64},
+         "dynamo"),
+    ]
+
+
+def export(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    for name, module, args, in_names, out_names, dyn, bounds, exporter in models():
+        torch.manual_seed(0)
+        for p in module.parameters():
+            nn.init.normal_(p, std=0.3 if p.dim() > 1 else 0.1)
+        for m in module.modules():  # BatchNorm statistics that are not the identity
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+        module.eval()
+        path = out_dir / f"{name}.onnx"
+        with torch.no_grad():
+            if exporter == "dynamo":
+                shapes = None if dyn is None else {k: v for k, v in dyn.items()}
+                prog = torch.onnx.export(module, args, dynamo=True, input_names=in_names, output_names=out_names,
+                                         dynamic_shapes=shapes, optimize=True)
+                prog.save(str(path))
+            else:
+                axes = None if dyn is None else {k: v for k, v in dyn.items()}
+                torch.onnx.export(module, args, str(path), dynamo=False, input_names=in_names, output_names=out_names,
+                                  dynamic_axes=axes, opset_version=17)
+        inputs = {}
+        for n, a in zip(in_names, args):
+            shape = list(a.shape)
+            for axis, dim in (dyn or {}).get(n, {}).items():
+                shape[axis] = dim if isinstance(dim, str) else dim.__name__
+            inputs[n] = {"shape": shape, "dtype": str(a.dtype).replace("torch.", "")}
+        manifest[name] = {"inputs": inputs, "outputs": out_names, "dims": bounds, "exporter": exporter}
+        print(f"{name}: {path.stat().st_size / 1e3:.0f} kB ({exporter})")
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    export(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/torch"))
