@@ -13,7 +13,7 @@ Public API::
     nerve.compile(onnx_path)   ONNX -> Plan (save with Plan.save("model.nrv"))
     nerve.precision            the precision names (fp32, int8/w8a8, w4a32, w4a8)
     nerve.quant                INT4 weights: quantize_w4, W4Weight (packed / unpacked)
-    nerve.quantize(model, ...) a model's linears to W4 with a sensitivity-driven policy -> Plan
+    nerve.quantize(model, ...) a model's layers to w8a8 or W4 with a sensitivity-driven policy -> Plan
     nerve.asr                  speech recognition (Recognizer, streams); imported on first use
     nerve.audio                WAV reading, sample conversion, the stateful resampler
     nerve.serial               command link over pyserial URLs (Link, LinkServer); import it explicitly

@@ -8,7 +8,7 @@
     nerve bench robot [--repeat N] [--quick] [--json] serial link round trip, speech final / "stop" -> robot ack
     nerve bench MODEL [--vs onnxruntime] [--dim NAME=N] [--input NAME=x.npy] [--threads N] [--json]
                                                  one model's latency (median, p99), next to a peer
-    nerve quantize MODEL --out PLAN.nrv [--scheme w4a8|w4a32] [--calib DIR_OR_NPZ] [--policy auto|all]
+    nerve quantize MODEL --out PLAN.nrv [--scheme w8a8|w4a8|w4a32] [--calib DIR_OR_NPZ] [--policy auto|all]
                                                  INT4 linears, sensitivity-driven; prints the choices
     nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
     nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
@@ -280,18 +280,21 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--save", metavar="OUT.nrv", help="also write the plan file")
     plan.set_defaults(func=_cmd_plan)
 
-    qz = commands.add_parser("quantize", help="quantize a model's linear layers to INT4 (W4) and write the plan")
+    qz = commands.add_parser("quantize", help="quantize a model's layers (INT8 weights and activations, or INT4 "
+                             "weights) and write the plan")
     qz.add_argument("model", metavar="MODEL")
-    qz.add_argument("--scheme", default="w4a8", choices=["w4a8", "w4a32"])
+    qz.add_argument("--scheme", default="w8a8", choices=["w8a8", "w4a8", "w4a32"],
+                    help="w8a8 (default): linears and 1-D convs, GPTQ weights with --calib; w4a8/w4a32: linears, W4")
     qz.add_argument("--calib", metavar="DIR_OR_NPZ", help="held-out feeds: an .npz (leading sample axis) or a "
                     "folder of .npz files (needed by --policy auto)")
     qz.add_argument("--out", required=True, metavar="PLAN.nrv")
     qz.add_argument("--method", default="mse", choices=["minmax", "mse", "percentile"])
     qz.add_argument("--group", type=int, default=64, choices=[32, 64, 128])
     qz.add_argument("--policy", default="auto", choices=["auto", "all"],
-                    help="auto: the most sensitive layers stay fp32 within --budget; all: every layer W4")
-    qz.add_argument("--budget", type=float, default=0.25,
-                    help="auto: linear weight bytes allowed, as a fraction of their fp32 bytes (default 0.25)")
+                    help="auto: the most sensitive layers stay fp32 within --budget; all: every layer at --scheme")
+    qz.add_argument("--budget", type=float, default=None,
+                    help="auto: weight bytes allowed, as a fraction of their fp32 bytes (default 0.5 for w8a8, "
+                    "0.25 for w4)")
     qz.add_argument("--dim", action="append", metavar="NAME=N", help="upper bound of a symbolic dimension")
     qz.add_argument("--json", action="store_true", help="print the report (sensitivities, choices, accuracy) as JSON")
     qz.set_defaults(func=_cmd_quantize)

@@ -3,8 +3,11 @@
 
   * ``"fp32"`` (default): weights as the model stores them (int8 weights dequantised in the
     graph stay int8 and are widened in registers: linear_w8); matches onnxruntime's fp32.
-  * ``"int8"`` / ``"w8a8"``: as fp32, and products with int8 weights on many rows also
-    quantise their activations per row (linear_w8a8).
+  * ``"int8"`` / ``"w8a8"``: every linear layer's weight int8 (per output channel; weights
+    the model stores as int8 keep theirs), and products on many rows also quantise their
+    activations per row (linear_w8a8). ``"int8:convs"`` takes the 1-D convolutions along
+    (conv_w8a8; off by default: their per-position rows span every input channel, and quiet
+    channels lose to loud ones).
   * ``"w4a32"``: every linear layer whose input width is a multiple of 32 gets group-wise
     INT4 weights (docs/QUANTIZATION.md; symmetric, fp16 scales, group 64 — or the largest of
     64/32 dividing the width — quantised at compile time, "mse" clipping), fp32 activations.
@@ -33,6 +36,7 @@ W4_DEFAULT_GROUP = 64
 
 W4_METHODS = ("mse", "minmax", "percentile")
 GPTQ = "gptq"
+CONVS = "convs"  # int8: 1-D convolutions take int8 activations too (conv_w8a8)
 
 
 def parse_full(precision: str) -> Tuple[str, int, str]:
@@ -41,9 +45,11 @@ def parse_full(precision: str) -> Tuple[str, int, str]:
     if not isinstance(precision, str):
         raise InputError(f"precision must be a string, got {type(precision).__name__}")
     scheme, *suffixes = precision.split(":")
+    if scheme in ("int8", "w8a8") and suffixes == [CONVS]:
+        return "int8", W4_DEFAULT_GROUP, W4_METHODS[0]
     if scheme not in SCHEMES or (suffixes and not scheme.startswith("w4")):
         raise InputError(f"precision must be one of {', '.join(SCHEMES)} (w4 schemes may add ':g32', ':g64', "
-                         f"':g128' and ':minmax', ':mse', ':percentile'), got {precision!r}")
+                         f"':g128' and ':minmax', ':mse', ':percentile'; int8 ':{CONVS}'), got {precision!r}")
     g, method = W4_DEFAULT_GROUP, W4_METHODS[0]
     for suffix in suffixes:
         if suffix == GPTQ:

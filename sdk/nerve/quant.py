@@ -23,7 +23,7 @@ onto [-8, 7] with a zero point. Scales are rounded to fp16 before q is computed 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -344,12 +344,13 @@ GPTQ_DAMP = 0.01   # of the mean diagonal, added to H's diagonal (keeps the Chol
 GPTQ_BLOCK = 128   # columns updated together (a multiple of every group size)
 
 
-def _gptq(w: np.ndarray, h: np.ndarray, g: int, symmetric: bool, ratios) -> W4Weight:
+def _gptq_sweep(w: np.ndarray, h: np.ndarray, quantize_column) -> None:
     """GPTQ (Frantar et al., 2022): columns are quantized left to right and each one's rounding
     error, weighted by the inverse of the layer's input Hessian H = Σ xᵀx, is pushed onto the
     columns not yet quantized, so the layer's *output* error on inputs like the calibration
-    ones shrinks, not the weight error. A group's scale (and zero) is fitted when its first
-    column is reached, on the weights as updated so far."""
+    ones shrinks, not the weight error. quantize_column(col, block, i) quantizes column col —
+    block[:, i] of the current block of columns, as updated so far (block[:, i:] are the
+    columns still to come in it) — stores its codes and returns its dequantised values."""
     n, k = w.shape
     w = w.copy()
     h = h.copy()
@@ -362,30 +363,66 @@ def _gptq(w: np.ndarray, h: np.ndarray, g: int, symmetric: bool, ratios) -> W4We
     except np.linalg.LinAlgError:
         raise InputError("the activation Hessian is not positive definite even after damping "
                          "(too few calibration rows?)", _ERR_INVALID) from None
-    q = np.empty((n, k), np.int8)
-    scales = np.empty((n, k // g))
-    zeros = None if symmetric else np.empty((n, k // g))
     for b0 in range(0, k, GPTQ_BLOCK):
         b1 = min(b0 + GPTQ_BLOCK, k)
         wb = w[:, b0:b1].copy()
         err = np.zeros_like(wb)
         ub = u[b0:b1, b0:b1]
         for i in range(b1 - b0):
-            col = b0 + i
-            if col % g == 0:  # a group starts: fit it on its current values
-                sc, z = _search_fit(wb[:, i:i + g][:, None, :], ratios, symmetric)
-                scale, zero = sc[:, 0], (None if z is None else z[:, 0])
-                scales[:, col // g] = scale
-                if zeros is not None:
-                    zeros[:, col // g] = zero
-            z0 = 0.0 if zero is None else zero
-            code = np.clip(np.rint(wb[:, i] / scale) + z0, -8, 7)
-            q[:, col] = code
-            e = (wb[:, i] - (code - z0) * scale) / ub[i, i]
+            e = (wb[:, i] - quantize_column(b0 + i, wb, i)) / ub[i, i]
             wb[:, i:] -= np.outer(e, ub[i, i:])
             err[:, i] = e
         w[:, b1:] -= err @ u[b0:b1, b1:]
+
+
+def _gptq(w: np.ndarray, h: np.ndarray, g: int, symmetric: bool, ratios) -> W4Weight:
+    """W4 by GPTQ (_gptq_sweep). A group's scale (and zero) is fitted when its first column is
+    reached, on the weights as updated so far."""
+    n, k = w.shape
+    q = np.empty((n, k), np.int8)
+    scales = np.empty((n, k // g))
+    zeros = None if symmetric else np.empty((n, k // g))
+    fit = {}
+
+    def column(col, wb, i):
+        if col % g == 0:  # a group starts: fit it on its current values
+            sc, z = _search_fit(wb[:, i:i + g][:, None, :], ratios, symmetric)
+            fit["scale"], fit["zero"] = sc[:, 0], (0.0 if z is None else z[:, 0])
+            scales[:, col // g] = fit["scale"]
+            if zeros is not None:
+                zeros[:, col // g] = fit["zero"]
+        code = np.clip(np.rint(wb[:, i] / fit["scale"]) + fit["zero"], -8, 7)
+        q[:, col] = code
+        return (code - fit["zero"]) * fit["scale"]
+
+    _gptq_sweep(w, h, column)
     return W4Weight(q, scales.astype(np.float16), None if zeros is None else zeros.astype(np.int8), g)
+
+
+def quantize_w8(w, hessian=None) -> Tuple[np.ndarray, np.ndarray]:
+    """(q int8 [out, in] in [-127, 127], scale float32 [out]) of a float weight w [out, in]:
+    symmetric per output channel, scale = max|w_row| / 127 (1 for an all-zero row). With
+    hessian (Σ xᵀx [in, in] over calibration inputs of the layer, :func:`input_hessian`) the
+    codes come from GPTQ's error compensation (_gptq_sweep) instead of rounding each weight
+    to nearest: the same scales, a smaller error of x · Wᵀ on inputs like the calibration
+    ones. The form nerve's int8 kernels take (linear_w8, linear_w8a8, conv_w8a8)."""
+    w64 = np.asarray(w, np.float64)
+    if w64.ndim != 2 or not np.all(np.isfinite(w64)):
+        raise InputError(f"quantize_w8 takes a finite 2-D weight, got shape {w64.shape}", _ERR_INVALID)
+    amax = np.abs(w64).max(axis=1) if w64.size else np.zeros(w64.shape[0])
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    s64 = scale.astype(np.float64)
+    if hessian is None:
+        return np.clip(np.rint(w64 / s64[:, None]), -127, 127).astype(np.int8), scale
+    q = np.empty(w64.shape, np.int8)
+
+    def column(col, wb, i):
+        code = np.clip(np.rint(wb[:, i] / s64), -127, 127)
+        q[:, col] = code
+        return code * s64
+
+    _gptq_sweep(w64, _check_hessian(hessian, w64.shape[1]), column)
+    return q, scale
 
 
 # ---- whole models: nerve.quantize
@@ -436,33 +473,68 @@ def _w4_bytes(fp32_bytes: int, group: int) -> int:
     return n_weights // 2 + 2 * (n_weights // group)
 
 
-def quantize(model, scheme: str = "w4a8", calibration=None, method: str = "mse", policy="auto",
-             group_size: int = 64, budget: float = 0.25, dims=None, state=None, constants=None, outputs=None,
-             progress: bool = True):
-    """Quantizes an ONNX model's linear layers to W4 and returns the compiled Plan, with
-    ``plan.report``: each layer's sensitivity, the precision chosen for it and why, and the
-    whole model's accuracy against fp32.
+def _w8_bytes(fp32_bytes: int, out_channels: int) -> int:
+    return fp32_bytes // 4 + 4 * out_channels  # int8 codes and an fp32 scale per output channel
 
-    scheme: "w4a8" or "w4a32" (nerve.precision). method: the weight quantizer ("minmax", "mse",
-    "percentile"). group_size: 32, 64 or 128 (a layer whose width it does not divide takes the
-    largest smaller one that does).
+
+SCHEMES = ("w8a8", "w4a8", "w4a32")
+_W8_OPS = ("linear_w8", "linear_w8a8", "conv_w8a8")
+
+
+def _layers_of(model, scheme: str, precision: str, kw: dict) -> Dict[str, tuple]:
+    """{layer name: (fp32 weight bytes, output channels)} of the layers scheme can take, as the
+    compiler names them: W4 linears; for w8a8 the linears and the group-1 1-D convs."""
+    from pathlib import Path
+
+    from .compiler import compile_program
+    from .compiler.ort_format import load_ort
+
+    raw = Path(model).read_bytes()
+    onnx_bytes = load_ort(raw).SerializeToString() if raw[4:8] == b"ORTM" else raw
+    prog = compile_program(onnx_bytes, Path(model).parent, kw["dims"], kw["state"], True, kw["constants"],
+                           kw["outputs"], "int8:convs" if scheme == "w8a8" else precision)
+    if scheme == "w8a8":
+        def shape(op) -> List[int]:  # [out, in...] of the fp32 weight the op's int8 one stands for
+            if op.type == "linear_w8":
+                return [int(d) for d in op.inputs[1].shape]  # q [n, k]
+            return [int(d) for d in op.iattr[1:4 if op.type == "conv_w8a8" else 3]]  # [act, n, k] / [act, M, C, K]
+        return {op.name: (4 * int(np.prod(shape(op))), shape(op)[0]) for op in prog.ops if op.type in _W8_OPS}
+    from .compiler.passes import linear_w4_layers
+
+    return {name: (b, 0) for name, b in linear_w4_layers(prog)}
+
+
+def quantize(model, scheme: str = "w8a8", calibration=None, method: str = "mse", policy="auto",
+             group_size: int = 64, budget: Optional[float] = None, dims=None, state=None, constants=None,
+             outputs=None, progress: bool = True):
+    """Quantizes an ONNX model's layers and returns the compiled Plan, with ``plan.report``: each
+    layer's sensitivity, the precision chosen for it and why, and the whole model's accuracy
+    against fp32.
+
+    scheme: "w8a8" — linear layers and group-1 1-D convolutions, INT8 weights per output
+    channel and INT8 activations per row where a product runs on many rows (on few rows the
+    activations stay fp32: linear_w8); with calibration data the weights of the linears come
+    from GPTQ (their input Hessians gathered on the calibration feeds), which keeps the
+    product's output, not the weight, close to fp32. "w4a8" / "w4a32" — linear layers, W4
+    (nerve.precision); method: the W4 quantizer ("minmax", "mse", "percentile"); group_size:
+    32, 64 or 128 (a layer whose width it does not divide takes the largest smaller one).
     calibration: an iterable of feed dicts ({input name: array}) held out from training, run
     through the model at fp32 and at each candidate precision; needed by policy="auto" and for
-    the accuracy report (the activations are quantised per row at run time: no static
+    the accuracy report (activation scales are computed per row at run time: no static
     activation ranges are calibrated).
     policy: "auto" — every layer is quantised alone and scored (the worst cosine and SNR over
-    the outputs against fp32); the most sensitive layers are kept fp32 as long as the linear
-    weights stay within ``budget`` x their fp32 bytes (0.25: a quarter); "all" — every layer
-    W4; or a dict {layer name: "fp32" | "w4a32" | "w4a8"} (names as ``Session.ops()`` gives
-    them; layers not named take ``scheme``).
+    the outputs against fp32); the most sensitive layers are kept fp32 as long as the weights
+    of the layers considered stay within ``budget`` x their fp32 bytes (default 0.25 for W4,
+    0.5 for w8a8); "all" — every layer at the scheme; or a dict {layer name: "fp32" |
+    scheme} (names as ``Session.ops()`` gives them; layers not named take ``scheme``).
     """
     import sys
 
     from .session import Session
     from .session import compile as nerve_compile
 
-    if scheme not in ("w4a8", "w4a32"):
-        raise InputError(f"scheme must be 'w4a8' or 'w4a32', got {scheme!r}", _ERR_INVALID)
+    if scheme not in SCHEMES:
+        raise InputError(f"scheme must be one of {SCHEMES}, got {scheme!r}", _ERR_INVALID)
     if method not in METHODS:
         raise InputError(f"method must be one of {METHODS}, got {method!r}", _ERR_INVALID)
     if group_size not in GROUP_SIZES:
@@ -470,10 +542,13 @@ def quantize(model, scheme: str = "w4a8", calibration=None, method: str = "mse",
     if not (isinstance(policy, dict) or policy in ("auto", "all")):
         raise InputError(f"policy must be 'auto', 'all' or a dict {{layer: precision}}, got {policy!r}",
                          _ERR_INVALID)
+    w8 = scheme == "w8a8"
+    if budget is None:
+        budget = 0.5 if w8 else 0.25
     if not 0.0 < float(budget) <= 1.0:
         raise InputError(f"budget must be in (0, 1] (a fraction of the fp32 weight bytes), got {budget}",
                          _ERR_INVALID)
-    precision = f"{scheme}:g{group_size}:{method}"
+    precision = "int8" if w8 else f"{scheme}:g{group_size}:{method}"
     kw = dict(dims=dims, state=state, constants=constants, outputs=outputs)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
 
@@ -481,37 +556,43 @@ def quantize(model, scheme: str = "w4a8", calibration=None, method: str = "mse",
     feeds = _feeds_list(calibration, ref_sess.input_names)
     if policy == "auto" and not feeds:
         raise InputError("policy='auto' needs calibration data (an iterable of feed dicts)", _ERR_INVALID)
-    from pathlib import Path
+    candidates = _layers_of(model, scheme, precision, kw)
+    names = list(candidates)
+    fp32_bytes = {n: b for n, (b, _) in candidates.items()}
 
-    from .compiler import compile_program  # the layer list, as the compiler names it
-    from .compiler.ort_format import load_ort
-    from .compiler.passes import linear_w4_layers
+    def quantized_bytes(name: str) -> int:
+        b, out_channels = candidates[name]
+        return _w8_bytes(b, out_channels) if w8 else _w4_bytes(b, group_size)
 
-    raw = Path(model).read_bytes()
-    onnx_bytes = load_ort(raw).SerializeToString() if raw[4:8] == b"ORTM" else raw
-    candidates = linear_w4_layers(compile_program(onnx_bytes, Path(model).parent, dims, state, True, constants,
-                                                  outputs, precision))
-    names = [n for n, _ in candidates]
-    fp32_bytes = dict(candidates)
     if isinstance(policy, dict):
         unknown = sorted(set(policy) - set(names))
         if unknown:
-            raise InputError(f"policy names layers the model does not have (or that W4 cannot take): {unknown}; "
-                             f"layers: {names}", _ERR_INVALID)
+            raise InputError(f"policy names layers the model does not have (or that {scheme} cannot take): "
+                             f"{unknown}; layers: {names}", _ERR_INVALID)
+        bad = sorted(p for p in policy.values() if p not in ("fp32", scheme))
+        if bad:
+            raise InputError(f"policy precisions must be 'fp32' or {scheme!r}, got {bad}", _ERR_INVALID)
     ref = _outputs_of(ref_sess, feeds) if feeds else {}
+    hessians = None
+    if w8 and feeds:
+        taps = LinearTaps(model, **{k: kw[k] for k in ("dims", "constants", "outputs")})
+        for f in feeds:
+            taps.run({k: v for k, v in f.items() if k in taps.input_names})
+        hessians = taps.hessians
+        say(f"GPTQ statistics: {len(hessians)} linear layers over {len(feeds)} calibration feeds")
 
     layers: Dict[str, dict] = {}
     choice: Dict[str, str] = {n: scheme for n in names}
     if policy == "auto":
         for i, name in enumerate(names, 1):
-            sess = Session(nerve_compile(model, precision="fp32", layers={name: precision}, **kw))
+            sess = Session(nerve_compile(model, precision="fp32", layers={name: precision}, hessians=hessians, **kw))
             score = _compare(ref, _outputs_of(sess, feeds))
             layers[name] = {"alone": score}
             say(f"[{i}/{len(names)}] {name}: cosine {score['cosine']:.6f}, SNR {score['snr_db']:.1f} dB")
         limit = budget * sum(fp32_bytes.values())
-        total = sum(_w4_bytes(b, group_size) for b in fp32_bytes.values())
+        total = sum(quantized_bytes(n) for n in names)
         for rank, name in enumerate(sorted(names, key=lambda n: layers[n]["alone"]["snr_db"]), 1):
-            extra = fp32_bytes[name] - _w4_bytes(fp32_bytes[name], group_size)
+            extra = fp32_bytes[name] - quantized_bytes(name)
             snr = layers[name]["alone"]["snr_db"]
             if total + extra <= limit:
                 total += extra
@@ -530,15 +611,16 @@ def quantize(model, scheme: str = "w4a8", calibration=None, method: str = "mse",
             layers[name] = {"why": f"{scheme}: policy 'all'"}
     for name in names:
         layers[name]["precision"] = choice[name]
-    plan = nerve_compile(model, precision=precision,
+    plan = nerve_compile(model, precision=precision, hessians=hessians,
                          layers={n: (precision if c == scheme else c) for n, c in choice.items()}, **kw)
     accuracy = _compare(ref, _outputs_of(Session(plan), feeds)) if feeds else None
-    weight_bytes = sum(fp32_bytes[n] if choice[n] == "fp32" else _w4_bytes(fp32_bytes[n], group_size) for n in names)
-    plan.report = {"scheme": scheme, "method": method, "group_size": group_size, "policy":
-                   policy if isinstance(policy, str) else "dict", "layers": layers, "accuracy": accuracy,
-                   "linear_weight_bytes": {"fp32": sum(fp32_bytes.values()), "chosen": weight_bytes}}
+    weight_bytes = sum(fp32_bytes[n] if choice[n] == "fp32" else quantized_bytes(n) for n in names)
+    plan.report = {"scheme": scheme, "method": "gptq" if hessians else ("rtn" if w8 else method),
+                   "group_size": None if w8 else group_size, "policy": policy if isinstance(policy, str) else "dict",
+                   "layers": layers, "accuracy": accuracy,
+                   "weight_bytes": {"fp32": sum(fp32_bytes.values()), "chosen": weight_bytes}}
     kept = [n for n in names if choice[n] == "fp32"]
-    say(f"quantized {len(names) - len(kept)} of {len(names)} linear layers to {scheme} "
+    say(f"quantized {len(names) - len(kept)} of {len(names)} layers to {scheme} "
         f"({weight_bytes} of {sum(fp32_bytes.values())} fp32 bytes); kept fp32: {kept or 'none'}")
     if accuracy:
         say(f"accuracy vs fp32 on {len(feeds)} calibration feeds: cosine {accuracy['cosine']:.6f}, "

@@ -233,3 +233,11 @@ def test_which_convs_take_int8_activations(tmp_path, rng, monkeypatch):
         assert op_types(session(tmp_path, stored, {"t": 50}, precision="int8")) == [want_stored], env
         assert op_types(session(tmp_path, plain, {"t": 50}, precision="int8")) == [want_plain], env
         assert op_types(session(tmp_path, stored, {"t": 50}, precision="fp32")) == ["conv"], env  # fp32: never
+    monkeypatch.delenv("NERVE_W8A8_CONV", raising=False)
+    # the precision name asks for them without the environment
+    for precision in ("int8:convs", "w8a8:convs"):
+        assert op_types(session(tmp_path, plain, {"t": 50}, precision=precision)) == ["conv_w8a8"]
+        assert op_types(session(tmp_path, stored, {"t": 50}, precision=precision)) == ["conv_w8a8"]
+    for bad in ("int8:g32", "int8:convs:convs", "fp32:convs"):
+        with pytest.raises(nerve.InputError, match="precision"):
+            session(tmp_path, plain, {"t": 50}, precision=bad)

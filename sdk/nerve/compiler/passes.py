@@ -569,6 +569,11 @@ def _int8_linear(prog: Program, op: Op):
 CONV_W8A8_ROWS = 32  # positions per block of op conv_w8a8 (native/src/plan/op_conv.c)
 
 
+def convs_in_precision(precision: str) -> bool:
+    """Whether an int8 precision name asks for its 1-D convs too ("int8:convs", "w8a8:convs")."""
+    return "convs" in precision.split(":")[1:]
+
+
 def w8a8_convs_mode() -> str:
     """Which 1-D convs take int8 activations where linears do (precision "int8"), from
     NERVE_W8A8_CONV: "none" (unset, the default); "stored" — convs whose weight the model
@@ -581,21 +586,39 @@ def w8a8_convs_mode() -> str:
     return "all" if value in ("1", "all") else "stored" if value == "stored" else "none"
 
 
-def quantize_fp32_weights_w8(prog: Program, convs: bool) -> bool:
+def _is_w8_conv(op: Op) -> bool:
+    """A group-1 1-D conv: the convs int8 can take (conv_w8a8)."""
+    return op.type == "conv" and op.iattr[0] == 1 and op.iattr[1] == 1
+
+
+def _int8_here(op: Op, default: bool, layers: Optional[Dict[str, str]]) -> bool:
+    """Whether op (a linear or a 1-D conv) runs int8: its entry in layers when it has one
+    ("int8"/"w8a8" yes; "fp32" or a w4 name no), else default."""
+    from ..precision import parse_full
+
+    chosen = _for_layer(layers, op.name) if layers else None
+    return default if chosen is None else parse_full(chosen)[0] == "int8"
+
+
+def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
+                             layers: Optional[Dict[str, str]] = None,
+                             hessians: Optional[Dict[str, np.ndarray]] = None) -> bool:
     """precision "int8" on weights the model stores in fp32: each linear's static 2-D weight
-    (and, with convs, each group-1 1-D conv's [m, c, kw] weight) gets an int8 form, symmetric
-    per output channel (s = max|w_row| / 127, q = round(w / s) in [-127, 127]), and its fp32
+    (linears: the default for them) and each group-1 1-D conv's [m, c, kw] weight (convs: the
+    default for them), or the layers `layers` names "int8", gets an int8 form, symmetric per
+    output channel (s = max|w_row| / 127, q = round(w / s) in [-127, 127]), and its fp32
     constant becomes q·s — so the int8 passes after this one take it as a weight stored int8
     (linear_w8 on few rows, linear_w8a8 / conv_w8a8 on many). Weights already stored as int8
-    keep their own form."""
+    keep their own form. A linear with an entry in hessians gets GPTQ codes (nerve.quant.quantize_w8)."""
+    from ..quant import quantize_w8
     from .builder import AffineInt8Value
 
     made: Dict[int, Value] = {}
     changed = False
     for op in prog.ops:
-        if op.type == "linear":
+        if op.type == "linear" and _int8_here(op, linears, layers):
             rank = 2
-        elif convs and op.type == "conv" and op.iattr[0] == 1 and op.iattr[1] == 1:
+        elif _is_w8_conv(op) and _int8_here(op, convs, layers):
             rank = 3
         else:
             continue
@@ -605,10 +628,8 @@ def quantize_fp32_weights_w8(prog: Program, convs: bool) -> bool:
             continue
         if w.uid not in made:
             n = int(w.shape[0])
-            flat = w.const.reshape(n, -1).astype(np.float64)
-            amax = np.abs(flat).max(axis=1)
-            sc = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
-            q = np.clip(np.rint(flat / sc[:, None].astype(np.float64)), -127, 127).astype(np.int8)
+            h = _for_layer(hessians, op.name) if hessians and rank == 2 else None
+            q, sc = quantize_w8(w.const.reshape(n, -1), hessian=h)
             deq = (q.astype(np.float32) * sc[:, None]).reshape(w.shape)
             v = AffineInt8Value(w.name + ".w8", np.float32, w.shape, const=np.ascontiguousarray(deq))
             v.int8_affine = (q.reshape(w.shape), sc.reshape((n,) + (1,) * (rank - 1)), np.zeros((), np.float32))
@@ -618,17 +639,19 @@ def quantize_fp32_weights_w8(prog: Program, convs: bool) -> bool:
     return changed
 
 
-def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Optional[bool] = None) -> bool:
+def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Optional[bool] = None,
+                       linears: bool = True, layers: Optional[Dict[str, str]] = None) -> bool:
     """linear with an int8-folded weight on >= min_rows rows -> linear_w8a8 (module docstring);
     with convs (default: unless w8a8_convs_mode() is "none"), a group-1 1-D conv with an
-    int8-folded weight -> conv_w8a8 (im2row blocks through the same kernel)."""
+    int8-folded weight -> conv_w8a8 (im2row blocks through the same kernel). linears and convs
+    are the defaults; a layer `layers` names takes its own choice (_int8_here)."""
     if convs is None:
         convs = w8a8_convs_mode() != "none"
     made: Dict[int, Optional[tuple]] = {}  # weight uid -> (packed, s, z) values, shared by its ops
     by_content: Dict[bytes, tuple] = {}
     changed = False
     for i, op in enumerate(prog.ops):
-        if op.type == "conv" and op.iattr[0] == 1 and op.iattr[1] == 1 and convs:
+        if _is_w8_conv(op) and _int8_here(op, convs, layers):
             x, w, bias = (op.inputs + [None])[:3]
             aff = int8_affine(w)
             if aff is None or w.rank != 3 or not w.static:
@@ -645,7 +668,7 @@ def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Op
             scratch = Value(op.name + ".w8a8.scratch", np.uint8, (4 * CONV_W8A8_ROWS * (c * kw + m),))
             new = Op("conv_w8a8", [x, pv, sv, zv, bias], op.outputs, iattr=[act, m, c, kw, stride, dil, pb, pe],
                      fattr=list(op.fattr), scratch=scratch, name=op.name)
-        elif op.type == "linear":
+        elif op.type == "linear" and _int8_here(op, linears, layers):
             found = _int8_linear(prog, op)
             if found is None:
                 continue
@@ -885,9 +908,13 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
 
     scheme, group, method = parse_full(precision)
     for name, p in (layers or {}).items():
-        if parse_full(p)[0] not in ("fp32", "w4a32", "w4a8"):
-            raise CompileError(f"layers: precision {p!r} for {name!r} must be 'fp32', or 'w4a32' / 'w4a8' "
-                               "(with their :gN / :method suffixes)")
+        if parse_full(p)[0] not in ("fp32", "int8", "w4a32", "w4a8"):
+            raise CompileError(f"layers: precision {p!r} for {name!r} must be 'fp32', 'int8' (= 'w8a8'), or "
+                               "'w4a32' / 'w4a8' (with their :gN / :method suffixes)")
+    int8 = scheme == "int8"
+    int8_layers = any(parse_full(p)[0] == "int8" for p in (layers or {}).values())
+    int8_acts = int8 or w8a8_enabled()  # NERVE_W8A8=1: int8 activations at any precision
+    convs_default = w8a8_convs_mode() != "none" or convs_in_precision(precision)
     eliminate_dead_ops(prog)
     if not fuse:
         return
@@ -898,13 +925,15 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     if scheme in ("w4a32", "w4a8") or layers:
         select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
                          group_size=group, method=method, layers=layers, hessians=hessians)
-    if scheme == "int8":
-        quantize_fp32_weights_w8(prog, convs=w8a8_convs_mode() == "all")
+    if int8 or int8_layers:
+        quantize_fp32_weights_w8(prog, linears=int8, convs=int8 and (w8a8_convs_mode() == "all" or
+                                                                   convs_in_precision(precision)),
+                                 layers=layers, hessians=hessians)
     if w8_enabled():
         select_gather_q8(prog)
         select_linear_w8(prog)
-    if scheme == "int8" or w8a8_enabled():
-        select_linear_w8a8(prog)
+    if int8_acts or int8_layers:
+        select_linear_w8a8(prog, convs=int8_acts and convs_default, linears=int8_acts, layers=layers)
     fuse_sum_of_linears(prog)
     if scheme == "fp16":
         select_linear_f16(prog)
