@@ -7,7 +7,6 @@
  */
 #include <float.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,37 +19,10 @@
 
 /* ------------------------------------------------------------------ helpers */
 
-/* nrv_fail with the "<type> (node '<name>'): " prefix every op error carries. */
-static nrv_status NRV_PRINTF(3, 4) op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...) {
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return nrv_fail(st, "%s (node '%s'): %s", a->type, a->name, msg);
-}
-
 static nrv_status check_act(const nrv_op_args *a, int64_t act) {
     if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_CLIP)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);
     return NRV_OK;
-}
-
-/* [lo, hi) = the o in [0, n_out) with 0 <= o*step + off < n_in (step > 0); lo == hi when none. */
-static inline void valid_range(int64_t off, int64_t step, int64_t n_in, int64_t n_out, int64_t *lo, int64_t *hi) {
-    int64_t l, h;
-    if (step == 1) { /* the common case, without the divisions */
-        l = off >= 0 ? 0 : -off;
-        h = n_in - off;
-    } else {
-        l = off >= 0 ? 0 : (-off + step - 1) / step;
-        h = off > n_in - 1 ? 0 : (n_in - 1 - off) / step + 1;
-    }
-    if (h > n_out) h = n_out;
-    if (h < 0) h = 0;
-    if (l > h) l = h;
-    *lo = l;
-    *hi = h;
 }
 
 /* Number of o in [0, n) with o*step + off < end (step > 0). */
@@ -70,8 +42,8 @@ static int64_t window_span(int64_t k, int64_t dil) {
 /* Checks one spatial attribute (stride, dilation: lo = 1; pad: lo = 0). */
 static nrv_status check_attr(const nrv_op_args *a, const char *what, int axis, int64_t v, int64_t lo) {
     if (v < lo || v > ATTR_MAX)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%s[%d] = %lld, expected %lld..%lld", what, axis, (long long)v,
-                       (long long)lo, (long long)ATTR_MAX);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%s[%d] = %lld, expected %lld..%lld", what, axis, (long long)v,
+                           (long long)lo, (long long)ATTR_MAX);
     return NRV_OK;
 }
 
@@ -124,12 +96,12 @@ static void conv_im2col(const conv_geom *g, const float *x, float *col) {
         for (int64_t ki = 0; ki < g->kh; ki++) {
             const int64_t offy = ki * g->dh - g->ph;
             int64_t ylo, yhi;
-            valid_range(offy, g->sh, g->ih, oh, &ylo, &yhi);
+            nrv_valid_range(offy, g->sh, g->ih, oh, &ylo, &yhi);
             for (int64_t kj = 0; kj < g->kw; kj++) {
                 float *row = col + ((c * g->kh + ki) * g->kw + kj) * g->p;
                 const int64_t offx = kj * g->dw - g->pw;
                 int64_t xlo, xhi;
-                valid_range(offx, g->sw, iw, ow, &xlo, &xhi);
+                nrv_valid_range(offx, g->sw, iw, ow, &xlo, &xhi);
                 if (ylo > 0) memset(row, 0, (size_t)(ylo * ow) * sizeof(float));
                 if (yhi > ylo && xlo == 0 && xhi == ow && g->sw == 1 && ow == iw && g->sh == 1) {
                     /* whole rows, consecutive in x too: one copy (every stride-1 1-D conv) */
@@ -172,7 +144,7 @@ static void conv_direct_1ch(const conv_geom *g, const float *restrict x, const f
                 const float wv = wr[kj];
                 const int64_t off = kj * g->dw - g->pw;
                 int64_t lo, hi;
-                valid_range(off, sw, g->iw, ow, &lo, &hi);
+                nrv_valid_range(off, sw, g->iw, ow, &lo, &hi);
                 if (sw == 1) {
                     for (int64_t ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox + off];
                 } else {
@@ -210,7 +182,7 @@ static inline __attribute__((always_inline)) void conv_im2row_body(const conv_ge
     int64_t x0[CONV_ROWS_MAX_P], jlo[CONV_ROWS_MAX_P], jhi[CONV_ROWS_MAX_P];
     for (int64_t ox = 0; ox < ow; ox++) {
         x0[ox] = ox * g->sw - g->pw;
-        valid_range(x0[ox], dw, iw, kw, &jlo[ox], &jhi[ox]);
+        nrv_valid_range(x0[ox], dw, iw, kw, &jlo[ox], &jhi[ox]);
     }
     for (int64_t oy = 0; oy < oh; oy++)
         for (int64_t ox = 0; ox < ow; ox++) {
@@ -358,25 +330,11 @@ static __attribute__((noinline)) void add_bias_rows(float *restrict y, const flo
  * Not in place. */
 static nrv_status conv_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 3, 1, -1, 2));
-    if (a->n_iattr < 1) return op_fail(a, NRV_ERR_INVALID_ARG, "no integer attributes, expected 3 + 4*sr");
-    const int64_t sr = a->iattr[0];
-    if (sr != 1 && sr != 2)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)sr);
-    if (a->n_iattr != 3 + 4 * sr)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
-                       (long long)(3 + 4 * sr));
-    NRV_TRY(nrv_op_require_input(a, 0));
-    NRV_TRY(nrv_op_require_input(a, 1));
-    const nrv_tview *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, w, "weight", NRV_F32));
-    if (b) NRV_TRY(nrv_op_expect_dtype(a, b, "bias", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
-    const int rank = (int)(2 + sr);
-    if (x->rank != rank || w->rank != rank || y->rank != rank)
-        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
-                       (int)w->rank, (int)y->rank, rank, (long long)sr);
+    int64_t sr;
+    NRV_TRY(nrv_op_spatial_rank(a, 3, 4, &sr));
+    const nrv_tview *x, *w, *b;
+    nrv_tview *y;
+    NRV_TRY(nrv_op_conv_operands(a, sr, &x, &w, &b, &y));
 
     conv_geom g;
     g.n = x->dims[0];
@@ -386,19 +344,19 @@ static nrv_status conv_run(const nrv_op_args *a) {
     const int64_t act = a->iattr[2];
     NRV_TRY(check_act(a, act));
     if (g.group < 1 || g.group > ATTR_MAX || g.c % g.group != 0 || g.m % g.group != 0)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide C = %lld and M = %lld",
-                       (long long)g.group, (long long)g.c, (long long)g.m);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide C = %lld and M = %lld",
+                           (long long)g.group, (long long)g.c, (long long)g.m);
     g.cg = g.c / g.group;
     g.mg = g.m / g.group;
     if (w->dims[1] != g.cg)
-        return op_fail(a, NRV_ERR_SHAPE, "weight has %lld input channels, expected C/group = %lld/%lld",
-                       (long long)w->dims[1], (long long)g.c, (long long)g.group);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "weight has %lld input channels, expected C/group = %lld/%lld",
+                           (long long)w->dims[1], (long long)g.c, (long long)g.group);
     if (y->dims[0] != g.n || y->dims[1] != g.m)
-        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], expected [N, M] = [%lld, %lld]",
-                       (long long)y->dims[0], (long long)y->dims[1], (long long)g.n, (long long)g.m);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], expected [N, M] = [%lld, %lld]",
+                           (long long)y->dims[0], (long long)y->dims[1], (long long)g.n, (long long)g.m);
     if (b && (b->rank != 1 || b->dims[0] != g.m))
-        return op_fail(a, NRV_ERR_SHAPE, "bias must be [M] = [%lld] (rank %d, %lld elements)", (long long)g.m,
-                       (int)b->rank, (long long)b->numel);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "bias must be [M] = [%lld] (rank %d, %lld elements)", (long long)g.m,
+                           (int)b->rank, (long long)b->numel);
 
     /* spatial axes: (h, w) for sr = 2, (1, w) for sr = 1 */
     int64_t in_[2] = {1, 1}, k_[2] = {1, 1}, o_[2] = {1, 1}, s_[2] = {1, 1}, d_[2] = {1, 1}, pb_[2] = {0, 0};
@@ -412,15 +370,15 @@ static nrv_status conv_run(const nrv_op_args *a) {
         NRV_TRY(check_attr(a, "pads_begin", i, pb, 0));
         NRV_TRY(check_attr(a, "pads_end", i, pe, 0));
         const int64_t k = w->dims[2 + i];
-        if (k < 1) return op_fail(a, NRV_ERR_SHAPE, "kernel dim %d is %lld, expected > 0", i, (long long)k);
+        if (k < 1) return nrv_op_fail(a, NRV_ERR_SHAPE, "kernel dim %d is %lld, expected > 0", i, (long long)k);
         const int64_t want = conv_out_extent(x->dims[2 + i], k, s, d, pb, pe);
         if (want < 0)
-            return op_fail(a, NRV_ERR_SHAPE,
-                           "spatial axis %d: kernel %lld dilated by %lld exceeds padded input %lld+%lld+%lld", i,
-                           (long long)k, (long long)d, (long long)x->dims[2 + i], (long long)pb, (long long)pe);
+            return nrv_op_fail(a, NRV_ERR_SHAPE,
+                               "spatial axis %d: kernel %lld dilated by %lld exceeds padded input %lld+%lld+%lld", i,
+                               (long long)k, (long long)d, (long long)x->dims[2 + i], (long long)pb, (long long)pe);
         if (y->dims[2 + i] != want)
-            return op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld", i,
-                           (long long)y->dims[2 + i], (long long)want);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld", i,
+                               (long long)y->dims[2 + i], (long long)want);
         in_[ax] = x->dims[2 + i];
         k_[ax] = k;
         o_[ax] = want;
@@ -438,8 +396,8 @@ static nrv_status conv_run(const nrv_op_args *a) {
     g.hw = g.c > 0 ? g.ih * g.iw : 0;
     uint64_t need;
     if (conv_scratch_bytes(&g, &need) != 0 || need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
-        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
-                       (long long)g.kdim, (long long)g.p);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
+                           (long long)g.kdim, (long long)g.p);
 
     const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
     float *yd = y->data, *col = a->scratch;
@@ -498,17 +456,18 @@ static nrv_status conv_run(const nrv_op_args *a) {
  * -FLT_MAX for max and 0 for average. */
 static nrv_status pool_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
-    if (a->n_iattr < 3) return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 3 + 5*sr", a->n_iattr);
+    if (a->n_iattr < 3)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 3 + 5*sr", a->n_iattr);
     const int64_t kind = a->iattr[0], sr = a->iattr[1], cip = a->iattr[2];
     if (sr != 1 && sr != 2)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)sr);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)sr);
     if (a->n_iattr != 3 + 5 * sr)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
-                       (long long)(3 + 5 * sr));
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
+                           (long long)(3 + 5 * sr));
     if (kind != 0 && kind != 1)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "kind %lld, expected 0 (max) or 1 (average)", (long long)kind);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "kind %lld, expected 0 (max) or 1 (average)", (long long)kind);
     if (cip != 0 && cip != 1)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "count_include_pad %lld, expected 0 or 1", (long long)cip);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "count_include_pad %lld, expected 0 or 1", (long long)cip);
     NRV_TRY(nrv_op_require_input(a, 0));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
@@ -516,11 +475,11 @@ static nrv_status pool_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
     const int rank = (int)(2 + sr);
     if (x->rank != rank || y->rank != rank)
-        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
-                       (int)y->rank, rank, (long long)sr);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
+                           (int)y->rank, rank, (long long)sr);
     if (y->dims[0] != x->dims[0] || y->dims[1] != x->dims[1])
-        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], input [%lld, %lld, ...]",
-                       (long long)y->dims[0], (long long)y->dims[1], (long long)x->dims[0], (long long)x->dims[1]);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], input [%lld, %lld, ...]",
+                           (long long)y->dims[0], (long long)y->dims[1], (long long)x->dims[0], (long long)x->dims[1]);
     /* (h, w) slots; sr = 1 leaves h as a trivial axis */
     int64_t in_[2] = {1, 1}, o_[2] = {1, 1}, k_[2] = {1, 1}, s_[2] = {1, 1}, d_[2] = {1, 1}, pb_[2] = {0, 0},
             pe_[2] = {0, 0};
@@ -535,17 +494,17 @@ static nrv_status pool_run(const nrv_op_args *a) {
         NRV_TRY(check_attr(a, "pads_end", i, pe, 0));
         const int64_t span = window_span(k, d); /* <= 2^60: no overflow */
         if (pb >= k || pe >= k)
-            return op_fail(a, NRV_ERR_INVALID_ARG, "pads %lld, %lld on axis %d must be below the kernel size %lld",
-                           (long long)pb, (long long)pe, i, (long long)k);
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "pads %lld, %lld on axis %d must be below the kernel size %lld",
+                               (long long)pb, (long long)pe, i, (long long)k);
         const int64_t in = x->dims[2 + i], padded = in + pb + pe;
         if (padded < span)
-            return op_fail(a, NRV_ERR_SHAPE, "axis %d: window %lld exceeds padded input %lld", i, (long long)span,
-                           (long long)padded);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: window %lld exceeds padded input %lld", i, (long long)span,
+                               (long long)padded);
         const int64_t lo = (padded - span) / s + 1, hi = (padded - span + s - 1) / s + 1;
         const int64_t o = y->dims[2 + i];
         if (o < lo || o > hi)
-            return op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld (floor) or %lld (ceil)",
-                           i, (long long)o, (long long)lo, (long long)hi);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld (floor) or %lld (ceil)",
+                               i, (long long)o, (long long)lo, (long long)hi);
         in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
     }
     if (y->numel == 0) return NRV_OK;
@@ -559,12 +518,12 @@ static nrv_status pool_run(const nrv_op_args *a) {
         for (int64_t oy = 0; oy < oh; oy++) {
             const int64_t y0 = oy * s_[0] - pb_[0];
             int64_t jlo, jhi;
-            valid_range(y0, d_[0], ih, kh, &jlo, &jhi);
+            nrv_valid_range(y0, d_[0], ih, kh, &jlo, &jhi);
             const int64_t npad_h = count_below(y0, d_[0], ih + pe_[0], kh);
             for (int64_t ox = 0; ox < ow; ox++) {
                 const int64_t x0 = ox * s_[1] - pb_[1];
                 int64_t ilo, ihi;
-                valid_range(x0, d_[1], iw, kw, &ilo, &ihi);
+                nrv_valid_range(x0, d_[1], iw, kw, &ilo, &ihi);
                 float r;
                 if (kind == 0) {
                     float mx = -FLT_MAX;
@@ -604,23 +563,23 @@ static nrv_status global_pool_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
     const int64_t kind = a->iattr[0];
     if (kind != 0 && kind != 1)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "kind %lld, expected 0 (max) or 1 (average)", (long long)kind);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "kind %lld, expected 0 (max) or 1 (average)", (long long)kind);
     NRV_TRY(nrv_op_require_input(a, 0));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
     NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
     if (x->rank < 3 || y->rank != x->rank)
-        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d; expected equal and >= 3", (int)x->rank, (int)y->rank);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d; expected equal and >= 3", (int)x->rank, (int)y->rank);
     if (y->dims[0] != x->dims[0] || y->dims[1] != x->dims[1])
-        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], input [%lld, %lld, ...]",
-                       (long long)y->dims[0], (long long)y->dims[1], (long long)x->dims[0], (long long)x->dims[1]);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], input [%lld, %lld, ...]",
+                           (long long)y->dims[0], (long long)y->dims[1], (long long)x->dims[0], (long long)x->dims[1]);
     for (int i = 2; i < y->rank; i++)
         if (y->dims[i] != 1)
-            return op_fail(a, NRV_ERR_SHAPE, "output dim %d is %lld, expected 1", i, (long long)y->dims[i]);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "output dim %d is %lld, expected 1", i, (long long)y->dims[i]);
     const int64_t planes = x->dims[0] * x->dims[1], sp = nrv_dims_product(x->dims, 2, x->rank);
     if (planes == 0) return NRV_OK;
-    if (sp == 0) return op_fail(a, NRV_ERR_SHAPE, "empty spatial extent: nothing to pool");
+    if (sp == 0) return nrv_op_fail(a, NRV_ERR_SHAPE, "empty spatial extent: nothing to pool");
     const float *xd = x->data;
     float *yd = y->data;
     for (int64_t pl = 0; pl < planes; pl++) {
@@ -644,18 +603,18 @@ static nrv_status global_pool_run(const nrv_op_args *a) {
 static nrv_status check_channel_vec(const nrv_op_args *a, const nrv_tview *v, const char *what, int64_t c) {
     NRV_TRY(nrv_op_expect_dtype(a, v, what, NRV_F32));
     if (v->rank != 1 || v->dims[0] != c)
-        return op_fail(a, NRV_ERR_SHAPE, "%s must be [C] = [%lld] (rank %d, %lld elements)", what, (long long)c,
-                       (int)v->rank, (long long)v->numel);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "%s must be [C] = [%lld] (rank %d, %lld elements)", what, (long long)c,
+                           (int)v->rank, (long long)v->numel);
     return NRV_OK;
 }
 
 /* Shared check of x [N, C, ...] against y of the same shape. */
 static nrv_status check_same_shape(const nrv_op_args *a, const nrv_tview *x, const nrv_tview *y, int min_rank) {
     if (x->rank < min_rank)
-        return op_fail(a, NRV_ERR_SHAPE, "input rank %d, expected >= %d", (int)x->rank, min_rank);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "input rank %d, expected >= %d", (int)x->rank, min_rank);
     int same = y->rank == x->rank;
     for (int i = 0; same && i < x->rank; i++) same = y->dims[i] == x->dims[i];
-    if (!same) return op_fail(a, NRV_ERR_SHAPE, "output shape differs from the input's");
+    if (!same) return nrv_op_fail(a, NRV_ERR_SHAPE, "output shape differs from the input's");
     return NRV_OK;
 }
 
@@ -713,7 +672,7 @@ static nrv_status instancenorm_run(const nrv_op_args *a) {
     nrv_tview *y = a->out[0];
     const float eps = a->fattr[0];
     if (!(eps >= 0.0f) || isinf(eps))
-        return op_fail(a, NRV_ERR_INVALID_ARG, "epsilon %g, expected a finite value >= 0", (double)eps);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "epsilon %g, expected a finite value >= 0", (double)eps);
     NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
     NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
     NRV_TRY(check_same_shape(a, x, y, 2));
@@ -871,50 +830,50 @@ static int pad_value(nrv_dtype dt, float v, unsigned char out[8]) {
 static nrv_status pad_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, 1));
     if (a->n_iattr < 2)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 2 + 2*rank", a->n_iattr);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 2 + 2*rank", a->n_iattr);
     const int64_t mode = a->iattr[0], r = a->iattr[1];
     if (mode < 0 || mode > 2)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "mode %lld, expected 0 (constant), 1 (reflect) or 2 (edge)",
-                       (long long)mode);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "mode %lld, expected 0 (constant), 1 (reflect) or 2 (edge)",
+                           (long long)mode);
     NRV_TRY(nrv_op_require_input(a, 0));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
     if (r != x->rank || r != y->rank || r < 0 || r > NRV_PLAN_MAX_RANK)
-        return op_fail(a, NRV_ERR_SHAPE, "rank attribute %lld, x rank %d, y rank %d", (long long)r, (int)x->rank,
-                       (int)y->rank);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "rank attribute %lld, x rank %d, y rank %d", (long long)r, (int)x->rank,
+                           (int)y->rank);
     if (a->n_iattr != 2 + 2 * r)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
-                       (long long)(2 + 2 * r));
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
+                           (long long)(2 + 2 * r));
     if (y->dtype != x->dtype)
-        return op_fail(a, NRV_ERR_DTYPE, "output is %s, input %s", nrv_dtype_str((nrv_dtype)y->dtype),
-                       nrv_dtype_str((nrv_dtype)x->dtype));
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "output is %s, input %s", nrv_dtype_str((nrv_dtype)y->dtype),
+                           nrv_dtype_str((nrv_dtype)x->dtype));
     pad_ctx p;
     memset(&p, 0, sizeof p);
     p.rank = (int)r;
     p.mode = (int)mode;
     p.es = nrv_dtype_size((nrv_dtype)x->dtype);
     if (p.es == 0 || !pad_value((nrv_dtype)x->dtype, a->fattr[0], p.value))
-        return op_fail(a, NRV_ERR_DTYPE, "unsupported dtype %s", nrv_dtype_str((nrv_dtype)x->dtype));
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "unsupported dtype %s", nrv_dtype_str((nrv_dtype)x->dtype));
     for (int i = 0; i < p.rank; i++) {
         const int64_t pb = a->iattr[2 + i], pe = a->iattr[2 + r + i], xd = x->dims[i];
         int64_t want;
         if (__builtin_add_overflow(xd, pb, &want) || __builtin_add_overflow(want, pe, &want) || want < 0 ||
             y->dims[i] != want)
-            return op_fail(a, NRV_ERR_SHAPE, "axis %d: output dim %lld, expected %lld %+lld %+lld", i,
-                           (long long)y->dims[i], (long long)xd, (long long)pb, (long long)pe);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: output dim %lld, expected %lld %+lld %+lld", i,
+                               (long long)y->dims[i], (long long)xd, (long long)pb, (long long)pe);
         p.lo[i] = pb < 0 ? -pb : 0;
         p.pb[i] = pb > 0 ? pb : 0;
         const int64_t pep = pe > 0 ? pe : 0;
         p.cd[i] = want - p.pb[i] - pep; /* >= 0: lo + cd <= xd since want >= 0 */
         if (p.cd[i] < 0)
-            return op_fail(a, NRV_ERR_SHAPE, "axis %d: pads %lld, %lld crop more than the dim %lld", i,
-                           (long long)pb, (long long)pe, (long long)xd);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: pads %lld, %lld crop more than the dim %lld", i,
+                               (long long)pb, (long long)pe, (long long)xd);
         p.yd[i] = want;
         if (mode == 1 && ((p.pb[i] > 0 && p.pb[i] >= p.cd[i]) || (pep > 0 && pep >= p.cd[i])))
-            return op_fail(a, NRV_ERR_INVALID_ARG, "reflect: pads %lld, %lld on axis %d must be below the dim %lld",
-                           (long long)p.pb[i], (long long)pep, i, (long long)p.cd[i]);
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "reflect: pads %lld, %lld on axis %d must be below the dim %lld",
+                               (long long)p.pb[i], (long long)pep, i, (long long)p.cd[i]);
         if (mode == 2 && p.cd[i] == 0 && (p.pb[i] > 0 || pep > 0))
-            return op_fail(a, NRV_ERR_INVALID_ARG, "edge: axis %d is empty and cannot be padded", i);
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "edge: axis %d is empty and cannot be padded", i);
     }
     if (y->numel == 0) return NRV_OK;
     if (p.rank == 0) {
@@ -957,25 +916,25 @@ static nrv_status conv_w8a8_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
     if (M < 1 || C < 1 || K < 1 || st < 1 || dl < 1 || pb < 0 || pe < 0 || C > NRV_W8A8_MAX_K ||
         C * K > NRV_W8A8_MAX_K || M > ATTR_MAX)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "attributes M %lld, C %lld, K %lld, stride %lld, dilation %lld, pads "
-                       "%lld %lld out of range", (long long)M, (long long)C, (long long)K, (long long)st,
-                       (long long)dl, (long long)pb, (long long)pe);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "attributes M %lld, C %lld, K %lld, stride %lld, dilation %lld, "
+                           "pads %lld %lld out of range", (long long)M, (long long)C, (long long)K, (long long)st,
+                           (long long)dl, (long long)pb, (long long)pe);
     const int64_t kdim = C * K;
     if (x->rank != 3 || x->dims[1] != C || y->rank != 3 || y->dims[0] != x->dims[0] || y->dims[1] != M)
-        return op_fail(a, NRV_ERR_SHAPE, "x must be [N, %lld, W] and y [N, %lld, OW]", (long long)C, (long long)M);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x must be [N, %lld, W] and y [N, %lld, OW]", (long long)C, (long long)M);
     const int64_t W = x->dims[2], OW = y->dims[2];
     if (OW != conv_out_extent(W, K, st, dl, pb, pe))
-        return op_fail(a, NRV_ERR_SHAPE, "output width %lld, expected %lld", (long long)OW,
-                       (long long)conv_out_extent(W, K, st, dl, pb, pe));
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output width %lld, expected %lld", (long long)OW,
+                           (long long)conv_out_extent(W, K, st, dl, pb, pe));
     if (pk->rank != 1 || pk->dims[0] != nrv_linear_w8a8_packed_bytes(M, kdim))
-        return op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)pk->numel,
-                       (long long)nrv_linear_w8a8_packed_bytes(M, kdim));
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)pk->numel,
+                           (long long)nrv_linear_w8a8_packed_bytes(M, kdim));
     if (nrv_op_check_w8_params(a, sv, zv, bias, M) != NRV_OK) /* s is f32 (above): any failure is a shape one */
-        return op_fail(a, NRV_ERR_SHAPE, "s/z must be [1] or [M], bias [M] (f32)");
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "s/z must be [1] or [M], bias [M] (f32)");
     const uint64_t need = 4u * CONV_W8A8_ROWS * (uint64_t)(kdim + M);
     if (!a->scratch || a->scratch_bytes < need)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch of %zu bytes, needs %llu", a->scratch_bytes,
-                       (unsigned long long)need);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch of %zu bytes, needs %llu", a->scratch_bytes,
+                           (unsigned long long)need);
     const nrv_linear_w8a8_fn kernel = nrv_kernel_get(NRV_OP_LINEAR_W8A8).linear_w8a8;
     float *rows = a->scratch, *out = rows + CONV_W8A8_ROWS * kdim;
     const int64_t sz = sv->dims[0] == 1 ? 0 : 1;
@@ -1028,29 +987,31 @@ static nrv_status rdft_run(const nrv_op_args *a) {
     NRV_TRY(check_attr(a, "stride", 0, stride, 1));
     NRV_TRY(check_attr(a, "pad_begin", 0, pb, 0));
     NRV_TRY(check_attr(a, "pad_end", 0, pe, 0));
-    if (sign != 1 && sign != -1) return op_fail(a, NRV_ERR_INVALID_ARG, "im_sign %lld, expected 1 or -1", (long long)sign);
-    if (win->rank != 1) return op_fail(a, NRV_ERR_SHAPE, "window has rank %d, expected 1", (int)win->rank);
+    if (sign != 1 && sign != -1)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "im_sign %lld, expected 1 or -1", (long long)sign);
+    if (win->rank != 1) return nrv_op_fail(a, NRV_ERR_SHAPE, "window has rank %d, expected 1", (int)win->rank);
     const int64_t n = win->dims[0];
     if (n < 4 || n > NRV_RDFT_MAX_N || (n & (n - 1)) != 0)
-        return op_fail(a, NRV_ERR_SHAPE, "window length %lld: a power of two in [4, %d] expected", (long long)n,
-                       NRV_RDFT_MAX_N);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "window length %lld: a power of two in [4, %d] expected", (long long)n,
+                           NRV_RDFT_MAX_N);
     if (table->rank != 1 || table->dims[0] != nrv_rdft_table_floats(n))
-        return op_fail(a, NRV_ERR_SHAPE, "twiddle table has %lld elements, expected %lld", (long long)table->numel,
-                       (long long)nrv_rdft_table_floats(n));
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "twiddle table has %lld elements, expected %lld", (long long)table->numel,
+                           (long long)nrv_rdft_table_floats(n));
     if (bins < 1 || bins > n / 2 + 1)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld bins, expected 1..%lld", (long long)bins, (long long)(n / 2 + 1));
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%lld bins, expected 1..%lld", (long long)bins,
+                           (long long)(n / 2 + 1));
     if (x->rank != 3 || x->dims[1] != 1)
-        return op_fail(a, NRV_ERR_SHAPE, "input must be [B, 1, L] (rank %d)", (int)x->rank);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "input must be [B, 1, L] (rank %d)", (int)x->rank);
     const int64_t frames = conv_out_extent(x->dims[2], n, stride, 1, pb, pe);
     if (frames < 0)
-        return op_fail(a, NRV_ERR_SHAPE, "window %lld exceeds the padded input %lld+%lld+%lld", (long long)n,
-                       (long long)x->dims[2], (long long)pb, (long long)pe);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "window %lld exceeds the padded input %lld+%lld+%lld", (long long)n,
+                           (long long)x->dims[2], (long long)pb, (long long)pe);
     if (y->rank != 3 || y->dims[0] != x->dims[0] || y->dims[1] != 2 * bins || y->dims[2] != frames)
-        return op_fail(a, NRV_ERR_SHAPE, "output must be [%lld, %lld, %lld]", (long long)x->dims[0],
-                       (long long)(2 * bins), (long long)frames);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output must be [%lld, %lld, %lld]", (long long)x->dims[0],
+                           (long long)(2 * bins), (long long)frames);
     if (a->scratch_bytes < (size_t)nrv_rdft_work_bytes(n) || ((uintptr_t)a->scratch & 15) != 0)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %lld, 16-byte aligned", a->scratch_bytes,
-                       (long long)nrv_rdft_work_bytes(n));
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %lld, 16-byte aligned",
+                           a->scratch_bytes, (long long)nrv_rdft_work_bytes(n));
     const int64_t len = x->dims[2];
     for (int64_t b = 0; b < x->dims[0]; b++) {
         float *yb = (float *)y->data + b * 2 * bins * frames;

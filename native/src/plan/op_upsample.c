@@ -9,7 +9,6 @@
  * (in float32), so nearest picks the same pixel.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,15 +16,6 @@
 #include "plan_ops.h"
 
 #define ATTR_MAX ((int64_t)1 << 30)
-
-static nrv_status NRV_PRINTF(3, 4) op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...) {
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return nrv_fail(st, "%s (node '%s'): %s", a->type, a->name, msg);
-}
 
 /* ================================================================== conv_transpose */
 
@@ -54,16 +44,6 @@ static void convt_gemm_task(void *ctx, int64_t t) {
                                      j->col + r0 * g->hw, g->hw);
 }
 
-/* [lo, hi): the i in [0, n_in) with 0 <= i*s + off < n_out. */
-static void landing_range(int64_t off, int64_t s, int64_t n_in, int64_t n_out, int64_t *lo, int64_t *hi) {
-    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t h = off > n_out - 1 ? 0 : (n_out - 1 - off) / s + 1;
-    if (h > n_in) h = n_in;
-    if (l > h) l = h;
-    *lo = l;
-    *hi = h;
-}
-
 /* col2im for output channels [m0, m1) of one image and group: y starts as the bias, then
  * every column value is added at (iy*sh + ki*dh - ph, ix*sw + kj*dw - pw) when inside. */
 typedef struct convt_scatter_job {
@@ -83,11 +63,11 @@ static void convt_scatter_task(void *ctx, int64_t t) {
         for (int64_t i = 0; i < g->oh * g->ow; i++) ym[i] = bv;
         for (int64_t ki = 0; ki < g->kh; ki++) {
             int64_t y_lo, y_hi;
-            landing_range(ki * g->dh - g->ph, g->sh, g->ih, g->oh, &y_lo, &y_hi);
+            nrv_valid_range(ki * g->dh - g->ph, g->sh, g->oh, g->ih, &y_lo, &y_hi); /* iy landing inside y */
             for (int64_t kj = 0; kj < g->kw; kj++) {
                 const int64_t offx = kj * g->dw - g->pw;
                 int64_t x_lo, x_hi;
-                landing_range(offx, g->sw, g->iw, g->ow, &x_lo, &x_hi);
+                nrv_valid_range(offx, g->sw, g->ow, g->iw, &x_lo, &x_hi);
                 const float *crow = j->col + ((m * g->kh + ki) * g->kw + kj) * g->hw;
                 for (int64_t iy = y_lo; iy < y_hi; iy++) {
                     float *yrow = ym + (iy * g->sh + ki * g->dh - g->ph) * g->ow + offx;
@@ -119,50 +99,36 @@ static void convt_scatter_task(void *ctx, int64_t t) {
  * pads_begin == o. Not in place. */
 static nrv_status conv_transpose_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 3, 1, -1, 2));
-    if (a->n_iattr < 1) return op_fail(a, NRV_ERR_INVALID_ARG, "no integer attributes, expected 3 + 4*sr");
-    const int64_t sr = a->iattr[0];
-    if (sr != 1 && sr != 2)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)sr);
-    if (a->n_iattr != 3 + 4 * sr)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
-                       (long long)(3 + 4 * sr));
-    NRV_TRY(nrv_op_check_in(a, 0, "input x"));
-    NRV_TRY(nrv_op_check_in(a, 1, "weight"));
-    const nrv_tview *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "output"));
-    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, w, "weight", NRV_F32));
-    if (b) NRV_TRY(nrv_op_expect_dtype(a, b, "bias", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
-    const int rank = (int)(2 + sr);
-    if (x->rank != rank || w->rank != rank || y->rank != rank)
-        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
-                       (int)w->rank, (int)y->rank, rank, (long long)sr);
+    int64_t sr;
+    NRV_TRY(nrv_op_spatial_rank(a, 3, 4, &sr));
+    const nrv_tview *x, *w, *b;
+    nrv_tview *y;
+    NRV_TRY(nrv_op_conv_operands(a, sr, &x, &w, &b, &y));
     const int64_t act = a->iattr[2];
     if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_CLIP)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);
 
     convt_geom g;
     const int64_t n_img = x->dims[0];
     g.c = x->dims[1];
     g.group = a->iattr[1];
     if (g.group < 1 || g.group > ATTR_MAX || g.c % g.group != 0)
-        return op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide C = %lld", (long long)g.group,
-                       (long long)g.c);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide C = %lld", (long long)g.group,
+                           (long long)g.c);
     if (w->dims[0] != g.c)
-        return op_fail(a, NRV_ERR_SHAPE, "weight is [%lld, ...], expected [C = %lld, M/group, ...]",
-                       (long long)w->dims[0], (long long)g.c);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "weight is [%lld, ...], expected [C = %lld, M/group, ...]",
+                           (long long)w->dims[0], (long long)g.c);
     g.cg = g.c / g.group;
     g.mg = w->dims[1];
     if (__builtin_mul_overflow(g.mg, g.group, &g.m))
-        return op_fail(a, NRV_ERR_SHAPE, "M/group %lld x group %lld overflows", (long long)g.mg, (long long)g.group);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "M/group %lld x group %lld overflows", (long long)g.mg,
+                           (long long)g.group);
     if (y->dims[0] != n_img || y->dims[1] != g.m)
-        return op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], expected [N, M] = [%lld, %lld]",
-                       (long long)y->dims[0], (long long)y->dims[1], (long long)n_img, (long long)g.m);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output is [%lld, %lld, ...], expected [N, M] = [%lld, %lld]",
+                           (long long)y->dims[0], (long long)y->dims[1], (long long)n_img, (long long)g.m);
     if (b && (b->rank != 1 || b->dims[0] != g.m))
-        return op_fail(a, NRV_ERR_SHAPE, "bias must be [M] = [%lld] (rank %d, %lld elements)", (long long)g.m,
-                       (int)b->rank, (long long)b->numel);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "bias must be [M] = [%lld] (rank %d, %lld elements)", (long long)g.m,
+                           (int)b->rank, (long long)b->numel);
 
     int64_t in_[2] = {1, 1}, k_[2] = {1, 1}, o_[2] = {1, 1}, s_[2] = {1, 1}, d_[2] = {1, 1}, pb_[2] = {0, 0};
     for (int i = 0; i < (int)sr; i++) {
@@ -171,20 +137,20 @@ static nrv_status conv_transpose_run(const nrv_op_args *a) {
         const int64_t pb = a->iattr[3 + 2 * sr + i], pe = a->iattr[3 + 3 * sr + i];
         if (s < 1 || s > ATTR_MAX || d < 1 || d > ATTR_MAX || pb < 0 || pb > ATTR_MAX || pe < -ATTR_MAX ||
             pe > ATTR_MAX)
-            return op_fail(a, NRV_ERR_INVALID_ARG,
-                           "axis %d: stride %lld, dilation %lld, pads %lld/%lld out of range", i, (long long)s,
-                           (long long)d, (long long)pb, (long long)pe);
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG,
+                               "axis %d: stride %lld, dilation %lld, pads %lld/%lld out of range", i, (long long)s,
+                               (long long)d, (long long)pb, (long long)pe);
         const int64_t k = w->dims[2 + i], in = x->dims[2 + i];
-        if (k < 1) return op_fail(a, NRV_ERR_SHAPE, "kernel dim %d is %lld, expected > 0", i, (long long)k);
+        if (k < 1) return nrv_op_fail(a, NRV_ERR_SHAPE, "kernel dim %d is %lld, expected > 0", i, (long long)k);
         int64_t want, span;
         if (in < 1 || __builtin_mul_overflow(s, in - 1, &want) || __builtin_mul_overflow(d, k - 1, &span) ||
             __builtin_add_overflow(want, span, &want) || __builtin_sub_overflow(want, pb + pe - 1, &want) ||
             want < 0)
-            return op_fail(a, NRV_ERR_SHAPE, "spatial axis %d: input %lld gives no valid output extent", i,
-                           (long long)in);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "spatial axis %d: input %lld gives no valid output extent", i,
+                               (long long)in);
         if (y->dims[2 + i] != want)
-            return op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld", i,
-                           (long long)y->dims[2 + i], (long long)want);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld", i,
+                               (long long)y->dims[2 + i], (long long)want);
         in_[ax] = in, k_[ax] = k, o_[ax] = want, s_[ax] = s, d_[ax] = d, pb_[ax] = pb;
     }
     g.ih = in_[0], g.iw = in_[1], g.kh = k_[0], g.kw = k_[1], g.oh = o_[0], g.ow = o_[1];
@@ -196,8 +162,8 @@ static nrv_status conv_transpose_run(const nrv_op_args *a) {
     uint64_t need;
     if (nrv_mul_overflow((uint64_t)g.taps, (uint64_t)g.hw, &need) || nrv_mul_overflow(need, sizeof(float), &need) ||
         need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
-        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
-                       (long long)g.taps, (long long)g.hw);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
+                           (long long)g.taps, (long long)g.hw);
 
     const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
     float *col = a->scratch;
@@ -364,7 +330,8 @@ static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *s
         cur = 1;
         for (int j = 0; j < x->rank; j++)
             if (nrv_mul_overflow(cur, (uint64_t)shape[j], &cur)) return -1;
-        if (nrv_mul_overflow(cur, sizeof(float), &cur) || __builtin_add_overflow(inter, (cur + 63) & ~(uint64_t)63, &inter))
+        if (nrv_mul_overflow(cur, sizeof(float), &cur) ||
+            __builtin_add_overflow(inter, (cur + 63) & ~(uint64_t)63, &inter))
             return -1;
     }
     if (nrv_mul_overflow(table, sizeof(resize_tap), &table) || __builtin_add_overflow(table, inter, bytes)) return -1;
@@ -399,33 +366,34 @@ static nrv_status resize_run(const nrv_op_args *a) {
     if (c.mode < RESIZE_NEAREST || c.mode > RESIZE_CUBIC || c.coord < COORD_HALF_PIXEL ||
         c.coord > COORD_HALF_PIXEL_SYMMETRIC || c.nearest < NEAREST_ROUND_PREFER_FLOOR || c.nearest > NEAREST_LEGACY ||
         (c.exclude_outside != 0 && c.exclude_outside != 1))
-        return op_fail(a, NRV_ERR_INVALID_ARG, "attributes mode %lld, coordinate mode %lld, nearest mode %lld, "
-                       "exclude_outside %lld out of range", (long long)c.mode, (long long)c.coord,
-                       (long long)c.nearest, (long long)c.exclude_outside);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "attributes mode %lld, coordinate mode %lld, nearest mode %lld, "
+                           "exclude_outside %lld out of range", (long long)c.mode, (long long)c.coord,
+                           (long long)c.nearest, (long long)c.exclude_outside);
     if (r != x->rank || y->rank != x->rank || a->n_fattr != 1 + r)
-        return op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d, attribute %lld, %d float attributes; expected equal "
-                       "ranks and 1 + rank floats", (int)x->rank, (int)y->rank, (long long)r, a->n_fattr);
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d, attribute %lld, %d float attributes; expected equal "
+                           "ranks and 1 + rank floats", (int)x->rank, (int)y->rank, (long long)r, a->n_fattr);
     const float *scales = a->fattr + 1;
     for (int i = 0; i < x->rank; i++) {
         const float s = scales[i];
         if (!(s >= 0.0f) || isinf(s))
-            return op_fail(a, NRV_ERR_INVALID_ARG, "scale %d is %g, expected > 0 (or 0: size given)", i, (double)s);
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scale %d is %g, expected > 0 (or 0: size given)", i, (double)s);
         if (s > 0.0f) {
             const float want = (float)x->dims[i] * s;
             if (!(want < 9.0e18f) || y->dims[i] != (int64_t)want)
-                return op_fail(a, NRV_ERR_SHAPE, "axis %d: output extent %lld, expected %lld x %g", i,
-                               (long long)y->dims[i], (long long)x->dims[i], (double)s);
+                return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: output extent %lld, expected %lld x %g", i,
+                                   (long long)y->dims[i], (long long)x->dims[i], (double)s);
         }
         if (x->dims[i] == 0 && y->dims[i] != 0)
-            return op_fail(a, NRV_ERR_SHAPE, "axis %d: cannot resize an empty axis to %lld", i, (long long)y->dims[i]);
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: cannot resize an empty axis to %lld", i,
+                               (long long)y->dims[i]);
     }
     if (y->numel == 0) return NRV_OK;
     uint8_t resized[NRV_PLAN_MAX_RANK];
     uint64_t need;
     if (resize_scratch(x, y, scales, resized, &need) != 0 || need > (uint64_t)a->scratch_bytes ||
         (need > 0 && !a->scratch))
-        return op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, less than this resize needs",
-                       a->scratch_bytes);
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, less than this resize needs",
+                           a->scratch_bytes);
     int last = -1;
     for (int i = 0; i < x->rank; i++)
         if (resized[i]) last = i;

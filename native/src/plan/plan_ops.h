@@ -115,6 +115,19 @@ extern const nrv_op_def nrv_plan_ops_upsample[];
  * NULL), n_out outputs, n_iattr integer and n_fattr float attributes (-1 = any number). */
 nrv_status nrv_op_expect(const nrv_op_args *a, int n_in_min, int n_in_max, int n_out, int n_iattr, int n_fattr);
 
+/* nrv_fail with the "<type> (node '<name>'): " prefix every op error carries. */
+nrv_status nrv_op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...) NRV_PRINTF(3, 4);
+
+/* The spatial rank sr = iattr[0] (1 or 2) of a conv-family op whose integer attributes are
+ * `fixed` values (iattr[0] among them) then `per_axis` per spatial axis; NRV_ERR_INVALID_ARG
+ * unless sr is 1 or 2 and n_iattr is fixed + per_axis * sr. */
+nrv_status nrv_op_spatial_rank(const nrv_op_args *a, int fixed, int per_axis, int64_t *sr);
+
+/* The operands of conv and conv_transpose, checked: in[0] x, in[1] w, in[2] bias (optional:
+ * *b = NULL), out[0] y; all f32; x, w and y of rank 2 + sr. */
+nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, const nrv_tview **x, const nrv_tview **w,
+                                const nrv_tview **b, nrv_tview **y);
+
 /* Fails with NRV_ERR_INVALID_ARG unless input i is present. */
 nrv_status nrv_op_require_input(const nrv_op_args *a, int i);
 
@@ -161,6 +174,23 @@ static inline int64_t nrv_dims_product(const int64_t *dims, int from, int to) {
     int64_t p = 1;
     for (int i = from; i < to; i++) p *= dims[i];
     return p;
+}
+
+/* [lo, hi) = the o in [0, n_out) with 0 <= o*step + off < n_in (step > 0); lo == hi when none. */
+static inline void nrv_valid_range(int64_t off, int64_t step, int64_t n_in, int64_t n_out, int64_t *lo, int64_t *hi) {
+    int64_t l, h;
+    if (step == 1) { /* the common case, without the divisions */
+        l = off >= 0 ? 0 : -off;
+        h = n_in - off;
+    } else {
+        l = off >= 0 ? 0 : (-off + step - 1) / step;
+        h = off > n_in - 1 ? 0 : (n_in - 1 - off) / step + 1;
+    }
+    if (h > n_out) h = n_out;
+    if (h < 0) h = 0;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
 }
 
 /* Element i of an integer tensor of dtype I64, I32, U8 or BOOL, as int64. */

@@ -1,5 +1,6 @@
 /* plan_util.c — argument checks and the fused-activation helper shared by every plan op. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "../kernels/kernels.h"
@@ -161,5 +162,43 @@ nrv_status nrv_op_same_dims(const nrv_op_args *a, const nrv_tview *v, const char
         return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): %s dims %s differ from %s dims %s", a->type, a->name, what, nrv_op_fmt_dims(b1, sizeof b1, v),
                       ref_what, nrv_op_fmt_dims(b2, sizeof b2, ref));
     }
+    return NRV_OK;
+}
+
+nrv_status nrv_op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return nrv_fail(st, "%s (node '%s'): %s", a->type, a->name, msg);
+}
+
+nrv_status nrv_op_spatial_rank(const nrv_op_args *a, int fixed, int per_axis, int64_t *sr) {
+    if (a->n_iattr < 1)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "no integer attributes, expected %d + %d*sr", fixed, per_axis);
+    *sr = a->iattr[0];
+    if (*sr != 1 && *sr != 2)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%lld spatial axes, expected 1 or 2", (long long)*sr);
+    if (a->n_iattr != fixed + per_axis * *sr)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
+                           (long long)(fixed + per_axis * *sr));
+    return NRV_OK;
+}
+
+nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, const nrv_tview **x, const nrv_tview **w,
+                                const nrv_tview **b, nrv_tview **y) {
+    NRV_TRY(nrv_op_check_in(a, 0, "input x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "weight"));
+    *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL, *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, *y, "output"));
+    NRV_TRY(nrv_op_expect_dtype(a, *x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, *w, "weight", NRV_F32));
+    if (*b) NRV_TRY(nrv_op_expect_dtype(a, *b, "bias", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, *y, "output", NRV_F32));
+    const int rank = (int)(2 + sr);
+    if ((*x)->rank != rank || (*w)->rank != rank || (*y)->rank != rank)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d for %lld spatial axes",
+                           (int)(*x)->rank, (int)(*w)->rank, (int)(*y)->rank, rank, (long long)sr);
     return NRV_OK;
 }
