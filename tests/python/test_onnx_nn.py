@@ -663,3 +663,32 @@ def test_resize_refuses_what_it_cannot_run(tmp_path):
         session(dict(mode="linear", antialias=1), opset=18, scales=(1, 1, 0.5, 0.5))
     with pytest.raises(nerve.ModelError, match="scale"):
         session({}, scales=(1, 1, -2, 2))
+
+
+# ---------------------------------------------------------------- GroupNormalization, LpNormalization, pixel shuffle
+
+@pytest.mark.parametrize("shape, groups, opset", [((2, 6, 5, 7), 3, 18), ((1, 8, 13), 2, 18), ((2, 6, 5, 7), 3, 21),
+                                                  ((1, 12, 3, 4), 12, 21), ((1, 4, 9), 1, 21)])
+def test_group_normalization(tmp_path, rng, shape, groups, opset):
+    c = shape[1]
+    n_affine = groups if opset < 21 else c
+    inits = [("scale", _rand(rng, n_affine)), ("bias", _rand(rng, n_affine))]
+    node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=groups, epsilon=1e-4)
+    model = _model([node], [("x", list(shape))], ["y"], inits, opset=opset)
+    check(tmp_path, model, {"x": _rand(rng, *shape) * 3 + 1}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("p, axis", [(2, -1), (1, 1), (2, 0)])
+def test_lp_normalization(tmp_path, rng, p, axis):
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=axis)
+    check(tmp_path, _model([node], [("x", [3, 5, 7])], ["y"]), {"x": _rand(rng, 3, 5, 7)})
+
+
+@pytest.mark.parametrize("op, shape, block, mode", [("DepthToSpace", (2, 12, 3, 5), 2, "DCR"),
+                                                    ("DepthToSpace", (1, 18, 2, 3), 3, "CRD"),
+                                                    ("SpaceToDepth", (2, 3, 6, 4), 2, None)])
+def test_pixel_shuffle(tmp_path, rng, op, shape, block, mode):
+    attrs = {"blocksize": block} | ({"mode": mode} if mode else {})
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    sess = check(tmp_path, _model([node], [("x", list(shape))], ["y"]), {"x": _rand(rng, *shape)}, rtol=0, atol=0)
+    assert [o["type"] for o in sess.ops()] == ["transpose"]

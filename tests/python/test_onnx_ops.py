@@ -1439,3 +1439,43 @@ def test_conv_same_with_dilation_static(tmp_path, rng, auto_pad):
     ref = model([h.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, dilations=[2, 3], strides=[2, 1])],
                 [("x", F32, x.shape)], [("y", F32)], {"w": w, "b": b})
     assert_same(nerve_session(tmp_path, m).run({"x": x})["y"], ort_run(ref, {"x": x})["y"], RED)
+
+
+def test_inverse_hyperbolics(tmp_path, rng):
+    check_op(tmp_path, "Asinh", {"x": randn(rng, (4, 9), scale=3)})
+    check_op(tmp_path, "Acosh", {"x": rng.uniform(1, 20, (4, 9)).astype(F32)})
+    check_op(tmp_path, "Atanh", {"x": rng.uniform(-0.99, 0.99, (4, 9)).astype(F32)})
+
+
+@pytest.mark.parametrize("attrs", [{}, {"detect_negative": 0}, {"detect_positive": 0},
+                                   {"detect_positive": 0, "detect_negative": 0}])
+def test_isinf(tmp_path, rng, attrs):
+    x = np.concatenate([randn(rng, (10,)), np.array([np.inf, -np.inf, np.nan, 0.0, 3e38], F32)])
+    check_op(tmp_path, "IsInf", {"x": x.reshape(3, 5)}, attrs, opset=20, out_dtypes=[BOOL])
+
+
+@pytest.mark.parametrize("axis, values", [(-1, [0.0, 1.0]), (0, [-2.0, 5.0]), (1, [0.25, -1.0])])
+def test_onehot(tmp_path, rng, axis, values):
+    depth = 7
+    idx = rng.integers(-depth, depth, (3, 5)).astype(np.int64)
+    check_op(tmp_path, "OneHot", {"idx": idx}, {"axis": axis},
+             consts={"depth": np.array(depth, np.int64), "values": np.array(values, F32)}, out_dtypes=[F32])
+
+
+@pytest.mark.parametrize("idx_dtype", [np.int32, F32])
+def test_onehot_of_other_index_types(tmp_path, rng, idx_dtype):
+    """int32 and float indices (onnxruntime has no kernel for these): against numpy."""
+    depth = 5
+    idx = rng.integers(-depth, depth, (4, 3)).astype(idx_dtype)
+    m = model([h.make_node("OneHot", ["idx", "depth", "values"], ["y"], axis=1)], [("idx", idx.dtype, idx.shape)],
+              [("y", F32)], {"depth": np.array(depth, np.int64), "values": np.array([-1.0, 2.0], F32)}, 17)
+    got = nerve_session(tmp_path, m).run({"idx": idx})["y"]
+    wrapped = np.where(idx < 0, idx + depth, idx).astype(np.int64)
+    want = np.where(np.arange(depth)[None, :, None] == wrapped[:, None, :], 2.0, -1.0).astype(F32)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("axes, keep", [([1], 1), ([0, 2], 0), (None, 1)])
+def test_reduce_l1(tmp_path, rng, axes, keep):
+    consts = {} if axes is None else {"axes": np.array(axes, np.int64)}
+    check_op(tmp_path, "ReduceL1", {"x": randn(rng, (3, 5, 7))}, {"keepdims": keep}, consts=consts, opset=18)

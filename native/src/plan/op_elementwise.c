@@ -19,7 +19,7 @@ typedef enum unary_code {
     U_FLOOR, U_CEIL, U_NOT, U_IDENTITY, U_SOFTPLUS, U_SIGN, U_ROUND, U_SQUARE,
     /* activations with parameters in (p0, p1), as ONNX defines them */
     U_HARD_SWISH, U_ELU, U_SELU, U_CELU, U_SOFTSIGN, U_MISH, U_THRESHOLDED_RELU, U_SHRINK,
-    U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_COUNT
+    U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_ASINH, U_ACOSH, U_ATANH, U_COUNT
 } unary_code;
 
 static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float p1, const float *x, float *y,
@@ -84,6 +84,9 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_ACOS: for (int64_t i = 0; i < n; i++) y[i] = acosf(x[i]); break;
     case U_SINH: for (int64_t i = 0; i < n; i++) y[i] = sinhf(x[i]); break;
     case U_COSH: for (int64_t i = 0; i < n; i++) y[i] = coshf(x[i]); break;
+    case U_ASINH: for (int64_t i = 0; i < n; i++) y[i] = asinhf(x[i]); break;
+    case U_ACOSH: for (int64_t i = 0; i < n; i++) y[i] = acoshf(x[i]); break;
+    case U_ATANH: for (int64_t i = 0; i < n; i++) y[i] = atanhf(x[i]); break;
     default:
         return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): unary code %lld is not defined for f32", a->type, a->name,
                         (long long)code);

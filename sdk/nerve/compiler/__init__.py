@@ -49,6 +49,7 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     layers (passes.optimize); hessians: {linear op name: Σ xᵀx} for GPTQ W4 weights."""
     from . import onnx_ops  # noqa: F401  (registers the handlers)
     from . import onnx_ops_nn  # noqa: F401
+    from . import onnx_ops_signal  # noqa: F401  (STFT, DFT, windows, MelWeightMatrix)
     from . import onnx_ops_contrib  # noqa: F401  (onnxruntime's float com.microsoft ops)
     from . import onnx_ops_quant  # noqa: F401  (MatMulNBits, (De)QuantizeLinear, dynamic quantization)
     from . import passes

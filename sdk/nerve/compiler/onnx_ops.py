@@ -385,7 +385,7 @@ _UNARY = {"Neg": 0, "Abs": 1, "Exp": 2, "Log": 3, "Sqrt": 4, "Sin": 5, "Cos": 6,
           "Relu": 10, "LeakyRelu": 13, "HardSigmoid": 14, "Reciprocal": 16, "Floor": 17, "Ceil": 18, "Not": 19,
           "Softplus": 21, "Sign": 22, "Round": 23, "HardSwish": 25, "Elu": 26, "Selu": 27, "Celu": 28,
           "Softsign": 29, "Mish": 30, "ThresholdedRelu": 31, "Shrink": 32, "Tan": 33, "Atan": 34, "Asin": 35,
-          "Acos": 36, "Sinh": 37, "Cosh": 38}
+          "Acos": 36, "Sinh": 37, "Cosh": 38, "Asinh": 39, "Acosh": 40, "Atanh": 41}
 # (p0, p1) of the activations with attributes: ONNX's names and defaults
 _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
                  "Elu": (("alpha", 1.0), None), "Celu": (("alpha", 1.0), None),
@@ -577,6 +577,57 @@ def _isnan(ctx: NodeCtx, ins):
         raise ctx.fail(f"IsNaN of {x.dtype} is not supported (float)")
     same = binary(ctx, "Equal", x, x, ctx.b.fresh(ctx.name))  # false only for NaN
     return [unary(ctx, _UNARY["Not"], same, ctx.out_name())]
+
+
+@handler("IsInf")
+def _isinf(ctx: NodeCtx, ins):
+    """x == +inf (detect_positive, default on) or x == -inf (detect_negative, default on)."""
+    x = ins[0]
+    if x.dtype.kind != "f":
+        raise ctx.fail(f"IsInf of {x.dtype} is not supported (float)")
+    signs = [s for s, attr in ((1.0, "detect_positive"), (-1.0, "detect_negative")) if ctx.attr(attr, 1)]
+    if not signs:
+        return [ctx.b.const(np.zeros([int(d) for d in x.shape], bool), ctx.out_name())] if x.static else \
+            [binary(ctx, "Less", x, ctx.b.const(np.array(-np.inf, x.dtype)), ctx.out_name())]  # never true
+    hits = [binary(ctx, "Equal", x, ctx.b.const(np.array(s * np.inf, x.dtype)),
+                   ctx.out_name() if len(signs) == 1 else ctx.b.fresh(ctx.name)) for s in signs]
+    return [hits[0] if len(hits) == 1 else binary(ctx, "Or", hits[0], hits[1], ctx.out_name())]
+
+
+@handler("OneHot")
+def _onehot(ctx: NodeCtx, ins):
+    """OneHot(indices, depth, values): values[1] where the (negative: + depth) index equals its
+    position along the new axis, values[0] elsewhere — Equal against a constant range, then
+    Where. depth must be known when the model is compiled (it is an output extent)."""
+    idx, depth_v, values = ins[0], ins[1], ins[2]
+    if idx.dtype.kind not in "iuf":
+        raise ctx.fail(f"indices of {idx.dtype}")
+    known = ctx.b.known_values(depth_v)
+    if known is not None and len(known) == 1 and S.is_static(known[0]):
+        depth = int(known[0])
+    elif depth_v.const is not None and depth_v.const.size == 1:  # a float depth
+        depth = int(depth_v.const.reshape(-1)[0])
+    else:
+        raise ctx.fail("depth must be a scalar known when the model is compiled")
+    if depth < 1:
+        raise ctx.fail(f"depth {depth} must be >= 1")
+    if values.const is None or values.const.size != 2:
+        raise ctx.fail("values must be a constant [off, on]")
+    axis = norm_axis(ctx, int(ctx.attr("axis", -1)), idx.rank + 1)
+    b = ctx.b
+    if idx.dtype.kind == "f":  # ONNX allows float indices: truncated toward zero
+        idx = b.emit("cast", [idx], [spec(b.fresh(ctx.name), np.int64, idx.shape)], name=ctx.name)[0]
+    elif idx.dtype != np.int64:
+        idx = b.emit("cast", [idx], [spec(b.fresh(ctx.name), np.int64, idx.shape)], name=ctx.name)[0]
+    negative = binary(ctx, "Less", idx, b.const(np.array(0, np.int64)), b.fresh(ctx.name))
+    wrapped = binary(ctx, "Add", idx, b.const(np.array(depth, np.int64)), b.fresh(ctx.name))
+    idx = b.emit("where", [negative, wrapped, idx], [spec(b.fresh(ctx.name), np.int64, idx.shape)], name=ctx.name)[0]
+    idx = b.alias(idx, list(idx.shape[:axis]) + [1] + list(idx.shape[axis:]), b.fresh(ctx.name))
+    positions = np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (idx.rank - axis - 1))
+    hit = binary(ctx, "Equal", idx, b.const(positions), b.fresh(ctx.name))
+    off, on = (b.const(np.array(v, values.dtype)) for v in values.const.reshape(-1))
+    shape = list(idx.shape[:axis]) + [depth] + list(idx.shape[axis + 1:])
+    return b.emit("where", [hit, on, off], [spec(ctx.out_name(), values.dtype, shape)], name=ctx.name)
 
 
 @handler("Concat")
@@ -790,7 +841,7 @@ def _pad(ctx: NodeCtx, ins):
 # ---------------------------------------------------------------- reductions and normalisation
 
 _REDUCE = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4, "ReduceSumSquare": 5,
-           "ReduceL2": 6, "ReduceLogSumExp": 7}
+           "ReduceL2": 6, "ReduceLogSumExp": 7, "ReduceL1": 0}  # ReduceL1: ReduceSum of |x|
 
 
 @handler(*_REDUCE)
@@ -813,6 +864,8 @@ def _reduce(ctx: NodeCtx, ins):
         for v in kx[1:]:
             acc = fold[ctx.op_type](acc, v)
         return [ctx.b.from_known([acc], x.dtype, shape, ctx.out_name())]
+    if ctx.op_type == "ReduceL1":
+        x = unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name))
     return ctx.b.emit("reduce", [x], [spec(ctx.out_name(), x.dtype, shape)],
                       iattr=[_REDUCE[ctx.op_type], len(axes)] + axes, name=ctx.name)
 

@@ -1,12 +1,13 @@
 """Handlers for the neural-network ONNX operators beyond Conv: pooling (MaxPool, AveragePool,
 GlobalMaxPool, GlobalAveragePool), normalisation (BatchNormalization — folded into the
-preceding Conv when it is that Conv's only reader — and InstanceNormalization), the
-recurrent cells (LSTM, GRU) and STFT (as a conv with a DFT basis, which the compiler turns
-into an FFT).
+preceding Conv when it is that Conv's only reader — InstanceNormalization and
+GroupNormalization), the recurrent cells (LSTM, GRU), ConvTranspose, Resize/Upsample and the
+pixel shuffles (DepthToSpace, SpaceToDepth).
 
 The runtime ops and their attribute layouts are documented at the C run functions:
 ``pool``, ``global_pool``, ``channel_affine``, ``instancenorm`` in
-``native/src/plan/op_conv.c``; ``lstm``, ``gru`` in ``native/src/plan/op_rnn.c``.
+``native/src/plan/op_conv.c``; ``lstm``, ``gru`` in ``native/src/plan/op_rnn.c``;
+``conv_transpose``, ``resize`` in ``native/src/plan/op_upsample.c``.
 """
 
 from __future__ import annotations
@@ -252,6 +253,113 @@ def _instancenorm(ctx: NodeCtx, ins):
                       fattr=[eps], name=ctx.name, inplace=True)
 
 
+@handler("GroupNormalization")
+def _groupnorm(ctx: NodeCtx, ins):
+    """GroupNormalization (opsets 18 and 21): x [N, C, ...] normalised over each group of C/G
+    channels and the spatial axes — instancenorm over [N, G, (C/G)·spatial] — then scaled and
+    shifted: per group (opset 18's scale and bias [G]) inside the instancenorm, per channel
+    (opset 21: [C]) after it."""
+    ctx.require_attrs(["epsilon", "num_groups", "stash_type"])
+    x, scale, bias = ins[0], ins[1], ins[2]
+    if x.dtype != np.float32 or scale.dtype != np.float32 or bias.dtype != np.float32:
+        raise ctx.fail("GroupNormalization is supported for float32")
+    if x.rank < 3:
+        raise ctx.fail(f"input of rank {x.rank}: expected [N, C, spatial...] (rank >= 3)")
+    groups = int(ctx.attr("num_groups", 0))
+    c = x.shape[1]
+    if groups < 1 or not S.is_static(c) or int(c) % groups:
+        raise ctx.fail(f"num_groups {groups} must be >= 1 and divide the {c} channels (known at compile time)")
+    c = int(c)
+    per_group = scale.rank == 1 and S.is_static(scale.shape[0]) and int(scale.shape[0]) == groups and groups != c
+    if not per_group and not (scale.rank == 1 and S.is_static(scale.shape[0]) and int(scale.shape[0]) == c):
+        raise ctx.fail(f"scale must be [num_groups] (opset 18) or [C] (opset 21), got {list(scale.shape)}")
+    if list(bias.shape) != list(scale.shape):
+        raise ctx.fail(f"bias {list(bias.shape)} and scale {list(scale.shape)} differ")
+    eps = float(ctx.attr("epsilon", 1e-5))
+    if not eps >= 0 or not np.isfinite(eps):
+        raise ctx.fail(f"epsilon {eps} must be finite and >= 0")
+    b = ctx.b
+    grouped = b.alias(x, [x.shape[0], groups, S.dim_mul(c // groups, S.prod(x.shape[2:]))], b.fresh(ctx.name))
+    if per_group:
+        g_scale, g_bias = scale, bias
+    else:
+        g_scale, g_bias = b.const(np.ones(groups, np.float32)), b.const(np.zeros(groups, np.float32))
+    y = b.emit("instancenorm", [grouped, g_scale, g_bias], [spec(b.fresh(ctx.name), np.float32, grouped.shape)],
+               fattr=[eps], name=ctx.name)[0]
+    if per_group:
+        return [b.alias(y, x.shape, ctx.out_name())]
+    y = b.alias(y, x.shape, b.fresh(ctx.name))
+    return [b.emit("channel_affine", [y, scale, bias], [spec(ctx.out_name(), np.float32, x.shape)], iattr=[0],
+                   fattr=[0, 0], name=ctx.name, inplace=True)[0]]
+
+
+@handler("LpNormalization")
+def _lp_normalization(ctx: NodeCtx, ins):
+    """x / ||x||_p along one axis (p = 1 or 2); a zero norm gives 0 / 0, as in onnxruntime."""
+    from .onnx_ops import binary, norm_axis
+
+    x = ins[0]
+    if x.dtype != np.float32:
+        raise ctx.fail(f"LpNormalization of {x.dtype} is not supported (float32)")
+    p = int(ctx.attr("p", 2))
+    if p not in (1, 2):
+        raise ctx.fail(f"p = {p}: only 1 and 2 are defined")
+    axis = norm_axis(ctx, int(ctx.attr("axis", -1)), x.rank)
+    b = ctx.b
+    shape = [1 if i == axis else d for i, d in enumerate(x.shape)]
+    src = x
+    if p == 1:
+        src = b.emit("unary", [x], [spec(b.fresh(ctx.name), np.float32, x.shape)], iattr=[1], fattr=[0, 0],
+                     name=ctx.name)[0]  # |x|
+    norm = b.emit("reduce", [src], [spec(b.fresh(ctx.name), np.float32, shape)], iattr=[0 if p == 1 else 6, 1, axis],
+                  name=ctx.name)[0]  # ReduceSum of |x|, or ReduceL2
+    return [binary(ctx, "Div", x, norm, ctx.out_name())]
+
+
+def _pixel_shuffle(ctx: NodeCtx, x: Value, blocks: int, to_space: bool) -> Value:
+    """DepthToSpace (to_space; modes DCR and CRD) and SpaceToDepth of x [N, C, H, W] with
+    block size `blocks`: one reshape to 6-D, one transpose, one reshape."""
+    if x.rank != 4:
+        raise ctx.fail(f"input of rank {x.rank}: expected [N, C, H, W]")
+    if blocks < 1:
+        raise ctx.fail(f"blocksize {blocks} must be >= 1")
+    n, c, h, w = x.shape
+    b = ctx.b
+    if to_space:
+        if not S.is_static(c) or int(c) % (blocks * blocks):
+            raise ctx.fail(f"{c} channels are not a multiple of blocksize² = {blocks * blocks}")
+        c2 = int(c) // (blocks * blocks)
+        mode = ctx.attr("mode", "DCR")
+        if mode == "DCR":
+            six, perm = [n, blocks, blocks, c2, h, w], [0, 3, 4, 1, 5, 2]
+        elif mode == "CRD":
+            six, perm = [n, c2, blocks, blocks, h, w], [0, 1, 4, 2, 5, 3]
+        else:
+            raise ctx.fail(f"mode {mode!r} is not DCR or CRD")
+        out = [n, c2, S.dim_mul(h, blocks), S.dim_mul(w, blocks)]
+    else:
+        for d in (h, w):
+            if S.is_static(d) and int(d) % blocks:
+                raise ctx.fail(f"spatial size {d} is not a multiple of blocksize {blocks}")
+        hb, wb = S.dim_floordiv(h, blocks), S.dim_floordiv(w, blocks)
+        six, perm = [n, c, hb, blocks, wb, blocks], [0, 3, 5, 1, 2, 4]
+        out = [n, S.dim_mul(c, blocks * blocks), hb, wb]
+    v = b.alias(x, six, b.fresh(ctx.name))
+    t = b.emit("transpose", [v], [spec(b.fresh(ctx.name), x.dtype, [six[i] for i in perm])], iattr=perm,
+               name=ctx.name)[0]
+    return b.alias(t, out, ctx.out_name())
+
+
+@handler("DepthToSpace")
+def _depth_to_space(ctx: NodeCtx, ins):
+    return [_pixel_shuffle(ctx, ins[0], int(ctx.attr("blocksize", 0)), to_space=True)]
+
+
+@handler("SpaceToDepth")
+def _space_to_depth(ctx: NodeCtx, ins):
+    return [_pixel_shuffle(ctx, ins[0], int(ctx.attr("blocksize", 0)), to_space=False)]
+
+
 # ---------------------------------------------------------------- recurrent cells
 
 _DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}
@@ -361,58 +469,6 @@ def _lstm(ctx: NodeCtx, ins):
 @handler("GRU")
 def _gru(ctx: NodeCtx, ins):
     return _rnn(ctx, ins, 3)
-
-
-# ---------------------------------------------------------------- STFT
-
-
-def _static_int(ctx: NodeCtx, v: Value, what: str) -> int:
-    vals = ctx.known(v, what)
-    if len(vals) != 1 or not S.is_static(vals[0]):
-        raise ctx.fail(f"{what} must be one integer known when the model is compiled")
-    return int(vals[0])
-
-
-@handler("STFT")
-def _stft(ctx: NodeCtx, ins):
-    """STFT (opset 17) of a real signal [B, L, 1] (or [B, L]) with a constant window: a 1-D conv whose weight
-    is the windowed DFT basis [win·cos; -win·sin] (frame_step as its stride), reshaped and
-    transposed to ONNX's [B, frames, bins, 2]. The compiler's select_rdft then runs the conv
-    as a real FFT when the frame length is a power of two (and the basis has at most N/2 + 1
-    bins); other lengths keep the conv (N·bins multiply-adds per frame)."""
-    signal, step_v = ins[0], ins[1]
-    window = ins[2] if len(ins) > 2 else None
-    length_v = ins[3] if len(ins) > 3 else None
-    # [batch, length] is read as real, as onnxruntime does (torch's TorchScript exporter writes it)
-    if signal.dtype != np.float32 or signal.rank not in (2, 3):
-        raise ctx.fail(f"the signal must be float32 [batch, length, 1 or 2], got {signal.dtype} rank {signal.rank}")
-    if signal.rank == 3 and not (S.is_static(signal.shape[2]) and int(signal.shape[2]) == 1):
-        raise ctx.fail("complex signals ([batch, length, 2]) are not supported; real ones ([.., 1]) are")
-    step = _static_int(ctx, step_v, "frame_step")
-    if step < 1:
-        raise ctx.fail(f"frame_step {step} must be >= 1")
-    if window is not None and (window.const is None or window.rank != 1):
-        raise ctx.fail("the window must be a constant 1-D tensor")
-    win = None if window is None else window.const.astype(np.float64)
-    n = _static_int(ctx, length_v, "frame_length") if length_v is not None else (None if win is None else win.size)
-    if n is None:
-        raise ctx.fail("needs a window or a frame_length")
-    if win is None:
-        win = np.ones(n)
-    if win.size != n or n < 1:
-        raise ctx.fail(f"window of {win.size} samples for frames of {n}")
-    bins = n // 2 + 1 if ctx.attr("onesided", 1) else n
-    angle = 2.0 * np.pi * (np.outer(np.arange(bins), np.arange(n)) % n) / n
-    basis = np.concatenate([win * np.cos(angle), -win * np.sin(angle)])[:, None, :].astype(np.float32)
-    b = ctx.b
-    batch, length = signal.shape[0], signal.shape[1]
-    x = b.alias(signal, [batch, 1, length], b.fresh(ctx.name))  # moves an axis of extent 1: same bytes
-    frames = conv_out_dim(ctx, length, n, step, 1, 0, 0)
-    y = b.emit("conv", [x, b.const(basis), None], [spec(b.fresh(ctx.name), np.float32, [batch, 2 * bins, frames])],
-               iattr=[1, 1, 0, step, 1, 0, 0], fattr=[0, 0], scratch_bytes=S.dim_mul(4 * n, frames), name=ctx.name)[0]
-    y = b.alias(y, [batch, 2, bins, frames], b.fresh(ctx.name))
-    return b.emit("transpose", [y], [spec(ctx.out_name(), np.float32, [batch, frames, bins, 2])], iattr=[0, 3, 2, 1],
-                  name=ctx.name)
 
 
 # ---------------------------------------------------------------- ConvTranspose
