@@ -1479,3 +1479,85 @@ def test_onehot_of_other_index_types(tmp_path, rng, idx_dtype):
 def test_reduce_l1(tmp_path, rng, axes, keep):
     consts = {} if axes is None else {"axes": np.array(axes, np.int64)}
     check_op(tmp_path, "ReduceL1", {"x": randn(rng, (3, 5, 7))}, {"keepdims": keep}, consts=consts, opset=18)
+
+
+# ---------------------------------------------------------------- GatherElements, Scatter*, CumSum, TopK
+
+@pytest.mark.parametrize("data_shape, ind_shape, axis, dt", [((4, 6), (4, 3), 1, F32), ((5, 3, 4), (2, 3, 4), 0, I64),
+                                                             ((3, 7, 2), (3, 9, 1), 1, F32), ((6,), (6,), -1, I32)])
+def test_gather_elements(tmp_path, rng, data_shape, ind_shape, axis, dt):
+    ind = rng.integers(-data_shape[axis], data_shape[axis], ind_shape).astype(np.int64)
+    check_op(tmp_path, "GatherElements", {"data": randn(rng, data_shape, dt), "ind": ind}, {"axis": axis},
+             out_dtypes=[np.dtype(dt)])
+
+
+def _unique_positions(rng, n_axis, ind_shape, axis):
+    """Indices with no position hit twice along axis (so "none" does not depend on order)."""
+    ind = np.empty(ind_shape, np.int64)
+    for idx in np.ndindex(*[d for i, d in enumerate(ind_shape) if i != axis]):
+        sl = list(idx)
+        sl.insert(axis, slice(None))
+        ind[tuple(sl)] = rng.permutation(n_axis)[:ind_shape[axis]]
+    return ind
+
+
+@pytest.mark.parametrize("reduction, opset", [("none", 16), ("add", 16), ("mul", 16), ("max", 18), ("min", 18)])
+@pytest.mark.parametrize("dt", [F32, I64])
+def test_scatter_elements(tmp_path, rng, reduction, opset, dt):
+    data_shape, ind_shape, axis = (4, 7, 3), (4, 5, 3), 1
+    ind = (_unique_positions(rng, 7, ind_shape, axis) if reduction == "none"
+           else rng.integers(-7, 7, ind_shape).astype(np.int64))
+    check_op(tmp_path, "ScatterElements", {"data": randn(rng, data_shape, dt), "ind": ind,
+                                           "upd": randn(rng, ind_shape, dt)}, {"axis": axis, "reduction": reduction},
+             opset=opset, out_dtypes=[np.dtype(dt)])
+
+
+@pytest.mark.parametrize("data_shape, ind, upd_shape, reduction, opset", [
+    ((4, 5, 6), [[1], [3]], (2, 5, 6), "none", 16),          # whole slices
+    ((4, 5, 6), [[0, 2], [3, -1]], (2, 6), "add", 16),       # rows
+    ((2, 8, 3), [[[1, 2, 0]], [[0, 7, 2]]], (2, 1), "mul", 16),  # single elements
+    ((16, 4), [[2], [2], [5]], (3, 4), "max", 18),           # a repeated index with max
+])
+def test_scatter_nd(tmp_path, rng, data_shape, ind, upd_shape, reduction, opset):
+    check_op(tmp_path, "ScatterND", {"data": randn(rng, data_shape), "ind": np.array(ind, np.int64),
+                                     "upd": randn(rng, upd_shape)}, {"reduction": reduction}, opset=opset,
+             out_dtypes=[F32])
+
+
+@pytest.mark.parametrize("dt", [F32, I64, I32])
+@pytest.mark.parametrize("axis, exclusive, reverse", [(1, 0, 0), (0, 1, 0), (-1, 0, 1), (1, 1, 1)])
+def test_cumsum(tmp_path, rng, dt, axis, exclusive, reverse):
+    check_op(tmp_path, "CumSum", {"x": randn(rng, (3, 17, 4), dt)}, {"exclusive": exclusive, "reverse": reverse},
+             consts={"axis": np.array(axis, np.int64)}, tol=dict(rtol=1e-5, atol=1e-5))
+
+
+def test_cumsum_position_ids(tmp_path, rng):
+    """The Hugging Face pattern: position ids from an attention mask, (cumsum(mask) - 1) * mask."""
+    nodes = [h.make_node("CumSum", ["mask", "axis"], ["c"]), h.make_node("Sub", ["c", "one"], ["c1"]),
+             h.make_node("Mul", ["c1", "mask"], ["pos"])]
+    m = model(nodes, [("mask", I64, [2, "seq"])], [("pos", I64)], {"axis": np.array(1, np.int64),
+                                                                   "one": np.array(1, np.int64)}, 17)
+    mask = np.array([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]], np.int64)
+    check(tmp_path, m, {"mask": mask}, dims={"seq": 16})
+
+
+@pytest.mark.parametrize("shape, k, axis, largest", [((3, 50), 5, -1, 1), ((3, 50), 7, -1, 0), ((4, 9, 6), 9, 1, 1),
+                                                     ((2, 300), 100, 1, 1), ((5, 3), 0, 0, 1), ((1, 40), 40, 1, 0)])
+def test_topk(tmp_path, rng, shape, k, axis, largest):
+    x = randn(rng, shape)
+    x.reshape(-1)[::7] = 0.5  # ties: the lower position first, as onnxruntime
+    check_op(tmp_path, "TopK", {"x": x}, {"axis": axis, "largest": largest}, consts={"k": np.array([k], np.int64)},
+             out_dtypes=[F32, I64], tol=dict(rtol=0, atol=0))
+
+
+def test_index_ops_refuse_bad_indices(tmp_path, rng):
+    m = model([h.make_node("GatherElements", ["data", "ind"], ["y"], axis=1)], [("data", F32, [3, 4]), ("ind", I64, [3, 2])],
+              [("y", F32)], {}, 17)
+    sess = nerve_session(tmp_path, m)
+    with pytest.raises(nerve.InputError, match=r"indices\[3\] = 4 is outside \[-4, 4\)"):
+        sess.run({"data": randn(rng, (3, 4)), "ind": np.array([[0, 1], [2, 4], [0, 0]], np.int64)})
+    m = model([h.make_node("ScatterND", ["data", "ind", "upd"], ["y"])], [("data", F32, [4, 3]), ("ind", I64, [2, 1]),
+                                                                        ("upd", F32, [2, 3])], [("y", F32)], {}, 17)
+    sess = nerve_session(tmp_path, m)
+    with pytest.raises(nerve.InputError, match=r"indices\[1\] = -5"):
+        sess.run({"data": randn(rng, (4, 3)), "ind": np.array([[1], [-5]], np.int64), "upd": randn(rng, (2, 3))})

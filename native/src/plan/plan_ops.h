@@ -108,6 +108,7 @@ extern const nrv_op_def nrv_plan_ops_reduce[];
 extern const nrv_op_def nrv_plan_ops_rnn[];
 extern const nrv_op_def nrv_plan_ops_kv[];
 extern const nrv_op_def nrv_plan_ops_upsample[];
+extern const nrv_op_def nrv_plan_ops_index[];
 
 /* ---- helpers every op uses (plan_util.c) */
 

@@ -1128,3 +1128,92 @@ def _branch_result(ctx: NodeCtx, v: Value, name: str, target: Optional[Value]) -
     op = Op("copy", [v], [target], name=ctx.name)
     b.ops.append(op)
     return target
+
+
+# ---------------------------------------------------------------- element indexing, running sums, top-k
+# (runtime ops in native/src/plan/op_index.c)
+
+_SCATTER_REDUCTIONS = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
+
+
+def _index_input(ctx: NodeCtx, v: Value, what: str) -> Value:
+    if v.dtype not in (np.int64, np.int32):
+        raise ctx.fail(f"{what} of {v.dtype}: int64 or int32 expected")
+    return ctx.b.materialize(v) if v.symval is not None else v
+
+
+@handler("GatherElements")
+def _gather_elements(ctx: NodeCtx, ins):
+    data, ind = ins[0], _index_input(ctx, ins[1], "indices")
+    if ind.rank != data.rank:
+        raise ctx.fail(f"indices have rank {ind.rank}, data {data.rank}")
+    axis = norm_axis(ctx, int(ctx.attr("axis", 0)), data.rank)
+    return ctx.b.emit("gather_elements", [data, ind], [spec(ctx.out_name(), data.dtype, ind.shape)], iattr=[axis],
+                      name=ctx.name)
+
+
+def _reduction(ctx: NodeCtx, data: Value) -> int:
+    name = ctx.attr("reduction", "none")
+    if name not in _SCATTER_REDUCTIONS:
+        raise ctx.fail(f"reduction {name!r} is not one of {sorted(_SCATTER_REDUCTIONS)}")
+    if name != "none" and data.dtype not in (np.float32, np.int64, np.int32):
+        raise ctx.fail(f"reduction {name!r} on {data.dtype} data (float32, int64, int32 only)")
+    return _SCATTER_REDUCTIONS[name]
+
+
+@handler("ScatterElements", "Scatter")
+def _scatter_elements(ctx: NodeCtx, ins):
+    data, ind, upd = ins[0], _index_input(ctx, ins[1], "indices"), ins[2]
+    if upd.dtype != data.dtype:
+        raise ctx.fail(f"updates of {upd.dtype} into data of {data.dtype}")
+    axis = norm_axis(ctx, int(ctx.attr("axis", 0)), data.rank)
+    return ctx.b.emit("scatter_elements", [data, ind, upd], [spec(ctx.out_name(), data.dtype, data.shape)],
+                      iattr=[axis, _reduction(ctx, data)], name=ctx.name)
+
+
+@handler("ScatterND")
+def _scatter_nd(ctx: NodeCtx, ins):
+    data, ind, upd = ins[0], _index_input(ctx, ins[1], "indices"), ins[2]
+    if upd.dtype != data.dtype:
+        raise ctx.fail(f"updates of {upd.dtype} into data of {data.dtype}")
+    if ind.rank < 1 or not S.is_static(ind.shape[-1]) or int(ind.shape[-1]) > data.rank:
+        raise ctx.fail("the indices' last dim must be known at compile time and at most data's rank")
+    return ctx.b.emit("scatter_nd", [data, ind, upd], [spec(ctx.out_name(), data.dtype, data.shape)],
+                      iattr=[_reduction(ctx, data)], name=ctx.name)
+
+
+@handler("CumSum")
+def _cumsum(ctx: NodeCtx, ins):
+    x = ins[0]
+    if x.dtype not in (np.float32, np.int64, np.int32):
+        raise ctx.fail(f"CumSum of {x.dtype} is not supported (float32, int64, int32)")
+    axis = ctx.known(ins[1], "axis")
+    if len(axis) != 1 or not S.is_static(axis[0]):
+        raise ctx.fail("axis must be one integer known when the model is compiled")
+    axis = norm_axis(ctx, int(axis[0]), x.rank)
+    return ctx.b.emit("cumsum", [x], [spec(ctx.out_name(), x.dtype, x.shape)],
+                      iattr=[axis, int(ctx.attr("exclusive", 0)), int(ctx.attr("reverse", 0))], name=ctx.name,
+                      inplace=True)
+
+
+@handler("TopK")
+def _topk(ctx: NodeCtx, ins):
+    """TopK with k known at compile time (an output extent): values and int64 positions, best
+    first (also for sorted=0, which leaves the order free); ties keep the lower position."""
+    x = ins[0]
+    if x.dtype != np.float32:
+        raise ctx.fail(f"TopK of {x.dtype} is not supported (float32)")
+    if ctx.opset < 10:
+        k = int(ctx.attr("k"))
+    else:
+        known = ctx.known(ins[1], "K")
+        if len(known) != 1 or not S.is_static(known[0]):
+            raise ctx.fail("K must be one integer known when the model is compiled")
+        k = int(known[0])
+    axis = norm_axis(ctx, int(ctx.attr("axis", -1)), x.rank)
+    n = x.shape[axis]
+    if k < 0 or (S.is_static(n) and k > int(n)):
+        raise ctx.fail(f"k = {k} is outside [0, {n}]")
+    shape = [k if i == axis else d for i, d in enumerate(x.shape)]
+    return ctx.b.emit("topk", [x], [spec(ctx.out_name(0), np.float32, shape), spec(ctx.out_name(1), np.int64, shape)],
+                      iattr=[axis, k, int(ctx.attr("largest", 1))], scratch_bytes=S.dim_mul(16, n), name=ctx.name)

@@ -1,0 +1,403 @@
+/* op_index.c — plan ops that address elements by computed indices or positions (see
+ * plan_ops.h for the contract): gather_elements, scatter_elements, scatter_nd (ONNX's
+ * GatherElements, ScatterElements, ScatterND), cumsum, topk.
+ *
+ * Every index is checked before anything is written: one outside its axis is
+ * NRV_ERR_INDEX naming its flat position and value, and the output is left as it was.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_ops.h"
+
+static inline int64_t index_at(const nrv_tview *v, int64_t i) {
+    return v->dtype == NRV_I64 ? ((const int64_t *)v->data)[i] : (int64_t)((const int32_t *)v->data)[i];
+}
+
+static nrv_status check_index_dtype(const nrv_op_args *a, const nrv_tview *ind) {
+    if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
+    return NRV_OK;
+}
+
+/* Every index of ind within [-dim_of(i), dim_of(i)); dim_of the extent index i addresses. */
+static nrv_status check_indices(const nrv_op_args *a, const nrv_tview *ind, int64_t dim, const char *where) {
+    for (int64_t i = 0; i < ind->numel; i++) {
+        const int64_t v = index_at(ind, i);
+        if (v < -dim || v >= dim)
+            return nrv_op_fail(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (%s)", (long long)i,
+                               (long long)v, (long long)-dim, (long long)dim, where);
+    }
+    return NRV_OK;
+}
+
+/* Element strides of v (row-major). */
+static void strides_of(const nrv_tview *v, int64_t *st) {
+    int64_t s = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= v->dims[d];
+    }
+}
+
+/* The offset in `big` (strides bst) of flat element i of a tensor of dims `dims` (rank r),
+ * with the coordinate along `axis` replaced by idx. */
+static inline int64_t elements_offset(int64_t i, const int64_t *dims, int r, const int64_t *bst, int axis,
+                                      int64_t idx) {
+    int64_t off = 0;
+    for (int d = r - 1; d >= 0; d--) {
+        const int64_t c = i % dims[d];
+        i /= dims[d];
+        off += (d == axis ? idx : c) * bst[d];
+    }
+    return off;
+}
+
+/* data and indices of the same rank, indices no longer than data off the axis. */
+static nrv_status check_elements_dims(const nrv_op_args *a, const nrv_tview *data, const nrv_tview *ind, int axis) {
+    if (ind->rank != data->rank)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "indices have rank %d, data %d; they must be equal", (int)ind->rank,
+                           (int)data->rank);
+    for (int d = 0; d < data->rank; d++)
+        if (d != axis && ind->dims[d] > data->dims[d])
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "indices dim %d is %lld, longer than data's %lld", d,
+                               (long long)ind->dims[d], (long long)data->dims[d]);
+    return NRV_OK;
+}
+
+/* gather_elements (ONNX GatherElements): y[i] = data[i with its axis coordinate replaced by
+ * indices[i]].
+ *   in[0] data (any dtype, rank r >= 1); in[1] indices (i64/i32, rank r, dims <= data's off
+ *   the axis); out[0] y, data's dtype, indices' dims. iattr [axis]. */
+static nrv_status gather_elements_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "data"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    const nrv_tview *x = a->in[0], *ind = a->in[1];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(check_index_dtype(a, ind));
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    NRV_TRY(check_elements_dims(a, x, ind, ax));
+    NRV_TRY(nrv_op_same_dims(a, y, "y", ind, "indices"));
+    if (y->dtype != x->dtype) return nrv_op_fail(a, NRV_ERR_DTYPE, "y's dtype differs from data's");
+    NRV_TRY(check_indices(a, ind, x->dims[ax], "the gathered axis of data"));
+    int64_t st[NRV_PLAN_MAX_RANK];
+    strides_of(x, st);
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    for (int64_t i = 0; i < ind->numel; i++) {
+        int64_t v = index_at(ind, i);
+        if (v < 0) v += x->dims[ax];
+        memcpy((char *)y->data + (size_t)i * esz,
+               (const char *)x->data + (size_t)elements_offset(i, ind->dims, ind->rank, st, ax, v) * esz, esz);
+    }
+    return NRV_OK;
+}
+
+/* The reductions scatter ops apply (ONNX "reduction"). */
+enum { SCATTER_NONE, SCATTER_ADD, SCATTER_MUL, SCATTER_MAX, SCATTER_MIN };
+
+/* Integer sums and products wrap (computed unsigned: no signed overflow). */
+#define SCATTER_APPLY(T, U)                                                                                    \
+    static void scatter_apply_##T(T *dst, T v, int64_t reduction) {                                           \
+        switch (reduction) {                                                                                   \
+        case SCATTER_ADD: *dst = (T)((U)*dst + (U)v); break;                                                   \
+        case SCATTER_MUL: *dst = (T)((U)*dst * (U)v); break;                                                   \
+        case SCATTER_MAX: *dst = v > *dst ? v : *dst; break;                                                   \
+        case SCATTER_MIN: *dst = v < *dst ? v : *dst; break;                                                   \
+        default: *dst = v; break;                                                                              \
+        }                                                                                                      \
+    }
+SCATTER_APPLY(float, float)
+SCATTER_APPLY(int64_t, uint64_t)
+SCATTER_APPLY(int32_t, uint32_t)
+
+/* One update element (at src) into dst with the reduction, for data of dtype dt. */
+static void scatter_one(nrv_dtype dt, char *dst, const char *src, int64_t reduction, size_t esz) {
+    switch (dt) {
+    case NRV_F32: {
+        float d, v;
+        memcpy(&d, dst, 4), memcpy(&v, src, 4);
+        scatter_apply_float(&d, v, reduction);
+        memcpy(dst, &d, 4);
+        break;
+    }
+    case NRV_I64: {
+        int64_t d, v;
+        memcpy(&d, dst, 8), memcpy(&v, src, 8);
+        scatter_apply_int64_t(&d, v, reduction);
+        memcpy(dst, &d, 8);
+        break;
+    }
+    case NRV_I32: {
+        int32_t d, v;
+        memcpy(&d, dst, 4), memcpy(&v, src, 4);
+        scatter_apply_int32_t(&d, v, reduction);
+        memcpy(dst, &d, 4);
+        break;
+    }
+    default: memcpy(dst, src, esz); break; /* other dtypes: reduction "none" only (checked) */
+    }
+}
+
+static nrv_status check_reduction(const nrv_op_args *a, int64_t reduction, nrv_dtype dt) {
+    if (reduction < SCATTER_NONE || reduction > SCATTER_MIN)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "reduction code %lld, expected 0..4", (long long)reduction);
+    if (reduction != SCATTER_NONE && dt != NRV_F32 && dt != NRV_I64 && dt != NRV_I32)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "a reduction on %s data (f32, i64 or i32 only)", nrv_dtype_str(dt));
+    return NRV_OK;
+}
+
+/* scatter_elements (ONNX ScatterElements): y = data, then y[i with its axis coordinate
+ * replaced by indices[i]] (reduction) updates[i] for every i, in order.
+ *   in[0] data (any dtype; f32/i64/i32 with a reduction); in[1] indices (i64/i32, rank r);
+ *   in[2] updates (data's dtype, indices' dims); out[0] y (data's dtype and dims).
+ *   iattr [axis, reduction] (0 none, 1 add, 2 mul, 3 max, 4 min). Not in place. */
+static nrv_status scatter_elements_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 2, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "data"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    NRV_TRY(nrv_op_check_in(a, 2, "updates"));
+    const nrv_tview *x = a->in[0], *ind = a->in[1], *upd = a->in[2];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(check_index_dtype(a, ind));
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    NRV_TRY(check_reduction(a, a->iattr[1], (nrv_dtype)x->dtype));
+    NRV_TRY(check_elements_dims(a, x, ind, ax));
+    NRV_TRY(nrv_op_same_dims(a, upd, "updates", ind, "indices"));
+    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "data"));
+    if (y->dtype != x->dtype || upd->dtype != x->dtype)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "data, updates and y must share a dtype");
+    NRV_TRY(check_indices(a, ind, x->dims[ax], "the scattered axis of data"));
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    memcpy(y->data, x->data, (size_t)x->numel * esz);
+    int64_t st[NRV_PLAN_MAX_RANK];
+    strides_of(x, st);
+    for (int64_t i = 0; i < ind->numel; i++) {
+        int64_t v = index_at(ind, i);
+        if (v < 0) v += x->dims[ax];
+        scatter_one((nrv_dtype)x->dtype, (char *)y->data + (size_t)elements_offset(i, ind->dims, ind->rank, st, ax, v) * esz,
+                    (const char *)upd->data + (size_t)i * esz, a->iattr[1], esz);
+    }
+    return NRV_OK;
+}
+
+/* scatter_nd (ONNX ScatterND): y = data, then for each index tuple indices[i, :] (q = its
+ * length <= r) the slice y[tuple] (reduction) updates[i].
+ *   in[0] data (any dtype, rank r); in[1] indices (i64/i32, [..., q]); in[2] updates
+ *   (data's dtype, dims indices.dims[:-1] + data.dims[q:]); out[0] y (data's dtype, dims).
+ *   iattr [reduction]. Not in place. */
+static nrv_status scatter_nd_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "data"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    NRV_TRY(nrv_op_check_in(a, 2, "updates"));
+    const nrv_tview *x = a->in[0], *ind = a->in[1], *upd = a->in[2];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(check_index_dtype(a, ind));
+    NRV_TRY(check_reduction(a, a->iattr[0], (nrv_dtype)x->dtype));
+    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "data"));
+    if (y->dtype != x->dtype || upd->dtype != x->dtype)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "data, updates and y must share a dtype");
+    if (ind->rank < 1 || ind->dims[ind->rank - 1] > x->rank)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "indices' last dim must be at most data's rank %d", (int)x->rank);
+    const int q = (int)ind->dims[ind->rank - 1];
+    int ok = upd->rank == ind->rank - 1 + x->rank - q;
+    for (int d = 0; ok && d < upd->rank; d++)
+        ok = upd->dims[d] == (d < ind->rank - 1 ? ind->dims[d] : x->dims[q + d - (ind->rank - 1)]);
+    if (!ok) {
+        char b1[128], b2[128], b3[128];
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "updates %s do not fit indices %s into data %s",
+                           nrv_op_fmt_dims(b1, sizeof b1, upd), nrv_op_fmt_dims(b2, sizeof b2, ind),
+                           nrv_op_fmt_dims(b3, sizeof b3, x));
+    }
+    for (int64_t i = 0; i < ind->numel; i++) {
+        const int d = (int)(i % (q ? q : 1));
+        const int64_t v = index_at(ind, i), dim = x->dims[d];
+        if (v < -dim || v >= dim)
+            return nrv_op_fail(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (axis %d of data)",
+                               (long long)i, (long long)v, (long long)-dim, (long long)dim, d);
+    }
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    memcpy(y->data, x->data, (size_t)x->numel * esz);
+    int64_t st[NRV_PLAN_MAX_RANK];
+    strides_of(x, st);
+    const int64_t slice = nrv_dims_product(x->dims, q, x->rank), tuples = q ? ind->numel / q : 0;
+    for (int64_t t = 0; t < tuples; t++) {
+        int64_t off = 0;
+        for (int d = 0; d < q; d++) {
+            int64_t v = index_at(ind, t * q + d);
+            if (v < 0) v += x->dims[d];
+            off += v * st[d];
+        }
+        char *dst = (char *)y->data + (size_t)off * esz;
+        const char *src = (const char *)upd->data + (size_t)(t * slice) * esz;
+        if (a->iattr[0] == SCATTER_NONE) {
+            memcpy(dst, src, (size_t)slice * esz);
+        } else {
+            for (int64_t j = 0; j < slice; j++)
+                scatter_one((nrv_dtype)x->dtype, dst + (size_t)j * esz, src + (size_t)j * esz, a->iattr[0], esz);
+        }
+    }
+    return NRV_OK;
+}
+
+/* cumsum (ONNX CumSum): running sums along an axis.
+ *   in[0] x (f32, i64 or i32); out[0] y (x's dtype and dims).
+ *   iattr [axis, exclusive, reverse]: exclusive — each sum leaves its own element out (the
+ *   first is 0); reverse — sums run from the end. In place ok. */
+/* Integer sums wrap (accumulated unsigned: no signed overflow). */
+#define CUMSUM_LOOP(T, ACC)                                                                             \
+    for (int64_t o = 0; o < outer; o++)                                                                \
+        for (int64_t in = 0; in < inner; in++) {                                                       \
+            const T *xs = (const T *)x->data + o * n * inner + in;                                     \
+            T *ys = (T *)y->data + o * n * inner + in;                                                 \
+            ACC acc = 0;                                                                               \
+            for (int64_t k = 0; k < n; k++) {                                                          \
+                const int64_t j = (reverse ? n - 1 - k : k) * inner;                                   \
+                const ACC v = (ACC)xs[j];                                                              \
+                if (exclusive) {                                                                       \
+                    ys[j] = (T)acc;                                                                    \
+                    acc += v;                                                                          \
+                } else {                                                                               \
+                    acc += v;                                                                          \
+                    ys[j] = (T)acc;                                                                    \
+                }                                                                                      \
+            }                                                                                          \
+        }
+
+static nrv_status cumsum_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 3, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    if (x->dtype != NRV_F32 && x->dtype != NRV_I64 && x->dtype != NRV_I32)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected f32, i64 or i32", nrv_dtype_str((nrv_dtype)x->dtype));
+    if (y->dtype != x->dtype) return nrv_op_fail(a, NRV_ERR_DTYPE, "y's dtype differs from x's");
+    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "x"));
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    const int exclusive = a->iattr[1] != 0, reverse = a->iattr[2] != 0;
+    const int64_t n = x->dims[ax], outer = nrv_dims_product(x->dims, 0, ax);
+    const int64_t inner = nrv_dims_product(x->dims, ax + 1, x->rank);
+    if (x->dtype == NRV_F32) {
+        CUMSUM_LOOP(float, float)
+    } else if (x->dtype == NRV_I64) {
+        CUMSUM_LOOP(int64_t, uint64_t)
+    } else {
+        CUMSUM_LOOP(int32_t, uint32_t)
+    }
+    return NRV_OK;
+}
+
+/* A candidate of topk: its value and its position along the axis. */
+typedef struct topk_item {
+    float v;
+    int64_t i;
+} topk_item;
+
+/* Whether p ranks before q: the larger (largest) or smaller value first, NaN before every
+ * number (as the largest, after it as the smallest), the lower position first on ties. */
+static inline int topk_before(const topk_item *p, const topk_item *q, int largest) {
+    const int pn = isnan(p->v), qn = isnan(q->v);
+    if (pn || qn) {
+        if (pn && qn) return p->i < q->i;
+        return largest ? pn : qn;
+    }
+    if (p->v != q->v) return largest ? p->v > q->v : p->v < q->v;
+    return p->i < q->i;
+}
+
+static int topk_cmp_largest(const void *a, const void *b) {
+    return topk_before(a, b, 1) ? -1 : topk_before(b, a, 1) ? 1 : 0;
+}
+
+static int topk_cmp_smallest(const void *a, const void *b) {
+    return topk_before(a, b, 0) ? -1 : topk_before(b, a, 0) ? 1 : 0;
+}
+
+/* Up to this k, the best k are kept in an insertion-sorted buffer (one pass, most elements
+ * rejected by one comparison); above it the whole slice is sorted. */
+#define TOPK_INSERTION_MAX 64
+
+/* topk (ONNX TopK): the k largest (or smallest) elements along an axis and their positions,
+ * in order (best first; ties: the lower position first).
+ *   in[0] x f32; out[0] values f32, out[1] indices i64, both x's dims with k along the axis.
+ *   iattr [axis, k, largest]. scratch: 16 * x.dims[axis] bytes. */
+static nrv_status topk_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 2, 3, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *yv = a->out[0], *yi = a->out[1];
+    NRV_TRY(nrv_op_check_view(a, yv, "values"));
+    NRV_TRY(nrv_op_check_view(a, yi, "indices"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, yv, "values", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, yi, "indices", NRV_I64));
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    const int64_t k = a->iattr[1], n = x->dims[ax];
+    const int largest = a->iattr[2] != 0;
+    if (k < 0 || k > n)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "k = %lld is outside [0, %lld] (the axis' extent)", (long long)k,
+                           (long long)n);
+    for (const nrv_tview *v = yv; v; v = v == yv ? yi : NULL) {
+        int ok = v->rank == x->rank;
+        for (int d = 0; ok && d < x->rank; d++) ok = v->dims[d] == (d == ax ? k : x->dims[d]);
+        if (!ok) {
+            char b1[128], b2[128];
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "output %s, expected x %s with %lld along axis %d",
+                               nrv_op_fmt_dims(b1, sizeof b1, v), nrv_op_fmt_dims(b2, sizeof b2, x), (long long)k,
+                               (int)ax);
+        }
+    }
+    if ((uint64_t)a->scratch_bytes < (uint64_t)n * sizeof(topk_item) || (n > 0 && !a->scratch))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %lld", a->scratch_bytes,
+                           (long long)(n * (int64_t)sizeof(topk_item)));
+    if (k == 0 || yv->numel == 0) return NRV_OK;
+    const int64_t outer = nrv_dims_product(x->dims, 0, ax), inner = nrv_dims_product(x->dims, ax + 1, x->rank);
+    topk_item *buf = a->scratch;
+    const float *xd = x->data;
+    float *vd = yv->data;
+    int64_t *id = yi->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            const float *xs = xd + o * n * inner + in;
+            int64_t kept = 0;
+            if (k <= TOPK_INSERTION_MAX) {
+                for (int64_t j = 0; j < n; j++) {
+                    const topk_item c = {xs[j * inner], j};
+                    if (kept == k && !topk_before(&c, &buf[k - 1], largest)) continue;
+                    int64_t p = kept < k ? kept++ : k - 1;
+                    while (p > 0 && topk_before(&c, &buf[p - 1], largest)) {
+                        buf[p] = buf[p - 1];
+                        p--;
+                    }
+                    buf[p] = c;
+                }
+            } else {
+                for (int64_t j = 0; j < n; j++) buf[j] = (topk_item){xs[j * inner], j};
+                qsort(buf, (size_t)n, sizeof *buf, largest ? topk_cmp_largest : topk_cmp_smallest);
+            }
+            for (int64_t j = 0; j < k; j++) {
+                vd[(o * k + j) * inner + in] = buf[j].v;
+                id[(o * k + j) * inner + in] = buf[j].i;
+            }
+        }
+    return NRV_OK;
+}
+
+const nrv_op_def nrv_plan_ops_index[] = {
+    {"gather_elements", gather_elements_run, NULL},
+    {"scatter_elements", scatter_elements_run, NULL},
+    {"scatter_nd", scatter_nd_run, NULL},
+    {"cumsum", cumsum_run, NULL},
+    {"topk", topk_run, NULL},
+    {NULL, NULL, NULL},
+};
