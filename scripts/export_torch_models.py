@@ -1,6 +1,7 @@
 """Exports small PyTorch models of the kinds edge users run (image backbone blocks, a
-segmentation U-Net, keyword spotting from raw audio, recurrent and convolutional sequence
-models, a transformer encoder) to ONNX with PyTorch's own exporters, for
+segmentation U-Net, a super-resolution net, keyword spotting from raw audio, recurrent and
+convolutional sequence models, a transformer encoder, a detector-style top-k head, a tiny
+decoder-only language model) to ONNX with PyTorch's own exporters, for
 tests/python/test_torch_exports.py: the graphs are what torch.onnx really writes (its op
 patterns, opsets, shape arithmetic), not hand-built.
 
@@ -14,6 +15,7 @@ feeds' shapes and symbolic dims in manifest.json.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -141,6 +143,83 @@ class TinyTransformer(nn.Module):
         return self.enc(x + self.pos[:, : x.shape[1]])
 
 
+class SuperResolution(nn.Module):
+    """ESPCN-style x3 upscaler: convs, then PixelShuffle (DepthToSpace), plus a bicubic skip."""
+
+    def __init__(self, r=3):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.Tanh(), nn.Conv2d(32, 16, 3, padding=1), nn.Tanh(),
+                                  nn.Conv2d(16, r * r, 3, padding=1), nn.PixelShuffle(r))
+        self.r = r
+
+    def forward(self, x):
+        return self.body(x) + F.interpolate(x, scale_factor=self.r, mode="bicubic", align_corners=False)
+
+
+class TopKHead(nn.Module):
+    """A detector-style head: per-anchor scores, the k best (torch.topk), their boxes gathered
+    (torch.gather), a cumulative score (torch.cumsum)."""
+
+    def __init__(self):
+        super().__init__()
+        self.score = nn.Conv1d(16, 1, 1)
+        self.box = nn.Conv1d(16, 4, 1)
+
+    def forward(self, feats):
+        scores = self.score(feats)[:, 0]                         # [B, anchors]
+        best, idx = torch.topk(scores, 10, dim=1)
+        boxes = torch.gather(self.box(feats), 2, idx[:, None, :].expand(-1, 4, -1))
+        return best.sigmoid(), boxes, torch.cumsum(best.softmax(-1), dim=1)
+
+
+class CausalBlock(nn.Module):
+    """Pre-norm causal self-attention and MLP, written out (as model code on the Hub is)."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, h, bias):
+        b, n, d = h.shape
+        q, k, v = self.qkv(self.ln1(h)).split(d, dim=-1)
+        q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads) + bias
+        h = h + self.proj((att.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d))
+        return h + self.fc2(F.gelu(self.fc1(self.ln2(h))))
+
+
+class TinyGPT(nn.Module):
+    """A decoder-only language model over a padded batch, as Hugging Face style code exports:
+    position ids from the attention mask by cumsum, a causal + padding additive mask, tied
+    embeddings."""
+
+    def __init__(self, vocab=97, d=32, heads=4, layers=2):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(64, d)
+        self.blocks = nn.ModuleList(CausalBlock(d, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, ids, mask):
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        h = self.tok(ids) + self.pos(pos)
+        n = ids.shape[1]
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        allowed = causal[None, None] & (mask[:, None, None, :] > 0)
+        bias = torch.where(allowed, 0.0, -1e9)
+        for block in self.blocks:
+            h = block(h, bias)
+        return self.norm(h) @ self.tok.weight.T
+
+
+# How the tests draw integer inputs: ids below a bound, or an attention mask (ones, then zeros
+# of right padding in some rows)
+INT_INPUTS = {"ids": {"high": 97}, "mask": {"mask": True}}
+
+
 def models():
     """(name, module, example inputs, input names, output names, dynamic dims {input: {axis: name}},
     bounds {name: upper bound}, exporter)."""
@@ -149,7 +228,7 @@ def models():
         ("mobilenet_block", MobileNetish(), (torch.randn(1, 3, 32, 32),), ["image"], ["probs"], None, {}, "dynamo"),
         ("unet", UNet(), (torch.randn(1, 3, 32, 48),), ["image"], ["mask", "coarse"], None, {}, "dynamo"),
         ("kws_stft", KeywordSpotter(), (torch.randn(1, 16000),), ["wav"], ["logits"], None, {}, "torchscript"),
-        ("bilstm_tagger", BiLSTMTagger(), (torch.randint(0, 100, (1, 23)),), ["ids"], ["logp"],
+        ("bilstm_tagger", BiLSTMTagger(), (torch.randint(0, 97, (1, 23)),), ["ids"], ["logp"],
          {"ids": {1: "seq"}}, {"seq": 64}, "torchscript"),
         ("gru_stream", GRUStream(), (torch.randn(1, 5, 20), torch.zeros(1, 1, 48)), ["x", "h"], ["y", "h_out"], None,
          {}, "torchscript"),
@@ -157,6 +236,11 @@ def models():
          "torchscript"),
         ("transformer", TinyTransformer(), (torch.randn(1, 17, 48),), ["x"], ["y"], {"x": {1: seq}}, {"seq": 64},
          "dynamo"),
+        ("superres_x3", SuperResolution(), (torch.randn(1, 1, 24, 20),), ["low"], ["high"], None, {}, "torchscript"),
+        ("topk_head", TopKHead(), (torch.randn(2, 16, 60),), ["feats"], ["scores", "boxes", "cumulative"], None, {},
+         "torchscript"),
+        ("gpt_tiny", TinyGPT(), (torch.randint(0, 97, (2, 12)), torch.ones(2, 12, dtype=torch.int64)),
+         ["ids", "mask"], ["logits"], {"ids": {1: "seq"}, "mask": {1: "seq"}}, {"seq": 32}, "torchscript"),
     ]
 
 
@@ -189,6 +273,8 @@ def export(out_dir: Path) -> None:
             for axis, dim in (dyn or {}).get(n, {}).items():
                 shape[axis] = dim if isinstance(dim, str) else dim.__name__
             inputs[n] = {"shape": shape, "dtype": str(a.dtype).replace("torch.", "")}
+            if not a.dtype.is_floating_point:
+                inputs[n].update(INT_INPUTS[n])
         manifest[name] = {"inputs": inputs, "outputs": out_names, "dims": bounds, "exporter": exporter}
         print(f"{name}: {path.stat().st_size / 1e3:.0f} kB ({exporter})")
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

@@ -1,7 +1,9 @@
 """Models as PyTorch's own exporters write them (scripts/export_torch_models.py: the dynamo
 exporter and the TorchScript one, opsets 17-18; an image backbone block, a U-Net with
-ConvTranspose and Resize, keyword spotting with torch.stft, a BiLSTM, a streaming GRU step,
-a dilated TCN with GroupNorm, a transformer encoder) compiled by nerve and compared with
+ConvTranspose and Resize, an x3 super-resolution net (PixelShuffle, bicubic), keyword spotting
+with torch.stft, a BiLSTM, a streaming GRU step, a dilated TCN with GroupNorm, a transformer
+encoder, a top-k detector head (TopK, GatherElements, CumSum), a decoder-only language model
+with position ids by cumsum over a padded batch) compiled by nerve and compared with
 onnxruntime on fresh random inputs, at several sizes of their symbolic dims."""
 
 import json
@@ -22,8 +24,11 @@ def _feeds(rng, spec, size):
     feeds = {}
     for name, inp in spec["inputs"].items():
         shape = [size if isinstance(d, str) else d for d in inp["shape"]]
-        if inp["dtype"].startswith("int"):
-            feeds[name] = rng.integers(0, 100, shape).astype(inp["dtype"])
+        if inp.get("mask"):  # an attention mask: ones, then right padding in some rows
+            lengths = rng.integers(1, shape[-1] + 1, shape[:-1])
+            feeds[name] = (np.arange(shape[-1]) < lengths[..., None]).astype(inp["dtype"])
+        elif inp["dtype"].startswith("int"):
+            feeds[name] = rng.integers(0, inp["high"], shape).astype(inp["dtype"])
         else:
             feeds[name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
