@@ -99,8 +99,8 @@ nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float
     case NRV_PLAN_ACT_LEAKY_RELU:
         for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0.0f ? y[i] * p0 : y[i];
         return NRV_OK;
-    case NRV_PLAN_ACT_CLIP:
-        for (int64_t i = 0; i < n; i++) y[i] = fminf(fmaxf(y[i], p0), p1);
+    case NRV_PLAN_ACT_CLIP: /* comparisons, not fmaxf/fminf: GCC calls libm for those (NaN rules), per element */
+        for (int64_t i = 0; i < n; i++) y[i] = y[i] < p0 ? p0 : (y[i] > p1 ? p1 : y[i]);
         return NRV_OK;
     default:
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): unknown fused activation code %lld", a->type, a->name,
