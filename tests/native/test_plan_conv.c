@@ -369,6 +369,16 @@ static void test_conv_variant(const char *variant) {
                variant);
     conv_check((conv_case[]){conv_2d(1, 2, 3, 1, 3, 5, 2, 1, 1, 1, 10, 1, 2, 0, 9, 0, NRV_PLAN_ACT_NONE, 1)},
                variant);
+    /* depthwise at stride 1 (the padded-plane path): MobileNet's 3x3, widths not a multiple
+     * of 4, dilation, asymmetric and oversized pads, 1-D */
+    conv_check((conv_case[]){conv_2d(1, 8, 8, 8, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NRV_PLAN_ACT_CLIP, 1)},
+               variant);
+    conv_check((conv_case[]){conv_2d(2, 3, 3, 3, 7, 13, 5, 5, 1, 1, 2, 1, 3, 0, 1, 4, NRV_PLAN_ACT_NONE, 1)},
+               variant);
+    conv_check((conv_case[]){conv_2d(1, 2, 2, 2, 1, 5, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, NRV_PLAN_ACT_RELU, 0)},
+               variant);
+    conv_check((conv_case[]){conv_1d(1, 6, 6, 6, 37, 7, 1, 1, 3, 3, NRV_PLAN_ACT_NONE, 1)}, variant);
+    conv_check((conv_case[]){conv_1d(2, 4, 4, 4, 3, 3, 1, 2, 2, 0, NRV_PLAN_ACT_NONE, 1)}, variant);
     /* every fused activation on one case */
     for (int act = 0; act <= 7; act++)
         conv_check((conv_case[]){conv_1d(1, 5, 7, 1, 12, 3, 1, 2, 2, 1, act, 1)}, variant);

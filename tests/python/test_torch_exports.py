@@ -20,7 +20,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "torch"
 MANIFEST = json.loads((DATA / "manifest.json").read_text())
 
 
-def _feeds(rng, spec, size):
+def draw_feeds(rng, spec, size):
+    """Random feeds for one manifest entry, symbolic dims at `size` (bench/torch_models.py too)."""
     feeds = {}
     for name, inp in spec["inputs"].items():
         shape = [size if isinstance(d, str) else d for d in inp["shape"]]
@@ -44,7 +45,7 @@ def test_torch_export_matches_onnxruntime(rng, name):
     dynamic = any(isinstance(d, str) for inp in spec["inputs"].values() for d in inp["shape"])
     bound = max(spec["dims"].values()) if spec["dims"] else None
     for size in ([bound, 2, int(rng.integers(3, bound))] if dynamic else [None]):
-        feeds = _feeds(rng, spec, size)
+        feeds = draw_feeds(rng, spec, size)
         got = sess.run(feeds)
         want = dict(zip(spec["outputs"], ref.run(None, feeds)))
         for out in spec["outputs"]:

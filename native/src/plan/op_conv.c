@@ -155,6 +155,53 @@ static void conv_direct_1ch(const conv_geom *g, const float *restrict x, const f
     }
 }
 
+/* Depthwise with stride 1: the channel copied once into a zero-padded plane (in scratch),
+ * then every output vector of 4 accumulates its kh·kw taps in a register and is stored once
+ * — no bounds logic in the loop. GCC vector extensions: SSE on x86, NEON on aarch64. The
+ * short per-tap row loops of conv_direct_1ch cost more than the arithmetic on small planes
+ * (a MobileNet block's 16x16: 58 us for 64 channels, 4.5x this). */
+typedef float dw_v4f __attribute__((vector_size(16)));
+
+/* Floats of the padded plane, or 0 if this path does not apply. */
+static int64_t dw_plane_floats(const conv_geom *g) {
+    if (g->sh != 1 || g->sw != 1) return 0;
+    const int64_t wp = (g->ow + 3) / 4 * 4 + (g->kw - 1) * g->dw;
+    return (g->oh + (g->kh - 1) * g->dh) * wp;
+}
+
+static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
+                              float *restrict y, float *restrict plane) {
+    const int64_t ow4 = (g->ow + 3) / 4 * 4, wp = ow4 + (g->kw - 1) * g->dw;
+    const int64_t hp = g->oh + (g->kh - 1) * g->dh;
+    memset(plane, 0, (size_t)(hp * wp) * sizeof(float));
+    for (int64_t iy = 0; iy < g->ih; iy++) {
+        const int64_t py = iy + g->ph;
+        if (py < 0 || py >= hp) continue;
+        const int64_t lo = g->pw < 0 ? -g->pw : 0, hi = g->iw < wp - g->pw ? g->iw : wp - g->pw;
+        if (hi > lo) memcpy(plane + py * wp + g->pw + lo, x + iy * g->iw + lo, (size_t)(hi - lo) * sizeof(float));
+    }
+    const dw_v4f vb = {bias, bias, bias, bias};
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+        for (int64_t ox = 0; ox < g->ow; ox += 4) {
+            dw_v4f acc = vb;
+            for (int64_t ki = 0; ki < g->kh; ki++) {
+                const float *row = plane + (oy + ki * g->dh) * wp + ox;
+                for (int64_t kj = 0; kj < g->kw; kj++) {
+                    dw_v4f xv;
+                    memcpy(&xv, row + kj * g->dw, sizeof xv);
+                    acc += w[ki * g->kw + kj] * xv;
+                }
+            }
+            float *dst = y + oy * g->ow + ox;
+            if (ox + 4 <= g->ow) {
+                memcpy(dst, &acc, sizeof acc);
+            } else {
+                for (int64_t j = 0; j < g->ow - ox; j++) dst[j] = acc[j];
+            }
+        }
+    }
+}
+
 /* ---- few output positions (P = prod(out_spatial) <= CONV_ROWS_MAX_P)
  * The GEMM tiles C in 16-64 column panels, so a conv with a handful of output positions
  * (a streaming model's frames) would compute mostly padding: measured 60-80 us for the
@@ -415,7 +462,11 @@ static nrv_status conv_run(const nrv_op_args *a) {
                 const float *wg = wd + gi * g.mg * g.kdim;
                 float *yg = yn + gi * g.mg * g.p;
                 if (depthwise) {
-                    conv_direct_1ch(&g, xg, wg, bd ? bd[gi] : 0.0f, yg);
+                    const int64_t plane = dw_plane_floats(&g);
+                    if (plane > 0 && (uint64_t)plane * sizeof(float) <= need)
+                        conv_depthwise_s1(&g, xg, wg, bd ? bd[gi] : 0.0f, yg, col);
+                    else
+                        conv_direct_1ch(&g, xg, wg, bd ? bd[gi] : 0.0f, yg);
                 } else if (use_rows) {
                     conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg, a->pool);
                 } else {
