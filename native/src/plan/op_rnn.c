@@ -2,7 +2,8 @@
  * activations only) (contract: plan_ops.h).
  *
  * Both ops walk time step by step. A step computes the gate pre-activations of the whole
- * batch with two calls of the linear kernel (X_t · Wᵀ + Wb and h · Rᵀ + Rb, batch rows) into
+ * batch with two calls of the linear kernel (X_t · Wᵀ + Wb — or, when the scratch has room,
+ * its rows of one product over all steps made before the loop — and h · Rᵀ + Rb) into
  * the op's scratch, then finishes the gates with the sigmoid/tanh dispatch kernels and a few
  * element-wise loops. The running state lives in the final-state outputs (Y_h, Y_c), which
  * are initialised from initial_h / initial_c (or zeros) once everything was checked.
@@ -126,6 +127,16 @@ static void rnn_linear(const float *x, int64_t rows, int64_t in, const float *w,
     }
 }
 
+/* Room after the `used` bytes of scratch for every step's input projection [seq·batch, G]
+ * (the compiler reserves it): the pointer, or NULL (plans without it project per step). */
+static float *rnn_projection_room(const nrv_op_args *a, uint64_t used, int64_t seq, int64_t batch, int64_t G) {
+    uint64_t need;
+    if (nrv_mul_overflow((uint64_t)seq * (uint64_t)batch, (uint64_t)G * sizeof(float), &need) ||
+        nrv_add_overflow(need, used, &need) || need > a->scratch_bytes)
+        return NULL;
+    return (float *)((char *)a->scratch + used);
+}
+
 static inline void clip_vec(float *v, int64_t n, float clip) {
     for (int64_t i = 0; i < n; i++) v[i] = v[i] < -clip ? -clip : (v[i] > clip ? clip : v[i]);
 }
@@ -149,7 +160,8 @@ static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
  *   [-clip, clip] before its sigmoid/tanh, as onnxruntime; the cell state is not clipped;
  *   0 or negative: no clip).
  *   scratch: scratch_bytes >= 4 · batch · 4H · 2 (two [batch, 4H] f32 gate blocks); less is
- *   NRV_ERR_INVALID_ARG.
+ *   NRV_ERR_INVALID_ARG. With 4 · seq · batch · 4H bytes more, X · Wᵀ + Wb of every step is
+ *   computed in one product before the time loop (one kernel call instead of seq).
  *   Bidirectional: direction 0 runs forward, direction 1 in reverse; Y[:, d] and Y_h[d], Y_c[d]
  *   hold direction d. */
 static nrv_status run_lstm(const nrv_op_args *a) {
@@ -183,6 +195,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
     const nrv_unary_fn tanh_k = nrv_kernel_get(NRV_OP_TANH).unary;
     float *g1 = a->scratch;   /* [batch, 4H]: gate pre-activations, then gate values */
     float *g2 = g1 + batch * G; /* [batch, 4H]: h · Rᵀ + Rb, then c_new | tanh(c_new) */
+    float *xproj = rnn_projection_room(a, 2 * (uint64_t)batch * G * sizeof(float), seq, batch, G);
 
     for (int64_t dir = 0; dir < dirs; dir++) {
         const int reverse = d.direction == 1 || dir == 1;
@@ -195,9 +208,11 @@ static nrv_status run_lstm(const nrv_op_args *a) {
             Pf = Pi + 2 * H;
         }
         float *h = Yh + dir * batch * H, *c = Yc + dir * batch * H;
+        if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
+            if (xproj) g1 = xproj + t * batch * G;
+            else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
             nrv_kernel_get(NRV_OP_LINEAR).linear(h, batch, H, Rd, Rb, G, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
@@ -268,7 +283,8 @@ static nrv_status run_lstm(const nrv_op_args *a) {
  *          linear_before_reset (0/1)];
  *   fattr [clip] (> 0: gate pre-activations clamped to [-clip, clip]; 0 or negative: none).
  *   scratch: scratch_bytes >= 4 · batch · 3H · 2 + 4 · batch · H (two [batch, 3H] f32 gate
- *   blocks and one [batch, H]); less is NRV_ERR_INVALID_ARG. */
+ *   blocks and one [batch, H]); less is NRV_ERR_INVALID_ARG. With 4 · seq · batch · 3H bytes
+ *   more, every step's input projection comes from one product before the time loop. */
 static nrv_status run_gru(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 6, 2, 3, 1));
     rnn_dims d;
@@ -296,15 +312,19 @@ static nrv_status run_gru(const nrv_op_args *a) {
     float *g1 = a->scratch;      /* [batch, 3H]: X_t · Wᵀ + Wb, then gate values */
     float *g2 = g1 + batch * G;  /* [batch, 3H] (lbr) or [batch, 2H] then [batch, H] */
     float *rh = g2 + batch * G;  /* [batch, H]: r ⊙ h (lbr = 0) */
+    float *xproj = rnn_projection_room(a, (2 * (uint64_t)batch * G + (uint64_t)batch * H) * sizeof(float), seq,
+                                       batch, G);
 
     for (int64_t dir = 0; dir < dirs; dir++) {
         const int reverse = d.direction == 1 || dir == 1;
         const float *Wd = W + dir * G * I, *Rd = R + dir * G * H;
         const float *Wb = Bv ? Bv + dir * 2 * G : NULL, *Rb = Bv ? Bv + dir * 2 * G + G : NULL;
         float *h = Yh + dir * batch * H;
+        if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
+            if (xproj) g1 = xproj + t * batch * G;
+            else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
             /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
             const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
             linear(h, batch, H, Rd, Rb, rs, g2);

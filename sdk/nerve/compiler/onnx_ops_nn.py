@@ -448,6 +448,7 @@ def _rnn(ctx: NodeCtx, ins, gates: int) -> List[Value]:
     y_shape = [seq, dirs, batch, hidden]
     h_shape = [dirs, batch, hidden]
     outs = [spec(ctx.out_name(0), np.float32, y_shape), spec(ctx.out_name(1), np.float32, h_shape)]
+    gates = 4 if kind == "LSTM" else 3
     if kind == "LSTM":
         outs.append(spec(ctx.out_name(2), np.float32, h_shape))
         flag = int(ctx.attr("input_forget", 0))
@@ -455,6 +456,8 @@ def _rnn(ctx: NodeCtx, ins, gates: int) -> List[Value]:
     else:
         flag = int(ctx.attr("linear_before_reset", 0))
         scratch = S.dim_mul(batch, 4 * 3 * hidden * 2 + 4 * hidden)
+    # and room for every step's input projection, computed in one product (op_rnn.c)
+    scratch = S.dim_add(scratch, S.dim_mul(S.dim_mul(seq, batch), 4 * gates * hidden))
     if flag not in (0, 1):
         raise ctx.fail(f"{extra[0]} = {flag}, expected 0 or 1")
     return ctx.b.emit(kind.lower(), inputs, outs, iattr=[code, hidden, flag], fattr=[clip], scratch_bytes=scratch,
