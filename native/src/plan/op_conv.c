@@ -181,6 +181,28 @@ static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const
         if (hi > lo) memcpy(plane + py * wp + g->pw + lo, x + iy * g->iw + lo, (size_t)(hi - lo) * sizeof(float));
     }
     const dw_v4f vb = {bias, bias, bias, bias};
+    if (g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1) { /* the common 3x3: taps unrolled */
+        dw_v4f wv[9];
+        for (int k = 0; k < 9; k++) wv[k] = (dw_v4f){w[k], w[k], w[k], w[k]};
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            const float *r0 = plane + oy * wp, *r1 = r0 + wp, *r2 = r1 + wp;
+            for (int64_t ox = 0; ox < g->ow; ox += 4) {
+                dw_v4f tap[9];
+                memcpy(&tap[0], r0 + ox, 16), memcpy(&tap[1], r0 + ox + 1, 16), memcpy(&tap[2], r0 + ox + 2, 16);
+                memcpy(&tap[3], r1 + ox, 16), memcpy(&tap[4], r1 + ox + 1, 16), memcpy(&tap[5], r1 + ox + 2, 16);
+                memcpy(&tap[6], r2 + ox, 16), memcpy(&tap[7], r2 + ox + 1, 16), memcpy(&tap[8], r2 + ox + 2, 16);
+                dw_v4f acc = vb;
+                for (int k = 0; k < 9; k++) acc += wv[k] * tap[k];
+                float *dst = y + oy * g->ow + ox;
+                if (ox + 4 <= g->ow) {
+                    memcpy(dst, &acc, sizeof acc);
+                } else {
+                    for (int64_t j = 0; j < g->ow - ox; j++) dst[j] = acc[j];
+                }
+            }
+        }
+        return;
+    }
     for (int64_t oy = 0; oy < g->oh; oy++) {
         for (int64_t ox = 0; ox < g->ow; ox += 4) {
             dw_v4f acc = vb;
