@@ -1551,8 +1551,8 @@ def test_topk(tmp_path, rng, shape, k, axis, largest):
 
 
 def test_index_ops_refuse_bad_indices(tmp_path, rng):
-    m = model([h.make_node("GatherElements", ["data", "ind"], ["y"], axis=1)], [("data", F32, [3, 4]), ("ind", I64, [3, 2])],
-              [("y", F32)], {}, 17)
+    m = model([h.make_node("GatherElements", ["data", "ind"], ["y"], axis=1)],
+              [("data", F32, [3, 4]), ("ind", I64, [3, 2])], [("y", F32)], {}, 17)
     sess = nerve_session(tmp_path, m)
     with pytest.raises(nerve.InputError, match=r"indices\[3\] = 4 is outside \[-4, 4\)"):
         sess.run({"data": randn(rng, (3, 4)), "ind": np.array([[0, 1], [2, 4], [0, 0]], np.int64)})

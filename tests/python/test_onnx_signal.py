@@ -89,8 +89,9 @@ def test_windows(tmp_path, op, size, periodic):
     assert sess.memory_report()["weight_bytes"] >= 4 * size   # a constant of the plan, no op
 
 
-@pytest.mark.parametrize("mels, dft_length, rate, lo, hi", [(80, 400, 16000, 0.0, 8000.0), (40, 512, 16000, 20.0, 7600.0),
-                                                             (64, 1024, 44100, 50.0, 14000.0), (8, 64, 8000, 0.0, 3000.0)])
+@pytest.mark.parametrize("mels, dft_length, rate, lo, hi", [
+    (80, 400, 16000, 0.0, 8000.0), (40, 512, 16000, 20.0, 7600.0), (64, 1024, 44100, 50.0, 14000.0),
+    (8, 64, 8000, 0.0, 3000.0)])
 def test_mel_weight_matrix(tmp_path, mels, dft_length, rate, lo, hi):
     inits = [("m", np.array(mels, np.int64)), ("n", np.array(dft_length, np.int64)), ("r", np.array(rate, np.int64)),
              ("lo", np.array(lo, np.float32)), ("hi", np.array(hi, np.float32))]
@@ -146,7 +147,8 @@ def test_log_mel_front_end(tmp_path, rng):
 
 def test_signal_ops_refuse_what_they_cannot_run(tmp_path):
     def compile_(nodes, inputs, inits, opset=17):
-        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        graph = helper.make_graph(nodes, "g",
+                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                                   initializer=[numpy_helper.from_array(np.asarray(a), k) for k, a in inits])
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

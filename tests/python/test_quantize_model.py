@@ -173,7 +173,8 @@ def test_w8a8_policy_covers_convs_and_linears(tmp_path, rng):
     inits = {"cw": (rng.standard_normal((32, 16, 3)) * 0.2).astype(np.float32),
              "W": (rng.standard_normal((32, 24)) * 0.2).astype(np.float32)}
     nodes = [h.make_node("Conv", ["x", "cw"], ["c"], pads=[1, 1], name="conv"), h.make_node("Relu", ["c"], ["r"]),
-             h.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]), h.make_node("MatMul", ["t", "W"], ["y"], name="proj")]
+             h.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+             h.make_node("MatMul", ["t", "W"], ["y"], name="proj")]
     path = tmp_path / "cl.onnx"
     import onnx
 

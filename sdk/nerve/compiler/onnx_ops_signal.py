@@ -7,7 +7,6 @@ the plan, computed here from their definitions in the ONNX specification.
 
 from __future__ import annotations
 
-from typing import Optional
 
 import numpy as np
 

@@ -56,7 +56,8 @@ CONTROL = {"if", "jump", "label"}
 # unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
-_ACT_SLOT = {"conv": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0), "linear_w8a8": (0, 0),
+_ACT_SLOT = {"conv": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
+             "linear_w8a8": (0, 0),
              "linear_w4a32": (0, 0), "linear_w4a8": (0, 0), "linear_f16": (0, 0), "matmul": (0, 0),
              "layernorm_linear": (0, 1)}
 
