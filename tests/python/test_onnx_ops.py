@@ -1561,3 +1561,31 @@ def test_index_ops_refuse_bad_indices(tmp_path, rng):
     sess = nerve_session(tmp_path, m)
     with pytest.raises(nerve.InputError, match=r"indices\[1\] = -5"):
         sess.run({"data": randn(rng, (4, 3)), "ind": np.array([[1], [-5]], np.int64), "upd": randn(rng, (2, 3))})
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ij,jk->ik", [(5, 7), (7, 3)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 6, 8)]),        # attention scores
+    ("bhqk,bhkd->bhqd", [(2, 3, 5, 6), (2, 3, 6, 8)]),
+    ("ij->ji", [(4, 9)]),
+    ("ijk->k", [(3, 4, 5)]),                                  # sums
+    ("i,j->ij", [(4,), (6,)]),                                # outer product
+    ("bi,bi->b", [(7, 5), (7, 5)]),                           # row dots
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 6)]),     # ellipsis
+    ("ij,jk", [(3, 4), (4, 2)]),                              # implicit output
+    ("ab,bc,cd->ad", [(3, 4), (4, 5), (5, 2)]),               # three operands
+    ("bnd,dh->bnh", [(2, 7, 6), (6, 4)]),                     # a projection by a weight
+    ("ijk,ikl->ijl", [(1, 5, 3), (1, 3, 4)]),
+])
+def test_einsum(tmp_path, rng, equation, shapes):
+    feeds = {f"x{i}": randn(rng, s) for i, s in enumerate(shapes)}
+    check_op(tmp_path, "Einsum", feeds, {"equation": equation}, opset=12, tol=dict(rtol=1e-5, atol=1e-5))
+
+
+def test_einsum_refuses_what_it_cannot_run(tmp_path, rng):
+    for equation, shapes, msg in (("ii->i", [(3, 3)], "diagonal"), ("ij,jk->ik", [(3, 4), (5, 2)], "extents"),
+                                  ("ij,jk->iz", [(3, 4), (4, 2)], "names one"), ("ijk->i", [(3, 4)], "rank")):
+        m = model([h.make_node("Einsum", [f"x{i}" for i in range(len(shapes))], ["y"], equation=equation)],
+                  [(f"x{i}", F32, s) for i, s in enumerate(shapes)], [("y", F32)], {}, 12)
+        with pytest.raises(nerve.ModelError, match=msg):
+            nerve_session(tmp_path, m)

@@ -10,7 +10,7 @@ the runtime unless a data op consumes them.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -744,12 +744,16 @@ def _transpose(ctx: NodeCtx, ins):
     perm = [norm_axis(ctx, p, x.rank) for p in perm]
     if sorted(perm) != list(range(x.rank)):
         raise ctx.fail(f"perm {perm} is not a permutation")
+    return [transpose(ctx, x, perm, ctx.out_name())]
+
+
+def transpose(ctx: NodeCtx, x: Value, perm: Sequence[int], name: str) -> Value:
+    """x with its axes permuted (a free reshape when only axes of extent 1 move)."""
     shape = [x.shape[p] for p in perm]
-    # moving only axes of extent 1 keeps the bytes in order: a reshape
     moved = [p for p in perm if not (S.is_static(x.shape[p]) and int(x.shape[p]) == 1)]
     if moved == sorted(moved):
-        return [ctx.b.alias(x, shape, ctx.out_name())]
-    return ctx.b.emit("transpose", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=perm, name=ctx.name)
+        return ctx.b.alias(x, shape, name)
+    return ctx.b.emit("transpose", [x], [spec(name, x.dtype, shape)], iattr=list(perm), name=ctx.name)[0]
 
 
 @handler("Expand")
@@ -945,22 +949,27 @@ def linear(ctx: NodeCtx, x: Value, w_out_in: np.ndarray, bias: Optional[np.ndarr
 
 @handler("MatMul")
 def _matmul(ctx: NodeCtx, ins):
-    a, b = ins
+    return [matmul(ctx, ins[0], ins[1], ctx.out_name())]
+
+
+def matmul(ctx: NodeCtx, a: Value, b: Value, name: str) -> Value:
+    """ONNX MatMul semantics (numpy: batched, broadcast, rank-1 operands) as one runtime op:
+    linear when b is a constant matrix, else matmul."""
     if a.dtype != np.float32 or b.dtype != np.float32:
         raise ctx.fail(f"MatMul of {a.dtype} x {b.dtype} is not supported (float32)")
     if b.const is not None and b.rank == 2 and a.rank >= 1:
         if a.rank == 1:
             a2 = ctx.b.alias(a, [1, a.shape[0]], ctx.b.fresh(ctx.name))
             y = linear(ctx, a2, b.const.T, None, ctx.b.fresh(ctx.name))
-            return [ctx.b.alias(y, [b.shape[1]], ctx.out_name())]
-        return [linear(ctx, a, b.const.T, None, ctx.out_name())]
+            return ctx.b.alias(y, [b.shape[1]], name)
+        return linear(ctx, a, b.const.T, None, name)
     a2 = ctx.b.alias(a, [1, a.shape[0]], ctx.b.fresh(ctx.name)) if a.rank == 1 else a
     b2 = ctx.b.alias(b, [b.shape[0], 1], ctx.b.fresh(ctx.name)) if b.rank == 1 else b
     batch = broadcast_shapes(ctx, a2.shape[:-2], b2.shape[:-2])
     shape = list(batch) + [a2.shape[-2], b2.shape[-1]]
     if a.rank >= 2 and b.rank >= 2:  # no view around the product: an activation after it can fuse
-        return ctx.b.emit("matmul", [a2, b2], [spec(ctx.out_name(), np.float32, shape)], iattr=[0], fattr=[0, 0],
-                          name=ctx.name)
+        return ctx.b.emit("matmul", [a2, b2], [spec(name, np.float32, shape)], iattr=[0], fattr=[0, 0],
+                          name=ctx.name)[0]
     y = ctx.b.emit("matmul", [a2, b2], [spec(ctx.b.fresh(ctx.name), np.float32, shape)], iattr=[0], fattr=[0, 0],
                    name=ctx.name)[0]
     final = list(shape)
@@ -968,7 +977,97 @@ def _matmul(ctx: NodeCtx, ins):
         final.pop(-1)
     if a.rank == 1:
         final.pop(-2 if b.rank != 1 else -1)
-    return [ctx.b.alias(y, final, ctx.out_name())]
+    return ctx.b.alias(y, final, name)
+
+
+def _einsum_terms(ctx: NodeCtx, equation: str, ranks: Sequence[int]) -> Tuple[List[str], str]:
+    """The operand subscripts and the output's, one letter per axis: "..." expanded to
+    upper-case letters (right-aligned across operands, as numpy broadcasts), an implicit
+    output made of the letters used once, in alphabetical order, after the ellipsis."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ctx.fail(f"equation {equation!r} names {len(terms)} operands, the node has {len(ranks)}")
+    ell_rank = 0
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            ell_rank = max(ell_rank, r - len(t.replace("...", "")))
+    ell = "".join(chr(ord("Z") - i) for i in range(ell_rank))[::-1]  # never the lower-case letters of ONNX
+    expanded = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            n = r - len(t.replace("...", ""))
+            t = t.replace("...", ell[len(ell) - n:] if n else "")
+        if len(t) != r or not all(c.isalpha() for c in t):
+            raise ctx.fail(f"equation {equation!r}: term {t!r} does not fit an operand of rank {r}")
+        if len(set(t)) != len(t):
+            raise ctx.fail(f"equation {equation!r}: a repeated index within one operand (a diagonal) is not supported")
+        expanded.append(t)
+    if arrow:
+        out = out.replace("...", ell)
+    else:
+        counts = {c: sum(t.count(c) for t in expanded) for c in set("".join(expanded))}
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    if len(set(out)) != len(out) or any(c not in "".join(expanded) for c in out):
+        raise ctx.fail(f"equation {equation!r}: output {out!r} repeats an index or names one no operand has")
+    return expanded, out
+
+
+def _einsum_sum_out(ctx: NodeCtx, x: Value, idx: str, keep: set) -> Tuple[Value, str]:
+    """x with the axes whose index is not in keep summed away."""
+    axes = [i for i, c in enumerate(idx) if c not in keep]
+    if not axes:
+        return x, idx
+    shape = [d for i, d in enumerate(x.shape) if i not in axes]
+    y = ctx.b.emit("reduce", [x], [spec(ctx.b.fresh(ctx.name), x.dtype, shape)], iattr=[_REDUCE["ReduceSum"], len(axes)]
+                   + axes, name=ctx.name)[0]
+    return y, "".join(c for c in idx if c in keep)
+
+
+def _einsum_pair(ctx: NodeCtx, a: Value, ai: str, b: Value, bi: str, keep: set) -> Tuple[Value, str]:
+    """The contraction of two operands keeping the indices in keep: as a batched MatMul of
+    [batch, a-only, contracted] by [batch, contracted, b-only], then [batch, a-only, b-only]."""
+    bld = ctx.b
+    a, ai = _einsum_sum_out(ctx, a, ai, keep | set(bi))
+    b, bi = _einsum_sum_out(ctx, b, bi, keep | set(ai))
+    dims = {}
+    for v, idx in ((a, ai), (b, bi)):
+        for c, d in zip(idx, v.shape):
+            if c in dims and S.is_static(dims[c]) and S.is_static(d) and int(dims[c]) != int(d):
+                raise ctx.fail(f"index {c!r} has extents {dims[c]} and {d} (broadcasting a 1 is not supported)")
+            dims.setdefault(c, d)
+    batch = [c for c in ai if c in bi and c in keep]
+    contract = [c for c in ai if c in bi and c not in keep]
+    a_only = [c for c in ai if c not in bi]
+    b_only = [c for c in bi if c not in ai]
+    at = transpose(ctx, a, [ai.index(c) for c in batch + a_only + contract], bld.fresh(ctx.name))
+    bt = transpose(ctx, b, [bi.index(c) for c in batch + contract + b_only], bld.fresh(ctx.name))
+
+    def size(cs):
+        return S.prod([dims[c] for c in cs])
+    a3 = bld.alias(at, [size(batch), size(a_only), size(contract)], bld.fresh(ctx.name))
+    b3 = bld.alias(bt, [size(batch), size(contract), size(b_only)], bld.fresh(ctx.name))
+    y = matmul(ctx, a3, b3, bld.fresh(ctx.name))
+    idx = "".join(batch + a_only + b_only)
+    return bld.alias(y, [dims[c] for c in idx], bld.fresh(ctx.name)), idx
+
+
+@handler("Einsum")
+def _einsum(ctx: NodeCtx, ins):
+    """Einsum of one or more float32 operands: per operand, indices used nowhere else summed
+    away; operands contracted pairwise, left to right, each pair a batched MatMul between
+    transposes; the result transposed to the output's order. Diagonals (an index twice in
+    one operand) and broadcasting an extent of 1 are refused."""
+    if any(v.dtype != np.float32 for v in ins):
+        raise ctx.fail("Einsum is supported for float32")
+    terms, out = _einsum_terms(ctx, str(ctx.attr("equation", "")), [v.rank for v in ins])
+    cur, cur_idx = ins[0], terms[0]
+    for k in range(1, len(ins)):
+        later = set(out).union(*[set(t) for t in terms[k + 1:]])
+        cur, cur_idx = _einsum_pair(ctx, cur, cur_idx, ins[k], terms[k], later)
+    cur, cur_idx = _einsum_sum_out(ctx, cur, cur_idx, set(out))
+    return [transpose(ctx, cur, [cur_idx.index(c) for c in out], ctx.out_name())]
 
 
 @handler("Gemm")
