@@ -192,11 +192,26 @@ class LinearTaps:
         keep = list(outputs) if outputs is not None else [o.name for o in proto.graph.output]
         from onnx import TensorProto, helper
 
+        from .errors import ModelError
+
         have = {o.name for o in proto.graph.output}
-        proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-                                  for n in self.taps if n not in have)
-        prog = compile_program(proto.SerializeToString(), path.parent, dims, state=state, fuse=False,
-                               constants=constants, outputs=keep + [n for n in self.taps if n not in keep])
+        base = list(proto.graph.output)
+        top_level = {i.name for i in proto.graph.input} | {o for n in proto.graph.node for o in n.output}
+        for attempt in ("all", "top level"):
+            del proto.graph.output[:]
+            proto.graph.output.extend(base)
+            proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                                      for n in self.taps if n not in have)
+            try:
+                prog = compile_program(proto.SerializeToString(), path.parent, dims, state=state, fuse=False,
+                                       constants=constants, outputs=keep + [n for n in self.taps if n not in keep])
+                break
+            except ModelError as exc:
+                # tensors inside an If whose condition is not known at compile time cannot be
+                # outputs: their layers go without statistics (quantized without GPTQ)
+                if attempt != "all" or "is not computed by any node" not in str(exc):
+                    raise
+                self.taps = {n: layers for n, layers in self.taps.items() if n in top_level}
         self.session = Session(Plan(serialize(prog), str(path)))
         self.input_names = self.session.input_names
         self._h: Dict[str, np.ndarray] = {}
@@ -594,6 +609,10 @@ def quantize(model, scheme: str = "w8a8", calibration=None, method: str = "mse",
         for rank, name in enumerate(sorted(names, key=lambda n: layers[n]["alone"]["snr_db"]), 1):
             extra = fp32_bytes[name] - quantized_bytes(name)
             snr = layers[name]["alone"]["snr_db"]
+            if snr == float("inf"):  # quantizing it changed nothing the feeds reach
+                layers[name]["why"] = (f"{scheme}: the outputs did not change at all on the calibration feeds "
+                                       "(a branch they never take?), so nothing measured argues for fp32")
+                continue
             if total + extra <= limit:
                 total += extra
                 choice[name] = "fp32"

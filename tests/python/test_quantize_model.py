@@ -192,3 +192,33 @@ def test_w8a8_policy_covers_convs_and_linears(tmp_path, rng):
     assert all(v["precision"] == "fp32" and "alone" in v for v in plan.report["layers"].values())
     with pytest.raises(InputError, match="must be 'fp32' or 'w8a8'"):
         nerve.quantize(path, "w8a8", calib, policy={conv: "w4a8"}, progress=False)
+
+
+def test_w8a8_with_a_branch_the_compiler_cannot_fold(tmp_path, rng):
+    """An If on an input keeps both branches; their linears' inputs cannot be tapped for GPTQ
+    (they are inside the branches), so those layers are quantized without it, and a branch
+    the calibration never takes is reported as not exercised."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def branch(name, w):
+        node = h.make_node("MatMul", ["x", name], [name + "_y"], name=name + "_mm")
+        return h.make_graph([node], name, [], [h.make_tensor_value_info(name + "_y", T.FLOAT, None)])
+    wa = (rng.standard_normal((16, 8)) * 0.3).astype(np.float32)
+    wb = (rng.standard_normal((16, 8)) * 0.3).astype(np.float32)
+    node = h.make_node("If", ["flag"], ["y"], then_branch=branch("A", wa), else_branch=branch("B", wb))
+    m = make_model([node], [("x", T.FLOAT, [4, 16]), ("flag", T.BOOL, [])], [("y", T.FLOAT)], {"A": wa, "B": wb})
+    path = tmp_path / "if.onnx"
+    import onnx
+
+    onnx.save(m, path)
+    calib = [{"x": rng.standard_normal((4, 16)).astype(np.float32), "flag": np.array(True)} for _ in range(4)]
+    plan = nerve.quantize(path, "w8a8", calib, policy="auto", budget=0.3, progress=False)
+    layers = plan.report["layers"]
+    assert len(layers) == 2 and all(v["precision"] == "w8a8" for v in layers.values())
+    untaken = next(v for n, v in layers.items() if n.startswith("B"))
+    assert "did not change" in untaken["why"]
+    x = calib[0]["x"]
+    for flag, w in ((True, wa), (False, wb)):
+        got = nerve.Session(plan).run({"x": x, "flag": np.array(flag)})["y"]
+        np.testing.assert_allclose(got, x @ w, rtol=0, atol=0.02 * np.abs(x @ w).max())
