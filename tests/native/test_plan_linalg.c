@@ -38,12 +38,13 @@ static nrv_status run_op(const char *type, const nrv_tview *const *in, int n_in,
 typedef struct mm_case {
     int ra, rb;
     int64_t ad[NRV_PLAN_MAX_RANK], bd[NRV_PLAN_MAX_RANK];
+    int trans_b; /* B stored [..., N, K] */
 } mm_case;
 
 static void test_matmul_case(const mm_case *c, int64_t act) {
     const int ry = c->ra > c->rb ? c->ra : c->rb;
     int64_t yd[NRV_PLAN_MAX_RANK];
-    const int64_t M = c->ad[c->ra - 2], K = c->ad[c->ra - 1], N = c->bd[c->rb - 1];
+    const int64_t M = c->ad[c->ra - 2], K = c->ad[c->ra - 1], N = c->bd[c->rb - (c->trans_b ? 2 : 1)];
     for (int i = 0; i < ry - 2; i++) {
         const int ia = i - (ry - c->ra), ib = i - (ry - c->rb);
         const int64_t da = ia >= 0 ? c->ad[ia] : 1, db = ib >= 0 ? c->bd[ib] : 1;
@@ -60,10 +61,10 @@ static void test_matmul_case(const mm_case *c, int64_t act) {
     Y.data = py;
     float p0, p1;
     act_params(act, &p0, &p1);
-    const int64_t ia[1] = {act};
+    const int64_t ia[2] = {act, c->trans_b};
     const float fa[2] = {p0, p1};
     const nrv_tview *in[2] = {&A, &B};
-    const nrv_status s = run_op("matmul", in, 2, &Y, ia, 1, fa, 2);
+    const nrv_status s = run_op("matmul", in, 2, &Y, ia, 2, fa, 2);
     NRV_EXPECT_STATUS(s, NRV_OK);
 
     /* reference: walk Y's batch index, map to A's and B's */
@@ -84,13 +85,14 @@ static void test_matmul_case(const mm_case *c, int64_t act) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
                 double acc = 0.0;
-                for (int64_t k = 0; k < K; k++) acc += (double)pa[offa + i * K + k] * pb[offb + k * N + j];
+                for (int64_t k = 0; k < K; k++)
+                    acc += (double)pa[offa + i * K + k] * pb[offb + (c->trans_b ? j * K + k : k * N + j)];
                 want[e * M * N + i * N + j] = act_ref(act, acc, p0, p1);
             }
     }
     char what[512];
-    snprintf(what, sizeof what, "matmul A rank %d [..%lld,%lld] B rank %d N=%lld act=%lld (%s)", c->ra,
-             (long long)M, (long long)K, c->rb, (long long)N, (long long)act, round_desc);
+    snprintf(what, sizeof what, "matmul A rank %d [..%lld,%lld] B rank %d N=%lld trans_b %d act=%lld (%s)", c->ra,
+             (long long)M, (long long)K, c->rb, (long long)N, c->trans_b, (long long)act, round_desc);
     if (s == NRV_OK) check_close(what, py, want, Y.numel);
     NRV_EXPECT(tail_intact(py, Y.numel), "%s: wrote past the output", what);
     free(want);
@@ -107,21 +109,28 @@ static void test_matmul(void) {
         for (int j = 0; j < 5; j++) {
             const int64_t M = sz[i], K = sz[j], N = sz[(i + 2 * j) % 5];
             if (M * K * N > 130 * 130 * 130) continue;
-            mm_case mc = {2, 2, {M, K}, {K, N}};
+            mm_case mc = {2, 2, {M, K}, {K, N}, 0};
             test_matmul_case(&mc, c++ % 8);
         }
     /* batched and broadcast */
     const mm_case bc[] = {
-        {4, 3, {2, 1, 3, 13}, {3, 13, 5}},     /* [2,1,M,K] x [3,K,N] */
-        {3, 2, {4, 13, 3}, {3, 97}},           /* batch A, plain B: one stacked gemm */
-        {4, 4, {2, 3, 5, 7}, {1, 1, 7, 4}},    /* B batch all ones */
-        {2, 4, {5, 13}, {2, 3, 13, 6}},        /* A broadcast over B's batch */
-        {4, 4, {1, 3, 2, 5}, {2, 1, 5, 3}},    /* both broadcast */
-        {3, 3, {3, 1, 1}, {3, 1, 130}},        /* K = 1 */
-        {5, 3, {2, 1, 1, 3, 4}, {3, 4, 2}},    /* rank 5 vs 3 */
-        {3, 3, {2, 0, 3}, {2, 3, 4}},          /* M = 0 */
-        {3, 3, {2, 3, 0}, {2, 0, 4}},          /* K = 0: act(0) */
-        {3, 3, {0, 3, 4}, {1, 4, 2}},          /* empty batch */
+        {4, 3, {2, 1, 3, 13}, {3, 13, 5}, 0},     /* [2,1,M,K] x [3,K,N] */
+        {3, 2, {4, 13, 3}, {3, 97}, 0},           /* batch A, plain B: one stacked gemm */
+        {4, 4, {2, 3, 5, 7}, {1, 1, 7, 4}, 0},    /* B batch all ones */
+        {2, 4, {5, 13}, {2, 3, 13, 6}, 0},        /* A broadcast over B's batch */
+        {4, 4, {1, 3, 2, 5}, {2, 1, 5, 3}, 0},    /* both broadcast */
+        {3, 3, {3, 1, 1}, {3, 1, 130}, 0},        /* K = 1 */
+        {5, 3, {2, 1, 1, 3, 4}, {3, 4, 2}, 0},    /* rank 5 vs 3 */
+        {3, 3, {2, 0, 3}, {2, 3, 4}, 0},          /* M = 0 */
+        {3, 3, {2, 3, 0}, {2, 0, 4}, 0},          /* K = 0: act(0) */
+        {3, 3, {0, 3, 4}, {1, 4, 2}, 0},          /* empty batch */
+        /* one or two rows per matrix (a decode step's attention: the few-rows loops), with
+         * and without trans_b, K around the 8-wide blocks */
+        {4, 4, {1, 8, 1, 52}, {1, 8, 415, 52}, 1},  /* q · Kᵀ per head */
+        {4, 4, {1, 8, 1, 415}, {1, 8, 415, 52}, 0},    /* softmax · V */
+        {3, 3, {3, 2, 13}, {3, 97, 13}, 1},
+        {3, 3, {3, 2, 7}, {3, 7, 9}, 0},
+        {3, 3, {2, 1, 1}, {2, 5, 1}, 1},
     };
     for (size_t i = 0; i < sizeof bc / sizeof bc[0]; i++) test_matmul_case(&bc[i], c++ % 8);
 }

@@ -83,6 +83,41 @@ typedef struct matmul_job {
     const int64_t *bdims, *sa, *sb;
 } matmul_job;
 
+/* Up to this many rows, a matmul's product is computed by the loops below instead of the
+ * GEMM: a decode step's attention (one query row against a cache of hundreds of keys per
+ * head) would otherwise pack each head's cache for a single row — twice the memory traffic
+ * of reading it once. */
+#define MATMUL_FEW_ROWS 2
+
+/* y[m, n] = a[m, :] · b(n) for m < rows, b(n) = b[n·ldb, +k) (trans_b) — or, without trans_b,
+ * y[m, :] = Σ_k a[m, k] · b[k·ldb, +n): each cache row read once, in order. */
+static void matmul_few_rows(int trans_b, int64_t rows, int64_t n, int64_t k, const float *a, const float *b,
+                            int64_t ldb, float *y) {
+    for (int64_t m = 0; m < rows; m++) {
+        const float *am = a + m * k;
+        float *ym = y + m * n;
+        if (trans_b) {
+            for (int64_t j = 0; j < n; j++) {
+                const float *bj = b + j * ldb;
+                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                int64_t i = 0;
+                for (; i + 8 <= k; i += 8)
+                    for (int l = 0; l < 8; l++) acc[l] += am[i + l] * bj[i + l];
+                float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+                for (; i < k; i++) sum += am[i] * bj[i];
+                ym[j] = sum;
+            }
+        } else {
+            memset(ym, 0, (size_t)n * sizeof(float));
+            for (int64_t i = 0; i < k; i++) {
+                const float av = am[i];
+                const float *bi = b + i * ldb;
+                for (int64_t j = 0; j < n; j++) ym[j] += av * bi[j];
+            }
+        }
+    }
+}
+
 /* Output matrix e of a broadcast batched matmul: its operands' offsets from e's batch index. */
 static void matmul_task(void *ctx, int64_t e) {
     const matmul_job *j = ctx;
@@ -92,6 +127,10 @@ static void matmul_task(void *ctx, int64_t e) {
         rest /= j->bdims[i];
         off_a += idx * j->sa[i];
         off_b += idx * j->sb[i];
+    }
+    if (j->m <= MATMUL_FEW_ROWS) {
+        matmul_few_rows(j->trans_b, j->m, j->n, j->k, j->a + off_a, j->b + off_b, j->ldb, j->y + e * j->m * j->n);
+        return;
     }
     nrv_kernel_get(NRV_OP_GEMM).gemm(0, j->trans_b, j->m, j->n, j->k, 1.0f, j->a + off_a, j->k, j->b + off_b,
                                      j->ldb, 0.0f, j->y + e * j->m * j->n, j->n);
