@@ -138,9 +138,11 @@ def test_log_mel_front_end(tmp_path, rng):
     sig = x[0, :, 0].astype(np.float64)
     power = np.abs(np.fft.rfft(np.stack([sig[f * hop:f * hop + n] * win for f in range(frames)]), axis=-1)) ** 2
     mel = power @ _mel_filters_from(tmp_path, mels, n)
-    ref = np.log(mel + 1e-6)
-    np.testing.assert_allclose(got["logmel"][0], ref, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(want["logmel"][0], ref, rtol=0, atol=1e-2)  # onnxruntime reads it the same way
+    # compared as energies: fp32 sums are good to ~1e-7 of the loudest band, which the log
+    # turns into large differences in nearly empty bands
+    atol = 1e-7 * mel.max()
+    np.testing.assert_allclose(np.exp(got["logmel"][0]), mel + 1e-6, rtol=1e-4, atol=atol)
+    np.testing.assert_allclose(np.exp(want["logmel"][0]), mel + 1e-6, rtol=1e-2, atol=100 * atol)  # onnxruntime
     types = [o["type"] for o in sess.ops()]
     assert "conv" in types or "rdft" in types
 
