@@ -11,10 +11,6 @@
 
 #include "plan_ops.h"
 
-static inline int64_t index_at(const nrv_tview *v, int64_t i) {
-    return v->dtype == NRV_I64 ? ((const int64_t *)v->data)[i] : (int64_t)((const int32_t *)v->data)[i];
-}
-
 static nrv_status check_index_dtype(const nrv_op_args *a, const nrv_tview *ind) {
     if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
         return nrv_op_fail(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
@@ -24,21 +20,12 @@ static nrv_status check_index_dtype(const nrv_op_args *a, const nrv_tview *ind) 
 /* Every index of ind within [-dim_of(i), dim_of(i)); dim_of the extent index i addresses. */
 static nrv_status check_indices(const nrv_op_args *a, const nrv_tview *ind, int64_t dim, const char *where) {
     for (int64_t i = 0; i < ind->numel; i++) {
-        const int64_t v = index_at(ind, i);
+        const int64_t v = nrv_index_at(ind, i);
         if (v < -dim || v >= dim)
             return nrv_op_fail(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (%s)", (long long)i,
                                (long long)v, (long long)-dim, (long long)dim, where);
     }
     return NRV_OK;
-}
-
-/* Element strides of v (row-major). */
-static void strides_of(const nrv_tview *v, int64_t *st) {
-    int64_t s = 1;
-    for (int d = v->rank - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= v->dims[d];
-    }
 }
 
 /* The offset in `big` (strides bst) of flat element i of a tensor of dims `dims` (rank r),
@@ -85,10 +72,10 @@ static nrv_status gather_elements_run(const nrv_op_args *a) {
     if (y->dtype != x->dtype) return nrv_op_fail(a, NRV_ERR_DTYPE, "y's dtype differs from data's");
     NRV_TRY(check_indices(a, ind, x->dims[ax], "the gathered axis of data"));
     int64_t st[NRV_PLAN_MAX_RANK];
-    strides_of(x, st);
+    nrv_strides_of(x, st);
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
     for (int64_t i = 0; i < ind->numel; i++) {
-        int64_t v = index_at(ind, i);
+        int64_t v = nrv_index_at(ind, i);
         if (v < 0) v += x->dims[ax];
         memcpy((char *)y->data + (size_t)i * esz,
                (const char *)x->data + (size_t)elements_offset(i, ind->dims, ind->rank, st, ax, v) * esz, esz);
@@ -150,35 +137,44 @@ static nrv_status check_reduction(const nrv_op_args *a, int64_t reduction, nrv_d
     return NRV_OK;
 }
 
+/* The operands both scatter ops take: data, indices, updates in; y (data's dims) out; the
+ * reduction code iattr[reduction_at]; dtypes shared by data, updates and y. */
+static nrv_status scatter_operands(const nrv_op_args *a, int n_iattr, int reduction_at, const nrv_tview **x,
+                                   const nrv_tview **ind, const nrv_tview **upd, nrv_tview **y) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, n_iattr, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "data"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    NRV_TRY(nrv_op_check_in(a, 2, "updates"));
+    *x = a->in[0], *ind = a->in[1], *upd = a->in[2], *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, *y, "y"));
+    NRV_TRY(check_index_dtype(a, *ind));
+    NRV_TRY(check_reduction(a, a->iattr[reduction_at], (nrv_dtype)(*x)->dtype));
+    NRV_TRY(nrv_op_same_dims(a, *y, "y", *x, "data"));
+    if ((*y)->dtype != (*x)->dtype || (*upd)->dtype != (*x)->dtype)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "data, updates and y must share a dtype");
+    return NRV_OK;
+}
+
 /* scatter_elements (ONNX ScatterElements): y = data, then y[i with its axis coordinate
  * replaced by indices[i]] (reduction) updates[i] for every i, in order.
  *   in[0] data (any dtype; f32/i64/i32 with a reduction); in[1] indices (i64/i32, rank r);
  *   in[2] updates (data's dtype, indices' dims); out[0] y (data's dtype and dims).
  *   iattr [axis, reduction] (0 none, 1 add, 2 mul, 3 max, 4 min). Not in place. */
 static nrv_status scatter_elements_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 2, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "data"));
-    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
-    NRV_TRY(nrv_op_check_in(a, 2, "updates"));
-    const nrv_tview *x = a->in[0], *ind = a->in[1], *upd = a->in[2];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(check_index_dtype(a, ind));
+    const nrv_tview *x, *ind, *upd;
+    nrv_tview *y;
+    NRV_TRY(scatter_operands(a, 2, 1, &x, &ind, &upd, &y));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
-    NRV_TRY(check_reduction(a, a->iattr[1], (nrv_dtype)x->dtype));
     NRV_TRY(check_elements_dims(a, x, ind, ax));
     NRV_TRY(nrv_op_same_dims(a, upd, "updates", ind, "indices"));
-    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "data"));
-    if (y->dtype != x->dtype || upd->dtype != x->dtype)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "data, updates and y must share a dtype");
     NRV_TRY(check_indices(a, ind, x->dims[ax], "the scattered axis of data"));
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
     memcpy(y->data, x->data, (size_t)x->numel * esz);
     int64_t st[NRV_PLAN_MAX_RANK];
-    strides_of(x, st);
+    nrv_strides_of(x, st);
     for (int64_t i = 0; i < ind->numel; i++) {
-        int64_t v = index_at(ind, i);
+        int64_t v = nrv_index_at(ind, i);
         if (v < 0) v += x->dims[ax];
         scatter_one((nrv_dtype)x->dtype, (char *)y->data + (size_t)elements_offset(i, ind->dims, ind->rank, st, ax, v) * esz,
                     (const char *)upd->data + (size_t)i * esz, a->iattr[1], esz);
@@ -192,18 +188,9 @@ static nrv_status scatter_elements_run(const nrv_op_args *a) {
  *   (data's dtype, dims indices.dims[:-1] + data.dims[q:]); out[0] y (data's dtype, dims).
  *   iattr [reduction]. Not in place. */
 static nrv_status scatter_nd_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "data"));
-    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
-    NRV_TRY(nrv_op_check_in(a, 2, "updates"));
-    const nrv_tview *x = a->in[0], *ind = a->in[1], *upd = a->in[2];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(check_index_dtype(a, ind));
-    NRV_TRY(check_reduction(a, a->iattr[0], (nrv_dtype)x->dtype));
-    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "data"));
-    if (y->dtype != x->dtype || upd->dtype != x->dtype)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "data, updates and y must share a dtype");
+    const nrv_tview *x, *ind, *upd;
+    nrv_tview *y;
+    NRV_TRY(scatter_operands(a, 1, 0, &x, &ind, &upd, &y));
     if (ind->rank < 1 || ind->dims[ind->rank - 1] > x->rank)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "indices' last dim must be at most data's rank %d", (int)x->rank);
     const int q = (int)ind->dims[ind->rank - 1];
@@ -218,7 +205,7 @@ static nrv_status scatter_nd_run(const nrv_op_args *a) {
     }
     for (int64_t i = 0; i < ind->numel; i++) {
         const int d = (int)(i % (q ? q : 1));
-        const int64_t v = index_at(ind, i), dim = x->dims[d];
+        const int64_t v = nrv_index_at(ind, i), dim = x->dims[d];
         if (v < -dim || v >= dim)
             return nrv_op_fail(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (axis %d of data)",
                                (long long)i, (long long)v, (long long)-dim, (long long)dim, d);
@@ -226,12 +213,12 @@ static nrv_status scatter_nd_run(const nrv_op_args *a) {
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
     memcpy(y->data, x->data, (size_t)x->numel * esz);
     int64_t st[NRV_PLAN_MAX_RANK];
-    strides_of(x, st);
+    nrv_strides_of(x, st);
     const int64_t slice = nrv_dims_product(x->dims, q, x->rank), tuples = q ? ind->numel / q : 0;
     for (int64_t t = 0; t < tuples; t++) {
         int64_t off = 0;
         for (int d = 0; d < q; d++) {
-            int64_t v = index_at(ind, t * q + d);
+            int64_t v = nrv_index_at(ind, t * q + d);
             if (v < 0) v += x->dims[d];
             off += v * st[d];
         }

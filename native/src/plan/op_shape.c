@@ -47,15 +47,6 @@ static nrv_status x_to_y_same_dtype(const nrv_op_args *a, const nrv_tview **x, n
 
 
 
-/* Row-major element strides of v. */
-static void strides_of(const nrv_tview *v, int64_t *st) {
-    int64_t s = 1;
-    for (int d = v->rank - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= v->dims[d];
-    }
-}
-
 /* x broadcast (numpy: right-aligned, each dim 1 or equal) to out's dims: element strides of
  * x along out's axes (0 where broadcast). Fails with NRV_ERR_SHAPE. */
 static nrv_status broadcast_strides(const nrv_op_args *a, const nrv_tview *x, const char *what,
@@ -65,7 +56,7 @@ static nrv_status broadcast_strides(const nrv_op_args *a, const nrv_tview *x, co
         return OPFAIL(a, NRV_ERR_SHAPE, "%s dims %s do not broadcast to %s", what, nrv_op_fmt_dims(b1, sizeof b1, x),
                       nrv_op_fmt_dims(b2, sizeof b2, out));
     int64_t xs[NRV_PLAN_MAX_RANK];
-    strides_of(x, xs);
+    nrv_strides_of(x, xs);
     const int lead = out->rank - x->rank;
     for (int d = 0; d < out->rank; d++) {
         const int xd = d - lead;
@@ -279,8 +270,8 @@ static nrv_status op_transpose(const nrv_op_args *a) {
     if (y->numel == 0) return NRV_OK;
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
     int64_t xs[NRV_PLAN_MAX_RANK], ys[NRV_PLAN_MAX_RANK];
-    strides_of(x, xs);
-    strides_of(y, ys);
+    nrv_strides_of(x, xs);
+    nrv_strides_of(y, ys);
     nd_loop L;
     L.n = r;
     L.nv = 2;
@@ -426,8 +417,8 @@ static nrv_status op_slice(const nrv_op_args *a) {
     if (y->numel == 0) return NRV_OK;
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
     int64_t xs[NRV_PLAN_MAX_RANK], ys[NRV_PLAN_MAX_RANK];
-    strides_of(x, xs);
-    strides_of(y, ys);
+    nrv_strides_of(x, xs);
+    nrv_strides_of(y, ys);
     nd_loop L;
     L.n = r;
     L.nv = 2;
@@ -444,10 +435,6 @@ static nrv_status op_slice(const nrv_op_args *a) {
 }
 
 /* ------------------------------------------------------------------ gather */
-
-static inline int64_t index_at(const nrv_tview *v, int64_t i) {
-    return v->dtype == NRV_I64 ? ((const int64_t *)v->data)[i] : (int64_t)((const int32_t *)v->data)[i];
-}
 
 /* gather (ONNX Gather): y = data taken along axis at indices.
  *  in[0] data (any dtype, rank r >= 1); in[1] indices (I64 or I32, any rank q incl. 0);
@@ -481,7 +468,7 @@ static nrv_status op_gather(const nrv_op_args *a) {
     }
     const int64_t dim = x->dims[ax], n_idx = ind->numel;
     for (int64_t i = 0; i < n_idx; i++) {
-        const int64_t v = index_at(ind, i);
+        const int64_t v = nrv_index_at(ind, i);
         if (v < -dim || v >= dim)
             return OPFAIL(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (axis %d of data)",
                           (long long)i, (long long)v, (long long)-dim, (long long)dim, (int)ax);
@@ -497,7 +484,7 @@ static nrv_status op_gather(const nrv_op_args *a) {
         if (inner == 1) {
 #define GATHER_ELEMS(SZ)                                      \
     for (int64_t i = 0; i < n_idx; i++) {                     \
-        int64_t v = index_at(ind, i);                         \
+        int64_t v = nrv_index_at(ind, i);                         \
         if (v < 0) v += dim;                                  \
         memcpy(dst + i * SZ, src + v * SZ, SZ);               \
     }
@@ -506,7 +493,7 @@ static nrv_status op_gather(const nrv_op_args *a) {
             dst += (size_t)n_idx * esz;
         } else {
             for (int64_t i = 0; i < n_idx; i++) {
-                int64_t v = index_at(ind, i);
+                int64_t v = nrv_index_at(ind, i);
                 if (v < 0) v += dim;
                 memcpy(dst, src + (size_t)v * blk, blk);
                 dst += blk;
@@ -556,7 +543,7 @@ static nrv_status op_gather_q8(const nrv_op_args *a) {
                       nrv_op_fmt_dims(b2, sizeof b2, ind), (long long)dim);
     }
     for (int64_t i = 0; i < ind->numel; i++) {
-        const int64_t v = index_at(ind, i);
+        const int64_t v = nrv_index_at(ind, i);
         if (v < -rows || v >= rows)
             return OPFAIL(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld)", (long long)i, (long long)v,
                           (long long)-rows, (long long)rows);
@@ -565,7 +552,7 @@ static nrv_status op_gather_q8(const nrv_op_args *a) {
     const float *s = sv->data, *z = zv ? zv->data : NULL;
     float *dst = y->data;
     for (int64_t i = 0; i < ind->numel; i++) {
-        int64_t v = index_at(ind, i);
+        int64_t v = nrv_index_at(ind, i);
         if (v < 0) v += rows;
         const float sc = s[sv->dims[0] == 1 ? 0 : v];
         const int8_t *src = table + v * dim;
@@ -597,7 +584,7 @@ static nrv_status op_expand(const nrv_op_args *a) {
     L.nv = 2;
     NRV_TRY(broadcast_strides(a, x, "x", y, L.st[1]));
     if (y->numel == 0) return NRV_OK;
-    strides_of(y, L.st[0]);
+    nrv_strides_of(y, L.st[0]);
     for (int d = 0; d < y->rank; d++) L.cnt[d] = y->dims[d];
     loop_simplify(&L);
     run_copy_loop(&L, y->data, x->data, 0, nrv_dtype_size((nrv_dtype)y->dtype));
@@ -625,7 +612,7 @@ static nrv_status op_where(const nrv_op_args *a) {
     NRV_TRY(broadcast_strides(a, x, "x", z, L.st[2]));
     NRV_TRY(broadcast_strides(a, y, "y", z, L.st[3]));
     if (z->numel == 0) return NRV_OK;
-    strides_of(z, L.st[0]);
+    nrv_strides_of(z, L.st[0]);
     for (int d = 0; d < z->rank; d++) L.cnt[d] = z->dims[d];
     loop_simplify(&L);
     const size_t esz = nrv_dtype_size((nrv_dtype)z->dtype);

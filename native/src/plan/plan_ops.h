@@ -194,6 +194,20 @@ static inline void nrv_valid_range(int64_t off, int64_t step, int64_t n_in, int6
     *hi = h;
 }
 
+/* Row-major element strides of v. */
+static inline void nrv_strides_of(const nrv_tview *v, int64_t *st) {
+    int64_t s = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= v->dims[d];
+    }
+}
+
+/* Element i of an index tensor (I64 or I32, checked by the caller). */
+static inline int64_t nrv_index_at(const nrv_tview *v, int64_t i) {
+    return v->dtype == NRV_I64 ? ((const int64_t *)v->data)[i] : (int64_t)((const int32_t *)v->data)[i];
+}
+
 /* Element i of an integer tensor of dtype I64, I32, U8 or BOOL, as int64. */
 static inline int64_t nrv_int_at(const nrv_tview *v, int64_t i) {
     switch (v->dtype) {
