@@ -65,6 +65,11 @@ def parse_full(precision: str) -> Tuple[str, int, str]:
     return ("int8" if scheme == "w8a8" else scheme), g, method
 
 
+def int8_convs(precision: str) -> bool:
+    """Whether a (valid) int8 precision name takes the 1-D convs along (the ``:convs`` suffix)."""
+    return parse_full(precision)[0] == "int8" and CONVS in precision.split(":")[1:]
+
+
 def calibrated(precision: str) -> bool:
     """Whether a (valid) precision name asks for GPTQ weights (the ``:gptq`` suffix)."""
     parse_full(precision)

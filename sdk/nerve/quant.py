@@ -177,9 +177,13 @@ class LinearTaps:
         path = Path(model)
         raw = path.read_bytes()
         proto = load_ort(raw) if raw[4:8] == b"ORTM" else _onnx_model(raw)
-        named = {i.name for i in proto.graph.input} | _node_outputs(proto.graph)
         prog = compile_program(proto.SerializeToString(), path.parent, dims, state=None, fuse=False,
                                constants=constants, outputs=outputs)
+        named = {i.name for i in proto.graph.input} | {o for n in proto.graph.node for o in n.output}
+        if not any(op.type == "if" for op in prog.ops):
+            # every If was folded: its branch's tensors are computed on every run and may be
+            # outputs (with an If left to run time, its layers go without statistics)
+            named |= _node_outputs(proto.graph)
         self.taps: Dict[str, list] = {}  # tensor -> [(layer name, input width)]
         for op in prog.ops:
             if op.type != "linear":
@@ -192,26 +196,11 @@ class LinearTaps:
         keep = list(outputs) if outputs is not None else [o.name for o in proto.graph.output]
         from onnx import TensorProto, helper
 
-        from .errors import ModelError
-
         have = {o.name for o in proto.graph.output}
-        base = list(proto.graph.output)
-        top_level = {i.name for i in proto.graph.input} | {o for n in proto.graph.node for o in n.output}
-        for attempt in ("all", "top level"):
-            del proto.graph.output[:]
-            proto.graph.output.extend(base)
-            proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-                                      for n in self.taps if n not in have)
-            try:
-                prog = compile_program(proto.SerializeToString(), path.parent, dims, state=state, fuse=False,
-                                       constants=constants, outputs=keep + [n for n in self.taps if n not in keep])
-                break
-            except ModelError as exc:
-                # tensors inside an If whose condition is not known at compile time cannot be
-                # outputs: their layers go without statistics (quantized without GPTQ)
-                if attempt != "all" or "is not computed by any node" not in str(exc):
-                    raise
-                self.taps = {n: layers for n, layers in self.taps.items() if n in top_level}
+        proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                                  for n in self.taps if n not in have)
+        prog = compile_program(proto.SerializeToString(), path.parent, dims, state=state, fuse=False,
+                               constants=constants, outputs=keep + [n for n in self.taps if n not in keep])
         self.session = Session(Plan(serialize(prog), str(path)))
         self.input_names = self.session.input_names
         self._h: Dict[str, np.ndarray] = {}

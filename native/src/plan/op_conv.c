@@ -169,17 +169,23 @@ static int64_t dw_plane_floats(const conv_geom *g) {
     return (g->oh + (g->kh - 1) * g->dh) * wp;
 }
 
+/* The first min(n, 4) lanes of v to dst (an output row's last vector may be partial). */
+static inline void dw_store(float *dst, dw_v4f v, int64_t n) {
+    if (n >= 4) {
+        memcpy(dst, &v, sizeof v);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) dst[j] = v[j];
+}
+
 static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
                               float *restrict y, float *restrict plane) {
     const int64_t ow4 = (g->ow + 3) / 4 * 4, wp = ow4 + (g->kw - 1) * g->dw;
     const int64_t hp = g->oh + (g->kh - 1) * g->dh;
     memset(plane, 0, (size_t)(hp * wp) * sizeof(float));
-    for (int64_t iy = 0; iy < g->ih; iy++) {
-        const int64_t py = iy + g->ph;
-        if (py < 0 || py >= hp) continue;
-        const int64_t lo = g->pw < 0 ? -g->pw : 0, hi = g->iw < wp - g->pw ? g->iw : wp - g->pw;
-        if (hi > lo) memcpy(plane + py * wp + g->pw + lo, x + iy * g->iw + lo, (size_t)(hi - lo) * sizeof(float));
-    }
+    const int64_t cols = g->iw < wp - g->pw ? g->iw : wp - g->pw; /* input columns inside the plane */
+    for (int64_t iy = 0; iy < g->ih && iy + g->ph < hp; iy++)
+        if (cols > 0) memcpy(plane + (iy + g->ph) * wp + g->pw, x + iy * g->iw, (size_t)cols * sizeof(float));
     const dw_v4f vb = {bias, bias, bias, bias};
     if (g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1) { /* the common 3x3: taps unrolled */
         dw_v4f wv[9];
@@ -193,12 +199,7 @@ static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const
                 memcpy(&tap[6], r2 + ox, 16), memcpy(&tap[7], r2 + ox + 1, 16), memcpy(&tap[8], r2 + ox + 2, 16);
                 dw_v4f acc = vb;
                 for (int k = 0; k < 9; k++) acc += wv[k] * tap[k];
-                float *dst = y + oy * g->ow + ox;
-                if (ox + 4 <= g->ow) {
-                    memcpy(dst, &acc, sizeof acc);
-                } else {
-                    for (int64_t j = 0; j < g->ow - ox; j++) dst[j] = acc[j];
-                }
+                dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
             }
         }
         return;
@@ -214,12 +215,7 @@ static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const
                     acc += w[ki * g->kw + kj] * xv;
                 }
             }
-            float *dst = y + oy * g->ow + ox;
-            if (ox + 4 <= g->ow) {
-                memcpy(dst, &acc, sizeof acc);
-            } else {
-                for (int64_t j = 0; j < g->ow - ox; j++) dst[j] = acc[j];
-            }
+            dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
         }
     }
 }

@@ -309,24 +309,31 @@ static void resize_pass(const resize_tap *t, int taps, const float *src, float *
     }
 }
 
+/* Which axes a resize passes over and where its scratch goes. */
+typedef struct resize_layout {
+    uint8_t resized[NRV_PLAN_MAX_RANK]; /* the axes that change: output extent or scale not 1 */
+    int last;                           /* the last of them (its pass writes y); -1: none */
+    uint64_t table_bytes;               /* the tap table, for the longest resized output axis */
+    uint64_t bytes;                     /* all of the scratch: table, then the intermediates */
+} resize_layout;
+
 /* Bytes of scratch a resize needs: a tap table for the longest resized output axis, then
- * one intermediate tensor per resized axis but the last (axes resized in order). *resized
- * marks the axes that change (output extent or scale not 1). -1 on overflow. */
-static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *scales, uint8_t *resized,
-                          uint64_t *bytes) {
+ * one intermediate tensor per resized axis but the last (axes resized in order), in *L
+ * with the axes that change. -1 on overflow. */
+static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *scales, resize_layout *L) {
     uint64_t table = 0, inter = 0, cur = 1;
-    int last = -1;
+    L->last = -1;
     for (int i = 0; i < x->rank; i++) {
-        resized[i] = y->dims[i] != x->dims[i] || (scales[i] != 0.0f && scales[i] != 1.0f);
-        if (resized[i]) last = i;
+        L->resized[i] = y->dims[i] != x->dims[i] || (scales[i] != 0.0f && scales[i] != 1.0f);
+        if (L->resized[i]) L->last = i;
     }
     int64_t shape[NRV_PLAN_MAX_RANK];
     memcpy(shape, x->dims, sizeof(int64_t) * (size_t)x->rank);
     for (int i = 0; i < x->rank; i++) {
-        if (!resized[i]) continue;
+        if (!L->resized[i]) continue;
         if ((uint64_t)y->dims[i] > table) table = (uint64_t)y->dims[i];
         shape[i] = y->dims[i];
-        if (i == last) break;
+        if (i == L->last) break;
         cur = 1;
         for (int j = 0; j < x->rank; j++)
             if (nrv_mul_overflow(cur, (uint64_t)shape[j], &cur)) return -1;
@@ -334,7 +341,9 @@ static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *s
             __builtin_add_overflow(inter, (cur + 63) & ~(uint64_t)63, &inter))
             return -1;
     }
-    if (nrv_mul_overflow(table, sizeof(resize_tap), &table) || __builtin_add_overflow(table, inter, bytes)) return -1;
+    if (nrv_mul_overflow(table, sizeof(resize_tap), &L->table_bytes) ||
+        __builtin_add_overflow(L->table_bytes, inter, &L->bytes))
+        return -1;
     return 0;
 }
 
@@ -388,32 +397,23 @@ static nrv_status resize_run(const nrv_op_args *a) {
                                (long long)y->dims[i]);
     }
     if (y->numel == 0) return NRV_OK;
-    uint8_t resized[NRV_PLAN_MAX_RANK];
-    uint64_t need;
-    if (resize_scratch(x, y, scales, resized, &need) != 0 || need > (uint64_t)a->scratch_bytes ||
-        (need > 0 && !a->scratch))
+    resize_layout L;
+    if (resize_scratch(x, y, scales, &L) != 0 || L.bytes > (uint64_t)a->scratch_bytes || (L.bytes > 0 && !a->scratch))
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, less than this resize needs",
                            a->scratch_bytes);
-    int last = -1;
-    for (int i = 0; i < x->rank; i++)
-        if (resized[i]) last = i;
-    if (last < 0) {
+    if (L.last < 0) {
         memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
         return NRV_OK;
     }
+    const int last = L.last;
     resize_tap *table = a->scratch;
-    unsigned char *inter = a->scratch;
-    uint64_t table_bytes = 0;
-    for (int i = 0; i < x->rank; i++)
-        if (resized[i] && (uint64_t)y->dims[i] * sizeof(resize_tap) > table_bytes)
-            table_bytes = (uint64_t)y->dims[i] * sizeof(resize_tap);
-    inter += table_bytes;
+    unsigned char *inter = (unsigned char *)a->scratch + L.table_bytes;
     const int taps = c.mode == RESIZE_NEAREST ? 1 : c.mode == RESIZE_LINEAR ? 2 : RESIZE_TAPS;
     int64_t shape[NRV_PLAN_MAX_RANK];
     memcpy(shape, x->dims, sizeof(int64_t) * (size_t)x->rank);
     const float *src = x->data;
     for (int i = 0; i < x->rank; i++) {
-        if (!resized[i]) continue;
+        if (!L.resized[i]) continue;
         const int64_t len_in = shape[i], len_out = y->dims[i];
         const float scale = scales[i] > 0.0f ? scales[i] : (float)len_out / (float)len_in;
         resize_table(&c, scale, len_in, len_out, table);

@@ -69,6 +69,14 @@ class NodeCtx:
         if extra:
             raise self.fail(f"attribute(s) {extra} not supported")
 
+    def known_int(self, v: Optional[Value], what: str) -> int:
+        """The one integer v holds, known when the model is compiled (a constant or shape
+        arithmetic); CompileError otherwise."""
+        vals = self.known(v, what)
+        if len(vals) != 1 or not S.is_static(vals[0]):
+            raise self.fail(f"{what} must be one integer known when the model is compiled")
+        return int(vals[0])
+
     def known(self, v: Optional[Value], what: str) -> List:
         vals = self.b.known_values(v)
         if vals is None:

@@ -1286,10 +1286,7 @@ def _cumsum(ctx: NodeCtx, ins):
     x = ins[0]
     if x.dtype not in (np.float32, np.int64, np.int32):
         raise ctx.fail(f"CumSum of {x.dtype} is not supported (float32, int64, int32)")
-    axis = ctx.known(ins[1], "axis")
-    if len(axis) != 1 or not S.is_static(axis[0]):
-        raise ctx.fail("axis must be one integer known when the model is compiled")
-    axis = norm_axis(ctx, int(axis[0]), x.rank)
+    axis = norm_axis(ctx, ctx.known_int(ins[1], "axis"), x.rank)
     return ctx.b.emit("cumsum", [x], [spec(ctx.out_name(), x.dtype, x.shape)],
                       iattr=[axis, int(ctx.attr("exclusive", 0)), int(ctx.attr("reverse", 0))], name=ctx.name,
                       inplace=True)
@@ -1305,10 +1302,7 @@ def _topk(ctx: NodeCtx, ins):
     if ctx.opset < 10:
         k = int(ctx.attr("k"))
     else:
-        known = ctx.known(ins[1], "K")
-        if len(known) != 1 or not S.is_static(known[0]):
-            raise ctx.fail("K must be one integer known when the model is compiled")
-        k = int(known[0])
+        k = ctx.known_int(ins[1], "K")
     axis = norm_axis(ctx, int(ctx.attr("axis", -1)), x.rank)
     n = x.shape[axis]
     if k < 0 or (S.is_static(n) and k > int(n)):

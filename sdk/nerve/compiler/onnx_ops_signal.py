@@ -16,13 +16,6 @@ from .onnx_import import NodeCtx, handler, np_dtype_of
 from .onnx_ops import conv_out_dim, norm_axis, spec
 
 
-def _static_int(ctx: NodeCtx, v: Value, what: str) -> int:
-    vals = ctx.known(v, what)
-    if len(vals) != 1 or not S.is_static(vals[0]):
-        raise ctx.fail(f"{what} must be one integer known when the model is compiled")
-    return int(vals[0])
-
-
 def _static_float(ctx: NodeCtx, v: Value, what: str) -> float:
     if v is None or v.const is None or v.const.size != 1:
         raise ctx.fail(f"{what} must be a constant scalar")
@@ -34,13 +27,6 @@ def _output_dtype(ctx: NodeCtx) -> np.dtype:
 
 
 # ---------------------------------------------------------------- STFT
-
-def _static_int(ctx: NodeCtx, v: Value, what: str) -> int:
-    vals = ctx.known(v, what)
-    if len(vals) != 1 or not S.is_static(vals[0]):
-        raise ctx.fail(f"{what} must be one integer known when the model is compiled")
-    return int(vals[0])
-
 
 @handler("STFT")
 def _stft(ctx: NodeCtx, ins):
@@ -57,13 +43,13 @@ def _stft(ctx: NodeCtx, ins):
         raise ctx.fail(f"the signal must be float32 [batch, length, 1 or 2], got {signal.dtype} rank {signal.rank}")
     if signal.rank == 3 and not (S.is_static(signal.shape[2]) and int(signal.shape[2]) == 1):
         raise ctx.fail("complex signals ([batch, length, 2]) are not supported; real ones ([.., 1]) are")
-    step = _static_int(ctx, step_v, "frame_step")
+    step = ctx.known_int(step_v, "frame_step")
     if step < 1:
         raise ctx.fail(f"frame_step {step} must be >= 1")
     if window is not None and (window.const is None or window.rank != 1):
         raise ctx.fail("the window must be a constant 1-D tensor")
     win = None if window is None else window.const.astype(np.float64)
-    n = _static_int(ctx, length_v, "frame_length") if length_v is not None else (None if win is None else win.size)
+    n = ctx.known_int(length_v, "frame_length") if length_v is not None else (None if win is None else win.size)
     if n is None:
         raise ctx.fail("needs a window or a frame_length")
     if win is None:
@@ -124,7 +110,7 @@ def _dft(ctx: NodeCtx, ins):
     complex_in = int(last) == 2
     if ctx.opset >= 20:
         axis_v = ins[2] if len(ins) > 2 else None
-        axis = -2 if axis_v is None else _static_int(ctx, axis_v, "axis")
+        axis = -2 if axis_v is None else ctx.known_int(axis_v, "axis")
     else:
         axis = int(ctx.attr("axis", 1))
     axis = norm_axis(ctx, axis, x.rank)
@@ -135,7 +121,7 @@ def _dft(ctx: NodeCtx, ins):
         raise ctx.fail("the transformed axis must have a size known when the model is compiled")
     n_in = int(n_in)
     length_v = ins[1] if len(ins) > 1 else None
-    length = n_in if length_v is None else _static_int(ctx, length_v, "dft_length")
+    length = n_in if length_v is None else ctx.known_int(length_v, "dft_length")
     inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
     if length < 1:
         raise ctx.fail(f"dft_length {length} must be >= 1")
@@ -166,7 +152,7 @@ def _dft(ctx: NodeCtx, ins):
 def _window(ctx: NodeCtx, ins, coefs) -> Value:
     """A generalised cosine window Σ_k (-1)^k a_k cos(2πkn/N) of `size` points: N = size for a
     periodic window (periodic=1, the default), size - 1 for a symmetric one."""
-    size = _static_int(ctx, ins[0], "size")
+    size = ctx.known_int(ins[0], "size")
     if size < 0:
         raise ctx.fail(f"size {size} must be >= 0")
     span = size if ctx.attr("periodic", 1) else size - 1
@@ -209,9 +195,9 @@ def _mel_weight_matrix(ctx: NodeCtx, ins):
     specification defines it."""
     if len(ins) != 5:
         raise ctx.fail("expects num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz")
-    mels = _static_int(ctx, ins[0], "num_mel_bins")
-    dft_length = _static_int(ctx, ins[1], "dft_length")
-    rate = _static_int(ctx, ins[2], "sample_rate")
+    mels = ctx.known_int(ins[0], "num_mel_bins")
+    dft_length = ctx.known_int(ins[1], "dft_length")
+    rate = ctx.known_int(ins[2], "sample_rate")
     lo, hi = _static_float(ctx, ins[3], "lower_edge_hertz"), _static_float(ctx, ins[4], "upper_edge_hertz")
     if mels < 1 or dft_length < 1 or rate < 1 or not 0 <= lo < hi:
         raise ctx.fail(f"num_mel_bins {mels}, dft_length {dft_length}, sample_rate {rate}, edges {lo}..{hi} Hz: "

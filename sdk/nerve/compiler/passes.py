@@ -570,11 +570,6 @@ def _int8_linear(prog: Program, op: Op):
 CONV_W8A8_ROWS = 32  # positions per block of op conv_w8a8 (native/src/plan/op_conv.c)
 
 
-def convs_in_precision(precision: str) -> bool:
-    """Whether an int8 precision name asks for its 1-D convs too ("int8:convs", "w8a8:convs")."""
-    return "convs" in precision.split(":")[1:]
-
-
 def w8a8_convs_mode() -> str:
     """Which 1-D convs take int8 activations where linears do (precision "int8"), from
     NERVE_W8A8_CONV: "none" (unset, the default); "stored" — convs whose weight the model
@@ -905,7 +900,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8).
     layers: {linear op name: "fp32" | "w4a32" | "w4a8"} overrides per layer (nerve.quantize's
     policies); "fp32" there keeps the layer's weight as the model stores it."""
-    from ..precision import parse_full
+    from ..precision import int8_convs, parse_full
 
     scheme, group, method = parse_full(precision)
     for name, p in (layers or {}).items():
@@ -915,7 +910,9 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     int8 = scheme == "int8"
     int8_layers = any(parse_full(p)[0] == "int8" for p in (layers or {}).values())
     int8_acts = int8 or w8a8_enabled()  # NERVE_W8A8=1: int8 activations at any precision
-    convs_default = w8a8_convs_mode() != "none" or convs_in_precision(precision)
+    named_convs = int8_convs(precision)  # "int8:convs"
+    quantize_convs = int8 and (named_convs or w8a8_convs_mode() == "all")  # fp32-weight convs get int8 weights
+    act_convs = int8_acts and (named_convs or w8a8_convs_mode() != "none")  # int8-weight convs -> conv_w8a8
     eliminate_dead_ops(prog)
     if not fuse:
         return
@@ -927,14 +924,12 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
         select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
                          group_size=group, method=method, layers=layers, hessians=hessians)
     if int8 or int8_layers:
-        quantize_fp32_weights_w8(prog, linears=int8, convs=int8 and (w8a8_convs_mode() == "all" or
-                                                                   convs_in_precision(precision)),
-                                 layers=layers, hessians=hessians)
+        quantize_fp32_weights_w8(prog, linears=int8, convs=quantize_convs, layers=layers, hessians=hessians)
     if w8_enabled():
         select_gather_q8(prog)
         select_linear_w8(prog)
     if int8_acts or int8_layers:
-        select_linear_w8a8(prog, convs=int8_acts and convs_default, linears=int8_acts, layers=layers)
+        select_linear_w8a8(prog, convs=act_convs, linears=int8_acts, layers=layers)
     fuse_sum_of_linears(prog)
     if scheme == "fp16":
         select_linear_f16(prog)
