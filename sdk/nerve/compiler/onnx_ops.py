@@ -586,9 +586,8 @@ def _isinf(ctx: NodeCtx, ins):
     if x.dtype.kind != "f":
         raise ctx.fail(f"IsInf of {x.dtype} is not supported (float)")
     signs = [s for s, attr in ((1.0, "detect_positive"), (-1.0, "detect_negative")) if ctx.attr(attr, 1)]
-    if not signs:
-        return [ctx.b.const(np.zeros([int(d) for d in x.shape], bool), ctx.out_name())] if x.static else \
-            [binary(ctx, "Less", x, ctx.b.const(np.array(-np.inf, x.dtype)), ctx.out_name())]  # never true
+    if not signs:  # all false, shaped like x
+        return [binary(ctx, "Less", x, ctx.b.const(np.array(-np.inf, x.dtype)), ctx.out_name())]
     hits = [binary(ctx, "Equal", x, ctx.b.const(np.array(s * np.inf, x.dtype)),
                    ctx.out_name() if len(signs) == 1 else ctx.b.fresh(ctx.name)) for s in signs]
     return [hits[0] if len(hits) == 1 else binary(ctx, "Or", hits[0], hits[1], ctx.out_name())]
@@ -615,9 +614,7 @@ def _onehot(ctx: NodeCtx, ins):
         raise ctx.fail("values must be a constant [off, on]")
     axis = norm_axis(ctx, int(ctx.attr("axis", -1)), idx.rank + 1)
     b = ctx.b
-    if idx.dtype.kind == "f":  # ONNX allows float indices: truncated toward zero
-        idx = b.emit("cast", [idx], [spec(b.fresh(ctx.name), np.int64, idx.shape)], name=ctx.name)[0]
-    elif idx.dtype != np.int64:
+    if idx.dtype != np.int64:  # ONNX allows other integer and float indices (truncated toward zero)
         idx = b.emit("cast", [idx], [spec(b.fresh(ctx.name), np.int64, idx.shape)], name=ctx.name)[0]
     negative = binary(ctx, "Less", idx, b.const(np.array(0, np.int64)), b.fresh(ctx.name))
     wrapped = binary(ctx, "Add", idx, b.const(np.array(depth, np.int64)), b.fresh(ctx.name))

@@ -493,13 +493,11 @@ def _convt_pads(ctx: NodeCtx, spatial, kernel, strides, dil, out_pad):
         out_shape = list(out_shape)[-sr:]
     pb, pe = [], []
     for i, (d, k, s, dl, op) in enumerate(zip(spatial, kernel, strides, dil, out_pad)):
-        full = (k - 1) * dl + 1 + op - s  # s*(d-1) + op + span, less s*d (the SAME output)
-        if out_shape is not None:
-            if not S.is_static(d):
-                raise ctx.fail("output_shape needs the input's spatial dims known when the model is compiled")
-            total = s * (int(d) - 1) + op + (k - 1) * dl + 1 - int(out_shape[i])
-        else:
-            total = full
+        full = S.dim_add(S.dim_mul(s, S.dim_sub(d, 1)), op + (k - 1) * dl + 1)  # before padding
+        if out_shape is not None and not S.is_static(full):
+            raise ctx.fail("output_shape needs the input's spatial dims known when the model is compiled")
+        # the padding that leaves output_shape, or (SAME) s·d: full less s·d, whatever d is
+        total = int(full) - int(out_shape[i]) if out_shape is not None else (k - 1) * dl + 1 + op - s
         if total < 0:
             raise ctx.fail(f"axis {i}: the output is {-total} larger than the full transposed convolution")
         if auto == "SAME_UPPER":
