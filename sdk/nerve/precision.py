@@ -7,7 +7,8 @@
     the model stores as int8 keep theirs), and products on many rows also quantise their
     activations per row (linear_w8a8). ``"int8:convs"`` takes the 1-D convolutions along
     (conv_w8a8; off by default: their per-position rows span every input channel, and quiet
-    channels lose to loud ones).
+    channels lose to loud ones; a model's own policy may name the convs where that measured
+    harmless, as the Moonshine recogniser does for two of its three).
   * ``"w4a32"``: every linear layer whose input width is a multiple of 32 gets group-wise
     INT4 weights (docs/QUANTIZATION.md; symmetric, fp16 scales, group 64 — or the largest of
     64/32 dividing the width — quantised at compile time, "mse" clipping), fp32 activations.

@@ -461,11 +461,15 @@ def test_native_greedy_loop_equals_step_by_step(model, beckett):
 
 
 def test_int8_precision_is_faster_path_with_the_same_words(model, beckett):
-    """precision="int8": the encoder's products take int8 activations (linear_w8a8); on the
-    real recording the words are the same as fp32's."""
+    """precision="int8": the encoder's products take int8 activations (linear_w8a8), and so do
+    the two convs the model's Arch names (conv_w8a8), the third staying fp32; on the real
+    recording the words are the same as fp32's."""
     rec8 = Recognizer(partial_ms=0, precision="int8")
-    enc_ops = [op["type"] for op in nerve.Session(rec8.model.encoder_plan).ops()]
-    assert "linear_w8a8" in enc_ops and "linear" not in enc_ops
+    enc_ops = nerve.Session(rec8.model.encoder_plan).ops()
+    types = [op["type"] for op in enc_ops]
+    assert "linear_w8a8" in types and "linear" not in types
+    conv_types = {name: op["type"] for op in enc_ops for name in ("/conv1/", "/conv2/", "/conv3/") if name in op["name"]}
+    assert conv_types == {"/conv1/": "conv_w8a8", "/conv2/": "conv_w8a8", "/conv3/": "conv"}, conv_types
     fp32 = Recognizer(partial_ms=0).transcribe(beckett, sample_rate=SR)
     int8 = rec8.transcribe(beckett, sample_rate=SR)
     words = lambda evs: " ".join(e.text for e in evs).lower().replace(",", "").replace(".", "").split()  # noqa: E731

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import InputError, ModelError
-from ..precision import calibrated
+from ..precision import calibrated, parse_full
 from ..session import Session, compile as compile_plan
 from .models import model_dir
 from .tokenizer import Tokenizer
@@ -54,6 +54,13 @@ class Arch:
     hidden: int
     samples_dim: str    # the encoder input's symbolic length
     masks: bool         # the graphs take attention masks ("attention_mask", "encoder_attention_mask")
+    # The encoder convs that take int8 activations too at precision "int8" (conv_w8a8). Measured
+    # on the bench recordings (encoder states vs fp32, relative error, worst file; base / tiny):
+    # the linears alone 0.061 / 0.044; + conv1 (raw audio in) 0.067 / 0.041; + conv2 (a group
+    # norm's output in) 0.063 / 0.042; + conv3 0.109 / 0.133 — its input, conv2's GELU, has a
+    # few channels 10x the median (absmax 90 vs 8.6) that set every row's int8 scale, so it
+    # stays fp32 ("int8:convs" takes it too). conv1 and conv2 are ~80% of the convs' time.
+    int8_convs: Tuple[str, ...] = ("/conv1/Conv", "/conv2/Conv")
 
     def kv_names(self, prefix: str, part: str) -> List[str]:
         return [f"{prefix}.{layer}.{part}.{kind}" for layer in range(self.layers) for kind in ("key", "value")]
@@ -124,7 +131,8 @@ class MoonshineModel:
                 raise ModelError(f"precision {precision!r} needs the model's calibration: run "
                                  f"`nerve models calibrate {name}` once")
         hessians = hessians or {}
-        self.encoder_plan = compile_plan(folder / "encoder_model.ort", precision=precision,
+        int8_convs = {name: "int8" for name in self.arch.int8_convs} if parse_full(precision)[0] == "int8" else None
+        self.encoder_plan = compile_plan(folder / "encoder_model.ort", precision=precision, layers=int8_convs,
                                          hessians=hessians.get("encoder"),
                                          dims={"batch_size": 1, self.arch.samples_dim: self.max_samples})
         dec_dims = {"batch_size": 1, "decoder_sequence_length": 1, "encoder_sequence_length": frames,
