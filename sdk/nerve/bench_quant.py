@@ -8,9 +8,10 @@ and batch (1: GEMV, 8 and 32: small GEMM) it times
   * nerve W4: ``quantize_w4(W, group_size=G, method="minmax").linear(x, activations=A,
     layout=L)`` for G in (32, 64), A "fp32" (w4a32) or "int8" (w4a8), L packed or unpacked;
   * nerve W8: an ONNX model whose weight is int8 dequantised in the graph (Cast, Mul by a
-    per-output scale, MatMul) in ``nerve.Session(precision="int8")``: its plan runs
-    ``linear_w8`` (int8 weights, fp32 activations) up to 16 rows and ``linear_w8a8`` (int8
-    activations too) above; the op is read from the session;
+    per-output scale, MatMul), twice: in ``nerve.Session()`` (precision fp32) its plan runs
+    ``linear_w8`` (int8 weights, fp32 activations; batches up to 16), in
+    ``nerve.Session(precision="int8")`` ``linear_w8a8`` (int8 activations too; every batch);
+    the op is read from the session;
   * onnxruntime (1 intra-op and 1 inter-op thread): fp32 MatMul; com.microsoft MatMulNBits
     (4 bits, block 32, the same weights as nerve's group-32 W4) at accuracy_level 0 (fp32
     compute) and 4 (int8 compute); DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul
@@ -56,7 +57,7 @@ QUICK_SHAPES: Tuple[Tuple[int, int], ...] = ((4096, 4096),)
 BATCHES: Tuple[int, ...] = (1, 8, 32)
 GROUPS: Tuple[int, ...] = (32, 64)
 ORT_BLOCK = 32  # MatMulNBits block_size: nerve's group-32 W4 holds the same weights
-W8_MAX_ROWS = 16  # compiler/passes.py: linear_w8 up to this many rows, linear_w8a8 above
+W8_MAX_ROWS = 16  # compiler/passes.py: linear_w8 (precision fp32) up to this many rows
 COPY_BYTES = 256 * MiB
 _DEFAULT_LLC = 32 * MiB
 _MAX_COPIES = 8
@@ -178,8 +179,9 @@ def _copies(nbytes: int, llc: int, cold: bool) -> int:
     return max(1, min(_MAX_COPIES, math.ceil(2 * llc / max(nbytes, 1))))
 
 
-def _nerve_w8_sessions(q: np.ndarray, s: np.ndarray, n_copies: int, bound: int, tmp: str) -> Tuple[List, List]:
-    """n_copies nerve.Sessions (precision int8, rows up to bound) of the W8 model; copy i has
+def _nerve_w8_sessions(q: np.ndarray, s: np.ndarray, n_copies: int, bound: int, tmp: str,
+                       precision: str) -> Tuple[List, List]:
+    """n_copies nerve.Sessions (at precision, rows up to bound) of the W8 model; copy i has
     its output columns rotated by i (distinct bytes: nerve's weight store shares equal ones).
     Returns (sessions, their op lists)."""
     import onnx
@@ -191,7 +193,7 @@ def _nerve_w8_sessions(q: np.ndarray, s: np.ndarray, n_copies: int, bound: int, 
         qi, si = (q, s) if i == 0 else (np.roll(q, i, axis=0), np.roll(s, i))
         path = os.path.join(tmp, f"w8_{bound}_{i}.onnx")
         onnx.save(_w8_model(np.ascontiguousarray(qi.T), si), path)
-        sess = Session(path, precision="int8", dims={"rows": bound}, cache=False)
+        sess = Session(path, precision=precision, dims={"rows": bound}, cache=False)
         os.unlink(path)
         sessions.append(sess)
         op_lists.append([(o["type"], o["kernel"]) for o in sess.ops()])
@@ -238,11 +240,11 @@ def _build_engines(W: np.ndarray, batches: Sequence[int], llc: int, cold: bool, 
     except ImportError:
         have_onnx = False
     if have_onnx:
-        for bound, rows in ((W8_MAX_ROWS, [b for b in batches if b <= W8_MAX_ROWS]),
-                            (max(batches), [b for b in batches if b > W8_MAX_ROWS])):
+        for precision, bound, rows in (("fp32", W8_MAX_ROWS, [b for b in batches if b <= W8_MAX_ROWS]),
+                                       ("int8", max(batches), list(batches))):
             if not rows:
                 continue
-            sessions, op_lists = _nerve_w8_sessions(q8, s8, c8, bound, tmp)
+            sessions, op_lists = _nerve_w8_sessions(q8, s8, c8, bound, tmp, precision)
             op_types = "+".join(t for t, _ in op_lists[0])
             int8_act = "linear_w8a8" in op_types
             scheme = "w8a8" if int8_act else "w8"
@@ -463,7 +465,9 @@ def _headlines(rows: List[Dict[str, object]]) -> List[str]:
             pct = best["pct_copy"]
             lines.append(f"w4 GEMV bandwidth: {'n/a' if pct is None else f'{pct:.0f}%'} of copy"
                          f"  -- {s}, {best['engine']}: {best['gbps']:.1f} GB/s")
-        w8 = {r["batch"]: r for r in here if r["runtime"] == "nerve" and r["scheme"] in ("w8", "w8a8")}
+        w8 = {r["batch"]: r for r in here if r["runtime"] == "nerve" and r["scheme"] == "w8a8"}
+        if 1 in w8 and w8[1]["pct_copy"] is not None:
+            lines.append(f"w8a8 GEMV bandwidth: {w8[1]['pct_copy']:.0f}% of copy  -- {s}: {w8[1]['gbps']:.1f} GB/s")
         gemm = [b for b in (8, 32) if b in w8]
         if gemm:
             parts = [f"{_x(w8[b]['vs_fp32'])} (batch {b}, {'+'.join(t for t, _ in w8[b]['plan_ops'])})" for b in gemm]

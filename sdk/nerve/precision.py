@@ -4,8 +4,8 @@
   * ``"fp32"`` (default): weights as the model stores them (int8 weights dequantised in the
     graph stay int8 and are widened in registers: linear_w8); matches onnxruntime's fp32.
   * ``"int8"`` / ``"w8a8"``: every linear layer's weight int8 (per output channel; weights
-    the model stores as int8 keep theirs), and products on many rows also quantise their
-    activations per row (linear_w8a8). ``"int8:convs"`` takes the 1-D convolutions along
+    the model stores as int8 keep theirs), and their activations are quantised per row
+    too (linear_w8a8, on any row count). ``"int8:convs"`` takes the 1-D convolutions along
     (conv_w8a8; off by default: their per-position rows span every input channel, and quiet
     channels lose to loud ones; a model's own policy may name the convs where that measured
     harmless, as the Moonshine recogniser does for two of its three).

@@ -126,10 +126,9 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     is specialised, so e.g. a merged decoder's first and next steps become two lean plans).
     outputs: the output names to keep (default all); what only the others need is dropped.
     precision: "fp32" (default: matches onnxruntime's fp32 within float rounding), "int8"/"w8a8"
-    (products whose weights are int8 in the model and that run on many rows also quantise
-    their activations per row: linear_w8a8), "w4a32" or "w4a8" (linear layers get group-wise
-    INT4 weights, quantised at compile time; ":g32"/":g128" picks the group) — the list and
-    the trade-offs: :mod:`nerve.precision`.
+    (every linear's weight int8, its activations quantised per row: linear_w8a8), "w4a32" or
+    "w4a8" (linear layers get group-wise INT4 weights, quantised at compile time; ":g32"/
+    ":g128" picks the group) — the list and the trade-offs: :mod:`nerve.precision`.
     layers: per-layer overrides {linear op name (as ``Session.ops()`` names it): "fp32" |
     "w4a32" | "w4a8"}: what :func:`nerve.quantize`'s policies produce.
     hessians: {linear layer name: Σ xᵀx over calibration inputs} (:class:`nerve.quant.LinearTaps`):

@@ -121,10 +121,16 @@ def test_dynamic_quantize_matmul_weight_runs_int8(tmp_path, rng):
     q, s, z = quant_weight(rng, K, N, np.uint8, False)
     m = make_model([h.make_node("DynamicQuantizeMatMul", ["x", "B", "Bs", "Bz"], ["y"], name="dqmm", domain=MS)],
                    [("x", T.FLOAT, [1, K])], [("y", T.FLOAT)], {"B": q, "Bs": s, "Bz": z})
-    sess = session(tmp_path, m, {}, precision="int8")
-    assert "linear_w8" in op_types(sess)
     x = rng.standard_normal((1, K)).astype(F32)
-    close(sess.run({"x": x})["y"], x.astype(np.float64) @ dequant(q, s, z), "int8 weight")
+    w = dequant(q, s, z)
+    sess = session(tmp_path, m, {})  # fp32 activations: the int8 weight widened in registers
+    assert "linear_w8" in op_types(sess)
+    close(sess.run({"x": x})["y"], x.astype(np.float64) @ w, "int8 weight")
+    sess = session(tmp_path, m, {}, precision="int8")  # int8 activations too, on one row as on many
+    assert "linear_w8a8" in op_types(sess)
+    step = np.abs(x).max() / 127  # each quantised activation is off by at most step/2
+    assert np.all(np.abs(sess.run({"x": x})["y"] - x.astype(np.float64) @ w)
+                  <= step / 2 * np.abs(w).sum(axis=0) + 1e-4 * (np.abs(x) @ np.abs(w) + 1))
 
 
 def test_matmul_integer_and_qlinear_matmul(tmp_path, rng):

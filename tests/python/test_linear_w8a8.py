@@ -1,7 +1,6 @@
 """int8 weights dequantised in the graph (W = Cast(q) * s + z, then MatMul) compile, with
-``NERVE_W8A8=1`` at compile time, to ``linear_w8a8`` when the layer runs on many rows (more
-than linear_w8 takes): each row of x is quantised to int8 on the fly and the product is done
-in int32.
+``NERVE_W8A8=1`` at compile time (or at precision "int8"), to ``linear_w8a8`` on any row
+count: each row of x is quantised to int8 on the fly and the product is done in int32.
 
 Two references:
   * numpy computing the same quantised math (the row's scale and the rounding in float32
@@ -141,10 +140,26 @@ def test_zero_rows_and_no_bias(tmp_path, rng):
     np.testing.assert_array_equal(got[0, 3], np.zeros(48, F32) + 0.0 * got[0, 3])  # z·0: exactly 0
 
 
-def test_off_by_default_and_few_rows_stay(tmp_path, rng, monkeypatch):
+def test_one_row_is_the_tiles_row_bit_for_bit(tmp_path, rng):
+    """A single row (a decode step) takes the kernel's sequential one-row pass; the same row
+    inside a block of rows takes the register tile. Integer sums are exact in any order, so
+    the two must agree bit for bit — at widths with and without a k tail and an output tail."""
+    for k, n in ((416, 1664), (97, 257), (13, 3)):
+        m, inits = matmul_model(rng, k, n, per_output=True)
+        sess = session(tmp_path, m, {"batch": 1, "seq": 9})
+        assert op_types(sess) == ["linear_w8a8"]
+        x = (rng.standard_normal((1, 9, k)) * rng.uniform(0.1, 10, (1, 9, 1))).astype(F32)
+        block = sess.run({"x": x})["y"]  # 8 rows through the tile, the 9th alone
+        for r in (0, 5, 8):
+            alone = sess.run({"x": np.ascontiguousarray(x[:, r:r + 1])})["y"]
+            np.testing.assert_array_equal(alone[0, 0], block[0, r])
+
+
+def test_off_by_default_and_any_row_count_when_on(tmp_path, rng, monkeypatch):
     m, inits = matmul_model(rng, 97, 65)
-    assert op_types(session(tmp_path, m, {"batch": 1, "seq": 16})) == ["linear_w8"]  # few rows: linear_w8
+    assert op_types(session(tmp_path, m, {"batch": 1, "seq": 1})) == ["linear_w8a8"]  # one row: w8a8 too
     monkeypatch.delenv("NERVE_W8A8")
+    assert op_types(session(tmp_path, m, {"batch": 1, "seq": 1})) == ["linear_w8"]  # fp32 activations: linear_w8
     assert op_types(session(tmp_path, m, {"batch": 1, "seq": 40})) == ["linear"]
     monkeypatch.setenv("NERVE_W8A8", "0")
     assert op_types(session(tmp_path, m, {"batch": 1, "seq": 40})) == ["linear"]

@@ -23,13 +23,16 @@ readers of the fp32 weight (a tied embedding's Gather) keep the fp32 constant.
 ``NERVE_W8=0`` in the environment at compile time turns the selection off (every such layer
 stays an fp32 linear; a cached plan compiled otherwise is reused unless NERVE_PLAN_CACHE=0).
 
-Int8 x int8 (select_linear_w8a8, opt-in with ``NERVE_W8A8=1`` at compile time): the same
-int8-folded linears on more rows than linear_w8 takes become ``linear_w8a8``, which quantises
-each row of x to int8 on the fly (per row, symmetric) and multiplies in int32 (VNNI on
-x86): ~3x the fp32 product's speed on the encoder shapes, at the cost of the activations'
-quantisation error (docs/ARCHITECTURE.md, "INT8 x INT8 linear (w8a8)"). Its weight is the
-packed blob the C op ``pack_w8a8`` writes, computed here once per weight. It runs before the
-layernorm fusion, so a layernorm in front of such a layer stays its own op.
+Int8 x int8 (select_linear_w8a8; precision "int8", or ``NERVE_W8A8=1`` at compile time at
+any precision): the same int8-folded linears, on any row count, become ``linear_w8a8``, which
+quantises each row of x to int8 on the fly (per row, symmetric) and multiplies in int32 (VNNI
+on x86): ~3x the fp32 product's speed on the encoder shapes, and on one row (a decode step)
+a single sequential pass over the packed weight, ~1.5x linear_w8's streaming rate; the cost
+is the activations' quantisation error (docs/ARCHITECTURE.md, "INT8 x INT8 linear (w8a8)").
+It runs before select_linear_w8, which takes what it leaves (layers kept fp32, widths past
+W8A8_MAX_K). Its weight is the packed blob the C op ``pack_w8a8`` writes, computed here once
+per weight. It runs before the layernorm fusion, so a layernorm in front of such a layer
+stays its own op.
 
 fp16 weights (select_linear_f16, precision "fp16"): every linear with a static fp32 weight
 becomes ``linear_f16`` over an IEEE half copy of it, widened in registers (half the bytes;
@@ -635,7 +638,7 @@ def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
     return changed
 
 
-def select_linear_w8a8(prog: Program, min_rows: int = W8_MAX_ROWS + 1, convs: Optional[bool] = None,
+def select_linear_w8a8(prog: Program, min_rows: int = 1, convs: Optional[bool] = None,
                        linears: bool = True, layers: Optional[Dict[str, str]] = None) -> bool:
     """linear with an int8-folded weight on >= min_rows rows -> linear_w8a8 (module docstring);
     with convs (default: unless w8a8_convs_mode() is "none"), a group-1 1-D conv with an
@@ -925,11 +928,11 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
                          group_size=group, method=method, layers=layers, hessians=hessians)
     if int8 or int8_layers:
         quantize_fp32_weights_w8(prog, linears=int8, convs=quantize_convs, layers=layers, hessians=hessians)
+    if int8_acts or int8_layers:  # before linear_w8: int8 activations on every row count
+        select_linear_w8a8(prog, convs=act_convs, linears=int8_acts, layers=layers)
     if w8_enabled():
         select_gather_q8(prog)
         select_linear_w8(prog)
-    if int8_acts or int8_layers:
-        select_linear_w8a8(prog, convs=act_convs, linears=int8_acts, layers=layers)
     fuse_sum_of_linears(prog)
     if scheme == "fp16":
         select_linear_f16(prog)
