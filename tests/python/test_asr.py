@@ -106,7 +106,7 @@ def test_transcripts_equal_the_onnxruntime_reference_decode(model, beckett):
     from nerve.asr.moonshine import MoonshineDecoder
     from nerve.asr.peers import OrtSteps
 
-    rec = Recognizer(partial_ms=0)
+    rec = Recognizer(partial_ms=0, precision="fp32")  # onnxruntime's arithmetic
     audio = np.concatenate([beckett, with_silence(say("Turn left ninety degrees, then stop."))])
     finals = rec.transcribe(audio, sample_rate=SR)
     assert len(finals) >= 3
@@ -463,14 +463,17 @@ def test_native_greedy_loop_equals_step_by_step(model, beckett):
 def test_int8_precision_is_faster_path_with_the_same_words(model, beckett):
     """precision="int8": the encoder's products take int8 activations (linear_w8a8), and so do
     the two convs the model's Arch names (conv_w8a8), the third staying fp32; on the real
-    recording the words are the same as fp32's."""
+    recording the words are the same as fp32's. The decode steps' products take int8
+    activations too."""
     rec8 = Recognizer(partial_ms=0, precision="int8")
     enc_ops = nerve.Session(rec8.model.encoder_plan).ops()
     types = [op["type"] for op in enc_ops]
     assert "linear_w8a8" in types and "linear" not in types
+    step_types = {op["type"] for op in nerve.Session(rec8.model.kept_plan).ops()}
+    assert "linear_w8a8" in step_types and not step_types & {"linear", "linear_w8"}, step_types
     conv_types = {name: op["type"] for op in enc_ops for name in ("/conv1/", "/conv2/", "/conv3/") if name in op["name"]}
     assert conv_types == {"/conv1/": "conv_w8a8", "/conv2/": "conv_w8a8", "/conv3/": "conv"}, conv_types
-    fp32 = Recognizer(partial_ms=0).transcribe(beckett, sample_rate=SR)
+    fp32 = Recognizer(partial_ms=0, precision="fp32").transcribe(beckett, sample_rate=SR)
     int8 = rec8.transcribe(beckett, sample_rate=SR)
     words = lambda evs: " ".join(e.text for e in evs).lower().replace(",", "").replace(".", "").split()  # noqa: E731
     assert words(int8) == words(fp32)
@@ -493,7 +496,7 @@ def test_w4_precision_on_the_real_recording(model, beckett):
     fp32_model = shared_model("moonshine-base")
     assert enc.memory_report()["weight_bytes"] * 3 < nerve.Session(fp32_model.encoder_plan).memory_report()["weight_bytes"]
     words = lambda evs: " ".join(e.text for e in evs).lower().replace(",", "").replace(".", "").split()  # noqa: E731
-    ref = words(Recognizer(partial_ms=0).transcribe(beckett, sample_rate=SR))
+    ref = words(Recognizer(partial_ms=0, precision="fp32").transcribe(beckett, sample_rate=SR))
     got = words(rec4.transcribe(beckett, sample_rate=SR))
     assert len(got) == len(ref) and sum(a != b for a, b in zip(got, ref)) <= 2, (got, ref)
 
