@@ -87,8 +87,9 @@ def _cmd_bench(args) -> int:
     if args.target == "asr":
         from .asr import bench as asr_bench
 
+        chosen = args.precision or ("int8" if args.int8 else None)
         result = asr_bench.run(args.audio, repeat=args.repeat or (1 if args.quick else 3),
-                               precision=args.precision or ("int8" if args.int8 else "fp32"), model=args.model)
+                               precisions=[chosen] if chosen else asr_bench.PRECISIONS, model=args.model)
         print(json.dumps(result, indent=2, default=str) if args.json else asr_bench.format_report(result))
         return 0
     if args.target == "quant":
@@ -255,9 +256,10 @@ def _parser() -> argparse.ArgumentParser:
                             "linear layers vs fp32 and onnxruntime's quantized MatMuls, 'robot' for the serial link's "
                             "round trip (clean and noisy) and speech final / 'stop' partial -> robot ack on loopback, "
                             "or an .onnx/.nrv model")
-    bench.add_argument("--int8", action="store_true", help="asr: nerve with precision='int8' (int8 activations too)")
+    bench.add_argument("--int8", action="store_true", help="asr: nerve at precision int8 only (= --precision int8)")
     bench.add_argument("--precision", default=None, metavar="P",
-                       help="asr: nerve's precision (fp32, fp16, int8, w4a32, w4a8[:gN][:gptq]; nerve.precision)")
+                       help="asr: nerve at this precision only (default: fp32 and int8 side by side; fp16, w4a32, "
+                            "w4a8[:gN][:gptq]; nerve.precision)")
     bench.add_argument("--model", default="moonshine-base", help="asr: moonshine-base (default) or moonshine-tiny")
     bench.add_argument("--audio", action="append", metavar="FILE.wav",
                        help="asr: a recording to use (default: the example WAVs and the model's own recording)")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import wave
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -460,6 +461,26 @@ def test_native_greedy_loop_equals_step_by_step(model, beckett):
         model.release(dec)
 
 
+def test_bench_asr_puts_both_precisions_beside_onnxruntime():
+    """`nerve bench asr`'s result: every recording timed at fp32 and int8 (same finals' words
+    on a clear command), onnxruntime on the fp32 segments, the RTF lines in the report."""
+    from nerve.asr import bench as asr_bench
+    from nerve.bench import example_audio_dir
+
+    wav = str(Path(example_audio_dir()) / "turn_left_ninety_degrees_16k_s16.wav")
+    r = asr_bench.run([wav], repeat=1, peers=("onnxruntime",))
+    assert r["precisions"] == ["fp32", "int8"]
+    (row,) = r["rows"]
+    for p in ("fp32", "int8"):
+        assert row["nerve"][p]["s"] > 0 and r["totals"]["nerve"][p] == row["nerve"][p]["s"]
+        assert r["stages_s"][p]["encoder"] > 0 and r["stages_s"][p]["decoder"] > 0
+    words = lambda text: text.lower().replace(",", "").replace(".", "").split()  # noqa: E731
+    assert words(row["nerve"]["fp32"]["text"]) == words(row["nerve"]["int8"]["text"]) == ["turn", "left", "ninety", "degrees"]
+    assert row["onnxruntime_text"] == row["nerve"]["fp32"]["text"]
+    report = asr_bench.format_report(r)
+    assert "nerve fp32 0.0" in report and "nerve int8 0.0" in report and "int8" in report.split("vs onnxruntime")[1]
+
+
 def test_int8_precision_is_faster_path_with_the_same_words(model, beckett):
     """precision="int8": the encoder's products take int8 activations (linear_w8a8), and so do
     the two convs the model's Arch names (conv_w8a8), the third staying fp32; on the real
@@ -513,9 +534,6 @@ def test_w4_gptq_keeps_the_fp32_accuracy(model, beckett):
     command phrases spoken by two espeak-ng voices (measured: fp32 0.36, W4 round-to-nearest
     0.48, GPTQ 0.33): GPTQ within 3 points of fp32's WER and no worse than round-to-nearest; on
     beckett.wav at most one word of twelve differs."""
-    import sys
-    from pathlib import Path
-
     from nerve.asr import calibrate
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

@@ -3,8 +3,10 @@
 For each recording (the example WAVs and the real recording shipped with the model by
 default): nerve's whole pipeline (resample -> VAD -> Moonshine on nerve, finals only), then on
 the very segments nerve's VAD found, the same Moonshine model and decode loop on onnxruntime,
-and PocketSphinx (its bundled English model) with a grammar over the command words. Times are
-medians over ``repeat`` passes; RTF = compute seconds / audio seconds, one thread.
+and PocketSphinx (its bundled English model) with a grammar over the command words. nerve runs
+at each of ``precisions`` (default fp32 — onnxruntime's arithmetic — and int8), their passes
+interleaved so drift of the machine hits both alike. Times are medians over ``repeat`` passes;
+RTF = compute seconds / audio seconds, one thread.
 """
 
 from __future__ import annotations
@@ -37,47 +39,64 @@ def default_audio() -> List[Path]:
     return files + [model_file("moonshine-base", "test-data/beckett.wav")]
 
 
+PRECISIONS = ("fp32", "int8")  # nerve's columns by default: onnxruntime's arithmetic, and the fast one
+
+
+def _nerve_pass(rec: Recognizer, samples: np.ndarray, rate: int):
+    """One pass of the whole pipeline over a recording: (seconds, finals, stage seconds, memory)."""
+    stream = rec.create_stream(sample_rate=rate)
+    before = dict(stream.decoder.seconds)
+    t0 = time.perf_counter()
+    events = stream.accept_waveform(samples) + stream.finish()
+    spent = time.perf_counter() - t0
+    stages = dict(stream.stage_seconds)
+    for k in ("encoder", "decoder"):
+        stages[k] = stream.decoder.seconds[k] - before[k]
+    memory = stream.memory_report()
+    stream.close()
+    return spent, [e for e in events if e.type == "final"], stages, memory
+
+
 def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[Sequence[str]] = None,
-        peers: Sequence[str] = ("onnxruntime", "pocketsphinx"), precision: str = "fp32",
+        peers: Sequence[str] = ("onnxruntime", "pocketsphinx"), precisions: Sequence[str] = PRECISIONS,
         model: str = "moonshine-base") -> Dict[str, object]:
+    """nerve at each of precisions (passes interleaved per recording), then the peers on the
+    segments the first precision's VAD cut."""
     from .peers import ort_decoder, pocketsphinx_recognize
 
     paths = [Path(f) for f in files] if files else default_audio()
-    rec = Recognizer(model=model, partial_ms=0, precision=precision)
-    model = rec.model
+    precisions = list(dict.fromkeys(precisions))
+    recs = {p: Recognizer(model=model, partial_ms=0, precision=p) for p in precisions}
+    first = recs[precisions[0]]
+    model = first.model
     rows = []
-    totals = {"audio_s": 0.0, "nerve": 0.0, "onnxruntime": 0.0, "pocketsphinx": 0.0}
-    stages = {"resample": 0.0, "vad": 0.0, "encoder": 0.0, "decoder": 0.0}
+    totals = {"audio_s": 0.0, "nerve": {p: 0.0 for p in precisions}, "onnxruntime": 0.0, "pocketsphinx": 0.0}
+    stages = {p: {"resample": 0.0, "vad": 0.0, "encoder": 0.0, "decoder": 0.0} for p in precisions}
     ort = ort_decoder(model) if "onnxruntime" in peers else None
-    rec.transcribe(np.zeros(SAMPLE_RATE, np.float32), sample_rate=SAMPLE_RATE)  # warm (load weights)
-    peak = {}
+    for rec in recs.values():
+        rec.transcribe(np.zeros(SAMPLE_RATE, np.float32), sample_rate=SAMPLE_RATE)  # warm (load weights)
+    peak: Dict[str, Dict[str, int]] = {p: {} for p in precisions}
     for path in paths:
         samples, rate = read_wav(str(path))
         audio_s = len(samples) / rate
-        runs, finals, stream_stages = [], None, None
+        runs = {p: [] for p in precisions}
+        finals, last_stages = {}, {}
         for _ in range(repeat):
-            stream = rec.create_stream(sample_rate=rate)
-            before = dict(stream.decoder.seconds)
-            t0 = time.perf_counter()
-            events = stream.accept_waveform(samples) + stream.finish()
-            runs.append(time.perf_counter() - t0)
-            finals = [e for e in events if e.type == "final"]
-            stream_stages = dict(stream.stage_seconds)
-            stream_stages["encoder"] = stream.decoder.seconds["encoder"] - before["encoder"]
-            stream_stages["decoder"] = stream.decoder.seconds["decoder"] - before["decoder"]
-            for k, v in stream.memory_report().items():
-                peak[k] = max(peak.get(k, 0), v)
-            stream.close()
-        t_nerve = statistics.median(runs)
+            for p, rec in recs.items():
+                spent, finals[p], last_stages[p], memory = _nerve_pass(rec, samples, rate)
+                runs[p].append(spent)
+                for k, v in memory.items():
+                    peak[p][k] = max(peak[p].get(k, 0), v)
         x16 = load_audio(samples, sample_rate=rate, target_rate=SAMPLE_RATE)
-        segments = [x16[round(e.start_s * SAMPLE_RATE):round(e.end_s * SAMPLE_RATE)] for e in finals]
-        row = {"file": path.name, "audio_s": round(audio_s, 2), "nerve_s": t_nerve,
-               "nerve_text": " | ".join(e.text for e in finals)}
+        segments = [x16[round(e.start_s * SAMPLE_RATE):round(e.end_s * SAMPLE_RATE)] for e in finals[precisions[0]]]
+        row = {"file": path.name, "audio_s": round(audio_s, 2),
+               "nerve": {p: {"s": statistics.median(runs[p]), "text": " | ".join(e.text for e in finals[p])}
+                         for p in precisions}}
         if ort is not None:
             t_ort, texts = [], []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                texts = [rec._text(ort.transcribe(seg).text) for seg in segments]
+                texts = [first._text(ort.transcribe(seg).text) for seg in segments]
                 t_ort.append(time.perf_counter() - t0)
             row["onnxruntime_s"] = statistics.median(t_ort)
             row["onnxruntime_text"] = " | ".join(texts)
@@ -95,39 +114,47 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
             except ImportError as exc:
                 row["pocketsphinx_text"] = f"(not run: {exc})"
         totals["audio_s"] += audio_s
-        totals["nerve"] += t_nerve
-        for k in stages:
-            stages[k] += stream_stages.get(k, 0.0)
+        for p in precisions:
+            totals["nerve"][p] += row["nerve"][p]["s"]
+            for k in stages[p]:
+                stages[p][k] += last_stages[p].get(k, 0.0)
         rows.append(row)
-    return {"machine": cpu_model(), "threads": 1, "model": model.name, "precision": precision, "repeat": repeat, "rows": rows, "totals": totals,
-            "stages_s": stages, "pool_peak_bytes": peak}
+    return {"machine": cpu_model(), "threads": 1, "model": model.name, "precisions": precisions, "repeat": repeat,
+            "rows": rows, "totals": totals, "stages_s": stages, "pool_peak_bytes": peak}
 
 
 def format_report(r: Dict[str, object]) -> str:
     t = r["totals"]
     audio = t["audio_s"] or 1.0
+    precisions = r["precisions"]
     lines = [f"nerve bench asr — {r['machine']}, 1 thread, {r.get('model', 'moonshine-base')}, "
-             f"nerve precision {r['precision']}, "
-             f"median of {r['repeat']}", ""]
-    head = f"{'file':28} {'audio s':>7} {'nerve ms':>9} {'ort ms':>8} {'sphinx ms':>9}"
-    lines.append(head)
+             f"median of {r['repeat']}; onnxruntime and pocketsphinx on the segments nerve {precisions[0]}'s VAD cut",
+             ""]
+    cols = [f"nerve {p} ms" for p in precisions] + ["ort ms", "sphinx ms"]
+    lines.append(f"{'file':28} {'audio s':>7} " + " ".join(f"{c:>{max(9, len(c))}}" for c in cols))
     for row in r["rows"]:
-        lines.append(f"{row['file'][:28]:28} {row['audio_s']:7.2f} {row['nerve_s'] * 1e3:9.1f} "
-                     f"{row.get('onnxruntime_s', float('nan')) * 1e3:8.1f} "
-                     f"{row.get('pocketsphinx_s', float('nan')) * 1e3:9.1f}")
+        vals = [row["nerve"][p]["s"] for p in precisions] + [row.get("onnxruntime_s", float("nan")),
+                                                             row.get("pocketsphinx_s", float("nan"))]
+        lines.append(f"{row['file'][:28]:28} {row['audio_s']:7.2f} "
+                     + " ".join(f"{v * 1e3:{max(9, len(c))}.1f}" for v, c in zip(vals, cols)))
     lines.append("")
-    lines.append(f"RTF  nerve {t['nerve'] / audio:.4f}   onnxruntime (same model, same segments, decode only) "
-                 f"{t['onnxruntime'] / audio:.4f}   pocketsphinx {t['pocketsphinx'] / audio:.4f}")
+    lines.append("RTF  " + "   ".join(f"nerve {p} {t['nerve'][p] / audio:.4f}" for p in precisions)
+                 + f"   onnxruntime (same model, same segments, decode only) {t['onnxruntime'] / audio:.4f}"
+                 f"   pocketsphinx {t['pocketsphinx'] / audio:.4f}")
     if t["onnxruntime"]:
-        lines.append(f"nerve whole pipeline vs onnxruntime model+decode: {t['onnxruntime'] / t['nerve']:.2f}x faster")
-    st = r["stages_s"]
-    lines.append("stages (s, last pass): " + ", ".join(f"{k} {v:.3f}" for k, v in st.items()))
-    lines.append("stream memory (bytes): " + ", ".join(f"{k} {v}" for k, v in sorted(r["pool_peak_bytes"].items()))
-                 + " (weights are shared by every stream of the model)")
+        lines.append("nerve whole pipeline vs onnxruntime model+decode: "
+                     + ", ".join(f"{p} {t['onnxruntime'] / t['nerve'][p]:.2f}x faster" for p in precisions))
+    for p in precisions:
+        lines.append(f"stages {p} (s, last pass): " + ", ".join(f"{k} {v:.3f}" for k, v in r["stages_s"][p].items()))
+    for p in precisions:
+        lines.append(f"stream memory {p} (bytes): "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(r["pool_peak_bytes"][p].items())))
+    lines.append("(weights are shared by every stream of a model)")
     lines.append("")
     for row in r["rows"]:
         lines.append(f"{row['file']}:")
-        lines.append(f"  nerve        {row['nerve_text']}")
+        for p in precisions:
+            lines.append(f"  {'nerve ' + p:13}{row['nerve'][p]['text']}")
         if "onnxruntime_text" in row:
             lines.append(f"  onnxruntime  {row['onnxruntime_text']}")
         if "pocketsphinx_text" in row:
