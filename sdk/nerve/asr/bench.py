@@ -149,7 +149,8 @@ def format_report(r: Dict[str, object]) -> str:
     for p in precisions:
         lines.append(f"stream memory {p} (bytes): "
                      + ", ".join(f"{k} {v}" for k, v in sorted(r["pool_peak_bytes"][p].items())))
-    lines.append("(weights are shared by every stream of a model)")
+    lines.append("(weights_used sums the stream's plans, counting a weight shared by two plans in each; the "
+                 "process holds one copy, shared by every stream of a model)")
     lines.append("")
     for row in r["rows"]:
         lines.append(f"{row['file']}:")
