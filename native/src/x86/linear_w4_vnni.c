@@ -131,11 +131,14 @@ static inline __attribute__((always_inline)) void w4a8_tile(const int NO, const 
     for (int j = 0; j < NO; j++) {
         rows[j] = (const uint8_t *)w->q + (o0 + j) * rb;
         sc[j] = w->scales + (o0 + j) * ng;
-        /* the rows W4_PF_TILES tiles ahead are prefetched as these are read: a GEMV streams the
-         * weight once, and NO interleaved row streams are more than the hardware prefetcher
-         * follows on its own (cold 4096 x 4096 GEMV: 0.97 -> 0.78 ms) */
+        /* with several rows of x, NO interleaved weight rows are more streams than the hardware
+         * prefetcher follows on its own: the rows W4_PF_TILES tiles ahead are prefetched as these
+         * are read. One row of x (a GEMV) takes one weight row at a time, a single sequential
+         * stream the hardware follows best alone (cold 4096 x 4096 g64 packed: 4 rows
+         * interleaved + prefetch 0.78 ms, 1 row + prefetch 0.66, 1 row alone 0.56; unpacked
+         * 1.25 -> 0.63) */
         const int64_t pf = o0 + j + (int64_t)NO * W4_PF_TILES;
-        ahead[j] = pf < w->out ? (const uint8_t *)w->q + pf * rb : NULL;
+        ahead[j] = pf < w->out && NO > 1 ? (const uint8_t *)w->q + pf * rb : NULL;
     }
     __m512 tot[4][W4_MR];
     for (int j = 0; j < NO; j++)
@@ -213,7 +216,6 @@ static inline __attribute__((always_inline)) void w4a8_tile(const int NO, const 
                                                             int64_t o0, const float *b, float *y, int64_t ldy) {  \
         w4a8_tile(NO_, R_, xq, off, sx, xs, K, w, o0, b, y, ldy);                                                 \
     }
-W4_TILE(4, 1)
 W4_TILE(2, 2)
 W4_TILE(1, 1)
 W4_TILE(1, 2)
@@ -226,10 +228,11 @@ typedef void (*tile_fn)(const int8_t *, const int32_t *, const float *, const fl
 
 void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                           int64_t ldy) {
-    /* per row count: the widest tile (outputs at once) and the one-output tile */
-    static const tile_fn wide[W4_MR + 1] = {NULL, tile_4_1, tile_2_2, tile_1_3, tile_1_4};
+    /* per row count: the widest tile (outputs at once) and the one-output tile; one row takes
+     * one output at a time (the weight read as one stream, above) */
+    static const tile_fn wide[W4_MR + 1] = {NULL, tile_1_1, tile_2_2, tile_1_3, tile_1_4};
     static const tile_fn one[W4_MR + 1] = {NULL, tile_1_1, tile_1_2, tile_1_3, tile_1_4};
-    static const int wide_no[W4_MR + 1] = {0, 4, 2, 1, 1};
+    static const int wide_no[W4_MR + 1] = {0, 1, 2, 1, 1};
     const int64_t K = w->in, G = w->group, ng = K / G, N = w->out;
     _Alignas(64) int8_t xq[W4_XQ_BYTES];
     _Alignas(64) int32_t off[W4_XQ_BYTES / 4];
