@@ -7,22 +7,30 @@
  * signed xq, four products per int32 lane, exactly: Σ xq·(q - zero) = Σ xq·u - 8·XS_g -
  * zero·XS_g, the middle term taken out per lane, the last per group (below).
  *
- * Lane order. A chunk of 64 weights is loaded as 32 packed bytes [block a | block b]; the
- * zmm [bytes & 15 | bytes >> 4] then holds, per 128-bit lane: a's k0..15, b's k0..15, a's
- * k16..31, b's k16..31. The quantised row is stored in that same order (per chunk: x[0..15],
- * x[32..47], x[16..31], x[48..63]), so no shuffle is needed on the weights. The unpacked
- * layout loads 64 int8 in natural order and swaps lanes 1 and 2 (vshufi64x2) and adds 8:
- * the same bytes in the same lanes, hence bit-identical sums. A trailing single block (in ≡
- * 32 mod 64, group 32 only) runs on a ymm in natural order.
+ * Lane order. The weight is walked in quads of 128 (four 32-weight blocks a, b, c, d). A
+ * packed quad is 64 bytes, block j in 128-bit lane j; its low nibbles are then, lane by lane,
+ * a's k0..15, b's k0..15, c's, d's, and its high nibbles the blocks' k16..31: one load, one
+ * AND and one shift+AND give 128 unsigned weights u = q + 8 (0..15) in two zmm, and two
+ * vpdpbusd against the quantised row stored in that same order (per quad: x[a0..15],
+ * x[b0..15], x[c0..15], x[d0..15], then the k16..31 halves) leave int32 lane l holding block
+ * l/4's sums. The unpacked layout loads the quad's 128 int8 in two zmm and gathers the same
+ * 128-bit lanes with two vshufi64x2, adding 8: the same bytes in the same lanes, hence
+ * bit-identical sums. A partial last quad (K ≡ 32, 64 or 96 mod 128) is loaded masked; the
+ * row's missing positions are 0, so the missing weights add nothing.
  *
- * The offset: each row also keeps, per chunk, the 16 lane offsets -8·Σ(the lane's 4 xq), and
- * every chunk's vpdpbusd starts from them instead of 0, so the int32 lanes hold Σ xq·q
+ * The offset: each row also keeps, per quad, the 16 lane offsets -8·Σ(the lane's 8 xq), and
+ * every quad's first vpdpbusd starts from them instead of 0, so the int32 lanes hold Σ xq·q
  * exactly; only a zero point leaves a per-group term, Σ_g scale_g·zero_g·XS_g.
  *
- * Scales: with group 32 a chunk spans two groups (lanes 0-3, 8-11: a; 4-7, 12-15: b), whose
- * fp16 scales are widened and spread over those lanes with one vpermps; groups of 64 and 128
- * take a broadcast (128: two chunks summed in int32 first). Per output and row:
- *   y = sx·(Σ_lanes Σ_chunks scale·float(acc) - Σ_g scale_g·zero_g·XS_g) + b,
+ * Scales: a quad's lane l belongs to group (128·quad + 32·(l/4)) / G — four groups of 32, two
+ * of 64 or one of 128 — so one vpermps of a span's widened fp16 scales (512 weights) gives the
+ * quad's scale vector, and each quad costs one cvt and one FMA per row, the even and odd
+ * quads in two FMA chains. Against the 64-weight chunks this kernel used before (a 32-byte
+ * load, a shift, an insert and an AND, a cvt and an FMA per 64 weights, one chain), one row
+ * of x, g64 packed, Zen 4, alternating runs: 256 x 4096 in L2 29 -> 22-23 us; 4096 x 4096
+ * from memory 0.55-0.60 -> 0.48-0.53 ms.
+ * Per output and row:
+ *   y = sx·(Σ_lanes Σ_quads scale·float(acc) - Σ_g scale_g·zero_g·XS_g) + b,
  * the lanes of four outputs reduced together in one order for every output (reduce4),
  * every sum in a fixed order, so an output depends only on its row and its weight row.
  */
@@ -39,37 +47,38 @@ static inline __m512 abs_ps(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
 }
 
-/* Quantises row x (K floats, K a multiple of 32) into xq in the chunk order above, the group
- * sums into xs[K / G], and per chunk the 16 int32 lane offsets off = -8·Σ (the lane's 4 xq)
- * (a trailing block: 8 lanes), which start each chunk's vpdpbusd so that it sums xq·(u - 8)
- * = xq·q directly; returns sx. */
+/* Where x[k] goes in the quantised row: within its quad of 128, the blocks' first halves
+ * (k mod 32 < 16) in block order, then their second halves (the lane order above). */
+static inline int64_t quad_pos(int64_t k) {
+    const int64_t r = k % 128;
+    return k - r + (r % 32) / 16 * 64 + r / 32 * 16 + r % 16;
+}
+
+/* Quantises row x (K floats, K a multiple of 32) into xq (Kq = K rounded up to 128 bytes) in
+ * the quad order above, the group sums into xs[K / G], and per quad the 16 int32 lane offsets
+ * off = -8·Σ (the lane's 8 xq), which start each quad's vpdpbusd so that it sums xq·(u - 8) =
+ * xq·q directly; returns sx. */
 static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, float *xs, int32_t *off) {
     __m512 m = _mm512_setzero_ps();
     for (int64_t p = 0; p < K; p += 16) m = _mm512_max_ps(abs_ps(_mm512_loadu_ps(x + p)), m);
     float inv, sx;
     nrv_w8a8_row_scale(_mm512_reduce_max_ps(m), &inv, &sx);
     const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
-    static const int slot[4] = {0, 2, 1, 3}; /* 16-value piece -> position within its chunk */
-    const int64_t full = K / 64 * 64;
+    const int64_t nq = (K + 127) / 128;
+    if (K % 128) memset(xq + (nq - 1) * 128, 0, 128); /* a partial quad's missing positions */
     for (int64_t g = 0; g < K / G; g++) xs[g] = 0.0f;
     for (int64_t p = 0; p < K; p += 16) {
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + p), vinv);
         v = _mm512_max_ps(_mm512_min_ps(v, hi), lo); /* NaN -> 127, as the reference */
         const __m512i qi = _mm512_cvtps_epi32(v);
-        const int64_t dst = p < full ? p / 64 * 64 + slot[(p / 16) % 4] * 16 : p;
-        _mm_storeu_si128((__m128i *)(xq + dst), _mm512_cvtepi32_epi8(qi));
+        _mm_storeu_si128((__m128i *)(xq + quad_pos(p)), _mm512_cvtepi32_epi8(qi));
         xs[p / G] += (float)_mm512_reduce_add_epi32(qi); /* exact: |sum| <= 127·128 */
     }
     const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t c = 0; c < K / 64; c++) {
-        const __m512i lane = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(xq + 64 * c));
-        _mm512_storeu_si512(off + 16 * c, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(lane, 3)));
-    }
-    if (K % 64) {
-        const __m256i lane = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
-                                                 _mm256_loadu_si256((const __m256i *)(xq + K - 32)));
-        _mm256_storeu_si256((__m256i *)(off + 16 * (K / 64)),
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(lane, 3)));
+    for (int64_t q = 0; q < nq; q++) {
+        __m512i lane = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(xq + 128 * q));
+        lane = _mm512_dpbusd_epi32(lane, ones, _mm512_loadu_si512(xq + 128 * q + 64));
+        _mm512_storeu_si512(off + 16 * q, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(lane, 3)));
     }
     return sx;
 }
@@ -86,45 +95,52 @@ static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* The 64 weight bytes (0..15) of chunk c (k = 64c..64c+63) of a weight row, in lane order. */
-static inline __m512i chunk_u8(const uint8_t *row, int packed, int64_t c) {
-    if (packed) { /* the 32 bytes in both halves, the upper half shifted right by 4 */
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(row + 32 * c));
-        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-        return _mm512_and_si512(both, _mm512_set1_epi8(15));
-    }
-    const __m512i v = _mm512_loadu_si512((const void *)(row + 64 * c));
-    return _mm512_add_epi8(_mm512_shuffle_i64x2(v, v, 0xD8), _mm512_set1_epi8(8));
-}
-
-/* The trailing block (k = K-32..K-1) as 32 bytes in natural order. */
-static inline __m256i tail_u8(const uint8_t *row, int packed, int64_t K) {
+/* The 128 weights (u = q + 8, 0..15) of quad Q of a weight row in lane order: the blocks'
+ * first halves (returned) and second halves (*hi). nb < 4: a partial last quad of nb blocks,
+ * loaded masked (nothing past the row is read). */
+static inline __m512i quad_u8(const uint8_t *row, int packed, int64_t Q, int nb, __m512i *hi) {
+    const __m512i nib = _mm512_set1_epi8(15);
     if (packed) {
-        const __m128i v = _mm_loadu_si128((const __m128i *)(row + (K - 32) / 2));
-        const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
-        return _mm256_and_si256(both, _mm256_set1_epi8(15));
+        const uint8_t *p = row + 64 * Q;
+        const __m512i v = nb == 4 ? _mm512_loadu_si512((const void *)p)
+                                  : _mm512_maskz_loadu_epi8(((__mmask64)1 << (16 * nb)) - 1, p);
+        *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        return _mm512_and_si512(v, nib);
     }
-    return _mm256_add_epi8(_mm256_loadu_si256((const __m256i *)(row + K - 32)), _mm256_set1_epi8(8));
+    const uint8_t *p = row + 128 * Q;
+    __m512i v0, v1;
+    if (nb == 4) {
+        v0 = _mm512_loadu_si512((const void *)p);
+        v1 = _mm512_loadu_si512((const void *)(p + 64));
+    } else { /* 32·nb bytes: nb = 1 -> half of v0; 2 -> v0; 3 -> v0 and half of v1 */
+        v0 = _mm512_maskz_loadu_epi8(nb >= 2 ? ~(__mmask64)0 : ((__mmask64)1 << 32) - 1, p);
+        v1 = _mm512_maskz_loadu_epi8(nb == 3 ? ((__mmask64)1 << 32) - 1 : 0, p + 64);
+    }
+    const __m512i eight = _mm512_set1_epi8(8);
+    *hi = _mm512_add_epi8(_mm512_shuffle_i64x2(v0, v1, 0xDD), eight);
+    return _mm512_add_epi8(_mm512_shuffle_i64x2(v0, v1, 0x88), eight);
 }
 
-/* Chunks are walked in spans of 8 (512 weights); a span's scales (16, 8 or 4 groups) are
- * widened once into a zmm and each chunk's scale vector is one vpermps of it: lane l of
- * chunk c takes group (64c + 16·slot(l) ... ) / G, i.e. for group 32 groups 2c (lanes 0-3,
- * 8-11) and 2c + 1 (lanes 4-7, 12-15), for 64 group c, for 128 group c / 2. */
-static inline __m512i scale_index(int64_t G, int c) {
-    if (G == 32) return _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
-                                         _mm512_set1_epi32(2 * c));
-    return _mm512_set1_epi32(G == 64 ? c : c / 2);
+/* Quads are walked in spans of 4 (512 weights); a span's scales (16, 8 or 4 groups) are
+ * widened once into a zmm and each quad's scale vector is one vpermps of it: lane l of quad q
+ * takes group (128q + 32·(l/4)) / G of the span: 4q + l/4 (G 32), 2q + l/8 (64), q (128). */
+static inline __m512i scale_index(int64_t G, int q) {
+    if (G == 32) return _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                         _mm512_set1_epi32(4 * q));
+    if (G == 64) return _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                         _mm512_set1_epi32(2 * q));
+    return _mm512_set1_epi32(q);
 }
 
-/* NO outputs from o0 x R rows (quantised rows xq and lane offsets off, row stride K bytes /
- * K/4 ints; sx, xs per row). */
+/* NO outputs from o0 x R rows (quantised rows xq and lane offsets off, row stride Kq bytes /
+ * Kq/8 ints; sx, xs per row). */
 static inline __attribute__((always_inline)) void w4a8_tile(const int NO, const int R, const int8_t *xq,
                                                             const int32_t *off, const float *sx, const float *xs,
                                                             int64_t K, const nrv_w4_weight *w, int64_t o0,
                                                             const float *b, float *y, int64_t ldy) {
-    const int64_t G = w->group, ng = K / G, nc = K / 64, rb = nrv_w4_row_bytes(w), gspan = 512 / G;
-    const int64_t ko = K / 4; /* ints of lane offsets per row */
+    const int64_t G = w->group, ng = K / G, nq = (K + 127) / 128, Kq = nq * 128, rb = nrv_w4_row_bytes(w);
+    const int64_t gspan = 512 / G, ko = Kq / 8; /* groups per span; ints of lane offsets per row */
+    const int last_nb = K % 128 ? (int)(K % 128 / 32) : 4;
     const int packed = w->layout == NRV_W4_PACKED;
     const uint8_t *rows[4], *ahead[4];
     const uint16_t *sc[4];
@@ -134,74 +150,68 @@ static inline __attribute__((always_inline)) void w4a8_tile(const int NO, const 
         /* with several rows of x, NO interleaved weight rows are more streams than the hardware
          * prefetcher follows on its own: the rows W4_PF_TILES tiles ahead are prefetched as these
          * are read. One row of x (a GEMV) takes one weight row at a time, a single sequential
-         * stream the hardware follows best alone (cold 4096 x 4096 g64 packed: 4 rows
-         * interleaved + prefetch 0.78 ms, 1 row + prefetch 0.66, 1 row alone 0.56; unpacked
-         * 1.25 -> 0.63) */
+         * stream the hardware follows best alone (cold 4096 x 4096 g64 packed, 64-weight chunks:
+         * 4 rows interleaved + prefetch 0.78 ms, 1 row + prefetch 0.66, 1 row alone 0.56) */
         const int64_t pf = o0 + j + (int64_t)NO * W4_PF_TILES;
         ahead[j] = pf < w->out && NO > 1 ? (const uint8_t *)w->q + pf * rb : NULL;
     }
-    __m512 tot[4][W4_MR];
+    __m512 tot[4][W4_MR][2]; /* even and odd quads: two FMA chains per output and row */
     for (int j = 0; j < NO; j++)
-        for (int r = 0; r < R; r++) tot[j][r] = _mm512_setzero_ps();
-    for (int64_t c0 = 0; c0 < nc; c0 += 8) {
-        const int64_t g0 = c0 * 64 / G, left = ng - g0 < gspan ? ng - g0 : gspan;
+        for (int r = 0; r < R; r++) tot[j][r][0] = tot[j][r][1] = _mm512_setzero_ps();
+    for (int64_t q0 = 0; q0 < nq; q0 += 4) {
+        const int64_t g0 = q0 * 128 / G, left = ng - g0 < gspan ? ng - g0 : gspan;
         const __mmask16 m = (__mmask16)((1u << left) - 1);
         __m512 S[4];
         for (int j = 0; j < NO; j++) S[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc[j] + g0));
-        const int span = (int)(nc - c0 < 8 ? nc - c0 : 8);
-        for (int c = 0; c < span; c += (G == 128 ? 2 : 1)) {
-            const __m512i idx = scale_index(G, c);
-            const int two = G == 128 && c + 1 < span;
-            const int64_t cc = c0 + c;
+        const int span = (int)(nq - q0 < 4 ? nq - q0 : 4);
+#pragma GCC unroll 4
+        for (int q = 0; q < span; q++) {
+            const int64_t Q = q0 + q;
+            const int nb = Q == nq - 1 ? last_nb : 4;
+            const __m512i idx = scale_index(G, q);
             for (int j = 0; j < NO; j++) {
-                if (ahead[j]) _mm_prefetch((const char *)ahead[j] + (packed ? 32 : 64) * cc, _MM_HINT_T0);
-                const __m512i u = chunk_u8(rows[j], packed, cc);
-                __m512i acc[W4_MR];
-                for (int r = 0; r < R; r++)
-                    acc[r] = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)(off + r * ko + 16 * cc)), u,
-                                                 _mm512_loadu_si512((const void *)(xq + r * K + 64 * cc)));
-                if (two) {
-                    const __m512i u2 = chunk_u8(rows[j], packed, cc + 1);
-                    for (int r = 0; r < R; r++) {
-                        acc[r] = _mm512_dpbusd_epi32(acc[r], u2,
-                                                     _mm512_loadu_si512((const void *)(xq + r * K + 64 * (cc + 1))));
-                        acc[r] = _mm512_add_epi32(acc[r], _mm512_loadu_si512((const void *)(off + r * ko + 16 * (cc + 1))));
-                    }
+                if (ahead[j]) {
+                    const char *a = (const char *)ahead[j] + (packed ? 64 : 128) * Q;
+                    _mm_prefetch(a, _MM_HINT_T0);
+                    if (!packed) _mm_prefetch(a + 64, _MM_HINT_T0);
                 }
+                __m512i uh;
+                const __m512i ul = quad_u8(rows[j], packed, Q, nb, &uh);
                 const __m512 sv = _mm512_permutexvar_ps(idx, S[j]);
-                for (int r = 0; r < R; r++) tot[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), sv, tot[j][r]);
+                for (int r = 0; r < R; r++) {
+                    const int8_t *xr = xq + r * Kq + 128 * Q;
+                    __m512i acc = _mm512_loadu_si512((const void *)(off + r * ko + 16 * Q));
+                    acc = _mm512_dpbusd_epi32(acc, ul, _mm512_loadu_si512((const void *)xr));
+                    acc = _mm512_dpbusd_epi32(acc, uh, _mm512_loadu_si512((const void *)(xr + 64)));
+                    const __m512 v = _mm512_cvtepi32_ps(acc);
+                    /* even and odd quads in two chains (constant indices: registers) */
+                    if (q & 1) tot[j][r][1] = _mm512_fmadd_ps(v, sv, tot[j][r][1]);
+                    else tot[j][r][0] = _mm512_fmadd_ps(v, sv, tot[j][r][0]);
+                }
             }
         }
     }
     __m512 corr[4][W4_MR];
     for (int j = 0; j < NO; j++) {
         const uint16_t *scj = sc[j];
-        if (K % 64) { /* one trailing block of 32 (group 32) */
-            const __m256i u = tail_u8(rows[j], packed, K);
-            const __m256 sv = _mm256_set1_ps(_cvtsh_ss(scj[ng - 1]));
-            for (int r = 0; r < R; r++) {
-                const __m256i a = _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i *)(off + r * ko + 16 * nc)), u,
-                                                      _mm256_loadu_si256((const __m256i *)(xq + r * K + K - 32)));
-                tot[j][r] = _mm512_add_ps(tot[j][r], _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(a), sv)));
-            }
-        }
         /* the zero-point term Σ_g scale_g·zero_g·XS_g, 16 groups at a time */
         for (int r = 0; r < R; r++) corr[j][r] = _mm512_setzero_ps();
         if (w->zero)
             for (int64_t g = 0; g < ng; g += 16) {
-                const __mmask16 m = ng - g >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g)) - 1);
-                const __m512 so = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scj + g)),
+                const __mmask16 mz = ng - g >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g)) - 1);
+                const __m512 so = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mz, scj + g)),
                                                 _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                                    _mm_maskz_loadu_epi8(m, w->zero + (o0 + j) * ng + g))));
+                                                    _mm_maskz_loadu_epi8(mz, w->zero + (o0 + j) * ng + g))));
                 for (int r = 0; r < R; r++)
-                    corr[j][r] = _mm512_fmadd_ps(so, _mm512_maskz_loadu_ps(m, xs + r * ng + g), corr[j][r]);
+                    corr[j][r] = _mm512_fmadd_ps(so, _mm512_maskz_loadu_ps(mz, xs + r * ng + g), corr[j][r]);
             }
     }
     const __m512 zero = _mm512_setzero_ps();
     for (int r = 0; r < R; r++) {
         float t[4], z[4];
-        _mm_storeu_ps(t, reduce4(tot[0][r], NO > 1 ? tot[1][r] : zero, NO > 2 ? tot[2][r] : zero,
-                                 NO > 3 ? tot[3][r] : zero));
+        __m512 sum[4];
+        for (int j = 0; j < NO; j++) sum[j] = _mm512_add_ps(tot[j][r][0], tot[j][r][1]);
+        _mm_storeu_ps(t, reduce4(sum[0], NO > 1 ? sum[1] : zero, NO > 2 ? sum[2] : zero, NO > 3 ? sum[3] : zero));
         if (w->zero)
             _mm_storeu_ps(z, reduce4(corr[0][r], NO > 1 ? corr[1][r] : zero, NO > 2 ? corr[2][r] : zero,
                                      NO > 3 ? corr[3][r] : zero));
@@ -237,12 +247,13 @@ void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, 
     _Alignas(64) int8_t xq[W4_XQ_BYTES];
     _Alignas(64) int32_t off[W4_XQ_BYTES / 4];
     float sx[W4_MR], xs[W4_MR * (NRV_W4_MAX_IN / 32)];
-    int64_t mr = W4_XQ_BYTES / K;
+    const int64_t Kq = (K + 127) / 128 * 128; /* bytes of a quantised row (whole quads) */
+    int64_t mr = W4_XQ_BYTES / Kq;
     if (mr > W4_MR) mr = W4_MR;
     for (int64_t r0 = 0; r0 < rows; r0 += mr) {
         const int R = (int)(rows - r0 < mr ? rows - r0 : mr), NO = wide_no[R];
         for (int r = 0; r < R; r++)
-            sx[r] = quantise_row(x + (r0 + r) * K, K, G, xq + r * K, xs + r * ng, off + r * (K / 4));
+            sx[r] = quantise_row(x + (r0 + r) * K, K, G, xq + r * Kq, xs + r * ng, off + r * (Kq / 8));
         int64_t o = 0;
         for (; o + NO <= N; o += NO) wide[R](xq, off, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
         for (; o < N; o++) one[R](xq, off, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
