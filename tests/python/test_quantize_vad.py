@@ -7,11 +7,11 @@ Calibration: the example WAVs (festival and flite voices) and four espeak-ng voi
 other sentences, with silent and noisy gaps. The auto policy scores each layer alone: the
 convolutions' per-position int8 activations cost the most (one alone moves probabilities by
 up to 0.57) and stay fp32 within the 0.6 budget; the LSTM's two products take int8 weights
-from GPTQ on the calibration Hessians (at one row per chunk their activations stay fp32:
-linear_w8).
+from GPTQ on the calibration Hessians and int8 activations (linear_w8a8, one row per chunk).
 
-Measured (2026-12-04): decisions equal on 99.9-100% of chunks, p99 |Δp| 0.005-0.007, max
-|Δp| 0.015-0.031 depending on the calibration set. The issue's goal of max |Δp| <= 0.02 is
+Measured (2026-12-04): decisions equal on 99.9-100% of chunks, p99 |Δp| 0.005-0.007 with the
+products' activations fp32 (linear_w8, as the compiler ran one-row products then) and 0.010
+with them int8, max |Δp| 0.015-0.031 depending on the calibration set. The issue's goal of max |Δp| <= 0.02 is
 not met on real recordings; the bounds below are the measured ones with a margin, the
 decision rate is the issue's."""
 
@@ -110,5 +110,5 @@ def test_w8a8_vad_keeps_its_decisions(quantized):
     same = float(np.mean((p8 > 0.5) == (p32 > 0.5)))
     print(f"{len(p32)} chunks: max |Δp| {diff.max():.4f}, p99 {np.percentile(diff, 99):.4f}, decisions {same:.4f}")
     assert same >= 0.99                              # the issue's decision goal
-    assert np.percentile(diff, 99) <= 0.012          # measured 0.005-0.007
+    assert np.percentile(diff, 99) <= 0.012          # measured 0.010 (0.005-0.007 with fp32 activations)
     assert diff.max() <= 0.05                        # measured 0.015-0.031 (the issue asks 0.02: not met)
