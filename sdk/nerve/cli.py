@@ -8,7 +8,7 @@
     nerve bench robot [--repeat N] [--quick] [--json] serial link round trip, speech final / "stop" -> robot ack
     nerve bench MODEL [--vs onnxruntime] [--dim NAME=N] [--input NAME=x.npy] [--threads N] [--json]
                                                  one model's latency (median, p99), next to a peer
-    nerve quantize MODEL --out PLAN.nrv [--scheme w8a8|w4a8|w4a32] [--calib DIR_OR_NPZ] [--policy auto|all]
+    nerve quantize MODEL --out PLAN.nrv [--scheme w8a8|w8a32|w4a8|w4a32] [--calib DIR_OR_NPZ] [--policy auto|all]
                                                  INT4 linears, sensitivity-driven; prints the choices
     nerve plan MODEL [--dim NAME=N] [--save out.nrv]  the compiled plan: fused ops, kernels, arena
     nerve run MODEL --input NAME=x.npy ... [--output out.npz]   run a model on .npy inputs
@@ -285,8 +285,9 @@ def _parser() -> argparse.ArgumentParser:
     qz = commands.add_parser("quantize", help="quantize a model's layers (INT8 weights and activations, or INT4 "
                              "weights) and write the plan")
     qz.add_argument("model", metavar="MODEL")
-    qz.add_argument("--scheme", default="w8a8", choices=["w8a8", "w4a8", "w4a32"],
-                    help="w8a8 (default): linears and 1-D convs, GPTQ weights with --calib; w4a8/w4a32: linears, W4")
+    qz.add_argument("--scheme", default="w8a8", choices=["w8a8", "w8a32", "w4a8", "w4a32"],
+                    help="w8a8 (default): linears and 1-D convs, int8 activations, GPTQ weights with --calib; "
+                         "w8a32: linears, int8 weights, fp32 activations; w4a8/w4a32: linears, W4")
     qz.add_argument("--calib", metavar="DIR_OR_NPZ", help="held-out feeds: an .npz (leading sample axis) or a "
                     "folder of .npz files (needed by --policy auto)")
     qz.add_argument("--out", required=True, metavar="PLAN.nrv")

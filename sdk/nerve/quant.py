@@ -481,13 +481,14 @@ def _w8_bytes(fp32_bytes: int, out_channels: int) -> int:
     return fp32_bytes // 4 + 4 * out_channels  # int8 codes and an fp32 scale per output channel
 
 
-SCHEMES = ("w8a8", "w4a8", "w4a32")
+SCHEMES = ("w8a8", "w8a32", "w4a8", "w4a32")
 _W8_OPS = ("linear_w8", "linear_w8a8", "conv_w8a8")
 
 
 def _layers_of(model, scheme: str, precision: str, kw: dict) -> Dict[str, tuple]:
     """{layer name: (fp32 weight bytes, output channels)} of the layers scheme can take, as the
-    compiler names them: W4 linears; for w8a8 the linears and the group-1 1-D convs."""
+    compiler names them: W4 linears; for w8a8 the linears and the group-1 1-D convs; for w8a32
+    the linears (there is no fp32-activation int8 conv)."""
     from pathlib import Path
 
     from .compiler import compile_program
@@ -497,12 +498,14 @@ def _layers_of(model, scheme: str, precision: str, kw: dict) -> Dict[str, tuple]
     onnx_bytes = load_ort(raw).SerializeToString() if raw[4:8] == b"ORTM" else raw
     prog = compile_program(onnx_bytes, Path(model).parent, kw["dims"], kw["state"], True, kw["constants"],
                            kw["outputs"], "int8:convs" if scheme == "w8a8" else precision)
-    if scheme == "w8a8":
+    if scheme in ("w8a8", "w8a32"):
+        kinds = _W8_OPS if scheme == "w8a8" else ("linear_w8",)
+
         def shape(op) -> List[int]:  # [out, in...] of the fp32 weight the op's int8 one stands for
             if op.type == "linear_w8":
                 return [int(d) for d in op.inputs[1].shape]  # q [n, k]
             return [int(d) for d in op.iattr[1:4 if op.type == "conv_w8a8" else 3]]  # [act, n, k] / [act, M, C, K]
-        return {op.name: (4 * int(np.prod(shape(op))), shape(op)[0]) for op in prog.ops if op.type in _W8_OPS}
+        return {op.name: (4 * int(np.prod(shape(op))), shape(op)[0]) for op in prog.ops if op.type in kinds}
     from .compiler.passes import linear_w4_layers
 
     return {name: (b, 0) for name, b in linear_w4_layers(prog)}
@@ -516,10 +519,11 @@ def quantize(model, scheme: str = "w8a8", calibration=None, method: str = "mse",
     against fp32.
 
     scheme: "w8a8" — linear layers and group-1 1-D convolutions, INT8 weights per output
-    channel and INT8 activations per row where a product runs on many rows (on few rows the
-    activations stay fp32: linear_w8); with calibration data the weights of the linears come
-    from GPTQ (their input Hessians gathered on the calibration feeds), which keeps the
-    product's output, not the weight, close to fp32. "w4a8" / "w4a32" — linear layers, W4
+    channel and INT8 activations per row (linear_w8a8 / conv_w8a8); "w8a32" — linear layers,
+    the same INT8 weights with fp32 activations (linear_w8: only the weights' rounding); with
+    calibration data the weights of the linears come from GPTQ (their input Hessians gathered
+    on the calibration feeds), which keeps the product's output, not the weight, close to
+    fp32. "w4a8" / "w4a32" — linear layers, W4
     (nerve.precision); method: the W4 quantizer ("minmax", "mse", "percentile"); group_size:
     32, 64 or 128 (a layer whose width it does not divide takes the largest smaller one).
     calibration: an iterable of feed dicts ({input name: array}) held out from training, run
@@ -529,7 +533,7 @@ def quantize(model, scheme: str = "w8a8", calibration=None, method: str = "mse",
     policy: "auto" — every layer is quantised alone and scored (the worst cosine and SNR over
     the outputs against fp32); the most sensitive layers are kept fp32 as long as the weights
     of the layers considered stay within ``budget`` x their fp32 bytes (default 0.25 for W4,
-    0.5 for w8a8); "all" — every layer at the scheme; or a dict {layer name: "fp32" |
+    0.5 for w8a8 and w8a32); "all" — every layer at the scheme; or a dict {layer name: "fp32" |
     scheme} (names as ``Session.ops()`` gives them; layers not named take ``scheme``).
     """
     import sys
@@ -546,13 +550,13 @@ def quantize(model, scheme: str = "w8a8", calibration=None, method: str = "mse",
     if not (isinstance(policy, dict) or policy in ("auto", "all")):
         raise InputError(f"policy must be 'auto', 'all' or a dict {{layer: precision}}, got {policy!r}",
                          _ERR_INVALID)
-    w8 = scheme == "w8a8"
+    w8 = scheme in ("w8a8", "w8a32")
     if budget is None:
         budget = 0.5 if w8 else 0.25
     if not 0.0 < float(budget) <= 1.0:
         raise InputError(f"budget must be in (0, 1] (a fraction of the fp32 weight bytes), got {budget}",
                          _ERR_INVALID)
-    precision = "int8" if w8 else f"{scheme}:g{group_size}:{method}"
+    precision = {"w8a8": "int8", "w8a32": "w8a32"}.get(scheme, f"{scheme}:g{group_size}:{method}")
     kw = dict(dims=dims, state=state, constants=constants, outputs=outputs)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
 

@@ -130,7 +130,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     "w4a8" (linear layers get group-wise INT4 weights, quantised at compile time; ":g32"/
     ":g128" picks the group) — the list and the trade-offs: :mod:`nerve.precision`.
     layers: per-layer overrides {linear op name (as ``Session.ops()`` names it): "fp32" |
-    "w4a32" | "w4a8"}: what :func:`nerve.quantize`'s policies produce.
+    "int8" | "w8a32" | "w4a32" | "w4a8"}: what :func:`nerve.quantize`'s policies produce.
     hessians: {linear layer name: Σ xᵀx over calibration inputs} (:class:`nerve.quant.LinearTaps`):
     at a W4 precision those layers are quantized with GPTQ's error compensation.
     """
@@ -223,7 +223,7 @@ def _fit_memory(plan: Plan, compile_args: dict, precision: str, limit: int):
     if scheme in ("w4a32", "w4a8"):
         raise OutOfMemoryError(f"memory_limit: the weights need {got} bytes at {precision}, the lowest precision "
                                f"nerve has; the limit is {limit}")
-    low = f"{'w4a32' if scheme in ('fp32', 'fp16') else 'w4a8'}:g{group}"  # float activations stay float
+    low = f"{'w4a32' if scheme in ('fp32', 'fp16', 'w8a32') else 'w4a8'}:g{group}"  # float activations stay float
     low_plan = compile(precision=low, **compile_args)
     floor = _weight_bytes(low_plan)
     if floor > limit:

@@ -222,3 +222,44 @@ def test_w8a8_with_a_branch_the_compiler_cannot_fold(tmp_path, rng):
     for flag, w in ((True, wa), (False, wb)):
         got = nerve.Session(plan).run({"x": x, "flag": np.array(flag)})["y"]
         np.testing.assert_allclose(got, x @ w, rtol=0, atol=0.02 * np.abs(x @ w).max())
+
+
+def test_w8a32_keeps_fp32_activations_on_any_row_count(mlp):
+    """scheme "w8a32": every linear gets int8 weights (per output channel) and runs linear_w8
+    (fp32 activations) whatever its row count; the only error is the weights' rounding (the
+    plan equals float64 math on the rounded weights); per layer it mixes with fp32 and w8a8
+    through layers=."""
+    path, calib = mlp
+    plan = nerve.quantize(path, "w8a32", calib, policy="all", dims={"n": 64}, progress=False)
+    assert plan.report["scheme"] == "w8a32" and plan.report["method"] == "gptq"
+    assert [o["type"] for o in nerve.Session(plan).ops()] == ["linear_w8", "linear_w8", "linear_w8"]
+    names = list(plan.report["layers"])
+    k = 128
+    assert plan.report["weight_bytes"]["chosen"] < plan.report["weight_bytes"]["fp32"] / 3.5
+    x = np.random.default_rng(5).standard_normal((64, k)).astype(np.float32)
+    one = nerve.Session(nerve.compile(path, dims={"n": 64}, precision="fp32", layers={names[0]: "w8a32"},
+                                      outputs=None))
+    assert [o["type"] for o in one.ops()] == ["linear_w8", "linear", "linear"]
+    with pytest.raises(InputError, match="precision"):
+        nerve.compile(path, dims={"n": 64}, precision="w8a32:g32")
+    # round to nearest without data: s = max|w| / 127 per output channel (a column of the
+    # MatMul's W), q = round(w / s); with fp32 activations the plan is float64 math on q·s
+    # up to fp32 rounding — no activation quantisation anywhere
+    import onnx
+    from onnx import numpy_helper
+
+    inits = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in onnx.load(str(path)).graph.initializer}
+
+    def w8(w):
+        s = np.abs(w).max(axis=0) / 127
+        return np.clip(np.rint(w / s), -127, 127) * s
+
+    a = x.astype(np.float64)
+    want = np.maximum(np.maximum(a @ w8(inits["W1"]), 0) @ w8(inits["W2"]), 0) @ w8(inits["W3"])
+    plain = nerve.Session(nerve.compile(path, dims={"n": 64}, precision="w8a32"))
+    got = plain.run({"x": x})["y"].astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    fp32 = np.maximum(np.maximum(a @ inits["W1"], 0) @ inits["W2"], 0) @ inits["W3"]
+    assert np.linalg.norm(got - fp32) / np.linalg.norm(fp32) > 1e-3  # the weights really are int8
+    mixed = nerve.Session(nerve.compile(path, dims={"n": 64}, precision="int8", layers={names[1]: "w8a32"}))
+    assert [o["type"] for o in mixed.ops()] == ["linear_w8a8", "linear_w8", "linear_w8a8"]

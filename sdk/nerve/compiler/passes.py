@@ -447,8 +447,11 @@ def _per_output(a: np.ndarray, n: int) -> Optional[np.ndarray]:
     return np.ascontiguousarray(a2[:, 0], dtype=np.float32)
 
 
-def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS) -> bool:
-    """linear with an int8-folded weight on <= max_rows rows -> linear_w8 (module docstring)."""
+def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS, default_w8a32: bool = False,
+                     layers: Optional[Dict[str, str]] = None) -> bool:
+    """linear with an int8-folded weight on <= max_rows rows -> linear_w8 (module docstring);
+    on any row count where the layer's scheme is "w8a32" (its entry in layers, else
+    default_w8a32: the int8 weight is what was asked for, whatever the speed)."""
     made: Dict[int, Optional[tuple]] = {}  # weight uid -> (q, s, z) values, shared by its linears
     by_content: Dict[bytes, tuple] = {}
     changed = False
@@ -457,7 +460,9 @@ def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS) -> bool:
         if found is None:
             continue
         x, w, bias, aff, n, k, rows = found
-        if rows > max_rows:
+        chosen = _scheme_here(op, layers)
+        any_rows = chosen == "w8a32" if chosen is not None else default_w8a32
+        if rows > max_rows and not any_rows:
             continue
         if w.uid not in made:
             q, s, z = aff
@@ -590,13 +595,26 @@ def _is_w8_conv(op: Op) -> bool:
     return op.type == "conv" and op.iattr[0] == 1 and op.iattr[1] == 1
 
 
-def _int8_here(op: Op, default: bool, layers: Optional[Dict[str, str]]) -> bool:
-    """Whether op (a linear or a 1-D conv) runs int8: its entry in layers when it has one
-    ("int8"/"w8a8" yes; "fp32" or a w4 name no), else default."""
+def _scheme_here(op: Op, layers: Optional[Dict[str, str]]) -> Optional[str]:
+    """The scheme (nerve.precision.parse_full) op's entry in layers names, or None."""
     from ..precision import parse_full
 
     chosen = _for_layer(layers, op.name) if layers else None
-    return default if chosen is None else parse_full(chosen)[0] == "int8"
+    return None if chosen is None else parse_full(chosen)[0]
+
+
+def _int8_here(op: Op, default: bool, layers: Optional[Dict[str, str]]) -> bool:
+    """Whether op (a linear or a 1-D conv) takes int8 activations: its entry in layers when it
+    has one ("int8"/"w8a8" yes; "fp32", "w8a32" or a w4 name no), else default."""
+    chosen = _scheme_here(op, layers)
+    return default if chosen is None else chosen == "int8"
+
+
+def _w8_weight_here(op: Op, default: bool, layers: Optional[Dict[str, str]]) -> bool:
+    """Whether op gets an int8 weight: its entry in layers when it has one ("int8" or
+    "w8a32" yes), else default."""
+    chosen = _scheme_here(op, layers)
+    return default if chosen is None else chosen in ("int8", "w8a32")
 
 
 def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
@@ -615,9 +633,9 @@ def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
     made: Dict[int, Value] = {}
     changed = False
     for op in prog.ops:
-        if op.type == "linear" and _int8_here(op, linears, layers):
+        if op.type == "linear" and _w8_weight_here(op, linears, layers):
             rank = 2
-        elif _is_w8_conv(op) and _int8_here(op, convs, layers):
+        elif _is_w8_conv(op) and _int8_here(op, convs, layers):  # a conv's int8 weight: conv_w8a8 only
             rank = 3
         else:
             continue
@@ -900,18 +918,21 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     """precision (nerve.precision): "int8" — int8-folded linears on many rows also take int8
     activations (select_linear_w8a8); "w4a32"/"w4a8" — linears get W4 weights
     (select_linear_w4); "fp16" — linears with fp32 weights get fp16 ones (select_linear_f16);
-    "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8).
-    layers: {linear op name: "fp32" | "w4a32" | "w4a8"} overrides per layer (nerve.quantize's
-    policies); "fp32" there keeps the layer's weight as the model stores it."""
+    "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8); "w8a32" — linears get
+    int8 weights (as "int8") and keep fp32 activations (linear_w8 on any row count).
+    layers: {linear op name: "fp32" | "int8" | "w8a32" | "w4a32" | "w4a8"} overrides per layer
+    (nerve.quantize's policies); "fp32" there keeps the layer's weight as the model stores it."""
     from ..precision import int8_convs, parse_full
 
     scheme, group, method = parse_full(precision)
     for name, p in (layers or {}).items():
-        if parse_full(p)[0] not in ("fp32", "int8", "w4a32", "w4a8"):
-            raise CompileError(f"layers: precision {p!r} for {name!r} must be 'fp32', 'int8' (= 'w8a8'), or "
-                               "'w4a32' / 'w4a8' (with their :gN / :method suffixes)")
+        if parse_full(p)[0] not in ("fp32", "int8", "w8a32", "w4a32", "w4a8"):
+            raise CompileError(f"layers: precision {p!r} for {name!r} must be 'fp32', 'int8' (= 'w8a8'), 'w8a32', "
+                               "or 'w4a32' / 'w4a8' (with their :gN / :method suffixes)")
     int8 = scheme == "int8"
+    w8a32 = scheme == "w8a32"
     int8_layers = any(parse_full(p)[0] == "int8" for p in (layers or {}).values())
+    w8_layers = any(parse_full(p)[0] in ("int8", "w8a32") for p in (layers or {}).values())
     int8_acts = int8 or w8a8_enabled()  # NERVE_W8A8=1: int8 activations at any precision
     named_convs = int8_convs(precision)  # "int8:convs"
     quantize_convs = int8 and (named_convs or w8a8_convs_mode() == "all")  # fp32-weight convs get int8 weights
@@ -926,13 +947,14 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     if scheme in ("w4a32", "w4a8") or layers:
         select_linear_w4(prog, int8_activations=(scheme == "w4a8") if scheme in ("w4a32", "w4a8") else None,
                          group_size=group, method=method, layers=layers, hessians=hessians)
-    if int8 or int8_layers:
-        quantize_fp32_weights_w8(prog, linears=int8, convs=quantize_convs, layers=layers, hessians=hessians)
+    if int8 or w8a32 or w8_layers:
+        quantize_fp32_weights_w8(prog, linears=int8 or w8a32, convs=quantize_convs, layers=layers,
+                                 hessians=hessians)
     if int8_acts or int8_layers:  # before linear_w8: int8 activations on every row count
         select_linear_w8a8(prog, convs=act_convs, linears=int8_acts, layers=layers)
-    if w8_enabled():
+    if w8_enabled() or w8a32 or w8_layers:
         select_gather_q8(prog)
-        select_linear_w8(prog)
+        select_linear_w8(prog, default_w8a32=w8a32, layers=layers)
     fuse_sum_of_linears(prog)
     if scheme == "fp16":
         select_linear_f16(prog)
