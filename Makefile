@@ -56,6 +56,8 @@ demo: models
 	  echo "== nerve asr $$wav --words examples/command_words.txt   (command vocabulary)"; \
 	  $(VENV)/bin/nerve asr "$$wav" --words examples/command_words.txt || exit 1; \
 	done
+	@echo; echo "== nerve asr examples/audio/two_commands_11k025_s16.wav --int8 --json   (int8 weights and activations)"
+	$(VENV)/bin/nerve asr examples/audio/two_commands_11k025_s16.wav --int8 --json
 	$(VENV)/bin/nerve bench "$(SILERO_VAD)" --vs onnxruntime --quick
 
 test: install test-native test-python
