@@ -96,11 +96,14 @@ _FINGERPRINT: Optional[bytes] = None
 
 def _compiler_fingerprint() -> bytes:
     """Digest of the compiler's own sources and the plan format: a cached plan is reused only
-    by the compiler that made it (an edited pass must not be served a stale plan)."""
+    by the compiler that made it (an edited pass must not be served a stale plan). The
+    quantizer (quant.py: W4/W8 codes, GPTQ) and the precision names are part of it: they
+    decide a quantized plan's weights."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
         h = hashlib.sha256(b"nrv3")
-        for f in sorted((Path(__file__).parent / "compiler").glob("*.py")):
+        here = Path(__file__).parent
+        for f in sorted((here / "compiler").glob("*.py")) + [here / "quant.py", here / "precision.py"]:
             h.update(f.name.encode() + f.read_bytes())
         _FINGERPRINT = h.digest()
     return _FINGERPRINT

@@ -245,3 +245,35 @@ def test_transposed_unbatched_operand_folds_into_matmul(tmp_path, rng):
     feeds = {"a": rng.standard_normal((2, 9, 13)).astype(np.float32),
              "w": rng.standard_normal((31, 13)).astype(np.float32)}
     np.testing.assert_allclose(s.run(feeds)["y"], ref_run(p, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_plan_cache_key_covers_the_quantizer(tmp_path):
+    """A cached plan is reused only by the compiler that made it: the key's fingerprint covers
+    the compiler's sources and the quantizer's (quant.py makes a quantized plan's weights), so
+    editing either gives a new key — a copy of the package edited here, fingerprinted in a
+    fresh interpreter."""
+    import os
+    import shutil
+    import subprocess
+
+    pkg = Path(nerve.__file__).parent
+    copy = tmp_path / "nerve"
+    shutil.copytree(pkg, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    env.setdefault("NERVE_LIBRARY", str(nerve._native.library_path))
+    env.setdefault("NERVE_HEADER", str(nerve._native.header_path))
+
+    def fingerprint() -> str:
+        code = "import nerve.session as s; print(s._compiler_fingerprint().hex())"
+        return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    first = fingerprint()
+    assert first == fingerprint()
+    with open(copy / "quant.py", "a") as f:
+        f.write("\n# an edit of the quantizer\n")
+    second = fingerprint()
+    assert second != first
+    with open(copy / "compiler" / "passes.py", "a") as f:
+        f.write("\n# an edit of a pass\n")
+    assert fingerprint() not in (first, second)
