@@ -6,7 +6,8 @@
  *     to u8 xu = xq + 128 into a stack buffer [rows][Kpad] (pad k: 128, i.e. xq = 0; the
  *     weight is 0 there anyway);
  *  2. for every pair of 16-output blocks: a register tile of R rows x 32 outputs of int32
- *     accumulators (16 zmm), per 4 k two 64-byte weight loads and R 4-byte broadcasts of xu
+ *     accumulators (16 zmm; one row: gemv_row below, one block at a time), per 4 k two
+ *     64-byte weight loads and R 4-byte broadcasts of xu
  *     feed 2·R vpdpbusd (u8 x s8 -> s32, four products summed per lane; no saturation:
  *     |Σ| <= 255·128·K < 2^31 for K <= NRV_W8A8_MAX_K = 16384);
  *  3. acc - 128·colsum[n] = Σ_k xq·q exactly, then the fp32 epilogue with explicit FMA.
