@@ -258,7 +258,7 @@ def _parser() -> argparse.ArgumentParser:
                             "or an .onnx/.nrv model")
     bench.add_argument("--int8", action="store_true", help="asr: nerve at precision int8 only (= --precision int8)")
     bench.add_argument("--precision", default=None, metavar="P",
-                       help="asr: nerve at this precision only (default: fp32 and int8 side by side; fp16, w4a32, "
+                       help="asr: nerve at this precision only (default: fp32 and int8 side by side; fp16, w8a32, w4a32, "
                             "w4a8[:gN][:gptq]; nerve.precision)")
     bench.add_argument("--model", default="moonshine-base", help="asr: moonshine-base (default) or moonshine-tiny")
     bench.add_argument("--audio", action="append", metavar="FILE.wav",

@@ -51,7 +51,7 @@ def add_commands(commands) -> None:
     asr.add_argument("--int8", action="store_true",
                      help="int8 weights and activations (~2.3x faster, same WER on our sets; = --precision int8)")
     asr.add_argument("--precision", default=None, metavar="P",
-                     help="fp32 (default), fp16, int8, w4a32 or w4a8 (INT4 weights; nerve.precision); w4a8:gptq after "
+                     help="fp32 (default), fp16, int8, w8a32, w4a32 or w4a8 (INT4 weights; nerve.precision); w4a8:gptq after "
                           "`nerve models calibrate`")
     asr.add_argument("--threads", type=int, default=1)
     asr.add_argument("--beam", type=int, default=None, help="beam width (default 1; 2 with --words/--phrases)")
