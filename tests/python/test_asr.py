@@ -251,6 +251,37 @@ def commands_audio():
     return np.concatenate(parts)
 
 
+def test_early_final_gives_the_same_finals_sooner():
+    """Recognizer(early_final_ms=300) recognises a segment while the endpointer's silence is
+    still running and uses that result when the endpoint fires on the same segment: the finals
+    are those of early_final_ms=0, text and times, including across a pause that is long
+    enough to start an early recognition but not to end the segment (it is thrown away); and
+    the reported latency (the early compute that real-time audio would not have covered) is
+    below the final's compute time, where without it the latency is at least that."""
+    audio = np.concatenate([with_silence(say("Turn left, then stop the motors."), after_s=0.0),
+                            np.zeros(int(0.05 * SR), np.float32),  # + espeak's 0.39 s tail: a ~450 ms pause
+                            with_silence(say("Go forward two meters."), before_s=0.0, after_s=1.2),
+                            with_silence(say("Halt."), after_s=1.2)])
+    results = {}
+    for early_ms in (0, 300):
+        rec = Recognizer(partial_ms=0, early_final_ms=early_ms)
+        s = rec.create_stream(sample_rate=SR)
+        events = []
+        for at in range(0, len(audio), 1600):  # 100 ms slices, as a live source gives them
+            events += s.accept_waveform(audio[at:at + 1600])
+        events += s.finish()
+        finals = [e for e in events if e.type == "final"]
+        results[early_ms] = (_finals(events), s.first_final_latency_ms, finals[0].compute_ms, s.early_finals)
+        s.close()
+    assert len(results[0][0]) == 2 and results[300][0] == results[0][0]
+    assert results[0][3] == {"used": 0, "wasted": 0}
+    assert results[300][3]["used"] == 2 and results[300][3]["wasted"] >= 1  # the pause's
+    assert results[0][1] >= results[0][2]                 # recognised when the endpoint fired
+    assert results[300][1] < results[300][2]              # mostly done before it fired
+    with pytest.raises(nerve.InputError, match="early_final_ms"):
+        Recognizer(early_final_ms=700)
+
+
 def test_slicing_does_not_change_finals(model, commands_audio, rng):
     rec = Recognizer(partial_ms=0)
     whole = _finals(_stream(rec, commands_audio, SR, [len(commands_audio)]))

@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -157,6 +157,12 @@ class Recognizer:
     threads: threads of each stream's sessions. beam: beam width (default 1, or 2 with
     words/phrases). numbers: "words" (default: "ninety") or "digits" ("90") in free text.
     end_silence_ms / max_segment_s / vad_threshold: the endpointer (see nerve.asr.vad).
+    early_final_ms: how long before the endpoint fires a final's recognition may start: once
+    the silence after speech has run end_silence_ms - early_final_ms (and the segment's padded
+    end has arrived), the segment is recognised as it will end if the silence goes on; when
+    the endpoint fires on exactly that segment the result is the final, so in real time the
+    final comes up to early_final_ms sooner (the same text: the same samples). Speech that
+    resumes first costs that recognition for nothing. 0: recognise only when it fires.
     precision: "fp32" (default; matches onnxruntime), "int8": the encoder's products also
     quantise their activations (VNNI on x86): ~2x faster encoder, same WER on our command
     corpus (bench/RESULTS.md), encoder states within cosine 0.996 of fp32; "w4a32"/"w4a8":
@@ -169,11 +175,13 @@ class Recognizer:
                  phrases: Optional[Sequence[str]] = None, partial_ms: int = 320, threads: int = 1, *,
                  beam: Optional[int] = None, numbers: str = "words", end_silence_ms: float = 600,
                  max_segment_s: float = 20.0, vad_threshold: float = 0.5, precision: str = "fp32",
-                 hessians=None):
+                 hessians=None, early_final_ms: int = 300):
         if numbers not in ("words", "digits"):
             raise InputError(f"numbers must be 'words' or 'digits', got {numbers!r}")
         if partial_ms < 0:
             raise InputError(f"partial_ms must be >= 0, got {partial_ms}")
+        if not 0 <= early_final_ms <= end_silence_ms:
+            raise InputError(f"early_final_ms must be in [0, end_silence_ms={end_silence_ms}], got {early_final_ms}")
         if not 0.5 <= max_segment_s <= 30:
             raise InputError(f"max_segment_s must be in [0.5, 30] (the model's window), got {max_segment_s}")
         parse_precision(precision)
@@ -182,6 +190,7 @@ class Recognizer:
         if words is not None or phrases is not None:
             self.vocabulary = Vocabulary(self.model.tokenizer, words=words, phrases=phrases)
         self.partial_ms = int(partial_ms)
+        self.early_final_ms = int(early_final_ms)
         self.threads = int(threads)
         # beam 2 under a vocabulary: on the command corpus it matched beam 4 (WER 0.296 vs
         # 0.306) at 2/3 of the time; greedy lost 0.07 (a wrong first word cannot be undone)
@@ -237,6 +246,13 @@ class Stream:
         self.partial_samples = (rec.partial_ms if partial_ms is None else partial_ms) * SAMPLE_RATE // 1000
         self.open_start: Optional[int] = None
         self.next_partial = 0
+        # an early final (Recognizer early_final_ms): (start, end, event, stream samples that had
+        # arrived when it was computed), kept until the endpoint fires
+        self._early: Optional[Tuple[int, int, Event, int]] = None
+        self.early_finals = {"used": 0, "wasted": 0}  # early recognitions that became finals / that speech undid
+        seg = self.detector.segmenter
+        self._early_after = (max(seg.end_silence_frames - rec.early_final_ms * SAMPLE_RATE // 1000 // FRAME, 1)
+                             if rec.early_final_ms else 0)
         self.segments = 0
         self.first_final_latency_ms: Optional[float] = None
         self.stage_seconds = {"resample": 0.0, "vad": 0.0, "encoder+decoder": 0.0}
@@ -276,7 +292,7 @@ class Stream:
         then take a new recording (times continue)."""
         events = self._accept16k(self.resampler.flush())
         for ev in self.detector.flush():
-            events += self._on_detector_event(ev.kind, ev.sample)
+            events += self._on_detector_event(ev.kind, ev.sample, fired_at=self.ring.end_sample)
         return events
 
     def close(self) -> None:
@@ -315,6 +331,14 @@ class Stream:
         events: List[Event] = []
         for ev in detected:
             events += self._on_detector_event(ev.kind, ev.sample)
+        if self.open_start is not None and self._early_after:
+            end = self.detector.pending_end(self._early_after)
+            if end is not None and end <= self.ring.end_sample and \
+                    (self._early is None or self._early[:2] != (self.open_start, end)):
+                if self._early is not None:
+                    self.early_finals["wasted"] += 1
+                early = self._recognise("final", self.open_start, end)
+                self._early = (self.open_start, end, early, self.ring.end_sample)
         if self.open_start is not None and self.partial_samples and self.ring.end_sample >= self.next_partial:
             partial = self._recognise("partial", self.open_start, self.ring.end_sample)
             events.append(partial)
@@ -325,7 +349,9 @@ class Stream:
             self.next_partial = self.ring.end_sample + gap
         return events
 
-    def _on_detector_event(self, kind: str, sample: int) -> List[Event]:
+    def _on_detector_event(self, kind: str, sample: int, fired_at: Optional[int] = None) -> List[Event]:
+        """fired_at: the stream sample whose arrival fired an end (default: the endpointer's
+        silence after `sample`)."""
         if kind == "start":
             self.open_start = sample
             self.next_partial = sample + self.partial_samples
@@ -333,10 +359,24 @@ class Stream:
         if self.open_start is None:
             return []
         start, self.open_start = self.open_start, None
-        t0 = time.perf_counter()
-        final = self._recognise("final", start, sample)
+        early, self._early = self._early, None
+        if early is not None and early[:2] == (start, sample):
+            self.early_finals["used"] += 1
+            final = early[2]
+            # in real time the early final was computed once audio up to early[3] had come; the
+            # endpoint fires when audio up to fired_at has: what its compute outlasted is latency
+            if fired_at is None:
+                fired_at = sample + self.detector.segmenter.endpoint_delay_samples
+            waited_ms = max(fired_at - early[3], 0) * 1000 / SAMPLE_RATE
+            latency_ms = max(final.compute_ms - waited_ms, 0.0)
+        else:
+            if early is not None:
+                self.early_finals["wasted"] += 1
+            t0 = time.perf_counter()
+            final = self._recognise("final", start, sample)
+            latency_ms = (time.perf_counter() - t0) * 1e3
         if self.first_final_latency_ms is None:
-            self.first_final_latency_ms = (time.perf_counter() - t0) * 1e3
+            self.first_final_latency_ms = latency_ms
         self.segments += 1
         return [final]
 

@@ -316,6 +316,20 @@ class Segmenter:
         """Whether a segment is open (its start was emitted, its end not yet)."""
         return self._state == _SPEECH
 
+    @property
+    def endpoint_delay_samples(self) -> int:
+        """How far past a segment's end the frame lies whose silence fires the end event."""
+        return self.end_silence_frames * FRAME - self.pad
+
+    def pending_end(self, after_frames: int) -> Optional[int]:
+        """Where the open segment will end if the silence now running goes on until the end
+        event fires — once that run is at least ``after_frames`` long — else None. The end
+        event then carries exactly this sample, unless speech resumes first (or the segment
+        is split at max_segment)."""
+        if self._state != _SPEECH or self._quiet < 0 or self.frames - self._quiet < after_frames:
+            return None
+        return self._quiet * FRAME + self.pad
+
     def reset(self) -> None:
         """Forgets everything: a new stream starts at frame 0."""
         self.frames = 0            # frames pushed
@@ -466,6 +480,10 @@ class SpeechDetector:
     def max_lookback_samples(self) -> int:
         """How far before :attr:`position` an event returned by accept() can lie."""
         return self.segmenter.max_lookback_samples + FRAME - 1
+
+    def pending_end(self, after_frames: int) -> Optional[int]:
+        """Segmenter.pending_end: the open segment's end if the running silence lasts."""
+        return self.segmenter.pending_end(after_frames)
 
     def accept(self, samples) -> List[SpeechEvent]:
         """Feeds audio (1-D float32 in [-1, 1] or int16 PCM; any length); returns the events."""
