@@ -11,23 +11,6 @@
 
 #include "plan_ops.h"
 
-static nrv_status check_index_dtype(const nrv_op_args *a, const nrv_tview *ind) {
-    if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
-    return NRV_OK;
-}
-
-/* Every index of ind within [-dim_of(i), dim_of(i)); dim_of the extent index i addresses. */
-static nrv_status check_indices(const nrv_op_args *a, const nrv_tview *ind, int64_t dim, const char *where) {
-    for (int64_t i = 0; i < ind->numel; i++) {
-        const int64_t v = nrv_index_at(ind, i);
-        if (v < -dim || v >= dim)
-            return nrv_op_fail(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (%s)", (long long)i,
-                               (long long)v, (long long)-dim, (long long)dim, where);
-    }
-    return NRV_OK;
-}
-
 /* The offset in `big` (strides bst) of flat element i of a tensor of dims `dims` (rank r),
  * with the coordinate along `axis` replaced by idx. */
 static inline int64_t elements_offset(int64_t i, const int64_t *dims, int r, const int64_t *bst, int axis,
@@ -64,13 +47,13 @@ static nrv_status gather_elements_run(const nrv_op_args *a) {
     const nrv_tview *x = a->in[0], *ind = a->in[1];
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(check_index_dtype(a, ind));
+    NRV_TRY(nrv_op_index_dtype(a, ind));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     NRV_TRY(check_elements_dims(a, x, ind, ax));
     NRV_TRY(nrv_op_same_dims(a, y, "y", ind, "indices"));
     if (y->dtype != x->dtype) return nrv_op_fail(a, NRV_ERR_DTYPE, "y's dtype differs from data's");
-    NRV_TRY(check_indices(a, ind, x->dims[ax], "the gathered axis of data"));
+    NRV_TRY(nrv_op_check_indices(a, ind, x->dims[ax], "the gathered axis of data"));
     int64_t st[NRV_PLAN_MAX_RANK];
     nrv_strides_of(x, st);
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
@@ -147,7 +130,7 @@ static nrv_status scatter_operands(const nrv_op_args *a, int n_iattr, int reduct
     NRV_TRY(nrv_op_check_in(a, 2, "updates"));
     *x = a->in[0], *ind = a->in[1], *upd = a->in[2], *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, *y, "y"));
-    NRV_TRY(check_index_dtype(a, *ind));
+    NRV_TRY(nrv_op_index_dtype(a, *ind));
     NRV_TRY(check_reduction(a, a->iattr[reduction_at], (nrv_dtype)(*x)->dtype));
     NRV_TRY(nrv_op_same_dims(a, *y, "y", *x, "data"));
     if ((*y)->dtype != (*x)->dtype || (*upd)->dtype != (*x)->dtype)
@@ -168,7 +151,7 @@ static nrv_status scatter_elements_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     NRV_TRY(check_elements_dims(a, x, ind, ax));
     NRV_TRY(nrv_op_same_dims(a, upd, "updates", ind, "indices"));
-    NRV_TRY(check_indices(a, ind, x->dims[ax], "the scattered axis of data"));
+    NRV_TRY(nrv_op_check_indices(a, ind, x->dims[ax], "the scattered axis of data"));
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
     memcpy(y->data, x->data, (size_t)x->numel * esz);
     int64_t st[NRV_PLAN_MAX_RANK];

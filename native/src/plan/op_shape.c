@@ -466,8 +466,7 @@ static nrv_status op_gather(const nrv_op_args *a) {
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(same_dtype(a, y, "y", x, "data"));
-    if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
-        return OPFAIL(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
+    NRV_TRY(nrv_op_index_dtype(a, ind));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     const int r = x->rank, q = ind->rank;
@@ -483,12 +482,7 @@ static nrv_status op_gather(const nrv_op_args *a) {
                       nrv_op_fmt_dims(b3, sizeof b3, ind));
     }
     const int64_t dim = x->dims[ax], n_idx = ind->numel;
-    for (int64_t i = 0; i < n_idx; i++) {
-        const int64_t v = nrv_index_at(ind, i);
-        if (v < -dim || v >= dim)
-            return OPFAIL(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (axis %d of data)",
-                          (long long)i, (long long)v, (long long)-dim, (long long)dim, (int)ax);
-    }
+    NRV_TRY(nrv_op_check_indices(a, ind, dim, "the gathered axis of data"));
     if (y->numel == 0) return NRV_OK;
     const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
     const int64_t outer = nrv_dims_product(x->dims, 0, ax);
@@ -540,8 +534,7 @@ static nrv_status op_gather_q8(const nrv_op_args *a) {
     if (t->dtype != NRV_I8 || t->rank != 2)
         return OPFAIL(a, NRV_ERR_DTYPE, "table must be a 2-D i8 tensor, got %s of rank %d",
                       nrv_dtype_str((nrv_dtype)t->dtype), (int)t->rank);
-    if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
-        return OPFAIL(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
+    NRV_TRY(nrv_op_index_dtype(a, ind));
     const int64_t rows = t->dims[0], dim = t->dims[1];
     if (sv->dtype != NRV_F32 || sv->rank != 1 || (sv->dims[0] != rows && sv->dims[0] != 1))
         return OPFAIL(a, NRV_ERR_SHAPE, "s must be f32 [%lld] or [1]", (long long)rows);
@@ -558,12 +551,7 @@ static nrv_status op_gather_q8(const nrv_op_args *a) {
                       nrv_dtype_str((nrv_dtype)y->dtype), nrv_op_fmt_dims(b1, sizeof b1, y),
                       nrv_op_fmt_dims(b2, sizeof b2, ind), (long long)dim);
     }
-    for (int64_t i = 0; i < ind->numel; i++) {
-        const int64_t v = nrv_index_at(ind, i);
-        if (v < -rows || v >= rows)
-            return OPFAIL(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld)", (long long)i, (long long)v,
-                          (long long)-rows, (long long)rows);
-    }
+    NRV_TRY(nrv_op_check_indices(a, ind, rows, "the table's rows"));
     const int8_t *table = t->data;
     const float *s = sv->data, *z = zv ? zv->data : NULL;
     float *dst = y->data;

@@ -119,6 +119,14 @@ nrv_status nrv_op_expect(const nrv_op_args *a, int n_in_min, int n_in_max, int n
 /* nrv_fail with the "<type> (node '<name>'): " prefix every op error carries. */
 nrv_status nrv_op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...) NRV_PRINTF(3, 4);
 
+/* An index tensor's dtype: NRV_ERR_DTYPE unless I64 or I32. */
+nrv_status nrv_op_index_dtype(const nrv_op_args *a, const nrv_tview *ind);
+
+/* Every index of ind (I64/I32) within [-dim, dim), checked before anything is written:
+ * NRV_ERR_INDEX naming the first one outside, its flat position and value, and `where`
+ * (what the indices address). */
+nrv_status nrv_op_check_indices(const nrv_op_args *a, const nrv_tview *ind, int64_t dim, const char *where);
+
 /* The spatial rank sr = iattr[0] (1 or 2) of a conv-family op whose integer attributes are
  * `fixed` values (iattr[0] among them) then `per_axis` per spatial axis; NRV_ERR_INVALID_ARG
  * unless sr is 1 or 2 and n_iattr is fixed + per_axis * sr. */

@@ -174,6 +174,22 @@ nrv_status nrv_op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...
     return nrv_fail(st, "%s (node '%s'): %s", a->type, a->name, msg);
 }
 
+nrv_status nrv_op_index_dtype(const nrv_op_args *a, const nrv_tview *ind) {
+    if (ind->dtype != NRV_I64 && ind->dtype != NRV_I32)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "indices are %s, expected i64 or i32", nrv_dtype_str((nrv_dtype)ind->dtype));
+    return NRV_OK;
+}
+
+nrv_status nrv_op_check_indices(const nrv_op_args *a, const nrv_tview *ind, int64_t dim, const char *where) {
+    for (int64_t i = 0; i < ind->numel; i++) {
+        const int64_t v = nrv_index_at(ind, i);
+        if (v < -dim || v >= dim)
+            return nrv_op_fail(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (%s)", (long long)i,
+                               (long long)v, (long long)-dim, (long long)dim, where);
+    }
+    return NRV_OK;
+}
+
 nrv_status nrv_op_spatial_rank(const nrv_op_args *a, int fixed, int per_axis, int64_t *sr) {
     if (a->n_iattr < 1)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "no integer attributes, expected %d + %d*sr", fixed, per_axis);
