@@ -460,9 +460,7 @@ def select_linear_w8(prog: Program, max_rows: int = W8_MAX_ROWS, default_w8a32: 
         if found is None:
             continue
         x, w, bias, aff, n, k, rows = found
-        chosen = _scheme_here(op, layers)
-        any_rows = chosen == "w8a32" if chosen is not None else default_w8a32
-        if rows > max_rows and not any_rows:
+        if rows > max_rows and not _takes(op, ("w8a32",), default_w8a32, layers):
             continue
         if w.uid not in made:
             q, s, z = aff
@@ -595,26 +593,17 @@ def _is_w8_conv(op: Op) -> bool:
     return op.type == "conv" and op.iattr[0] == 1 and op.iattr[1] == 1
 
 
-def _scheme_here(op: Op, layers: Optional[Dict[str, str]]) -> Optional[str]:
-    """The scheme (nerve.precision.parse_full) op's entry in layers names, or None."""
+INT8_ACTS = ("int8",)            # schemes whose products take int8 activations ("w8a8" reads as "int8")
+INT8_WEIGHTS = ("int8", "w8a32")  # schemes that give a layer an int8 weight
+
+
+def _takes(op: Op, schemes: Tuple[str, ...], default: bool, layers: Optional[Dict[str, str]]) -> bool:
+    """Whether op runs at one of schemes: by its entry in layers when it has one (the scheme
+    nerve.precision.parse_full reads from it), else default (the model-wide precision's)."""
     from ..precision import parse_full
 
     chosen = _for_layer(layers, op.name) if layers else None
-    return None if chosen is None else parse_full(chosen)[0]
-
-
-def _int8_here(op: Op, default: bool, layers: Optional[Dict[str, str]]) -> bool:
-    """Whether op (a linear or a 1-D conv) takes int8 activations: its entry in layers when it
-    has one ("int8"/"w8a8" yes; "fp32", "w8a32" or a w4 name no), else default."""
-    chosen = _scheme_here(op, layers)
-    return default if chosen is None else chosen == "int8"
-
-
-def _w8_weight_here(op: Op, default: bool, layers: Optional[Dict[str, str]]) -> bool:
-    """Whether op gets an int8 weight: its entry in layers when it has one ("int8" or
-    "w8a32" yes), else default."""
-    chosen = _scheme_here(op, layers)
-    return default if chosen is None else chosen in ("int8", "w8a32")
+    return default if chosen is None else parse_full(chosen)[0] in schemes
 
 
 def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
@@ -633,9 +622,9 @@ def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
     made: Dict[int, Value] = {}
     changed = False
     for op in prog.ops:
-        if op.type == "linear" and _w8_weight_here(op, linears, layers):
+        if op.type == "linear" and _takes(op, INT8_WEIGHTS, linears, layers):
             rank = 2
-        elif _is_w8_conv(op) and _int8_here(op, convs, layers):  # a conv's int8 weight: conv_w8a8 only
+        elif _is_w8_conv(op) and _takes(op, INT8_ACTS, convs, layers):  # a conv's int8 weight: conv_w8a8 only
             rank = 3
         else:
             continue
@@ -656,19 +645,19 @@ def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
     return changed
 
 
-def select_linear_w8a8(prog: Program, min_rows: int = 1, convs: Optional[bool] = None,
-                       linears: bool = True, layers: Optional[Dict[str, str]] = None) -> bool:
-    """linear with an int8-folded weight on >= min_rows rows -> linear_w8a8 (module docstring);
+def select_linear_w8a8(prog: Program, convs: Optional[bool] = None, linears: bool = True,
+                       layers: Optional[Dict[str, str]] = None) -> bool:
+    """linear with an int8-folded weight -> linear_w8a8 (module docstring);
     with convs (default: unless w8a8_convs_mode() is "none"), a group-1 1-D conv with an
     int8-folded weight -> conv_w8a8 (im2row blocks through the same kernel). linears and convs
-    are the defaults; a layer `layers` names takes its own choice (_int8_here)."""
+    are the defaults; a layer `layers` names takes its own choice (_takes)."""
     if convs is None:
         convs = w8a8_convs_mode() != "none"
     made: Dict[int, Optional[tuple]] = {}  # weight uid -> (packed, s, z) values, shared by its ops
     by_content: Dict[bytes, tuple] = {}
     changed = False
     for i, op in enumerate(prog.ops):
-        if _is_w8_conv(op) and _int8_here(op, convs, layers):
+        if _is_w8_conv(op) and _takes(op, INT8_ACTS, convs, layers):
             x, w, bias = (op.inputs + [None])[:3]
             aff = int8_affine(w)
             if aff is None or w.rank != 3 or not w.static:
@@ -685,12 +674,12 @@ def select_linear_w8a8(prog: Program, min_rows: int = 1, convs: Optional[bool] =
             scratch = Value(op.name + ".w8a8.scratch", np.uint8, (4 * CONV_W8A8_ROWS * (c * kw + m),))
             new = Op("conv_w8a8", [x, pv, sv, zv, bias], op.outputs, iattr=[act, m, c, kw, stride, dil, pb, pe],
                      fattr=list(op.fattr), scratch=scratch, name=op.name)
-        elif op.type == "linear" and _int8_here(op, linears, layers):
+        elif op.type == "linear" and _takes(op, INT8_ACTS, linears, layers):
             found = _int8_linear(prog, op)
             if found is None:
                 continue
-            x, w, bias, aff, n, k, rows = found
-            if rows < min_rows or k > W8A8_MAX_K or k == 0 or n == 0:
+            x, w, bias, aff, n, k, _ = found
+            if k > W8A8_MAX_K or k == 0 or n == 0:
                 continue
             if w.uid not in made:
                 made[w.uid] = _int8_operands(w, aff[0], aff[1], aff[2], n, k, by_content, packed=True)
@@ -915,8 +904,8 @@ def select_linear_f16(prog: Program) -> bool:
 
 def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
              layers: Optional[Dict[str, str]] = None, hessians: Optional[Dict[str, np.ndarray]] = None) -> None:
-    """precision (nerve.precision): "int8" — int8-folded linears on many rows also take int8
-    activations (select_linear_w8a8); "w4a32"/"w4a8" — linears get W4 weights
+    """precision (nerve.precision): "int8" — int8-folded linears take int8 activations on any
+    row count (select_linear_w8a8); "w4a32"/"w4a8" — linears get W4 weights
     (select_linear_w4); "fp16" — linears with fp32 weights get fp16 ones (select_linear_f16);
     "fp32" (default) keeps the weights as stored (NERVE_W8A8=1 as int8); "w8a32" — linears get
     int8 weights (as "int8") and keep fp32 activations (linear_w8 on any row count).
@@ -931,8 +920,9 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
                                "or 'w4a32' / 'w4a8' (with their :gN / :method suffixes)")
     int8 = scheme == "int8"
     w8a32 = scheme == "w8a32"
-    int8_layers = any(parse_full(p)[0] == "int8" for p in (layers or {}).values())
-    w8_layers = any(parse_full(p)[0] in ("int8", "w8a32") for p in (layers or {}).values())
+    layer_schemes = {parse_full(p)[0] for p in (layers or {}).values()}
+    int8_layers = bool(layer_schemes & set(INT8_ACTS))
+    w8_layers = bool(layer_schemes & set(INT8_WEIGHTS))
     int8_acts = int8 or w8a8_enabled()  # NERVE_W8A8=1: int8 activations at any precision
     named_convs = int8_convs(precision)  # "int8:convs"
     quantize_convs = int8 and (named_convs or w8a8_convs_mode() == "all")  # fp32-weight convs get int8 weights
