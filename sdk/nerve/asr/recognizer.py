@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -246,9 +246,7 @@ class Stream:
         self.partial_samples = (rec.partial_ms if partial_ms is None else partial_ms) * SAMPLE_RATE // 1000
         self.open_start: Optional[int] = None
         self.next_partial = 0
-        # an early final (Recognizer early_final_ms): (start, end, event, stream samples that had
-        # arrived when it was computed), kept until the endpoint fires
-        self._early: Optional[Tuple[int, int, Event, int]] = None
+        self._early: Optional[_EarlyFinal] = None  # kept until the endpoint fires
         self.early_finals = {"used": 0, "wasted": 0}  # early recognitions that became finals / that speech undid
         seg = self.detector.segmenter
         self._early_after = (max(seg.end_silence_frames - rec.early_final_ms * SAMPLE_RATE // 1000 // FRAME, 1)
@@ -334,11 +332,11 @@ class Stream:
         if self.open_start is not None and self._early_after:
             end = self.detector.pending_end(self._early_after)
             if end is not None and end <= self.ring.end_sample and \
-                    (self._early is None or self._early[:2] != (self.open_start, end)):
+                    (self._early is None or (self._early.start, self._early.end) != (self.open_start, end)):
                 if self._early is not None:
                     self.early_finals["wasted"] += 1
-                early = self._recognise("final", self.open_start, end)
-                self._early = (self.open_start, end, early, self.ring.end_sample)
+                self._early = _EarlyFinal(self.open_start, end, self._recognise("final", self.open_start, end),
+                                          self.ring.end_sample)
         if self.open_start is not None and self.partial_samples and self.ring.end_sample >= self.next_partial:
             partial = self._recognise("partial", self.open_start, self.ring.end_sample)
             events.append(partial)
@@ -360,14 +358,14 @@ class Stream:
             return []
         start, self.open_start = self.open_start, None
         early, self._early = self._early, None
-        if early is not None and early[:2] == (start, sample):
+        if early is not None and (early.start, early.end) == (start, sample):
             self.early_finals["used"] += 1
-            final = early[2]
-            # in real time the early final was computed once audio up to early[3] had come; the
-            # endpoint fires when audio up to fired_at has: what its compute outlasted is latency
+            final = early.event
+            # in real time the early final was computed once audio up to early.arrived had come;
+            # the endpoint fires when audio up to fired_at has: what its compute outlasted is latency
             if fired_at is None:
                 fired_at = sample + self.detector.segmenter.endpoint_delay_samples
-            waited_ms = max(fired_at - early[3], 0) * 1000 / SAMPLE_RATE
+            waited_ms = max(fired_at - early.arrived, 0) * 1000 / SAMPLE_RATE
             latency_ms = max(final.compute_ms - waited_ms, 0.0)
         else:
             if early is not None:
@@ -392,6 +390,14 @@ class Stream:
         start_s, end_s = start / SAMPLE_RATE, end / SAMPLE_RATE
         tokens = _token_times(self.rec.model.tokenizer, result.tokens, start_s, end_s)
         return Event(kind, text, start_s, end_s, tokens, self.segments, spent * 1e3)
+
+
+class _EarlyFinal(NamedTuple):
+    """A segment recognised before its endpoint fired (Recognizer early_final_ms)."""
+    start: int    # the segment's samples [start, end)
+    end: int
+    event: Event  # its final, if the endpoint fires on [start, end)
+    arrived: int  # stream samples that had arrived when it was computed
 
 
 def _token_times(tokenizer, tokens: List[int], start_s: float, end_s: float) -> List[Token]:
