@@ -258,8 +258,10 @@ void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, 
     int64_t mr = W4_XQ_BYTES / Kq;
     if (mr > W4_MR) mr = W4_MR;
     for (int64_t r0 = 0; r0 < rows; r0 += mr) {
-        const int R = (int)(rows - r0 < mr ? rows - r0 : mr), NO = R == 1 && K <= W4_NARROW_K ? 4 : wide_no[R];
-        const tile_fn tile = R == 1 && K <= W4_NARROW_K ? tile_4_1 : wide[R];
+        const int R = (int)(rows - r0 < mr ? rows - r0 : mr);
+        const int narrow = R == 1 && K <= W4_NARROW_K; /* short rows: four at a time after all */
+        const int NO = narrow ? 4 : wide_no[R];
+        const tile_fn tile = narrow ? tile_4_1 : wide[R];
         for (int r = 0; r < R; r++)
             sx[r] = quantise_row(x + (r0 + r) * K, K, G, xq + r * Kq, xs + r * ng, off + r * (Kq / 8));
         int64_t o = 0;
