@@ -243,15 +243,17 @@ def test_w8a32_keeps_fp32_activations_on_any_row_count(mlp):
     with pytest.raises(InputError, match="precision"):
         nerve.compile(path, dims={"n": 64}, precision="w8a32:g32")
     # round to nearest without data: s = max|w| / 127 per output channel (a column of the
-    # MatMul's W), q = round(w / s); with fp32 activations the plan is float64 math on q·s
-    # up to fp32 rounding — no activation quantisation anywhere
+    # MatMul's W), stored as float32, and q = round(w / s) with that stored s (a float64 s
+    # would move codes whose w / s is within 1e-6 of a half: about one weight a run); with
+    # fp32 activations the plan is float64 math on q·s up to fp32 rounding — no activation
+    # quantisation anywhere
     import onnx
     from onnx import numpy_helper
 
     inits = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in onnx.load(str(path)).graph.initializer}
 
     def w8(w):
-        s = np.abs(w).max(axis=0) / 127
+        s = (np.abs(w).max(axis=0) / 127).astype(np.float32).astype(np.float64)
         return np.clip(np.rint(w / s), -127, 127) * s
 
     a = x.astype(np.float64)
