@@ -174,6 +174,10 @@ def test_tokenizer_reads_pieces_and_rejects_truncation(model, tmp_path):
     ("rotate 135 degrees", "rotate one hundred thirty five degrees", "rotate 135 degrees"),
     ("code 007", "code zero zero seven", "code 0 0 7"),
     ("back 2.5 m", "back two point five m", None),
+    ("go forward 3m.", "go forward three m.", None),  # a unit glued on, as Moonshine writes it
+    ("the 2nd, 21st and 90th", "the second, twenty first and ninetieth", None),
+    ("11th 12th 3rd", "eleventh twelfth third", None),
+    ("mp3 at 15%", "mp3 at fifteen percent", None),  # digits inside a word stay
 ])
 def test_numbers_both_ways(text, words, digits):
     assert numbers_to_words(text) == words

@@ -101,6 +101,8 @@ PARSE_TABLE = [
     ("move backward one hundred centimeters", move("backward", 1)),
     ("move back 75 centimeters", move("backward", 0.75)),
     ("move back seven centimetres", move("backward", 0.07)),
+    ("Go forward 3m.", move("forward", 3)),  # units glued on, as the recogniser writes them
+    ("move back 75cm", move("backward", 0.75)),
     ("drive left twenty meters", move("left", 20)),
     ("drive forward three seconds", move("forward", seconds=3)),
     ("go back", move("backward")),

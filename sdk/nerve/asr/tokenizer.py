@@ -96,17 +96,35 @@ def _number_token_words(token: str) -> str:
     return int_to_words(int(digits))
 
 
-_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(%?)(?!\w)")
+# A number, then either an ordinal suffix ("2nd"), a percent sign, or letters glued on as the
+# model writes units ("3m", "90deg"); not inside a word ("mp3") nor after a decimal point.
+_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?"
+                     r"(?:(?<=1)(st)|(?<=2)(nd)|(?<=3)(rd)|(?<=\d)(th)|(%)|([^\W\d_]+))?(?!\w)")
+_ORDINAL_ENDS = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
+                 "nine": "ninth", "twelve": "twelfth"}
+
+
+def _ordinal(words: str) -> str:
+    """'twenty one' -> 'twenty first', 'ninety' -> 'ninetieth', 'eleven' -> 'eleventh'."""
+    head, _, last = words.rpartition(" ")
+    last = _ORDINAL_ENDS.get(last) or (last[:-1] + "ieth" if last.endswith("y") else last + "th")
+    return f"{head} {last}" if head else last
 
 
 def numbers_to_words(text: str) -> str:
-    """'turn 90 degrees, 2.5 m' -> 'turn ninety degrees, two point five m'."""
+    """'turn 90 degrees, 2.5 m' -> 'turn ninety degrees, two point five m'; '3m' -> 'three m'
+    (letters glued to a number are read after it); '2nd' -> 'second'; '15%' -> 'fifteen percent'."""
     def spell(m: re.Match) -> str:
-        out = _number_token_words(m.group(1))
-        if m.group(2):
-            out += " point " + " ".join(_ONES[int(c)] for c in m.group(2))
-        if m.group(3):
+        integer, fraction, st, nd, rd, th, percent, letters = m.groups()
+        out = _number_token_words(integer)
+        if fraction:
+            out += " point " + " ".join(_ONES[int(c)] for c in fraction)
+        elif st or nd or rd or th:
+            out = _ordinal(out)
+        if percent:
             out += " percent"
+        if letters:
+            out += " " + letters
         return out
     return _NUMBER.sub(spell, text)
 
