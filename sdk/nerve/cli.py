@@ -89,7 +89,7 @@ def _cmd_bench(args) -> int:
 
         chosen = args.precision or ("int8" if args.int8 else None)
         result = asr_bench.run(args.audio, repeat=args.repeat or (1 if args.quick else 3),
-                               precisions=[chosen] if chosen else asr_bench.PRECISIONS, model=args.model)
+                               precisions=[chosen] if chosen else None, model=args.model)
         print(json.dumps(result, indent=2, default=str) if args.json else asr_bench.format_report(result))
         return 0
     if args.target == "quant":
@@ -260,7 +260,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--precision", default=None, metavar="P",
                        help="asr: nerve at this precision only (default: fp32 and int8 side by side; fp16, w8a32, w4a32, "
                             "w4a8[:gN][:gptq]; nerve.precision)")
-    bench.add_argument("--model", default="moonshine-base", help="asr: moonshine-base (default) or moonshine-tiny")
+    bench.add_argument("--model", default=None,
+                       help="asr: moonshine-base or moonshine-tiny, at fp32 and int8 (default: base at fp32, int8 and "
+                            "w4a8[:gptq], and tiny at int8)")
     bench.add_argument("--audio", action="append", metavar="FILE.wav",
                        help="asr: a recording to use (default: the example WAVs and the model's own recording)")
     bench.add_argument("--repeat", type=int, default=None, metavar="N",

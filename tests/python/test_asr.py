@@ -498,12 +498,18 @@ def test_native_greedy_loop_equals_step_by_step(model, beckett):
 
 def test_bench_asr_puts_both_precisions_beside_onnxruntime():
     """`nerve bench asr`'s result: every recording timed at fp32 and int8 (same finals' words
-    on a clear command), onnxruntime on the fp32 segments, the RTF lines in the report."""
+    on a clear command), onnxruntime on the fp32 segments, the RTF lines in the report. By
+    default its columns are also W4 (GPTQ once calibrated) and tiny; --model picks one model."""
     from nerve.asr import bench as asr_bench
+    from nerve.asr import calibrate
     from nerve.bench import example_audio_dir
 
+    w4 = "w4a8:gptq" if calibrate.stored("moonshine-base") is not None else "w4a8"
+    assert asr_bench.default_columns() == [("moonshine-base", "fp32"), ("moonshine-base", "int8"),
+                                           ("moonshine-base", w4), ("moonshine-tiny", "int8")]
+    assert asr_bench.default_columns("moonshine-tiny") == [("moonshine-tiny", "fp32"), ("moonshine-tiny", "int8")]
     wav = str(Path(example_audio_dir()) / "turn_left_ninety_degrees_16k_s16.wav")
-    r = asr_bench.run([wav], repeat=1, peers=("onnxruntime",))
+    r = asr_bench.run([wav], repeat=1, peers=("onnxruntime",), precisions=("fp32", "int8"))
     assert r["precisions"] == ["fp32", "int8"]
     (row,) = r["rows"]
     for p in ("fp32", "int8"):
@@ -514,6 +520,9 @@ def test_bench_asr_puts_both_precisions_beside_onnxruntime():
     assert row["onnxruntime_text"] == row["nerve"]["fp32"]["text"]
     report = asr_bench.format_report(r)
     assert "nerve fp32 0.0" in report and "nerve int8 0.0" in report and "int8" in report.split("vs onnxruntime")[1]
+    tiny = asr_bench.run([wav], repeat=1, peers=(), model="moonshine-tiny", precisions=("int8",))
+    assert tiny["precisions"] == ["tiny int8"] and tiny["columns"][0]["model"] == "moonshine-tiny"
+    assert words(tiny["rows"][0]["nerve"]["tiny int8"]["text"]) == ["turn", "left", "ninety", "degrees"]
 
 
 def test_int8_precision_is_faster_path_with_the_same_words(model, beckett):

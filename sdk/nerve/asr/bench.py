@@ -4,8 +4,9 @@ For each recording (the example WAVs and the real recording shipped with the mod
 default): nerve's whole pipeline (resample -> VAD -> Moonshine on nerve, finals only), then on
 the very segments nerve's VAD found, the same Moonshine model and decode loop on onnxruntime,
 and PocketSphinx (its bundled English model) with a grammar over the command words. nerve runs
-at each of ``precisions`` (default fp32 — onnxruntime's arithmetic — and int8), their passes
-interleaved so drift of the machine hits both alike. Times are medians over ``repeat`` passes;
+in several columns (default_columns: Moonshine base at fp32 — onnxruntime's arithmetic — int8
+and INT4 weights, and Moonshine tiny at int8), their passes interleaved so drift of the machine
+hits all alike. Times are medians over ``repeat`` passes;
 RTF = compute seconds / audio seconds, one thread.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,7 +40,24 @@ def default_audio() -> List[Path]:
     return files + [model_file("moonshine-base", "test-data/beckett.wav")]
 
 
-PRECISIONS = ("fp32", "int8")  # nerve's columns by default: onnxruntime's arithmetic, and the fast one
+PRECISIONS = ("fp32", "int8")  # a model's columns: onnxruntime's arithmetic, and the fast one
+
+
+def default_columns(model: Optional[str] = None) -> List[Tuple[str, str]]:
+    """The (model, precision) pairs `nerve bench asr` times: for one named model, fp32 and
+    int8; by default Moonshine base at fp32, int8 and INT4 weights (w4a8, with GPTQ when
+    `nerve models calibrate moonshine-base` has stored its statistics) and tiny at int8."""
+    if model is not None:
+        return [(model, p) for p in PRECISIONS]
+    from .calibrate import stored
+
+    w4 = "w4a8:gptq" if stored("moonshine-base") is not None else "w4a8"
+    return [("moonshine-base", p) for p in PRECISIONS + (w4,)] + [("moonshine-tiny", "int8")]
+
+
+def _label(model: str, precision: str) -> str:
+    """A column's name: the precision for Moonshine base, 'tiny int8' for another model."""
+    return precision if model == "moonshine-base" else f"{model.replace('moonshine-', '')} {precision}"
 
 
 def _nerve_pass(rec: Recognizer, samples: np.ndarray, rate: int):
@@ -58,15 +76,20 @@ def _nerve_pass(rec: Recognizer, samples: np.ndarray, rate: int):
 
 
 def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[Sequence[str]] = None,
-        peers: Sequence[str] = ("onnxruntime", "pocketsphinx"), precisions: Sequence[str] = PRECISIONS,
-        model: str = "moonshine-base") -> Dict[str, object]:
-    """nerve at each of precisions (passes interleaved per recording), then the peers on the
-    segments the first precision's VAD cut."""
+        peers: Sequence[str] = ("onnxruntime", "pocketsphinx"), precisions: Optional[Sequence[str]] = None,
+        model: Optional[str] = None) -> Dict[str, object]:
+    """nerve at each column (passes interleaved per recording), then the peers on the segments
+    the first column's VAD cut, with its model. Columns: `model` (default Moonshine base) at
+    each of `precisions`, or with neither given default_columns()."""
     from .peers import ort_decoder, pocketsphinx_recognize
 
     paths = [Path(f) for f in files] if files else default_audio()
-    precisions = list(dict.fromkeys(precisions))
-    recs = {p: Recognizer(model=model, partial_ms=0, precision=p) for p in precisions}
+    if precisions:
+        columns = [(model or "moonshine-base", p) for p in dict.fromkeys(precisions)]
+    else:
+        columns = default_columns(model)
+    recs = {_label(m, p): Recognizer(model=m, partial_ms=0, precision=p) for m, p in columns}
+    precisions = list(recs)  # the column labels
     first = recs[precisions[0]]
     model = first.model
     rows = []
@@ -119,7 +142,8 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
             for k in stages[p]:
                 stages[p][k] += last_stages[p].get(k, 0.0)
         rows.append(row)
-    return {"machine": cpu_model(), "threads": 1, "model": model.name, "precisions": precisions, "repeat": repeat,
+    return {"machine": cpu_model(), "threads": 1, "model": model.name, "precisions": precisions,
+            "columns": [{"label": _label(m, p), "model": m, "precision": p} for m, p in columns], "repeat": repeat,
             "rows": rows, "totals": totals, "stages_s": stages, "pool_peak_bytes": peak}
 
 
@@ -127,8 +151,9 @@ def format_report(r: Dict[str, object]) -> str:
     t = r["totals"]
     audio = t["audio_s"] or 1.0
     precisions = r["precisions"]
-    lines = [f"nerve bench asr — {r['machine']}, 1 thread, {r.get('model', 'moonshine-base')}, "
-             f"median of {r['repeat']}; onnxruntime and pocketsphinx on the segments nerve {precisions[0]}'s VAD cut",
+    lines = [f"nerve bench asr — {r['machine']}, 1 thread, "
+             f"median of {r['repeat']}; onnxruntime ({r.get('model', 'moonshine-base')}) and pocketsphinx on the "
+             f"segments nerve {precisions[0]}'s VAD cut",
              ""]
     cols = [f"nerve {p} ms" for p in precisions] + ["ort ms", "sphinx ms"]
     lines.append(f"{'file':28} {'audio s':>7} " + " ".join(f"{c:>{max(9, len(c))}}" for c in cols))
@@ -141,9 +166,10 @@ def format_report(r: Dict[str, object]) -> str:
     lines.append("RTF  " + "   ".join(f"nerve {p} {t['nerve'][p] / audio:.4f}" for p in precisions)
                  + f"   onnxruntime (same model, same segments, decode only) {t['onnxruntime'] / audio:.4f}"
                  f"   pocketsphinx {t['pocketsphinx'] / audio:.4f}")
-    if t["onnxruntime"]:
+    same_model = [c["label"] for c in r.get("columns", []) if c["model"] == r.get("model")] or precisions
+    if t["onnxruntime"]:  # a ratio only where nerve runs the model onnxruntime ran
         lines.append("nerve whole pipeline vs onnxruntime model+decode: "
-                     + ", ".join(f"{p} {t['onnxruntime'] / t['nerve'][p]:.2f}x faster" for p in precisions))
+                     + ", ".join(f"{p} {t['onnxruntime'] / t['nerve'][p]:.2f}x faster" for p in same_model))
     for p in precisions:
         lines.append(f"stages {p} (s, last pass): " + ", ".join(f"{k} {v:.3f}" for k, v in r["stages_s"][p].items()))
     for p in precisions:
@@ -154,10 +180,11 @@ def format_report(r: Dict[str, object]) -> str:
     lines.append("")
     for row in r["rows"]:
         lines.append(f"{row['file']}:")
+        width = max(len("pocketsphinx"), *(len("nerve " + p) for p in precisions)) + 1
         for p in precisions:
-            lines.append(f"  {'nerve ' + p:13}{row['nerve'][p]['text']}")
+            lines.append(f"  {'nerve ' + p:{width}}{row['nerve'][p]['text']}")
         if "onnxruntime_text" in row:
-            lines.append(f"  onnxruntime  {row['onnxruntime_text']}")
+            lines.append(f"  {'onnxruntime':{width}}{row['onnxruntime_text']}")
         if "pocketsphinx_text" in row:
-            lines.append(f"  pocketsphinx {row['pocketsphinx_text']}")
+            lines.append(f"  {'pocketsphinx':{width}}{row['pocketsphinx_text']}")
     return "\n".join(lines)
