@@ -14,7 +14,8 @@
  *    Σ_g |scale_g|·(Σ_k |xq·(q - zero)| + 16·Σ_k |xq|); and the dequantise-then-multiply
  *    product above within the activation quantisation error Σ_k |w_k|·sx/2 (+ the budget).
  * Every variant: the packed and unpacked layouts bit-identical, outputs split in two calls
- * (nrv_w4_rows) and rows split in two calls bit-identical to one call, nothing written past y.
+ * (nrv_w4_rows) and rows split in two calls (at a multiple of NRV_W4_ROW_BLOCK) bit-identical
+ * to one call, nothing written past y.
  * Bad input: each nrv_w4_check / nrv_w4_pack / nrv_linear_w4 error, y untouched. */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
@@ -207,8 +208,9 @@ static void sweep_case(int64_t rows, int64_t N, int64_t K, int64_t G, int with_z
                 NRV_EXPECT(worst <= 1.0, "%s %s rows=%lld N=%lld K=%lld: %.3g of the activation error bound", op,
                            name, (long long)rows, (long long)N, (long long)K, worst);
             }
-            /* outputs in two calls, then rows in two calls, each bit-identical */
-            const int64_t o1 = N / 2, r1 = rows / 2;
+            /* outputs in two calls, then rows in two calls (at a multiple of NRV_W4_ROW_BLOCK,
+             * the kernels.h contract), each bit-identical */
+            const int64_t o1 = N / 2, r1 = rows / 2 / NRV_W4_ROW_BLOCK * NRV_W4_ROW_BLOCK;
             const nrv_w4_weight lo = nrv_w4_rows(&wp, 0, o1), hi = nrv_w4_rows(&wp, o1, N - o1);
             if (o1) f(c.x, rows, &lo, c.b, y3, N);
             f(c.x, rows, &hi, c.b ? c.b + o1 : NULL, y3 + o1, N);
@@ -226,7 +228,7 @@ static void sweep_case(int64_t rows, int64_t N, int64_t K, int64_t G, int with_z
 }
 
 static void test_sweep(void) {
-    static const int64_t rows_set[] = {1, 2, 3, 5, 8};
+    static const int64_t rows_set[] = {1, 2, 3, 5, 8, 13, 24}; /* 8+: full row blocks, 13: and a tail */
     static const int64_t k_set[] = {32, 64, 96, 160, 416, 1024, 4096};
     static const int64_t n_set[] = {1, 3, 13, 97, 127, 257};
     static const int64_t g_set[] = {32, 64, 128};

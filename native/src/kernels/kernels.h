@@ -101,8 +101,12 @@ void nrv_linear_w8a8_pack(const int8_t *q, int64_t out, int64_t in, int8_t *pack
  *           int32, xq and sx as linear_w8a8 quantises a row (nrv_w8a8_row_scale, clamp,
  *           round half to even).
  * Variants sum in their own order (fp32 tolerance against the reference), but each gives
- * bit-identical results for the two layouts, and an output's value depends only on its row
- * and its weight row (callers split outputs and rows freely). w->in <= NRV_W4_MAX_IN. */
+ * bit-identical results for the two layouts, and an output's value depends only on its row,
+ * its weight row and, for the rows, which block of NRV_W4_ROW_BLOCK rows from the call's
+ * first row it is in (a variant may take another path for full blocks: linear_w4_vnni.c).
+ * Callers split outputs freely and rows at multiples of NRV_W4_ROW_BLOCK.
+ * w->in <= NRV_W4_MAX_IN. */
+enum { NRV_W4_ROW_BLOCK = 8 };
 typedef void (*nrv_linear_w4_fn)(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                                  int64_t ldy);
 /* The byte offset of output row o in w->q, and a view of outputs [o0, o0 + n) of w. */

@@ -63,7 +63,7 @@ static inline int64_t quad_pos(int64_t k) {
 /* Quantises row x (K floats, K a multiple of 32) into xq (Kq = K rounded up to 128 bytes) in
  * the quad order above, the group sums into xs[K / G], and per quad the 16 int32 lane offsets
  * off = -8·Σ (the lane's 8 xq), which start each quad's vpdpbusd so that it sums xq·(u - 8) =
- * xq·q directly; returns sx. */
+ * xq·q directly (off NULL: not wanted); returns sx. */
 static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, float *xs, int32_t *off) {
     __m512 m = _mm512_setzero_ps();
     for (int64_t p = 0; p < K; p += 16) m = _mm512_max_ps(abs_ps(_mm512_loadu_ps(x + p)), m);
@@ -81,7 +81,7 @@ static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, floa
         xs[p / G] += (float)_mm512_reduce_add_epi32(qi); /* exact: |sum| <= 127·128 */
     }
     const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t q = 0; q < nq; q++) {
+    for (int64_t q = 0; off && q < nq; q++) {
         __m512i lane = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(xq + 128 * q));
         lane = _mm512_dpbusd_epi32(lane, ones, _mm512_loadu_si512(xq + 128 * q + 64));
         _mm512_storeu_si512(off + 16 * q, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(lane, 3)));
@@ -240,6 +240,148 @@ W4_TILE(1, 3)
 W4_TILE(1, 4)
 #undef W4_TILE
 
+/* ---- many rows: lanes over outputs
+ *
+ * The tiles above put one output's 128 weights of a quad in a zmm, so every quad of every
+ * row pays a cvt and an FMA for two vpdpbusd, and the reduction of its lanes. With many rows
+ * a block of 16 outputs is instead unpacked once into the stack (w4_many_unpack: each zmm
+ * holds 4 consecutive weights of each of the 16 outputs, one output per int32 lane) and every
+ * row runs vpdpbusd against it with its 4 matching xq broadcast: a group's exact int32 sums
+ * for 16 outputs per row, then one cvt and two FMAs per row and group:
+ *   y = sx·Σ_g scale_g·(Σ xq·u - (8 + zero_g)·XS_g) + b   (u = q + 8; groups in order),
+ * every term before the scale an integer below 2^24, so exact in fp32. Rows come in blocks
+ * of W4_MANY_ROWS from the call's first row, and only full blocks take this path (the rest
+ * the tiles): its sums are in another order than the tiles', so a row's value depends on
+ * which path its block took — a caller splitting rows keeps the splits at multiples of
+ * W4_MANY_ROWS (kernels.h NRV_W4_ROW_BLOCK). Both layouts unpack to the same bytes:
+ * bit-identical. */
+#define W4_MANY_ROWS NRV_W4_ROW_BLOCK
+#define W4_MANY_CHUNK 32     /* rows quantised at once (the unpacked block is reused by all) */
+#define W4_MANY_MAX_KQ 2048  /* stack: 16·Kq bytes of weights + 32·Kq of rows (~104 KiB) */
+
+/* a[c] <- dword c of a[0..15] (a 16 x 16 transpose of int32). */
+static inline void transpose16(__m512i a[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4i + j], 128-bit lane L: column 4L + j of rows 4i..4i+3 */
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        const __m512i s2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+        const __m512i s3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        a[j] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+        a[4 + j] = _mm512_shuffle_i32x4(s0, s2, 0xDD);
+        a[8 + j] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+        a[12 + j] = _mm512_shuffle_i32x4(s1, s3, 0xDD);
+    }
+}
+
+/* Outputs o0 .. o0+no-1 (no <= 16) unpacked for w4_many_rows: per quad and block b of 32
+ * weights, 8 zmm — the block's 4-weight steps of the first half (dwords 4b..4b+3 of quad_u8's
+ * low vector, xq bytes 16b + 4d of the quad), then of the second half (xq bytes 64 + 16b + 4d)
+ * — lane j output o0 + j (0 past no); the scales per group, lane j (sc[16g + j]), and
+ * 8 + zero likewise (z8). */
+static void w4_many_unpack(const nrv_w4_weight *w, int64_t o0, int no, __m512i *wt, float *sc, float *z8) {
+    const int64_t K = w->in, ng = K / w->group, nq = (K + 127) / 128, rb = nrv_w4_row_bytes(w);
+    const int last_nb = K % 128 ? (int)(K % 128 / 32) : 4;
+    const int packed = w->layout == NRV_W4_PACKED;
+    for (int64_t Q = 0; Q < nq; Q++) {
+        const int nb = Q == nq - 1 ? last_nb : 4;
+        __m512i lo[16], hi[16];
+        for (int j = 0; j < 16; j++) {
+            if (j < no) {
+                lo[j] = quad_u8((const uint8_t *)w->q + (o0 + j) * rb, packed, Q, nb, &hi[j]);
+            } else {
+                lo[j] = hi[j] = _mm512_setzero_si512();
+            }
+        }
+        transpose16(lo);
+        transpose16(hi);
+        for (int b = 0; b < nb; b++)
+            for (int d = 0; d < 4; d++) {
+                wt[(4 * Q + b) * 8 + d] = lo[4 * b + d];
+                wt[(4 * Q + b) * 8 + 4 + d] = hi[4 * b + d];
+            }
+    }
+    for (int64_t g = 0; g < ng; g++)
+        for (int j = 0; j < 16; j++) {
+            sc[16 * g + j] = j < no ? _cvtsh_ss(w->scales[(o0 + j) * ng + g]) : 0.0f;
+            z8[16 * g + j] = 8.0f + (j < no && w->zero ? (float)w->zero[(o0 + j) * ng + g] : 0.0f);
+        }
+}
+
+/* W4_MANY_ROWS quantised rows (xq, stride Kq; sx, xs per row) against one unpacked block of
+ * no outputs from o0. */
+static void w4_many_rows(const int8_t *xq, int64_t Kq, const float *sx, const float *xs, const nrv_w4_weight *w,
+                         const __m512i *wt, const float *sc, const float *z8, int64_t o0, int no, const float *b,
+                         float *y, int64_t ldy) {
+    enum { R = W4_MANY_ROWS };
+    const int64_t K = w->in, G = w->group, ng = K / G, nblocks = K / 32;
+    __m512 tot[R];
+    __m512i acc[R];
+    for (int r = 0; r < R; r++) {
+        tot[r] = _mm512_setzero_ps();
+        acc[r] = _mm512_setzero_si512();
+    }
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        const int64_t Q = blk / 4, bq = blk % 4;
+        const __m512i *wb = wt + blk * 8;
+        for (int d = 0; d < 4; d++) {
+            const __m512i wl = _mm512_load_si512((const void *)(wb + d)), wh = _mm512_load_si512((const void *)(wb + 4 + d));
+            const int64_t at = 128 * Q + 16 * bq + 4 * d;
+            for (int r = 0; r < R; r++) {
+                int32_t lo4, hi4;
+                memcpy(&lo4, xq + r * Kq + at, 4);
+                memcpy(&hi4, xq + r * Kq + at + 64, 4);
+                acc[r] = _mm512_dpbusd_epi32(acc[r], wl, _mm512_set1_epi32(lo4));
+                acc[r] = _mm512_dpbusd_epi32(acc[r], wh, _mm512_set1_epi32(hi4));
+            }
+        }
+        if ((32 * (blk + 1)) % G == 0) { /* the group ends: scale its exact sums */
+            const int64_t g = 32 * blk / G;
+            const __m512 s = _mm512_loadu_ps(sc + 16 * g), z = _mm512_loadu_ps(z8 + 16 * g);
+            for (int r = 0; r < R; r++) {
+                const __m512 v = _mm512_fnmadd_ps(z, _mm512_set1_ps(xs[r * ng + g]), _mm512_cvtepi32_ps(acc[r]));
+                tot[r] = _mm512_fmadd_ps(v, s, tot[r]);
+                acc[r] = _mm512_setzero_si512();
+            }
+        }
+    }
+    const __mmask16 m = (__mmask16)((1u << no) - 1);
+    const __m512 bias = b ? _mm512_maskz_loadu_ps(m, b + o0) : _mm512_setzero_ps();
+    for (int r = 0; r < R; r++)
+        _mm512_mask_storeu_ps(y + r * ldy + o0, m, _mm512_fmadd_ps(_mm512_set1_ps(sx[r]), tot[r], bias));
+}
+
+/* Rows [0, rows) of the call, rows a multiple of W4_MANY_ROWS, in chunks of W4_MANY_CHUNK:
+ * each chunk's rows quantised once, then per block of 16 outputs one unpack for all of them. */
+static __attribute__((noinline)) void w4_many(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b,
+                                              float *y, int64_t ldy) {
+    const int64_t K = w->in, G = w->group, ng = K / G, Kq = (K + 127) / 128 * 128, N = w->out;
+    _Alignas(64) __m512i wt[W4_MANY_MAX_KQ / 4]; /* 16·Kq bytes */
+    _Alignas(64) int8_t xq[W4_MANY_CHUNK * W4_MANY_MAX_KQ];
+    float sx[W4_MANY_CHUNK], xs[W4_MANY_CHUNK * (W4_MANY_MAX_KQ / 32)];
+    float sc[16 * (W4_MANY_MAX_KQ / 32)], z8[16 * (W4_MANY_MAX_KQ / 32)];
+    for (int64_t r0 = 0; r0 < rows; r0 += W4_MANY_CHUNK) {
+        const int64_t nr = rows - r0 < W4_MANY_CHUNK ? rows - r0 : W4_MANY_CHUNK;
+        for (int64_t r = 0; r < nr; r++) sx[r] = quantise_row(x + (r0 + r) * K, K, G, xq + r * Kq, xs + r * ng, NULL);
+        for (int64_t o0 = 0; o0 < N; o0 += 16) {
+            const int no = (int)(N - o0 < 16 ? N - o0 : 16);
+            w4_many_unpack(w, o0, no, wt, sc, z8);
+            for (int64_t r = 0; r < nr; r += W4_MANY_ROWS)
+                w4_many_rows(xq + r * Kq, Kq, sx + r, xs + r * ng, w, wt, sc, z8, o0, no, b, y + (r0 + r) * ldy,
+                             ldy);
+        }
+    }
+}
+
 typedef void (*tile_fn)(const int8_t *, const int32_t *, const float *, const float *, int64_t, const nrv_w4_weight *,
                         int64_t, const float *, float *, int64_t);
 
@@ -251,6 +393,13 @@ void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, 
     static const tile_fn one[W4_MR + 1] = {NULL, tile_1_1, tile_1_2, tile_1_3, tile_1_4};
     static const int wide_no[W4_MR + 1] = {0, 1, 2, 1, 1};
     const int64_t K = w->in, G = w->group, ng = K / G, N = w->out;
+    if (rows >= W4_MANY_ROWS && (K + 127) / 128 * 128 <= W4_MANY_MAX_KQ) {
+        const int64_t many = rows - rows % W4_MANY_ROWS;
+        w4_many(x, many, w, b, y, ldy);
+        x += many * K;
+        y += many * ldy;
+        rows -= many;
+    }
     _Alignas(64) int8_t xq[W4_XQ_BYTES];
     _Alignas(64) int32_t off[W4_XQ_BYTES / 4];
     float sx[W4_MR], xs[W4_MR * (NRV_W4_MAX_IN / 32)];
