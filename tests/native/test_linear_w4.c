@@ -229,7 +229,7 @@ static void sweep_case(int64_t rows, int64_t N, int64_t K, int64_t G, int with_z
 
 static void test_sweep(void) {
     static const int64_t rows_set[] = {1, 2, 3, 5, 8, 13, 24}; /* 8+: full row blocks, 13: and a tail */
-    static const int64_t k_set[] = {32, 64, 96, 160, 416, 1024, 4096};
+    static const int64_t k_set[] = {32, 64, 96, 160, 416, 1024, 2080, 4096}; /* 2080: slices + a partial quad */
     static const int64_t n_set[] = {1, 3, 13, 97, 127, 257};
     static const int64_t g_set[] = {32, 64, 128};
     int cases = 0, t = 0;

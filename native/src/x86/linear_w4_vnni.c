@@ -60,28 +60,41 @@ static inline int64_t quad_pos(int64_t k) {
     return k - r + (r % 32) / 16 * 64 + r / 32 * 16 + r % 16;
 }
 
-/* Quantises row x (K floats, K a multiple of 32) into xq (Kq = K rounded up to 128 bytes) in
- * the quad order above, the group sums into xs[K / G], and per quad the 16 int32 lane offsets
- * off = -8·Σ (the lane's 8 xq), which start each quad's vpdpbusd so that it sums xq·(u - 8) =
- * xq·q directly (off NULL: not wanted); returns sx. */
-static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, float *xs, int32_t *off) {
+/* The int8 scale of row x (K floats): returns sx, *inv = 1 / sx (nrv_w8a8_row_scale). */
+static float row_scale(const float *x, int64_t K, float *inv) {
     __m512 m = _mm512_setzero_ps();
     for (int64_t p = 0; p < K; p += 16) m = _mm512_max_ps(abs_ps(_mm512_loadu_ps(x + p)), m);
-    float inv, sx;
-    nrv_w8a8_row_scale(_mm512_reduce_max_ps(m), &inv, &sx);
+    float sx;
+    nrv_w8a8_row_scale(_mm512_reduce_max_ps(m), inv, &sx);
+    return sx;
+}
+
+/* Quantises n floats of a row (n a multiple of 32, x on a quad bound of the row) with inv
+ * into xq in the quad order above (a partial last quad's missing positions 0) and their
+ * group sums into xs[n / G] (whole groups). */
+static void quantise_span(const float *x, int64_t n, int64_t G, float inv, int8_t *xq, float *xs) {
     const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
-    const int64_t nq = (K + 127) / 128;
-    if (K % 128) memset(xq + (nq - 1) * 128, 0, 128); /* a partial quad's missing positions */
-    for (int64_t g = 0; g < K / G; g++) xs[g] = 0.0f;
-    for (int64_t p = 0; p < K; p += 16) {
+    if (n % 128) memset(xq + n / 128 * 128, 0, 128);
+    for (int64_t g = 0; g < n / G; g++) xs[g] = 0.0f;
+    for (int64_t p = 0; p < n; p += 16) {
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + p), vinv);
         v = _mm512_max_ps(_mm512_min_ps(v, hi), lo); /* NaN -> 127, as the reference */
         const __m512i qi = _mm512_cvtps_epi32(v);
         _mm_storeu_si128((__m128i *)(xq + quad_pos(p)), _mm512_cvtepi32_epi8(qi));
         xs[p / G] += (float)_mm512_reduce_add_epi32(qi); /* exact: |sum| <= 127·128 */
     }
+}
+
+/* Quantises row x (K floats, K a multiple of 32) into xq (Kq = K rounded up to 128 bytes) in
+ * the quad order above, the group sums into xs[K / G], and per quad the 16 int32 lane offsets
+ * off = -8·Σ (the lane's 8 xq), which start each quad's vpdpbusd so that it sums xq·(u - 8) =
+ * xq·q directly; returns sx. */
+static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, float *xs, int32_t *off) {
+    float inv;
+    const float sx = row_scale(x, K, &inv);
+    quantise_span(x, K, G, inv, xq, xs);
     const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t q = 0; off && q < nq; q++) {
+    for (int64_t q = 0; q < (K + 127) / 128; q++) {
         __m512i lane = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(xq + 128 * q));
         lane = _mm512_dpbusd_epi32(lane, ones, _mm512_loadu_si512(xq + 128 * q + 64));
         _mm512_storeu_si512(off + 16 * q, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(lane, 3)));
@@ -256,8 +269,9 @@ W4_TILE(1, 4)
  * W4_MANY_ROWS (kernels.h NRV_W4_ROW_BLOCK). Both layouts unpack to the same bytes:
  * bit-identical. */
 #define W4_MANY_ROWS NRV_W4_ROW_BLOCK
-#define W4_MANY_CHUNK 32     /* rows quantised at once (the unpacked block is reused by all) */
-#define W4_MANY_MAX_KQ 2048  /* stack: 16·Kq bytes of weights + 32·Kq of rows (~104 KiB) */
+#define W4_MANY_CHUNK 32   /* rows at once: an unpacked slice serves all of them */
+#define W4_MANY_SLICE 2048 /* weights of a row at once (a multiple of every group): the stack
+                            * holds 16 outputs' (32 KiB) and the chunk's rows' (64 KiB) */
 
 /* a[c] <- dword c of a[0..15] (a 16 x 16 transpose of int32). */
 static inline void transpose16(__m512i a[16]) {
@@ -283,16 +297,18 @@ static inline void transpose16(__m512i a[16]) {
     }
 }
 
-/* Outputs o0 .. o0+no-1 (no <= 16) unpacked for w4_many_rows: per quad and block b of 32
- * weights, 8 zmm — the block's 4-weight steps of the first half (dwords 4b..4b+3 of quad_u8's
- * low vector, xq bytes 16b + 4d of the quad), then of the second half (xq bytes 64 + 16b + 4d)
- * — lane j output o0 + j (0 past no); the scales per group, lane j (sc[16g + j]), and
- * 8 + zero likewise (z8). */
-static void w4_many_unpack(const nrv_w4_weight *w, int64_t o0, int no, __m512i *wt, float *sc, float *z8) {
-    const int64_t K = w->in, ng = K / w->group, nq = (K + 127) / 128, rb = nrv_w4_row_bytes(w);
+/* Outputs o0 .. o0+no-1 (no <= 16), weights [128·qa, 128·qb) of their rows, unpacked for
+ * w4_many_rows: per quad and block b of 32 weights, 8 zmm — the block's 4-weight steps of
+ * the first half (dwords 4b..4b+3 of quad_u8's low vector, xq bytes 16b + 4d of the quad),
+ * then of the second half (xq bytes 64 + 16b + 4d) — lane j output o0 + j (0 past no); the
+ * scales of the slice's groups, lane j (sc[16·(g - first group) + j]), and 8 + zero
+ * likewise (z8). */
+static void w4_many_unpack(const nrv_w4_weight *w, int64_t o0, int no, int64_t qa, int64_t qb, __m512i *wt,
+                           float *sc, float *z8) {
+    const int64_t K = w->in, G = w->group, ng = K / G, nq = (K + 127) / 128, rb = nrv_w4_row_bytes(w);
     const int last_nb = K % 128 ? (int)(K % 128 / 32) : 4;
     const int packed = w->layout == NRV_W4_PACKED;
-    for (int64_t Q = 0; Q < nq; Q++) {
+    for (int64_t Q = qa; Q < qb; Q++) {
         const int nb = Q == nq - 1 ? last_nb : 4;
         __m512i lo[16], hi[16];
         for (int j = 0; j < 16; j++) {
@@ -306,40 +322,42 @@ static void w4_many_unpack(const nrv_w4_weight *w, int64_t o0, int no, __m512i *
         transpose16(hi);
         for (int b = 0; b < nb; b++)
             for (int d = 0; d < 4; d++) {
-                wt[(4 * Q + b) * 8 + d] = lo[4 * b + d];
-                wt[(4 * Q + b) * 8 + 4 + d] = hi[4 * b + d];
+                wt[(4 * (Q - qa) + b) * 8 + d] = lo[4 * b + d];
+                wt[(4 * (Q - qa) + b) * 8 + 4 + d] = hi[4 * b + d];
             }
     }
-    for (int64_t g = 0; g < ng; g++)
+    const int64_t ga = 128 * qa / G, gb = (128 * qb < K ? 128 * qb : K) / G;
+    for (int64_t g = ga; g < gb; g++)
         for (int j = 0; j < 16; j++) {
-            sc[16 * g + j] = j < no ? _cvtsh_ss(w->scales[(o0 + j) * ng + g]) : 0.0f;
-            z8[16 * g + j] = 8.0f + (j < no && w->zero ? (float)w->zero[(o0 + j) * ng + g] : 0.0f);
+            sc[16 * (g - ga) + j] = j < no ? _cvtsh_ss(w->scales[(o0 + j) * ng + g]) : 0.0f;
+            z8[16 * (g - ga) + j] = 8.0f + (j < no && w->zero ? (float)w->zero[(o0 + j) * ng + g] : 0.0f);
         }
 }
 
-/* W4_MANY_ROWS quantised rows (xq, stride Kq; sx, xs per row) against one unpacked block of
- * no outputs from o0. */
-static void w4_many_rows(const int8_t *xq, int64_t Kq, const float *sx, const float *xs, const nrv_w4_weight *w,
-                         const __m512i *wt, const float *sc, const float *z8, int64_t o0, int no, const float *b,
-                         float *y, int64_t ldy) {
+/* W4_MANY_ROWS rows' quantised slice (xq, stride W4_MANY_SLICE; xs, stride W4_MANY_SLICE / G)
+ * against the unpacked slice of nblk blocks (32 weights each; whole groups), adding to the
+ * no (<= 16) sums from tot (row stride ldt): each group's exact sums, scaled, in group order. */
+static void w4_many_rows(const int8_t *xq, const float *xs, int64_t G, int64_t nblk, const __m512i *wt,
+                         const float *sc, const float *z8, float *tot_io, int64_t ldt, int no) {
     enum { R = W4_MANY_ROWS };
-    const int64_t K = w->in, G = w->group, ng = K / G, nblocks = K / 32;
+    const __mmask16 m = (__mmask16)((1u << no) - 1);
+    const int64_t xs_stride = W4_MANY_SLICE / G;
     __m512 tot[R];
     __m512i acc[R];
     for (int r = 0; r < R; r++) {
-        tot[r] = _mm512_setzero_ps();
+        tot[r] = _mm512_maskz_loadu_ps(m, tot_io + r * ldt);
         acc[r] = _mm512_setzero_si512();
     }
-    for (int64_t blk = 0; blk < nblocks; blk++) {
-        const int64_t Q = blk / 4, bq = blk % 4;
+    for (int64_t blk = 0; blk < nblk; blk++) {
         const __m512i *wb = wt + blk * 8;
+        const int64_t at0 = 128 * (blk / 4) + 16 * (blk % 4);
         for (int d = 0; d < 4; d++) {
-            const __m512i wl = _mm512_load_si512((const void *)(wb + d)), wh = _mm512_load_si512((const void *)(wb + 4 + d));
-            const int64_t at = 128 * Q + 16 * bq + 4 * d;
+            const __m512i wl = _mm512_load_si512((const void *)(wb + d));
+            const __m512i wh = _mm512_load_si512((const void *)(wb + 4 + d));
             for (int r = 0; r < R; r++) {
                 int32_t lo4, hi4;
-                memcpy(&lo4, xq + r * Kq + at, 4);
-                memcpy(&hi4, xq + r * Kq + at + 64, 4);
+                memcpy(&lo4, xq + r * W4_MANY_SLICE + at0 + 4 * d, 4);
+                memcpy(&hi4, xq + r * W4_MANY_SLICE + at0 + 4 * d + 64, 4);
                 acc[r] = _mm512_dpbusd_epi32(acc[r], wl, _mm512_set1_epi32(lo4));
                 acc[r] = _mm512_dpbusd_epi32(acc[r], wh, _mm512_set1_epi32(hi4));
             }
@@ -348,36 +366,55 @@ static void w4_many_rows(const int8_t *xq, int64_t Kq, const float *sx, const fl
             const int64_t g = 32 * blk / G;
             const __m512 s = _mm512_loadu_ps(sc + 16 * g), z = _mm512_loadu_ps(z8 + 16 * g);
             for (int r = 0; r < R; r++) {
-                const __m512 v = _mm512_fnmadd_ps(z, _mm512_set1_ps(xs[r * ng + g]), _mm512_cvtepi32_ps(acc[r]));
+                const __m512 v = _mm512_fnmadd_ps(z, _mm512_set1_ps(xs[r * xs_stride + g]), _mm512_cvtepi32_ps(acc[r]));
                 tot[r] = _mm512_fmadd_ps(v, s, tot[r]);
                 acc[r] = _mm512_setzero_si512();
             }
         }
     }
-    const __mmask16 m = (__mmask16)((1u << no) - 1);
-    const __m512 bias = b ? _mm512_maskz_loadu_ps(m, b + o0) : _mm512_setzero_ps();
-    for (int r = 0; r < R; r++)
-        _mm512_mask_storeu_ps(y + r * ldy + o0, m, _mm512_fmadd_ps(_mm512_set1_ps(sx[r]), tot[r], bias));
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(tot_io + r * ldt, m, tot[r]);
 }
 
-/* Rows [0, rows) of the call, rows a multiple of W4_MANY_ROWS, in chunks of W4_MANY_CHUNK:
- * each chunk's rows quantised once, then per block of 16 outputs one unpack for all of them. */
+/* Rows [0, rows) of the call, rows a multiple of W4_MANY_ROWS, in chunks of up to
+ * W4_MANY_CHUNK rows, the sums kept in y itself until the end: per slice of W4_MANY_SLICE
+ * weights the chunk's rows are quantised (with their whole rows' scales), then per block of
+ * 16 outputs one unpack serves all of them. Slices end on group bounds, so every group's sum
+ * and the order of the groups are those of one pass over the row. */
 static __attribute__((noinline)) void w4_many(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b,
                                               float *y, int64_t ldy) {
-    const int64_t K = w->in, G = w->group, ng = K / G, Kq = (K + 127) / 128 * 128, N = w->out;
-    _Alignas(64) __m512i wt[W4_MANY_MAX_KQ / 4]; /* 16·Kq bytes */
-    _Alignas(64) int8_t xq[W4_MANY_CHUNK * W4_MANY_MAX_KQ];
-    float sx[W4_MANY_CHUNK], xs[W4_MANY_CHUNK * (W4_MANY_MAX_KQ / 32)];
-    float sc[16 * (W4_MANY_MAX_KQ / 32)], z8[16 * (W4_MANY_MAX_KQ / 32)];
+    const int64_t K = w->in, G = w->group, nq = (K + 127) / 128, N = w->out, slice_q = W4_MANY_SLICE / 128;
+    _Alignas(64) __m512i wt[W4_MANY_SLICE / 4]; /* 16 outputs x a slice */
+    _Alignas(64) int8_t xq[W4_MANY_CHUNK * W4_MANY_SLICE];
+    float sx[W4_MANY_CHUNK], inv[W4_MANY_CHUNK], xs[W4_MANY_CHUNK * (W4_MANY_SLICE / 32)];
+    float sc[16 * (W4_MANY_SLICE / 32)], z8[16 * (W4_MANY_SLICE / 32)];
     for (int64_t r0 = 0; r0 < rows; r0 += W4_MANY_CHUNK) {
         const int64_t nr = rows - r0 < W4_MANY_CHUNK ? rows - r0 : W4_MANY_CHUNK;
-        for (int64_t r = 0; r < nr; r++) sx[r] = quantise_row(x + (r0 + r) * K, K, G, xq + r * Kq, xs + r * ng, NULL);
-        for (int64_t o0 = 0; o0 < N; o0 += 16) {
-            const int no = (int)(N - o0 < 16 ? N - o0 : 16);
-            w4_many_unpack(w, o0, no, wt, sc, z8);
-            for (int64_t r = 0; r < nr; r += W4_MANY_ROWS)
-                w4_many_rows(xq + r * Kq, Kq, sx + r, xs + r * ng, w, wt, sc, z8, o0, no, b, y + (r0 + r) * ldy,
-                             ldy);
+        for (int64_t r = 0; r < nr; r++) {
+            sx[r] = row_scale(x + (r0 + r) * K, K, &inv[r]);
+            memset(y + (r0 + r) * ldy, 0, (size_t)N * sizeof(float));
+        }
+        for (int64_t qa = 0; qa < nq; qa += slice_q) {
+            const int64_t qb = qa + slice_q < nq ? qa + slice_q : nq;
+            const int64_t k0 = 128 * qa, n = (128 * qb < K ? 128 * qb : K) - k0;
+            for (int64_t r = 0; r < nr; r++)
+                quantise_span(x + (r0 + r) * K + k0, n, G, inv[r], xq + r * W4_MANY_SLICE,
+                              xs + r * (W4_MANY_SLICE / G));
+            for (int64_t o0 = 0; o0 < N; o0 += 16) {
+                const int no = (int)(N - o0 < 16 ? N - o0 : 16);
+                w4_many_unpack(w, o0, no, qa, qb, wt, sc, z8);
+                for (int64_t r = 0; r < nr; r += W4_MANY_ROWS)
+                    w4_many_rows(xq + r * W4_MANY_SLICE, xs + r * (W4_MANY_SLICE / G), G, n / 32, wt, sc, z8,
+                                 y + (r0 + r) * ldy + o0, ldy, no);
+            }
+        }
+        for (int64_t r = 0; r < nr; r++) { /* y = sx·Σ + b */
+            float *yr = y + (r0 + r) * ldy;
+            const __m512 s = _mm512_set1_ps(sx[r]);
+            for (int64_t o = 0; o < N; o += 16) {
+                const __mmask16 m = N - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (N - o)) - 1);
+                const __m512 bias = b ? _mm512_maskz_loadu_ps(m, b + o) : _mm512_setzero_ps();
+                _mm512_mask_storeu_ps(yr + o, m, _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m, yr + o), bias));
+            }
         }
     }
 }
@@ -393,7 +430,7 @@ void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, 
     static const tile_fn one[W4_MR + 1] = {NULL, tile_1_1, tile_1_2, tile_1_3, tile_1_4};
     static const int wide_no[W4_MR + 1] = {0, 1, 2, 1, 1};
     const int64_t K = w->in, G = w->group, ng = K / G, N = w->out;
-    if (rows >= W4_MANY_ROWS && (K + 127) / 128 * 128 <= W4_MANY_MAX_KQ) {
+    if (rows >= W4_MANY_ROWS) {
         const int64_t many = rows - rows % W4_MANY_ROWS;
         w4_many(x, many, w, b, y, ldy);
         x += many * K;
