@@ -270,8 +270,9 @@ W4_TILE(1, 4)
  * bit-identical. */
 #define W4_MANY_ROWS NRV_W4_ROW_BLOCK
 #define W4_MANY_CHUNK 32   /* rows at once: an unpacked slice serves all of them */
-#define W4_MANY_SLICE 2048 /* weights of a row at once (a multiple of every group): the stack
-                            * holds 16 outputs' (32 KiB) and the chunk's rows' (64 KiB) */
+#define W4_MANY_SLICE 1024 /* weights of a row at once (a multiple of every group): the stack
+                            * holds 16 outputs' (16 KiB) and the chunk's rows' (32 KiB) —
+                            * ~56 KiB in all, for callers' threads with small stacks */
 
 /* a[c] <- dword c of a[0..15] (a 16 x 16 transpose of int32). */
 static inline void transpose16(__m512i a[16]) {
