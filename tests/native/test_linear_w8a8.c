@@ -184,8 +184,13 @@ static void sweep_kernel(void) {
             }
     kernel_case(130, 416, 1664, 3, variants, nv); /* the encoder's shape class */
     kernel_case(33, 1664, 416, 4, variants, nv);
+    /* rows wider than the stack holds 8 of: K cut in slices (the last 4 bytes / a partial one) */
+    for (int m = 0; m < 8; m += 3) {
+        kernel_case(11, 4099, 37, m, variants, nv);
+        kernel_case(9, 10001, 21, m + 1, variants, nv);
+    }
     NRV_EXPECT_STATUS(nrv_kernel_force("linear_w8a8", NULL), NRV_OK);
-    printf("kernel linear_w8a8 variants=%d cases=%d ref max_err=%.2f of tolerance\n", nv, cases + 2, kernel_worst);
+    printf("kernel linear_w8a8 variants=%d cases=%d ref max_err=%.2f of tolerance\n", nv, cases + 8, kernel_worst);
 }
 
 /* ------------------------------------------------------------------ the plan ops */
