@@ -16,6 +16,7 @@
 
 #define W8A8_MR 4
 #define W8A8_XQ_BYTES 32768
+#define W8A8_SLICE (W8A8_XQ_BYTES / 2 / W8A8_MR) /* int16 of a row per slice when K is cut */
 
 static inline __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 
@@ -32,8 +33,8 @@ static inline float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* Quantises row x (n floats) into xq (kp int16, pad 0); returns sx, sets *rsum (when want_sum). */
-static float quantise_row(const float *x, int64_t n, int64_t kp, int16_t *xq, int want_sum, float *rsum) {
+/* The int8 scale of row x (n floats): returns sx, *inv = 1 / sx (nrv_w8a8_row_scale). */
+static float row_scale(const float *x, int64_t n, float *inv) {
     __m256 m = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 16 <= n; p += 16) {
@@ -45,44 +46,61 @@ static float quantise_row(const float *x, int64_t n, int64_t kp, int16_t *xq, in
         const __m256 v1 = _mm256_maskload_ps(x + p + 8, tail_mask(n - p - 8));
         m = _mm256_max_ps(m, _mm256_max_ps(abs_ps(v0), abs_ps(v1)));
     }
-    const float amax = hmax8(m);
-    float inv, sx;
-    nrv_w8a8_row_scale(amax, &inv, &sx);
+    float sx;
+    nrv_w8a8_row_scale(hmax8(m), inv, &sx);
+    return sx;
+}
+
+/* Quantises k in [k0, k0 + w) of row x (n floats; w a multiple of 4; k >= n: xq = 0) with inv
+ * into xq (int16); returns Σ xq over them when want_sum (exact), else 0. */
+static int32_t quantise_span(const float *x, int64_t n, int64_t k0, int64_t w, float inv, int16_t *xq,
+                             int want_sum) {
     const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
-    for (p = 0; p < kp; p += 8) {
-        const __m256 xv = p + 8 <= n ? _mm256_loadu_ps(x + p) : _mm256_maskload_ps(x + p, tail_mask(n - p));
+    for (int64_t p = 0; p < w; p += 8) {
+        const int64_t k = k0 + p;
+        const __m256 xv = k + 8 <= n ? _mm256_loadu_ps(x + k) : _mm256_maskload_ps(x + k, tail_mask(n - k));
         __m256 v = _mm256_mul_ps(xv, vinv);
         v = _mm256_max_ps(_mm256_min_ps(v, hi), lo);
         const __m256i i32 = _mm256_cvtps_epi32(v);
         const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
-        if (kp - p >= 8) _mm_storeu_si128((__m128i *)(void *)(xq + p), i16);
-        else _mm_storel_epi64((__m128i *)(void *)(xq + p), i16); /* kp - p == 4 */
+        if (w - p >= 8) _mm_storeu_si128((__m128i *)(void *)(xq + p), i16);
+        else _mm_storel_epi64((__m128i *)(void *)(xq + p), i16); /* w - p == 4 */
     }
-    *rsum = 0.0f;
-    if (want_sum) { /* sx·Σ xq, as the reference */
-        int32_t isum = 0;
-        for (p = 0; p < n; p++) isum += xq[p];
-        *rsum = sx * (float)isum;
-    }
+    int32_t isum = 0;
+    if (want_sum)
+        for (int64_t p = 0; p < w; p++) isum += xq[p];
+    return isum;
+}
+
+/* Quantises row x (n floats) into xq (kp int16, pad 0); returns sx, sets *rsum = sx·Σ xq (the
+ * reference's, when want_sum; else 0). */
+static float quantise_row(const float *x, int64_t n, int64_t kp, int16_t *xq, int want_sum, float *rsum) {
+    float inv;
+    const float sx = row_scale(x, n, &inv);
+    const int32_t isum = quantise_span(x, n, 0, kp, inv, xq, want_sum);
+    *rsum = want_sum ? sx * (float)isum : 0.0f;
     return sx;
 }
 
-/* R rows x 8 outputs starting at n0 (half h of a 16-output block; nvalid of them real). */
-static inline __attribute__((always_inline)) void tile(const int R, const int16_t *xq, int64_t kp,
-                                                       const int8_t *packed, int64_t n0, int64_t nvalid,
-                                                       const float *sx, const float *rsum, const float *s,
-                                                       const float *z, int64_t st, const float *b, float *y,
-                                                       int64_t ldy) {
-    const int64_t kb_n = kp / 4;
-    const int8_t *w = packed + (n0 / 16) * kb_n * 64 + (n0 % 16) * 4;
+/* R rows x 8 outputs starting at n0 (half h of a 16-output block; nvalid of them real), over
+ * the weight's k-blocks [kb0, kb0 + nkb) of kb_n (xq holds those, row stride xs). A K cut in
+ * slices keeps the int32 sums in y between slices: `first` starts them at 0 (else adds those
+ * in y), `last` ends with the epilogue (else stores them to y). */
+static inline __attribute__((always_inline)) void tile(const int R, const int16_t *xq, int64_t xs, int64_t kb0,
+                                                       int64_t nkb, int64_t kb_n, const int8_t *packed, int64_t n0,
+                                                       int64_t nvalid, const float *sx, const float *rsum,
+                                                       const float *s, const float *z, int64_t st, const float *b,
+                                                       float *y, int64_t ldy, int first, int last) {
+    const int8_t *w = packed + ((n0 / 16) * kb_n + kb0) * 64 + (n0 % 16) * 4;
+    int32_t *part = (int32_t *)(void *)y; /* the slices' running sums, in y's bytes */
     __m256i acc[W8A8_MR][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    for (int64_t kb = 0; kb < kb_n; kb++) {
+    for (int64_t kb = 0; kb < nkb; kb++) {
         const __m256i wa = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(w + kb * 64)));
         const __m256i wb = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(w + kb * 64 + 16)));
         for (int r = 0; r < R; r++) {
             int64_t xv;
-            memcpy(&xv, xq + r * kp + kb * 4, 8);
+            memcpy(&xv, xq + r * xs + kb * 4, 8);
             const __m256i xb = _mm256_set1_epi64x(xv);
             acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(wa, xb));
             acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(wb, xb));
@@ -94,7 +112,13 @@ static inline __attribute__((always_inline)) void tile(const int R, const int16_
     const __m256 bv = b ? _mm256_maskload_ps(b + n0, k) : _mm256_setzero_ps();
     for (int r = 0; r < R; r++) {
         /* acc[0] lanes: o0 (k0k1, k2k3), o1, | o2, o3; acc[1]: o4..o7 likewise */
-        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][0], acc[r][1]), 0xd8);
+        __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][0], acc[r][1]), 0xd8);
+        int32_t *pr = part + r * ldy + n0;
+        if (!first) h = _mm256_add_epi32(h, _mm256_maskload_epi32(pr, k));
+        if (!last) {
+            _mm256_maskstore_epi32(pr, k, h);
+            continue;
+        }
         const __m256 a = _mm256_cvtepi32_ps(h);
         const __m256 sc = _mm256_mul_ps(sv, _mm256_set1_ps(sx[r]));
         const __m256 t = z ? _mm256_mul_ps(zv, _mm256_set1_ps(rsum[r])) : _mm256_setzero_ps();
@@ -105,31 +129,62 @@ static inline __attribute__((always_inline)) void tile(const int R, const int16_
     }
 }
 
-static __attribute__((noinline)) void tile_rows(int R, const int16_t *xq, int64_t kp, const int8_t *packed,
-                                                int64_t n0, int64_t nvalid, const float *sx, const float *rsum,
-                                                const float *s, const float *z, int64_t st, const float *b,
-                                                float *y, int64_t ldy) {
+#define W8A8_CASE(R_)                                                                                        \
+    case R_: tile(R_, xq, xs, kb0, nkb, kb_n, packed, n0, nvalid, sx, rsum, s, z, st, b, y, ldy, first, last); return;
+
+static __attribute__((noinline)) void tile_rows(int R, const int16_t *xq, int64_t xs, int64_t kb0, int64_t nkb,
+                                                int64_t kb_n, const int8_t *packed, int64_t n0, int64_t nvalid,
+                                                const float *sx, const float *rsum, const float *s, const float *z,
+                                                int64_t st, const float *b, float *y, int64_t ldy, int first,
+                                                int last) {
     switch (R) {
-    case 1: tile(1, xq, kp, packed, n0, nvalid, sx, rsum, s, z, st, b, y, ldy); return;
-    case 2: tile(2, xq, kp, packed, n0, nvalid, sx, rsum, s, z, st, b, y, ldy); return;
-    case 3: tile(3, xq, kp, packed, n0, nvalid, sx, rsum, s, z, st, b, y, ldy); return;
-    case 4: tile(4, xq, kp, packed, n0, nvalid, sx, rsum, s, z, st, b, y, ldy); return;
+        W8A8_CASE(1)
+        W8A8_CASE(2)
+        W8A8_CASE(3)
+        W8A8_CASE(4)
     default: return;
     }
 }
+#undef W8A8_CASE
 
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y) {
-    const int64_t kp = (in + 3) / 4 * 4;
+    const int64_t kp = (in + 3) / 4 * 4, kb_n = kp / 4;
     int64_t mr = W8A8_XQ_BYTES / (2 * kp);
     if (mr > W8A8_MR) mr = W8A8_MR; /* >= 1: kp <= NRV_W8A8_MAX_K = W8A8_XQ_BYTES / 2 */
+    /* Wide rows (kp > W8A8_SLICE): W8A8_MR rows at once all the same, K in slices, the int32
+     * sums waiting in y between slices (exact: bit for bit the unsliced result), so the weight
+     * is read once per W8A8_MR rows, not once per mr (1 at K > 8192). */
+    const int sliced = mr < W8A8_MR && rows > mr;
+    if (sliced) mr = W8A8_MR;
     _Alignas(32) int16_t xq[W8A8_XQ_BYTES / 2];
-    float sx[W8A8_MR], rsum[W8A8_MR];
+    float sx[W8A8_MR], rsum[W8A8_MR], inv[W8A8_MR];
+    int32_t isum[W8A8_MR];
     for (int64_t r0 = 0; r0 < rows; r0 += mr) {
         const int R = (int)(rows - r0 < mr ? rows - r0 : mr);
-        for (int r = 0; r < R; r++) sx[r] = quantise_row(x + (r0 + r) * in, in, kp, xq + r * kp, z != NULL, &rsum[r]);
-        for (int64_t n0 = 0; n0 < out; n0 += 8)
-            tile_rows(R, xq, kp, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum, s, z, sz_stride, b, y + r0 * out,
-                      out);
+        float *yb = y + r0 * out;
+        if (!sliced || R == 1) {
+            for (int r = 0; r < R; r++)
+                sx[r] = quantise_row(x + (r0 + r) * in, in, kp, xq + r * kp, z != NULL, &rsum[r]);
+            for (int64_t n0 = 0; n0 < out; n0 += 8)
+                tile_rows(R, xq, kp, 0, kb_n, kb_n, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum, s, z,
+                          sz_stride, b, yb, out, 1, 1);
+            continue;
+        }
+        for (int r = 0; r < R; r++) {
+            sx[r] = row_scale(x + (r0 + r) * in, in, &inv[r]);
+            isum[r] = 0;
+        }
+        for (int64_t k0 = 0; k0 < kp; k0 += W8A8_SLICE) {
+            const int64_t w = kp - k0 < W8A8_SLICE ? kp - k0 : W8A8_SLICE;
+            const int last = k0 + w >= kp;
+            for (int r = 0; r < R; r++) {
+                isum[r] += quantise_span(x + (r0 + r) * in, in, k0, w, inv[r], xq + r * W8A8_SLICE, z != NULL);
+                if (last) rsum[r] = z ? sx[r] * (float)isum[r] : 0.0f;
+            }
+            for (int64_t n0 = 0; n0 < out; n0 += 8)
+                tile_rows(R, xq, W8A8_SLICE, k0 / 4, w / 4, kb_n, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum,
+                          s, z, sz_stride, b, yb, out, k0 == 0, last);
+        }
     }
 }
