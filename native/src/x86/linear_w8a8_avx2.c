@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "linear_w8a8_slices.h"
 
 #define W8A8_MR 4
 #define W8A8_XQ_BYTES 32768
@@ -33,7 +34,7 @@ static inline float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* The int8 scale of row x (n floats): returns sx, *inv = 1 / sx (nrv_w8a8_row_scale). */
+/* w8a8_scale_fn (linear_w8a8_slices.h). */
 static float row_scale(const float *x, int64_t n, float *inv) {
     __m256 m = _mm256_setzero_ps();
     int64_t p = 0;
@@ -51,10 +52,10 @@ static float row_scale(const float *x, int64_t n, float *inv) {
     return sx;
 }
 
-/* Quantises k in [k0, k0 + w) of row x (n floats; w a multiple of 4; k >= n: xq = 0) with inv
- * into xq (int16); returns Σ xq over them when want_sum (exact), else 0. */
-static int32_t quantise_span(const float *x, int64_t n, int64_t k0, int64_t w, float inv, int16_t *xq,
+/* w8a8_span_fn (linear_w8a8_slices.h): xq as int16 (for vpmaddwd). */
+static int32_t quantise_span(const float *x, int64_t n, int64_t k0, int64_t w, float inv, void *dst,
                              int want_sum) {
+    int16_t *xq = dst;
     const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
     for (int64_t p = 0; p < w; p += 8) {
         const int64_t k = k0 + p;
@@ -70,16 +71,6 @@ static int32_t quantise_span(const float *x, int64_t n, int64_t k0, int64_t w, f
     if (want_sum)
         for (int64_t p = 0; p < w; p++) isum += xq[p];
     return isum;
-}
-
-/* Quantises row x (n floats) into xq (kp int16, pad 0); returns sx, sets *rsum = sx·Σ xq (the
- * reference's, when want_sum; else 0). */
-static float quantise_row(const float *x, int64_t n, int64_t kp, int16_t *xq, int want_sum, float *rsum) {
-    float inv;
-    const float sx = row_scale(x, n, &inv);
-    const int32_t isum = quantise_span(x, n, 0, kp, inv, xq, want_sum);
-    *rsum = want_sum ? sx * (float)isum : 0.0f;
-    return sx;
 }
 
 /* R rows x 8 outputs starting at n0 (half h of a 16-output block; nvalid of them real), over
@@ -152,9 +143,7 @@ void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t
     const int64_t kp = (in + 3) / 4 * 4, kb_n = kp / 4;
     int64_t mr = W8A8_XQ_BYTES / (2 * kp);
     if (mr > W8A8_MR) mr = W8A8_MR; /* >= 1: kp <= NRV_W8A8_MAX_K = W8A8_XQ_BYTES / 2 */
-    /* Wide rows (kp > W8A8_SLICE): W8A8_MR rows at once all the same, K in slices, the int32
-     * sums waiting in y between slices (exact: bit for bit the unsliced result), so the weight
-     * is read once per W8A8_MR rows, not once per mr (1 at K > 8192). */
+    /* rows too wide for W8A8_MR of them in xq: K in slices (linear_w8a8_slices.h) */
     const int sliced = mr < W8A8_MR && rows > mr;
     if (sliced) mr = W8A8_MR;
     _Alignas(32) int16_t xq[W8A8_XQ_BYTES / 2];
@@ -165,23 +154,18 @@ void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t
         float *yb = y + r0 * out;
         if (!sliced || R == 1) {
             for (int r = 0; r < R; r++)
-                sx[r] = quantise_row(x + (r0 + r) * in, in, kp, xq + r * kp, z != NULL, &rsum[r]);
+                sx[r] = w8a8_quantise_row(row_scale, quantise_span, x + (r0 + r) * in, in, kp, xq + r * kp,
+                                          z != NULL, &rsum[r]);
             for (int64_t n0 = 0; n0 < out; n0 += 8)
                 tile_rows(R, xq, kp, 0, kb_n, kb_n, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum, s, z,
                           sz_stride, b, yb, out, 1, 1);
             continue;
         }
-        for (int r = 0; r < R; r++) {
-            sx[r] = row_scale(x + (r0 + r) * in, in, &inv[r]);
-            isum[r] = 0;
-        }
+        w8a8_slices_begin(row_scale, x + r0 * in, in, R, sx, inv, isum);
         for (int64_t k0 = 0; k0 < kp; k0 += W8A8_SLICE) {
             const int64_t w = kp - k0 < W8A8_SLICE ? kp - k0 : W8A8_SLICE;
-            const int last = k0 + w >= kp;
-            for (int r = 0; r < R; r++) {
-                isum[r] += quantise_span(x + (r0 + r) * in, in, k0, w, inv[r], xq + r * W8A8_SLICE, z != NULL);
-                if (last) rsum[r] = z ? sx[r] * (float)isum[r] : 0.0f;
-            }
+            const int last = w8a8_quantise_slice(quantise_span, x + r0 * in, in, kp, R, k0, w, inv, xq,
+                                                 W8A8_SLICE * 2, z != NULL, isum, sx, rsum);
             for (int64_t n0 = 0; n0 < out; n0 += 8)
                 tile_rows(R, xq, W8A8_SLICE, k0 / 4, w / 4, kb_n, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum,
                           s, z, sz_stride, b, yb, out, k0 == 0, last);

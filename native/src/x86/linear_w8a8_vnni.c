@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "linear_w8a8_slices.h"
 
 #define W8A8_MR 8
 #define W8A8_XQ_BYTES 32768
@@ -27,7 +28,7 @@ static inline __m512 abs_ps(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
 }
 
-/* The int8 scale of row x (n floats): returns sx, *inv = 1 / sx (nrv_w8a8_row_scale). */
+/* w8a8_scale_fn (linear_w8a8_slices.h). */
 static float row_scale(const float *x, int64_t n, float *inv) {
     __m512 m = _mm512_setzero_ps();
     int64_t p = 0;
@@ -38,10 +39,10 @@ static float row_scale(const float *x, int64_t n, float *inv) {
     return sx;
 }
 
-/* Quantises k in [k0, k0 + w) of row x (n floats; w a multiple of 4; k >= n: xq = 0) with inv
- * into xu (xq + 128); returns Σ xq over them when want_sum (exact), else 0. */
-static int32_t quantise_span(const float *x, int64_t n, int64_t k0, int64_t w, float inv, uint8_t *xu,
+/* w8a8_span_fn (linear_w8a8_slices.h): xu = xq + 128 (u8, for vpdpbusd). */
+static int32_t quantise_span(const float *x, int64_t n, int64_t k0, int64_t w, float inv, void *dst,
                              int want_sum) {
+    uint8_t *xu = dst;
     const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
     const __m128i bias = _mm_set1_epi8((char)0x80);
     __m512i sum = _mm512_setzero_si512();
@@ -57,16 +58,6 @@ static int32_t quantise_span(const float *x, int64_t n, int64_t k0, int64_t w, f
         _mm_mask_storeu_epi8(xu + p, (__mmask16)(c == 16 ? 0xffff : (1u << c) - 1), q);
     }
     return want_sum ? _mm512_reduce_add_epi32(sum) : 0;
-}
-
-/* Quantises row x (n floats) into xu (kp bytes); returns sx, sets *rsum = sx·Σ xq (the
- * reference's, when want_sum; else 0). */
-static float quantise_row(const float *x, int64_t n, int64_t kp, uint8_t *xu, int want_sum, float *rsum) {
-    float inv;
-    const float sx = row_scale(x, n, &inv);
-    const int32_t isum = quantise_span(x, n, 0, kp, inv, xu, want_sum);
-    *rsum = want_sum ? sx * (float)isum : 0.0f;
-    return sx;
 }
 
 /* The epilogue of one block of 16 outputs from o (left >= 1 of them real) for R rows:
@@ -199,10 +190,7 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
     const int32_t *colsum = (const int32_t *)(const void *)(packed + np * kp); /* read with unaligned loads */
     int64_t mr = W8A8_XQ_BYTES / kp;
     if (mr > W8A8_MR) mr = W8A8_MR;
-    /* Wide rows (kp > W8A8_SLICE): fewer than W8A8_MR of them fit the buffer, and the weight
-     * would be read once per mr rows (at K = 11008: per 2). Instead W8A8_MR rows at once, K in
-     * slices of W8A8_SLICE, the int32 sums waiting in y between slices: exact, so bit for bit
-     * the unsliced result (4096 x 11008, 32 rows, Intel Xeon: 28.4 -> 10.5 ms). */
+    /* rows too wide for W8A8_MR of them in xu: K in slices (linear_w8a8_slices.h) */
     const int sliced = mr < W8A8_MR && rows > mr;
     if (sliced) mr = W8A8_MR;
     _Alignas(64) uint8_t xu[W8A8_XQ_BYTES];
@@ -212,13 +200,14 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
         const int R = (int)(rows - r0 < mr ? rows - r0 : mr);
         float *yb = y + r0 * out;
         if (R == 1) {
-            sx[0] = quantise_row(x + r0 * in, in, kp, xu, z != NULL, &rsum[0]);
+            sx[0] = w8a8_quantise_row(row_scale, quantise_span, x + r0 * in, in, kp, xu, z != NULL, rsum);
             gemv_row(xu, kp, packed, out, colsum, sx[0], rsum[0], s, z, sz_stride, b, yb);
             continue;
         }
         if (!sliced) {
             for (int r = 0; r < R; r++)
-                sx[r] = quantise_row(x + (r0 + r) * in, in, kp, xu + r * kp, z != NULL, &rsum[r]);
+                sx[r] = w8a8_quantise_row(row_scale, quantise_span, x + (r0 + r) * in, in, kp, xu + r * kp,
+                                          z != NULL, &rsum[r]);
             for (int64_t n0 = 0; n0 < out; n0 += 32) {
                 const int64_t nvalid = out - n0 < 32 ? out - n0 : 32;
                 tile_rows(R, nvalid > 16, xu, kp, 0, kb_n, kb_n, packed, n0, nvalid, colsum, sx, rsum, s, z,
@@ -226,17 +215,11 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
             }
             continue;
         }
-        for (int r = 0; r < R; r++) {
-            sx[r] = row_scale(x + (r0 + r) * in, in, &inv[r]);
-            isum[r] = 0;
-        }
+        w8a8_slices_begin(row_scale, x + r0 * in, in, R, sx, inv, isum);
         for (int64_t k0 = 0; k0 < kp; k0 += W8A8_SLICE) {
             const int64_t w = kp - k0 < W8A8_SLICE ? kp - k0 : W8A8_SLICE;
-            const int last = k0 + w >= kp;
-            for (int r = 0; r < R; r++) {
-                isum[r] += quantise_span(x + (r0 + r) * in, in, k0, w, inv[r], xu + r * W8A8_SLICE, z != NULL);
-                if (last) rsum[r] = z ? sx[r] * (float)isum[r] : 0.0f;
-            }
+            const int last = w8a8_quantise_slice(quantise_span, x + r0 * in, in, kp, R, k0, w, inv, xu,
+                                                 W8A8_SLICE, z != NULL, isum, sx, rsum);
             for (int64_t n0 = 0; n0 < out; n0 += 32) {
                 const int64_t nvalid = out - n0 < 32 ? out - n0 : 32;
                 tile_rows(R, nvalid > 16, xu, W8A8_SLICE, k0 / 4, w / 4, kb_n, packed, n0, nvalid, colsum, sx, rsum,
