@@ -258,8 +258,8 @@ def _parser() -> argparse.ArgumentParser:
                             "or an .onnx/.nrv model")
     bench.add_argument("--int8", action="store_true", help="asr: nerve at precision int8 only (= --precision int8)")
     bench.add_argument("--precision", default=None, metavar="P",
-                       help="asr: nerve at this precision only (default: fp32 and int8 side by side; fp16, w8a32, w4a32, "
-                            "w4a8[:gN][:gptq]; nerve.precision)")
+                       help="asr: nerve at this precision only (default: the columns --model gives; fp32, int8, fp16, "
+                            "w8a32, w4a32, w4a8[:gN][:gptq]; nerve.precision)")
     bench.add_argument("--model", default=None,
                        help="asr: moonshine-base or moonshine-tiny, at fp32 and int8 (default: base at fp32, int8 and "
                             "w4a8[:gptq], and tiny at int8)")

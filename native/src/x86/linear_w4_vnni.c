@@ -32,7 +32,8 @@
  * Per output and row:
  *   y = sx·(Σ_lanes Σ_quads scale·float(acc) - Σ_g scale_g·zero_g·XS_g) + b,
  * the lanes of four outputs reduced together in one order for every output (reduce4),
- * every sum in a fixed order, so an output depends only on its row and its weight row.
+ * every sum in a fixed order, so an output depends only on its row and its weight row —
+ * within this path; full blocks of 8 rows take the many-row path below.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -423,21 +424,15 @@ static __attribute__((noinline)) void w4_many(const float *x, int64_t rows, cons
 typedef void (*tile_fn)(const int8_t *, const int32_t *, const float *, const float *, int64_t, const nrv_w4_weight *,
                         int64_t, const float *, float *, int64_t);
 
-void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
-                          int64_t ldy) {
+/* Rows [0, rows) by the tiles: blocks of up to W4_MR quantised rows (with lane offsets). */
+static __attribute__((noinline)) void w4_tiles(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b,
+                                               float *y, int64_t ldy) {
     /* per row count: the widest tile (outputs at once) and the one-output tile; one row takes
      * one output at a time (the weight read as one stream, above) unless its rows are short */
     static const tile_fn wide[W4_MR + 1] = {NULL, tile_1_1, tile_2_2, tile_1_3, tile_1_4};
     static const tile_fn one[W4_MR + 1] = {NULL, tile_1_1, tile_1_2, tile_1_3, tile_1_4};
     static const int wide_no[W4_MR + 1] = {0, 1, 2, 1, 1};
     const int64_t K = w->in, G = w->group, ng = K / G, N = w->out;
-    if (rows >= W4_MANY_ROWS) {
-        const int64_t many = rows - rows % W4_MANY_ROWS;
-        w4_many(x, many, w, b, y, ldy);
-        x += many * K;
-        y += many * ldy;
-        rows -= many;
-    }
     _Alignas(64) int8_t xq[W4_XQ_BYTES];
     _Alignas(64) int32_t off[W4_XQ_BYTES / 4];
     float sx[W4_MR], xs[W4_MR * (NRV_W4_MAX_IN / 32)];
@@ -455,4 +450,13 @@ void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, 
         for (; o + NO <= N; o += NO) tile(xq, off, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
         for (; o < N; o++) one[R](xq, off, sx, xs, K, w, o, b, y + r0 * ldy, ldy);
     }
+}
+
+/* Full blocks of W4_MANY_ROWS rows by the many-row path, the rest by the tiles (each in its
+ * own frame: their stack buffers are never live together). */
+void nrv_linear_w4a8_vnni(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
+                          int64_t ldy) {
+    const int64_t many = rows - rows % W4_MANY_ROWS;
+    if (many) w4_many(x, many, w, b, y, ldy);
+    if (rows > many) w4_tiles(x + many * w->in, rows - many, w, b, y + many * ldy, ldy);
 }

@@ -89,20 +89,20 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
     else:
         columns = default_columns(model)
     recs = {_label(m, p): Recognizer(model=m, partial_ms=0, precision=p) for m, p in columns}
-    precisions = list(recs)  # the column labels
-    first = recs[precisions[0]]
+    labels = list(recs)
+    first = recs[labels[0]]
     model = first.model
     rows = []
-    totals = {"audio_s": 0.0, "nerve": {p: 0.0 for p in precisions}, "onnxruntime": 0.0, "pocketsphinx": 0.0}
-    stages = {p: {"resample": 0.0, "vad": 0.0, "encoder": 0.0, "decoder": 0.0} for p in precisions}
+    totals = {"audio_s": 0.0, "nerve": {p: 0.0 for p in labels}, "onnxruntime": 0.0, "pocketsphinx": 0.0}
+    stages = {p: {"resample": 0.0, "vad": 0.0, "encoder": 0.0, "decoder": 0.0} for p in labels}
     ort = ort_decoder(model) if "onnxruntime" in peers else None
     for rec in recs.values():
         rec.transcribe(np.zeros(SAMPLE_RATE, np.float32), sample_rate=SAMPLE_RATE)  # warm (load weights)
-    peak: Dict[str, Dict[str, int]] = {p: {} for p in precisions}
+    peak: Dict[str, Dict[str, int]] = {p: {} for p in labels}
     for path in paths:
         samples, rate = read_wav(str(path))
         audio_s = len(samples) / rate
-        runs = {p: [] for p in precisions}
+        runs = {p: [] for p in labels}
         finals, last_stages = {}, {}
         for _ in range(repeat):
             for p, rec in recs.items():
@@ -111,10 +111,10 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
                 for k, v in memory.items():
                     peak[p][k] = max(peak[p].get(k, 0), v)
         x16 = load_audio(samples, sample_rate=rate, target_rate=SAMPLE_RATE)
-        segments = [x16[round(e.start_s * SAMPLE_RATE):round(e.end_s * SAMPLE_RATE)] for e in finals[precisions[0]]]
+        segments = [x16[round(e.start_s * SAMPLE_RATE):round(e.end_s * SAMPLE_RATE)] for e in finals[labels[0]]]
         row = {"file": path.name, "audio_s": round(audio_s, 2),
                "nerve": {p: {"s": statistics.median(runs[p]), "text": " | ".join(e.text for e in finals[p])}
-                         for p in precisions}}
+                         for p in labels}}
         if ort is not None:
             t_ort, texts = [], []
             for _ in range(repeat):
@@ -137,12 +137,12 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
             except ImportError as exc:
                 row["pocketsphinx_text"] = f"(not run: {exc})"
         totals["audio_s"] += audio_s
-        for p in precisions:
+        for p in labels:
             totals["nerve"][p] += row["nerve"][p]["s"]
             for k in stages[p]:
                 stages[p][k] += last_stages[p].get(k, 0.0)
         rows.append(row)
-    return {"machine": cpu_model(), "threads": 1, "model": model.name, "precisions": precisions,
+    return {"machine": cpu_model(), "threads": 1, "model": model.name, "precisions": labels,
             "columns": [{"label": _label(m, p), "model": m, "precision": p} for m, p in columns], "repeat": repeat,
             "rows": rows, "totals": totals, "stages_s": stages, "pool_peak_bytes": peak}
 

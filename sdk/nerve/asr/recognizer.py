@@ -330,7 +330,7 @@ class Stream:
         for ev in detected:
             events += self._on_detector_event(ev.kind, ev.sample)
         if self.open_start is not None and self._early_after:
-            end = self.detector.pending_end(self._early_after)
+            end = self.detector.segmenter.pending_end(self._early_after)
             if end is not None and end <= self.ring.end_sample and \
                     (self._early is None or (self._early.start, self._early.end) != (self.open_start, end)):
                 if self._early is not None:

@@ -481,10 +481,6 @@ class SpeechDetector:
         """How far before :attr:`position` an event returned by accept() can lie."""
         return self.segmenter.max_lookback_samples + FRAME - 1
 
-    def pending_end(self, after_frames: int) -> Optional[int]:
-        """Segmenter.pending_end: the open segment's end if the running silence lasts."""
-        return self.segmenter.pending_end(after_frames)
-
     def accept(self, samples) -> List[SpeechEvent]:
         """Feeds audio (1-D float32 in [-1, 1] or int16 PCM; any length); returns the events."""
         probs, energies = self.vad.accept(samples, energies=True)
