@@ -25,8 +25,13 @@
  *  - 16 KiB of rows ahead, at most 16 rows: far enough to cover a DRAM miss plus (4 KiB
  *    pages) a page walk at copy speed; more rows in flight than ~16 made short rows
  *    slower again (page walks queue up);
- *  - at most 64 lines (4 KiB) of each row: past that, the hardware stream prefetcher
- *    follows the row on its own. */
+ *  - only the first 8 lines (512 B) of each row: the hardware stream prefetcher follows
+ *    a row on its own once it has seen its start. Prefetching whole rows (up to 64 lines,
+ *    the first tuning) crowds the L2 miss queue with lines the streamer would fetch
+ *    anyway: on an Intel Xeon KVM guest (AVX-512, 1 GiB table on huge pages, paired with
+ *    memcpy in `nerve bench ops`) 8 lines took 4 KiB rows from 0.71-0.77x memcpy to
+ *    0.95-0.98x, 16 KiB rows from 0.81-0.88x to 0.94-0.98x, 1 KiB rows 0.64-0.73x to
+ *    0.70-0.75x; 4 lines measured the same, 1 line or none lost at 256 B-1 KiB. */
 #ifndef EMB_PREFETCH_AHEAD_BYTES
 #define EMB_PREFETCH_AHEAD_BYTES 16384
 #endif
@@ -34,19 +39,22 @@
 #define EMB_PREFETCH_MAX_ROWS 16
 #endif
 #ifndef EMB_PREFETCH_MAX_LINES
-#define EMB_PREFETCH_MAX_LINES 64
+#define EMB_PREFETCH_MAX_LINES 8
 #endif
 #ifndef EMB_PREFETCH_INSN
 #define EMB_PREFETCH_INSN "prefetcht1"
 #endif
 /* Streaming (non-temporal) stores when the output is at least this large: below it the
  * output most likely stays in cache for the next op, which is worth more than the saved
- * write-allocate traffic. And only for output rows of >= 1 KiB: for 256-512 B rows
- * streaming stores measured 0.3-0.5x memcpy against 0.5-0.7x for ordinary stores. */
+ * write-allocate traffic. And only for output rows of >= 2 KiB: for 256-512 B rows
+ * streaming stores measured 0.3-0.5x memcpy against 0.5-0.7x for ordinary stores (Zen 4),
+ * and at 1 KiB 0.76-0.80x against 0.82-0.85x (Intel Xeon, C harness, paired). */
 #ifndef EMB_STREAM_MIN_BYTES
 #define EMB_STREAM_MIN_BYTES ((uint64_t)4 << 20)
 #endif
-#define EMB_STREAM_MIN_ROW_BYTES 1024
+#ifndef EMB_STREAM_MIN_ROW_BYTES
+#define EMB_STREAM_MIN_ROW_BYTES 2048
+#endif
 
 enum { EMB_F32, EMB_F16, EMB_Q8 };
 
