@@ -114,7 +114,9 @@ typedef enum nrv_cpu_feature {
     NRV_CPU_AVX512VL = 2048,
     NRV_CPU_AVX512DQ = 4096,
     NRV_CPU_AVX512VNNI = 8192,
-    NRV_CPU_AVXVNNI = 16384
+    NRV_CPU_AVXVNNI = 16384,
+    NRV_CPU_AMXINT8 = 32768    /* AMX tiles with int8 dot products, and the OS let this
+                                  process use them (Linux: arch_prctl ARCH_REQ_XCOMP_PERM) */
 } nrv_cpu_feature;
 
 /* Architecture the library was built for: "x86_64", "aarch64" or "other". Static string. */

@@ -1,6 +1,9 @@
 /* cpu.c — run-time CPU feature detection (cpuid + xgetbv on x86_64, getauxval on aarch64). */
 #include <pthread.h>
 #include <unistd.h>
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 #include "internal.h"
 
@@ -13,6 +16,18 @@ static uint64_t read_xcr0(void) {
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
+}
+
+/* XCR0 bits 17-18 (XTILECFG, XTILEDATA) say the OS can save tile state, but Linux
+ * (5.16+) hands the 8 KiB of it to a process only when asked: without this request the
+ * first tile instruction faults. Asked once, at detection; the grant covers every thread. */
+static int amx_permitted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return 0;
+#endif
 }
 
 static uint64_t detect(void) {
@@ -37,8 +52,10 @@ static uint64_t detect(void) {
             if ((b >> 31) & 1) f |= NRV_CPU_AVX512VL;
             if ((c >> 11) & 1) f |= NRV_CPU_AVX512VNNI;
         }
+        const int amx_int8 = ((d >> 24) & 1) && ((d >> 25) & 1); /* AMX-TILE, AMX-INT8 */
         __cpuid_count(7, 1, a, b, c, d);
         if (os_avx && ((a >> 4) & 1)) f |= NRV_CPU_AVXVNNI;
+        if (amx_int8 && os_avx512 && (xcr0 & 0x60000) == 0x60000 && amx_permitted()) f |= NRV_CPU_AMXINT8;
     }
     return f;
 }
@@ -98,6 +115,7 @@ const char *nrv_cpu_feature_name(uint64_t feature) {
     case NRV_CPU_AVX512DQ: return "avx512dq";
     case NRV_CPU_AVX512VNNI: return "avx512vnni";
     case NRV_CPU_AVXVNNI: return "avxvnni";
+    case NRV_CPU_AMXINT8: return "amxint8";
     default: return NULL;
     }
 }

@@ -189,8 +189,13 @@ static void sweep_kernel(void) {
         kernel_case(11, 4099, 37, m, variants, nv);
         kernel_case(9, 10001, 21, m + 1, variants, nv);
     }
+    /* the AMX variant's K slices (2048 bytes) with both row halves, one half partly filled,
+     * a K that is a multiple of 64 and one that is not, an odd number of output blocks */
+    kernel_case(40, 4099, 37, 2, variants, nv);
+    kernel_case(17, 2049, 45, 5, variants, nv);
+    kernel_case(32, 2112, 16, 6, variants, nv);
     NRV_EXPECT_STATUS(nrv_kernel_force("linear_w8a8", NULL), NRV_OK);
-    printf("kernel linear_w8a8 variants=%d cases=%d ref max_err=%.2f of tolerance\n", nv, cases + 8, kernel_worst);
+    printf("kernel linear_w8a8 variants=%d cases=%d ref max_err=%.2f of tolerance\n", nv, cases + 11, kernel_worst);
 }
 
 /* ------------------------------------------------------------------ the plan ops */

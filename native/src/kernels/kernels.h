@@ -219,6 +219,8 @@ void nrv_linear_w8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *
 void nrv_linear_w8_avx512(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s,
                           const float *z, int64_t sz_stride, const float *b, int64_t out, float *y);
 /* linear_w8a8 (native/src/x86/linear_w8a8_vnni.c, linear_w8a8_avx2.c) */
+void nrv_linear_w8a8_amx(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
+                         const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,

@@ -27,7 +27,11 @@
  *    contain, so the variant stays usable on AVX-512 CPUs without VNNI (Skylake-SP);
  *  - avx512_vnni (linear_w8a8_vnni.c, group avx512 so NERVE_DISABLE=avx512 drops it too): built with
  *    -mavx512f -mavx512bw -mavx512vl -mavx512vnni plus the avx2 flags (no DQ), and requires
- *    exactly those.
+ *    exactly those.;
+ *  - avx512_amx (linear_w8a8_amx.c, group avx512): the VNNI flags plus -mamx-tile -mamx-int8; requires
+ *    the VNNI features (it hands calls of fewer than 16 rows to the VNNI kernel) and
+ *    NRV_CPU_AMXINT8, which cpu.c sets only once Linux granted the process tile state.
+ *    NERVE_DISABLE=avx512_amx drops it alone.
  */
 #include "x86_kernels.h"
 
@@ -70,6 +74,10 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_LINEAR_W8, linear_w8, nrv_linear_w8_avx2),
     /* linear_w8a8: the VNNI variant needs vpdpbusd (AVX512-VNNI) besides F/BW/VL; the avx2
      * one widens to 16 bits (vpmovsxbw + vpmaddwd, exact) */
+#ifndef NERVE_NO_AMX /* CMakeLists.txt: the compiler lacks -mamx-int8 */
+    {.op = NRV_OP_LINEAR_W8A8, .name = "avx512_amx", .group = "avx512", .requires = X86_VNNI_FEATURES | NRV_CPU_AMXINT8,
+     .fn.linear_w8a8 = nrv_linear_w8a8_amx},
+#endif
     {.op = NRV_OP_LINEAR_W8A8, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,
      .fn.linear_w8a8 = nrv_linear_w8a8_vnni},
     AVX2(NRV_OP_LINEAR_W8A8, linear_w8a8, nrv_linear_w8a8_avx2),
