@@ -44,7 +44,7 @@ def input_specs(model_path: str) -> List[dict]:
         return [{"name": i["name"], "dtype": i["dtype"], "shape": i["shape"]} for i in Session(model_path).inputs]
     import onnx
 
-    from .compiler.onnx_import import np_dtype_of
+    from .compiler.onnx_import import dim_symbol, np_dtype_of
 
     try:
         model = onnx.load(str(model_path), load_external_data=False)
@@ -56,10 +56,7 @@ def input_specs(model_path: str) -> List[dict]:
         if vi.name in inits:
             continue
         tt = vi.type.tensor_type
-        shape = []
-        for k, d in enumerate(tt.shape.dim):
-            shape.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
-                         else (d.dim_param or f"{vi.name}_dim{k}"))
+        shape = [dim_symbol(vi.name, k, d) or int(d.dim_value) for k, d in enumerate(tt.shape.dim)]
         specs.append({"name": vi.name, "dtype": np_dtype_of(tt.elem_type), "shape": shape})
     return specs
 

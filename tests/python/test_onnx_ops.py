@@ -905,6 +905,31 @@ def test_shape_values_used_as_data(tmp_path, rng):
         check(tmp_path, m, {"x": randn(rng, (b, t, 16))}, sess=s)
 
 
+def test_float_range_over_a_symbolic_dim(tmp_path, rng):
+    """YOLOv8's anchor grid as torch.onnx writes it with dynamic height/width: arange(w) in
+    float is Range(0.0, Cast(Gather(Shape(x), 3)), 1.0) + 0.5 (nudenet's 320n.onnx). The range's
+    length is the symbolic dim; a start that is not a whole number still needs known values."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Gather", ["s", "i2"], ["w"], axis=0),
+        h.make_node("Cast", ["w"], ["wf"], to=T.FLOAT),
+        h.make_node("Range", ["zero", "wf", "one"], ["r"]),
+        h.make_node("Add", ["r", "half"], ["c"]),
+        h.make_node("Mul", ["x", "c"], ["y"]),
+        h.make_node("Range", ["zero", "wf", "two"], ["every_other"]),  # ceil(w / 2) long
+    ]
+    inits = {"i2": np.array(2, I64), "zero": np.array(0.0, F32), "one": np.array(1.0, F32),
+             "two": np.array(2.0, F32), "half": np.array(0.5, F32)}
+    m = model(nodes, [("x", F32, ("n", 3, "w"))], [("y", F32), ("every_other", F32)], inits)
+    s = nerve_session(tmp_path, m, {"n": 2, "w": 41})
+    for n, w in ((2, 41), (1, 7), (2, 1), (1, 0), (1, 20)):
+        check(tmp_path, m, {"x": randn(rng, (n, 3, w))}, sess=s)
+    inits["zero"] = np.array(0.25, F32)
+    with pytest.raises(nerve.ModelError, match="known at compile time"):
+        nerve_session(tmp_path, model(nodes, [("x", F32, ("n", 3, "w"))], [("y", F32), ("every_other", F32)], inits),
+                      {"n": 2, "w": 41})
+
+
 def test_static_zero_extent_input(tmp_path, rng):
     m = model([h.make_node("Relu", ["x"], ["y"])], [("x", F32, (0, 3))], [("y", F32)])
     check(tmp_path, m, {"x": np.zeros((0, 3), F32)})

@@ -277,3 +277,28 @@ def test_plan_cache_key_covers_the_quantizer(tmp_path):
     with open(copy / "compiler" / "passes.py", "a") as f:
         f.write("\n# an edit of a pass\n")
     assert fingerprint() not in (first, second)
+
+
+def test_anonymous_dims_are_one_symbol_each(tmp_path, rng):
+    """Paddle2ONNX writes "?" on every unknown dimension (and -1 on the batch): such a dimension
+    is its own symbol <input>_dim<k>, never tied to another "?" of a different size; a real
+    name stays shared. (rapidocr's PP-OCR classifier is [-1, 3, "?", "?"], at 48 x 192.)"""
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    g = h.make_graph([h.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                      h.make_node("MatMul", ["t", "w"], ["m"]), h.make_node("Add", ["m", "z"], ["y"])], "anon",
+                     [h.make_tensor_value_info("x", T.FLOAT, [-1, 5, "?"]),
+                      h.make_tensor_value_info("z", T.FLOAT, ["?", "n"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], [nh.from_array(w, "w")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = tmp_path / "anon.onnx"
+    onnx.save(m, p)
+    from nerve.modeltools import input_specs
+
+    assert [s["shape"] for s in input_specs(str(p))] == [["x_dim0", 5, "x_dim2"], ["z_dim0", "n"]]
+    s = nerve.Session(p, dims={"x_dim0": 2, "x_dim2": 7, "z_dim0": 7, "n": 3})
+    x = rng.standard_normal((2, 5, 7)).astype(np.float32)
+    z = rng.standard_normal((7, 3)).astype(np.float32)
+    np.testing.assert_allclose(s.run({"x": x, "z": z})["y"], ref_run(p, {"x": x, "z": z})["y"], rtol=1e-5, atol=1e-5)
+    with pytest.raises(nerve.ModelError, match="x_dim2"):
+        nerve.Session(p, dims={"x_dim0": 2, "z_dim0": 7, "n": 3})

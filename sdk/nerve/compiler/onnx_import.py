@@ -94,6 +94,17 @@ def np_dtype_of(elem_type: int):
         raise CompileError(f"ONNX element type {elem_type} is not supported") from None
 
 
+def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
+    """The symbol of dimension k of a graph input, None when it has a fixed size. A dimension
+    with no name, a negative size (-1 in Paddle exports) or a name that is no identifier
+    ("?", which Paddle2ONNX writes on several dimensions that differ) is its own symbol,
+    <input>_dim<k>; a real name is shared by every dimension that carries it."""
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return None
+    p = dim.dim_param
+    return p if p and any(ch.isalnum() for ch in p) else f"{input_name}_dim{k}"
+
+
 class Importer:
     def __init__(self, model, model_dir: Path, dims: Mapping[str, int], fold: bool = True):
         self.model = model
@@ -173,10 +184,10 @@ class Importer:
         if not tt.HasField("shape"):
             raise CompileError(f"input '{vi.name}' has no declared rank")
         for k, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value") and d.dim_value >= 0:
+            name = dim_symbol(vi.name, k, d)
+            if name is None:
                 shape.append(int(d.dim_value))
             else:
-                name = d.dim_param or f"{vi.name}_dim{k}"
                 self.symbols.setdefault(name, None)
                 shape.append(S.sym(name))
         v = Value(vi.name, dtype, shape)

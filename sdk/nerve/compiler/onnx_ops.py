@@ -779,6 +779,19 @@ def _tile(ctx: NodeCtx, ins):
     return [ctx.b.alias(y, [S.dim_mul(d, r) for d, r in zip(x.shape, reps)], ctx.out_name())]
 
 
+def _integral_known(ctx: NodeCtx, v: Value):
+    """A float scalar's value as a dim when it is a whole number known at compile time: a
+    constant, or a Cast of an integer the compiler tracks (a dimension); else None."""
+    if v.const is not None:
+        x = float(v.const.reshape(-1)[0]) if v.const.size == 1 else None
+        return int(x) if x is not None and x.is_integer() and abs(x) < 2 ** 53 else None
+    op = v.producer
+    if op is not None and op.type == "cast" and op.inputs and op.inputs[0] is not None:
+        k = ctx.b.known_values(op.inputs[0])
+        return k[0] if k is not None and len(k) == 1 else None
+    return None
+
+
 @handler("Range")
 def _range(ctx: NodeCtx, ins):
     ks = [ctx.b.known_values(v) for v in ins]
@@ -792,6 +805,11 @@ def _range(ctx: NodeCtx, ins):
                 return [ctx.b.from_known(vals, dt, (len(vals),), ctx.out_name())]
             return ctx.b.emit("range", [ctx.b.materialize(v) for v in ins], [spec(ctx.out_name(), dt, (n,))],
                               name=ctx.name)
+    if dt.kind == "f":  # exporters' float arange over a feature map's size: Range(0.0, Cast(dim), 1.0)
+        ki = [_integral_known(ctx, v) for v in ins]
+        if all(k is not None for k in ki) and S.is_static(ki[0]) and S.is_static(ki[2]) and int(ki[2]) != 0:
+            n = S.dim_max(S.dim_ceildiv(S.dim_sub(ki[1], ki[0]), int(ki[2])), 0)
+            return ctx.b.emit("range", ins, [spec(ctx.out_name(), dt, (n,))], name=ctx.name)
     for v in ins:
         if v.const is None:
             raise ctx.fail("start, limit and delta must be known at compile time (the output size depends on them)")
