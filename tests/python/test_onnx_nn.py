@@ -692,3 +692,28 @@ def test_pixel_shuffle(tmp_path, rng, op, shape, block, mode):
     node = helper.make_node(op, ["x"], ["y"], **attrs)
     sess = check(tmp_path, _model([node], [("x", list(shape))], ["y"]), {"x": _rand(rng, *shape)}, rtol=0, atol=0)
     assert [o["type"] for o in sess.ops()] == ["transpose"]
+
+
+# ---------------------------------------------------------------- LRN
+
+@pytest.mark.parametrize("shape, size, attrs", [
+    ((2, 7, 5, 6), 3, {}),                                             # AlexNet-like defaults
+    ((1, 13, 4, 3), 5, dict(alpha=2e-4, beta=0.75, bias=1.0)),         # Inception v1's
+    ((2, 6, 9), 4, dict(alpha=0.5, beta=0.5, bias=2.0)),               # even window, 1-D input
+    ((1, 3, 2, 2, 2), 7, dict(alpha=1.0, beta=1.5, bias=0.5)),         # window wider than C, 3-D
+])
+def test_lrn(tmp_path, rng, shape, size, attrs):
+    """Against onnxruntime where it runs LRN (odd size, 4-D), else the ONNX formula in float64."""
+    m = _model([helper.make_node("LRN", ["x"], ["y"], size=size, **attrs)], [("x", list(shape))], ["y"])
+
+    def formula(feeds):
+        x = feeds["x"].astype(np.float64)
+        c, before = x.shape[1], (size - 1) // 2
+        sq = np.stack([np.sum(x[:, max(0, i - before):min(c, i + size - before)] ** 2, axis=1) for i in range(c)], 1)
+        a, b, k = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75), attrs.get("bias", 1.0)
+        return {"y": (x / (k + a / size * sq) ** b).astype(np.float32)}
+
+    use_ort = size % 2 == 1 and len(shape) == 4
+    check(tmp_path, m, {"x": _rand(rng, *shape) * 3}, reference=None if use_ort else formula)
+    if use_ort:  # the formula agrees with onnxruntime where both run
+        check(tmp_path, m, {"x": _rand(rng, *shape) * 3}, reference=formula)

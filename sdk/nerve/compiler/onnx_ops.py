@@ -424,6 +424,10 @@ def _prelu(ctx: NodeCtx, ins):
     x, slope = ins[0], ins[1]
     if x.dtype != np.float32 or slope.dtype != np.float32:
         raise ctx.fail(f"PRelu on {x.dtype}/{slope.dtype}: float32 only")
+    if ctx.opset < 7 and slope.rank == 1 and x.rank > 2 and S.dim_sub(slope.shape[0], x.shape[1]) == 0:
+        # before opset 7 a 1-D slope holds one value per channel (axis 1), as PyTorch's old
+        # exports of PReLU(num_parameters=C) write it; from 7 on it broadcasts numpy-style
+        slope = ctx.b.alias(slope, [slope.shape[0]] + [1] * (x.rank - 2), ctx.b.fresh(ctx.name + ".slope"))
     zero = ctx.b.const(np.array(0.0, np.float32))
     pos = binary(ctx, "Max", x, zero, ctx.b.fresh(ctx.name))
     neg = binary(ctx, "Min", x, zero, ctx.b.fresh(ctx.name))

@@ -1,5 +1,6 @@
 """Handlers for the neural-network ONNX operators beyond Conv: pooling (MaxPool, AveragePool,
-GlobalMaxPool, GlobalAveragePool), normalisation (BatchNormalization — folded into the
+GlobalMaxPool, GlobalAveragePool), local response normalisation (LRN, as a pool over the
+channels), normalisation (BatchNormalization — folded into the
 preceding Conv when it is that Conv's only reader — InstanceNormalization and
 GroupNormalization), the recurrent cells (LSTM, GRU), ConvTranspose, Resize/Upsample and the
 pixel shuffles (DepthToSpace, SpaceToDepth).
@@ -19,7 +20,7 @@ import numpy as np
 from . import symbolic as S
 from .graph import Value
 from .onnx_import import NodeCtx, handler
-from .onnx_ops import _auto_pads, conv_out_dim, spec
+from .onnx_ops import _auto_pads, binary, conv_out_dim, spec
 from .symbolic import Dim
 
 # ---------------------------------------------------------------- pooling
@@ -96,6 +97,37 @@ def _pool(ctx: NodeCtx, ins):
     shape = [x.shape[0], x.shape[1]] + out_sp
     iattr = [0 if is_max else 1, sr, cip] + kernel + strides + dil + pb + pe
     return ctx.b.emit("pool", [x], [spec(ctx.out_name(), np.float32, shape)], iattr=iattr, name=ctx.name)
+
+
+@handler("LRN")
+def _lrn(ctx: NodeCtx, ins):
+    """y = x / (bias + alpha/size · Σ x²)^beta, the sum over a window of `size` channels
+    (floor((size-1)/2) before, the rest after; AlexNet, Inception v1). The window sum is an
+    average pool (padding counted, so it divides by size) over x² viewed as
+    [N, 1, C, spatial], then three elementwise ops."""
+    x = ins[0]
+    ctx.require_attrs(["alpha", "beta", "bias", "size"])
+    if x.dtype != np.float32:
+        raise ctx.fail(f"LRN of {x.dtype} is not supported (float32 only)")
+    if x.rank < 3:
+        raise ctx.fail(f"LRN needs [N, C, spatial...], got rank {x.rank}")
+    size = ctx.attr("size")
+    if size is None or int(size) < 1:
+        raise ctx.fail(f"size must be a positive integer, got {size}")
+    size = int(size)
+    alpha, beta, bias = (float(ctx.attr(k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    fresh = lambda what: ctx.b.fresh(f"{ctx.name}.{what}")  # noqa: E731
+    sq = binary(ctx, "Mul", x, x, fresh("square"))
+    view = [x.shape[0], 1, x.shape[1], S.prod(x.shape[2:])]
+    before = (size - 1) // 2
+    iattr = [1, 2, 1, size, 1, 1, 1, 1, 1, before, 0, size - 1 - before, 0]  # avg, 2-D, count pads
+    avg = ctx.b.emit("pool", [ctx.b.alias(sq, view, fresh("channels"))], [spec(fresh("avg"), np.float32, view)],
+                     iattr=iattr, name=ctx.name)[0]
+    scaled = binary(ctx, "Mul", ctx.b.alias(avg, x.shape, fresh("window")), ctx.b.const(np.array(alpha, np.float32)),
+                    fresh("scaled"))
+    base = binary(ctx, "Add", scaled, ctx.b.const(np.array(bias, np.float32)), fresh("base"))
+    return [binary(ctx, "Div", x, binary(ctx, "Pow", base, ctx.b.const(np.array(beta, np.float32)), fresh("pow")),
+                   ctx.out_name())]
 
 
 @handler("GlobalMaxPool", "GlobalAveragePool")
