@@ -876,8 +876,8 @@ static nrv_status refresh_tensors(nrv_session_t *s, const void **srcs) {
     return NRV_OK;
 }
 
-nrv_status nrv_session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feeds, nrv_tensor *outputs,
-                           int n_outputs) {
+static nrv_status session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feeds, nrv_tensor *outputs,
+                              int n_outputs) {
     static const char fn[] = "nrv_session_run";
     NRV_REQUIRE_PTR(fn, s);
     if (n_feeds != (int)s->n_inputs || (s->n_inputs && !feeds))
@@ -937,6 +937,14 @@ nrv_status nrv_session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feed
         memcpy(ps->dims, t->view.dims, sizeof ps->dims);
     }
     return NRV_OK;
+}
+
+nrv_status nrv_session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feeds, nrv_tensor *outputs,
+                           int n_outputs) {
+    const nrv_fp_mode caller = nrv_fp_flush_begin(); /* subnormals as zero (plan_ops.h) */
+    const nrv_status st = session_run(s, feeds, n_feeds, outputs, n_outputs);
+    nrv_fp_flush_end(caller);
+    return st;
 }
 
 nrv_status nrv_session_set_threads(nrv_session_t *s, int threads) {

@@ -12,6 +12,10 @@
 
 #include "plan_ops.h"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 struct nrv_threadpool {
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
@@ -50,9 +54,35 @@ static void run_tasks(nrv_threadpool *p) {
     }
 }
 
+nrv_fp_mode nrv_fp_flush_begin(void) {
+#if defined(__x86_64__)
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u); /* FTZ (bit 15), DAZ (bit 6) */
+    return csr;
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr | ((uint64_t)1 << 24))); /* FZ */
+    return fpcr;
+#else
+    return 0;
+#endif
+}
+
+void nrv_fp_flush_end(nrv_fp_mode saved) {
+#if defined(__x86_64__)
+    _mm_setcsr((unsigned)saved);
+#elif defined(__aarch64__)
+    __asm__ __volatile__("msr fpcr, %0" : : "r"(saved));
+#else
+    (void)saved;
+#endif
+}
+
 static void *worker(void *arg) {
     nrv_threadpool *p = arg;
     unsigned long long seen = 0;
+    (void)nrv_fp_flush_begin(); /* the pool only runs plan ops (plan_ops.h) */
     for (;;) {
         for (int i = 0; i < SPIN_ROUNDS && atomic_load(&p->generation) == seen && !atomic_load(&p->stop); i++)
             cpu_relax();
