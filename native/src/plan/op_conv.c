@@ -161,11 +161,11 @@ static void conv_direct_1ch(const conv_geom *g, const float *restrict x, const f
  * short per-tap row loops of conv_direct_1ch cost more than the arithmetic on small planes
  * (a MobileNet block's 16x16: 58 us for 64 channels, 4.5x this). */
 typedef float dw_v4f __attribute__((vector_size(16)));
-#define DW_TAPS_MAX 49
+#define DW_TAPS_MAX 49 /* 7x7; larger kernels take conv_direct_1ch */
 
 /* Floats of the padded plane, or 0 if this path does not apply. */
 static int64_t dw_plane_floats(const conv_geom *g) {
-    if (g->sh != 1 || g->sw != 1) return 0;
+    if (g->sh != 1 || g->sw != 1 || g->kh * g->kw > DW_TAPS_MAX) return 0;
     const int64_t wp = (g->ow + 3) / 4 * 4 + (g->kw - 1) * g->dw;
     return (g->oh + (g->kh - 1) * g->dh) * wp;
 }
@@ -205,50 +205,34 @@ static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const
         }
         return;
     }
-    if (g->kh * g->kw <= DW_TAPS_MAX) { /* any kernel up to 7x7: taps splatted once per channel */
-        dw_v4f wv[DW_TAPS_MAX];
-        for (int64_t k = 0; k < g->kh * g->kw; k++) wv[k] = (dw_v4f){w[k], w[k], w[k], w[k]};
-        for (int64_t oy = 0; oy < g->oh; oy++) {
-            int64_t ox = 0;
-            for (; ox + 8 <= g->ow; ox += 8) { /* two vectors share each tap's weight */
-                dw_v4f a0 = vb, a1 = vb;
-                for (int64_t ki = 0; ki < g->kh; ki++) {
-                    const float *row = plane + (oy + ki * g->dh) * wp + ox;
-                    for (int64_t kj = 0; kj < g->kw; kj++) {
-                        dw_v4f x0, x1;
-                        memcpy(&x0, row + kj * g->dw, sizeof x0);
-                        memcpy(&x1, row + kj * g->dw + 4, sizeof x1);
-                        a0 += wv[ki * g->kw + kj] * x0;
-                        a1 += wv[ki * g->kw + kj] * x1;
-                    }
-                }
-                memcpy(y + oy * g->ow + ox, &a0, sizeof a0);
-                memcpy(y + oy * g->ow + ox + 4, &a1, sizeof a1);
-            }
-            for (; ox < g->ow; ox += 4) {
-                dw_v4f acc = vb;
-                for (int64_t ki = 0; ki < g->kh; ki++) {
-                    const float *row = plane + (oy + ki * g->dh) * wp + ox;
-                    for (int64_t kj = 0; kj < g->kw; kj++) {
-                        dw_v4f xv;
-                        memcpy(&xv, row + kj * g->dw, sizeof xv);
-                        acc += wv[ki * g->kw + kj] * xv;
-                    }
-                }
-                dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
-            }
-        }
-        return;
-    }
+    /* any other kernel (up to DW_TAPS_MAX taps): each tap's weight splatted once per channel */
+    dw_v4f wv[DW_TAPS_MAX];
+    for (int64_t k = 0; k < g->kh * g->kw; k++) wv[k] = (dw_v4f){w[k], w[k], w[k], w[k]};
     for (int64_t oy = 0; oy < g->oh; oy++) {
-        for (int64_t ox = 0; ox < g->ow; ox += 4) {
+        int64_t ox = 0;
+        for (; ox + 8 <= g->ow; ox += 8) { /* two vectors share each tap's weight */
+            dw_v4f a0 = vb, a1 = vb;
+            for (int64_t ki = 0; ki < g->kh; ki++) {
+                const float *row = plane + (oy + ki * g->dh) * wp + ox;
+                for (int64_t kj = 0; kj < g->kw; kj++) {
+                    dw_v4f x0, x1;
+                    memcpy(&x0, row + kj * g->dw, sizeof x0);
+                    memcpy(&x1, row + kj * g->dw + 4, sizeof x1);
+                    a0 += wv[ki * g->kw + kj] * x0;
+                    a1 += wv[ki * g->kw + kj] * x1;
+                }
+            }
+            memcpy(y + oy * g->ow + ox, &a0, sizeof a0);
+            memcpy(y + oy * g->ow + ox + 4, &a1, sizeof a1);
+        }
+        for (; ox < g->ow; ox += 4) {
             dw_v4f acc = vb;
             for (int64_t ki = 0; ki < g->kh; ki++) {
                 const float *row = plane + (oy + ki * g->dh) * wp + ox;
                 for (int64_t kj = 0; kj < g->kw; kj++) {
                     dw_v4f xv;
                     memcpy(&xv, row + kj * g->dw, sizeof xv);
-                    acc += w[ki * g->kw + kj] * xv;
+                    acc += wv[ki * g->kw + kj] * xv;
                 }
             }
             dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
