@@ -497,7 +497,10 @@ NRV_API void nrv_session_free(nrv_session_t *session);
  * nrv_tensor per output, filled with pointers into the session's memory, valid until the next
  * run or nrv_session_free. On error nothing the caller owns was written and the state is
  * unchanged. An output whose state pair appends in place (a decoder's key/value cache,
- * docs/PLAN_FORMAT.md) points at the session's cache, stored sequence-major. */
+ * docs/PLAN_FORMAT.md) points at the session's cache, stored sequence-major. Float results
+ * that would be subnormal are flushed to zero, and subnormal inputs read as zero, during
+ * the run (x86 MXCSR FTZ+DAZ, aarch64 FPCR.FZ: an Intel core pays a microcode assist per
+ * subnormal operand); the calling thread's mode is restored before returning. */
 NRV_API nrv_status nrv_session_run(nrv_session_t *session, const nrv_tensor *feeds, int n_feeds,
                                    nrv_tensor *outputs, int n_outputs);
 
