@@ -112,6 +112,7 @@ static double act_ref(int act, double v, double p0, double p1) {
     case NRV_PLAN_ACT_GELU_TANH: return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
     case NRV_PLAN_ACT_LEAKY_RELU: return v < 0 ? v * p0 : v;
     case NRV_PLAN_ACT_CLIP: return v < p0 ? p0 : v > p1 ? p1 : v;
+    case NRV_PLAN_ACT_HARD_SWISH: return v * fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0);
     default: return v;
     }
 }
@@ -371,6 +372,8 @@ static void test_conv_variant(const char *variant) {
                variant);
     /* depthwise at stride 1 (the padded-plane path): MobileNet's 3x3, widths not a multiple
      * of 4, dilation, asymmetric and oversized pads, 1-D */
+    conv_check((conv_case[]){conv_2d(1, 8, 8, 8, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NRV_PLAN_ACT_HARD_SWISH, 1)},
+               variant);
     conv_check((conv_case[]){conv_2d(1, 8, 8, 8, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NRV_PLAN_ACT_CLIP, 1)},
                variant);
     conv_check((conv_case[]){conv_2d(2, 3, 3, 3, 7, 13, 5, 5, 1, 1, 2, 1, 3, 0, 1, 4, NRV_PLAN_ACT_NONE, 1)},
@@ -469,7 +472,7 @@ static void test_conv_errors(void) {
     CONV_ERR(NRV_ERR_SHAPE, xv.dims[2] = 1; iat[7] = 0; iat[9] = 0); /* kernel > padded input */
     CONV_ERR(NRV_ERR_INVALID_ARG, iat[1] = 3);                   /* group does not divide C */
     CONV_ERR(NRV_ERR_INVALID_ARG, iat[1] = 0);
-    CONV_ERR(NRV_ERR_INVALID_ARG, iat[2] = 8);                   /* unknown act */
+    CONV_ERR(NRV_ERR_INVALID_ARG, iat[2] = NRV_PLAN_ACT_LAST + 1); /* unknown act */
     CONV_ERR(NRV_ERR_INVALID_ARG, iat[2] = -1);
     CONV_ERR(NRV_ERR_INVALID_ARG, iat[3] = 0);                   /* stride */
     CONV_ERR(NRV_ERR_INVALID_ARG, iat[4] = -2);
@@ -735,7 +738,7 @@ static void test_global_pool(void) {
 static void test_channel_affine(void) {
     nrv_test_seed(5);
     for (int t = 0; t < 16; t++) {
-        const int act = t % 8, inplace = t >= 8;
+        const int act = t % (NRV_PLAN_ACT_LAST + 1), inplace = t >= 8;
         const int rank = 2 + (int)rand_int(0, 2);
         int64_t d[4] = {rand_int(1, 2), rand_int(1, 7), rand_int(1, 6), rand_int(1, 5)};
         nrv_tview xv = tv(NULL, NRV_F32, rank, d);

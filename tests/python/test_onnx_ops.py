@@ -841,6 +841,27 @@ def test_conv(tmp_path, rng, xs, ws, attrs, bias):
     assert op_types(s) == ["conv"]
 
 
+@pytest.mark.parametrize("form", ["hardsigmoid", "clip_div", "clip_mul_swapped"])
+def test_hard_swish_forms_fuse_into_the_conv(tmp_path, rng, form):
+    """MobileNetV3 / PP-OCR write hard-swish as x·HardSigmoid(x) or x·Clip(x + 3, 0, 6)/6: each
+    becomes the conv's fused activation (one op), matching onnxruntime."""
+    w, b = randn(rng, (6, 3, 3, 3)), randn(rng, (6,))
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    if form == "hardsigmoid":
+        nodes += [h.make_node("HardSigmoid", ["c"], ["g"], alpha=1 / 6, beta=0.5), h.make_node("Mul", ["c", "g"], ["y"])]
+    else:
+        nodes += [h.make_node("Add", ["c", "three"], ["a"]), h.make_node("Clip", ["a", "zero", "six"], ["g"])]
+        if form == "clip_div":
+            nodes += [h.make_node("Mul", ["c", "g"], ["m"]), h.make_node("Div", ["m", "six"], ["y"])]
+        else:
+            nodes += [h.make_node("Mul", ["g", "c"], ["m"]), h.make_node("Mul", ["m", "sixth"], ["y"])]
+    inits = {"w": w, "b": b, "three": np.array(3, F32), "zero": np.array(0, F32), "six": np.array(6, F32),
+             "sixth": np.array(1 / 6, F32)}
+    m = model(nodes, [("x", F32, (2, 3, 9, 11))], [("y", F32)], inits)
+    s = check(tmp_path, m, {"x": 3 * randn(rng, (2, 3, 9, 11))}, tol=RED)
+    assert op_types(s) == ["conv"]
+
+
 def test_conv_symbolic_length(tmp_path, rng):
     w, b = randn(rng, (4, 3, 3)), randn(rng, (4,))
     m = model([h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1], strides=[2])],

@@ -20,7 +20,7 @@
 /* ------------------------------------------------------------------ helpers */
 
 static nrv_status check_act(const nrv_op_args *a, int64_t act) {
-    if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_CLIP)
+    if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_LAST)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);
     return NRV_OK;
 }

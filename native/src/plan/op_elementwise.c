@@ -22,13 +22,6 @@ typedef enum unary_code {
     U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_ASINH, U_ACOSH, U_ATANH, U_COUNT
 } unary_code;
 
-/* min(max(v, 0), 1) by comparisons (a NaN gives 1, as fmaxf(0, fminf(1, NaN)) does): GCC
- * turns fmaxf/fminf into a libm call per element, ~10x slower than this. */
-static inline float clamp01(float v) {
-    const float w = v < 1.0f ? v : 1.0f;
-    return w > 0.0f ? w : 0.0f;
-}
-
 static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float p1, const float *x, float *y,
                             int64_t n) {
     switch (code) {
@@ -48,7 +41,7 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]); break;
     case U_LEAKY_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? x[i] * p0 : x[i]; break;
     case U_HARD_SIGMOID:
-        for (int64_t i = 0; i < n; i++) y[i] = clamp01(p0 * x[i] + p1);
+        for (int64_t i = 0; i < n; i++) y[i] = nrv_clamp01(p0 * x[i] + p1);
         break;
     case U_CLIP: /* NaN passes through, as in onnxruntime */
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);
@@ -64,7 +57,7 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_ROUND: for (int64_t i = 0; i < n; i++) y[i] = nearbyintf(x[i]); break; /* half to even */
     case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
     case U_HARD_SWISH: /* x · HardSigmoid(x; 1/6, 1/2) */
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * clamp01(x[i] * (1.0f / 6.0f) + 0.5f);
+        nrv_hard_swish(x, y, n);
         break;
     case U_ELU: /* alpha = p0 */
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? p0 * expm1f(x[i]) : x[i];

@@ -41,7 +41,7 @@ static nrv_status check_dim(const nrv_op_args *a, const nrv_tview *v, const char
 /* The fused activation code is checked before any output is written (nrv_plan_apply_act
  * would only notice an unknown code afterwards). */
 static nrv_status check_act(const nrv_op_args *a, int64_t act) {
-    if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_CLIP)
+    if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_LAST)
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): unknown fused activation code %lld", a->type, a->name,
                         (long long)act);
     return NRV_OK;

@@ -246,8 +246,24 @@ typedef enum nrv_plan_act {
     NRV_PLAN_ACT_TANH = 4,
     NRV_PLAN_ACT_GELU_TANH = 5,
     NRV_PLAN_ACT_LEAKY_RELU = 6, /* p0 = alpha */
-    NRV_PLAN_ACT_CLIP = 7        /* p0 = min, p1 = max */
+    NRV_PLAN_ACT_CLIP = 7,       /* p0 = min, p1 = max */
+    NRV_PLAN_ACT_HARD_SWISH = 8, /* x · min(max(x/6 + 1/2, 0), 1) (MobileNetV3, PP-OCR) */
+    NRV_PLAN_ACT_LAST = NRV_PLAN_ACT_HARD_SWISH
 } nrv_plan_act;
+
+/* min(max(v, 0), 1) by comparisons (a NaN gives 1, as fmaxf(0, fminf(1, NaN)) does): GCC
+ * turns fmaxf/fminf into a libm call per element, ~10x slower than this. */
+static inline float nrv_clamp01(float v) {
+    const float w = v < 1.0f ? v : 1.0f;
+    return w > 0.0f ? w : 0.0f;
+}
+
+/* HardSwish x · clamp(x/6 + 1/2, 0, 1), one definition for the unary op and the fused
+ * activation: y[i] = hs(x[i]) for i < n (x == y allowed). Four lanes at a time with GCC
+ * vector extensions and mask selects (SSE on x86, NEON on aarch64): GCC leaves the scalar
+ * clamp against constant bounds unvectorised, and a fused hard-swish then cost more than
+ * the four ops it replaced (plan_util.c). */
+void nrv_hard_swish(const float *x, float *y, int64_t n);
 
 /* y[i] = act(y[i]) for i < n, in place; NRV_ERR_INVALID_ARG for an unknown code. */
 nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n);

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../kernels/kernels.h"
 #include "plan_ops.h"
@@ -88,6 +89,30 @@ nrv_status nrv_op_axis(const nrv_op_args *a, int64_t axis, int32_t rank, int32_t
     return NRV_OK;
 }
 
+typedef float act_v4f __attribute__((vector_size(16)));
+typedef int32_t act_v4i __attribute__((vector_size(16)));
+
+static inline float hard_swish1(float x) {
+    const float t = x * (1.0f / 6.0f) + 0.5f;
+    return x * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
+}
+
+void nrv_hard_swish(const float *x, float *y, int64_t n) {
+    const act_v4f sixth = {1.0f / 6.0f, 1.0f / 6.0f, 1.0f / 6.0f, 1.0f / 6.0f}, half = {0.5f, 0.5f, 0.5f, 0.5f};
+    const act_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f}, one = {1.0f, 1.0f, 1.0f, 1.0f};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        act_v4f v, t;
+        memcpy(&v, x + i, sizeof v);
+        t = v * sixth + half;
+        const act_v4i below = t < zero, above = t > one; /* all-ones lanes where true; NaN: neither */
+        t = (act_v4f)(((act_v4i)t & ~(below | above)) | ((act_v4i)one & above));
+        v = v * t;
+        memcpy(y + i, &v, sizeof v);
+    }
+    for (; i < n; i++) y[i] = hard_swish1(x[i]);
+}
+
 nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n) {
     switch (act) {
     case NRV_PLAN_ACT_NONE: return NRV_OK;
@@ -102,6 +127,7 @@ nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float
     case NRV_PLAN_ACT_CLIP: /* comparisons, not fmaxf/fminf: GCC calls libm for those (NaN rules), per element */
         for (int64_t i = 0; i < n; i++) y[i] = y[i] < p0 ? p0 : (y[i] > p1 ? p1 : y[i]);
         return NRV_OK;
+    case NRV_PLAN_ACT_HARD_SWISH: nrv_hard_swish(y, y, n); return NRV_OK;
     default:
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): unknown fused activation code %lld", a->type, a->name,
                         (long long)act);

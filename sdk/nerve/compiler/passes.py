@@ -57,7 +57,7 @@ from .memplan import bytes_at_bounds
 CONTROL = {"if", "jump", "label"}
 
 # unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
-_ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7}
+_ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7, 25: 8}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
 _ACT_SLOT = {"conv": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
              "linear_w8a8": (0, 0),
@@ -294,6 +294,48 @@ def fuse_gelu(prog: Program) -> bool:
         if list(out.shape) != list(x.shape):
             continue
         _replace_chain(prog, chain, Op("unary", [x], [out], iattr=[11], fattr=[0, 0], name=_chain_name(chain),
+                                       inplace=True))
+        uses = _Uses(prog)
+        changed = True
+    return changed
+
+
+def fuse_hard_swish(prog: Program) -> bool:
+    """x · HardSigmoid(x; 1/6, 1/2) and x · Clip(x + 3, 0, 6) / 6 (or · 1/6), the ways Paddle and
+    older exporters write MobileNetV3's hard-swish -> one unary hard_swish, which
+    fuse_activation then folds into the conv before it. Same function; the rounding of the
+    fused form (x/6 + 1/2, clamped, times x) differs from x·clip(x+3)/6 by an ulp or so."""
+    uses = _Uses(prog)
+    changed = False
+    for gate in list(prog.ops):
+        if gate not in prog.ops or not gate.inputs or gate.inputs[0] is None:
+            continue
+        chain: List[Op] = []
+        if _is(gate, "unary", 14) and abs(gate.fattr[0] - 1 / 6) < 1e-6 and abs(gate.fattr[1] - 0.5) < 1e-7:
+            x, chain = gate.inputs[0], [gate]
+        elif _is(gate, "unary", 15) and gate.fattr[0] == 0.0 and gate.fattr[1] == 6.0:
+            add = gate.inputs[0].producer
+            if not (_is(add, "binary", 0) and add in prog.ops and _scalar_const(add.inputs[1]) == 3.0
+                    and uses.only_reader(add.outputs[0]) is gate):
+                continue
+            x, chain = add.inputs[0], [add, gate]
+        else:
+            continue
+        mul = uses.only_reader(gate.outputs[0])
+        if not _is(mul, "binary", 2) or {id(v) for v in mul.inputs} != {id(x), id(gate.outputs[0])}:
+            continue
+        chain.append(mul)
+        if len(chain) == 3:  # the Clip form: then / 6 or * (1/6)
+            scale = uses.only_reader(mul.outputs[0])
+            c = _scalar_const(scale.inputs[1]) if scale is not None and scale.inputs[0] is mul.outputs[0] else None
+            if c is None or not ((_is(scale, "binary", 3) and c == 6.0)
+                                 or (_is(scale, "binary", 2) and abs(c - 1 / 6) < 1e-7)):
+                continue
+            chain.append(scale)
+        out = chain[-1].outputs[0]
+        if list(out.shape) != list(x.shape) or out.dtype != np.float32:
+            continue
+        _replace_chain(prog, chain, Op("unary", [x], [out], iattr=[25], fattr=[0, 0], name=_chain_name(chain),
                                        inplace=True))
         uses = _Uses(prog)
         changed = True
@@ -932,6 +974,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
         return
     fuse_layernorm(prog)
     fuse_gelu(prog)
+    fuse_hard_swish(prog)
     fuse_bias(prog)
     select_rdft(prog)
     if scheme in ("w4a32", "w4a8") or layers:
