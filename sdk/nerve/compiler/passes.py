@@ -181,6 +181,17 @@ def _replace_chain(prog: Program, chain: List[Op], fused: Op) -> None:
         prog.ops.remove(o)
 
 
+def _chain_to_unary(prog: Program, chain: List[Op], x: Value, code: int) -> bool:
+    """Replaces a chain computing an elementwise function of float32 x (same shape) by the one
+    unary op `code`; False (nothing changed) when the chain's output is not x's shape."""
+    out = chain[-1].outputs[0]
+    if list(out.shape) != list(x.shape) or out.dtype != np.float32:
+        return False
+    _replace_chain(prog, chain, Op("unary", [x], [out], iattr=[code], fattr=[0, 0], name=_chain_name(chain),
+                                   inplace=True))
+    return True
+
+
 def _is(op: Optional[Op], type_: str, code: Optional[int] = None) -> bool:
     return op is not None and op.type == type_ and (code is None or (op.iattr and op.iattr[0] == code))
 
@@ -290,13 +301,9 @@ def fuse_gelu(prog: Program) -> bool:
                     and uses.only_reader(other) is mul_x):
                 continue
             chain.insert(0, hp)
-        out = chain[-1].outputs[0]
-        if list(out.shape) != list(x.shape):
-            continue
-        _replace_chain(prog, chain, Op("unary", [x], [out], iattr=[11], fattr=[0, 0], name=_chain_name(chain),
-                                       inplace=True))
-        uses = _Uses(prog)
-        changed = True
+        if _chain_to_unary(prog, chain, x, 11):
+            uses = _Uses(prog)
+            changed = True
     return changed
 
 
@@ -332,13 +339,9 @@ def fuse_hard_swish(prog: Program) -> bool:
                                  or (_is(scale, "binary", 2) and abs(c - 1 / 6) < 1e-7)):
                 continue
             chain.append(scale)
-        out = chain[-1].outputs[0]
-        if list(out.shape) != list(x.shape) or out.dtype != np.float32:
-            continue
-        _replace_chain(prog, chain, Op("unary", [x], [out], iattr=[25], fattr=[0, 0], name=_chain_name(chain),
-                                       inplace=True))
-        uses = _Uses(prog)
-        changed = True
+        if _chain_to_unary(prog, chain, x, 25):
+            uses = _Uses(prog)
+            changed = True
     return changed
 
 
