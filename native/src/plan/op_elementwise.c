@@ -39,7 +39,7 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_SIN: for (int64_t i = 0; i < n; i++) y[i] = sinf(x[i]); break;
     case U_COS: for (int64_t i = 0; i < n; i++) y[i] = cosf(x[i]); break;
     case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]); break;
-    case U_LEAKY_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? x[i] * p0 : x[i]; break;
+    case U_LEAKY_RELU: nrv_leaky_relu(x, y, n, p0); break;
     case U_HARD_SIGMOID:
         for (int64_t i = 0; i < n; i++) y[i] = nrv_clamp01(p0 * x[i] + p1);
         break;

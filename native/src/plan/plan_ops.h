@@ -264,6 +264,8 @@ static inline float nrv_clamp01(float v) {
  * clamp against constant bounds unvectorised, and a fused hard-swish then cost more than
  * the four ops it replaced (plan_util.c). */
 void nrv_hard_swish(const float *x, float *y, int64_t n);
+/* LeakyRelu y = x < 0 ? alpha·x : x, the same way (the unary op and the fused activation). */
+void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha);
 
 /* y[i] = act(y[i]) for i < n, in place; NRV_ERR_INVALID_ARG for an unknown code. */
 nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n);

@@ -113,6 +113,19 @@ void nrv_hard_swish(const float *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = hard_swish1(x[i]);
 }
 
+void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha) {
+    const act_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f}, a = {alpha, alpha, alpha, alpha};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        act_v4f v;
+        memcpy(&v, x + i, sizeof v);
+        const act_v4i neg = v < zero; /* NaN and -0 keep their value, as in the scalar form */
+        v = (act_v4f)(((act_v4i)(v * a) & neg) | ((act_v4i)v & ~neg));
+        memcpy(y + i, &v, sizeof v);
+    }
+    for (; i < n; i++) y[i] = x[i] < 0.0f ? x[i] * alpha : x[i];
+}
+
 nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n) {
     switch (act) {
     case NRV_PLAN_ACT_NONE: return NRV_OK;
@@ -121,9 +134,7 @@ nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float
     case NRV_PLAN_ACT_SIGMOID: nrv_kernel_get(NRV_OP_SIGMOID).unary(y, n, y); return NRV_OK;
     case NRV_PLAN_ACT_TANH: nrv_kernel_get(NRV_OP_TANH).unary(y, n, y); return NRV_OK;
     case NRV_PLAN_ACT_GELU_TANH: nrv_kernel_get(NRV_OP_GELU_TANH).unary(y, n, y); return NRV_OK;
-    case NRV_PLAN_ACT_LEAKY_RELU:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0.0f ? y[i] * p0 : y[i];
-        return NRV_OK;
+    case NRV_PLAN_ACT_LEAKY_RELU: nrv_leaky_relu(y, y, n, p0); return NRV_OK;
     case NRV_PLAN_ACT_CLIP: /* comparisons, not fmaxf/fminf: GCC calls libm for those (NaN rules), per element */
         for (int64_t i = 0; i < n; i++) y[i] = y[i] < p0 ? p0 : (y[i] > p1 ? p1 : y[i]);
         return NRV_OK;
