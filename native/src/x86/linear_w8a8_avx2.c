@@ -146,29 +146,21 @@ void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t
     /* rows too wide for W8A8_MR of them in xq: K in slices (linear_w8a8_slices.h) */
     const int sliced = mr < W8A8_MR && rows > mr;
     if (sliced) mr = W8A8_MR;
+    const int64_t span = sliced ? W8A8_SLICE : kp; /* int16 per row of xq; one slice when it fits */
     _Alignas(32) int16_t xq[W8A8_XQ_BYTES / 2];
     float sx[W8A8_MR], rsum[W8A8_MR], inv[W8A8_MR];
     int32_t isum[W8A8_MR];
     for (int64_t r0 = 0; r0 < rows; r0 += mr) {
         const int R = (int)(rows - r0 < mr ? rows - r0 : mr);
         float *yb = y + r0 * out;
-        if (!sliced || R == 1) {
-            for (int r = 0; r < R; r++)
-                sx[r] = w8a8_quantise_row(row_scale, quantise_span, x + (r0 + r) * in, in, kp, xq + r * kp,
-                                          z != NULL, &rsum[r]);
-            for (int64_t n0 = 0; n0 < out; n0 += 8)
-                tile_rows(R, xq, kp, 0, kb_n, kb_n, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum, s, z,
-                          sz_stride, b, yb, out, 1, 1);
-            continue;
-        }
         w8a8_slices_begin(row_scale, x + r0 * in, in, R, sx, inv, isum);
-        for (int64_t k0 = 0; k0 < kp; k0 += W8A8_SLICE) {
-            const int64_t w = kp - k0 < W8A8_SLICE ? kp - k0 : W8A8_SLICE;
-            const int last = w8a8_quantise_slice(quantise_span, x + r0 * in, in, kp, R, k0, w, inv, xq,
-                                                 W8A8_SLICE * 2, z != NULL, isum, sx, rsum);
+        for (int64_t k0 = 0; k0 < kp; k0 += span) {
+            const int64_t w = kp - k0 < span ? kp - k0 : span;
+            const int last = w8a8_quantise_slice(quantise_span, x + r0 * in, in, kp, R, k0, w, inv, xq, span * 2,
+                                                 z != NULL, isum, sx, rsum);
             for (int64_t n0 = 0; n0 < out; n0 += 8)
-                tile_rows(R, xq, W8A8_SLICE, k0 / 4, w / 4, kb_n, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum,
-                          s, z, sz_stride, b, yb, out, k0 == 0, last);
+                tile_rows(R, xq, span, k0 / 4, w / 4, kb_n, packed, n0, out - n0 < 8 ? out - n0 : 8, sx, rsum, s, z,
+                          sz_stride, b, yb, out, k0 == 0, last);
         }
     }
 }

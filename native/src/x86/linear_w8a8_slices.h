@@ -1,11 +1,12 @@
 /* linear_w8a8_slices.h — K cut in slices, shared by the x86 w8a8 kernels (linear_w8a8_vnni.c,
- * linear_w8a8_avx2.c). Each quantises a block of rows into a 32 KiB stack buffer and runs
- * its tiles over them, so the weight is read once per block; rows too wide for a full block
- * would shrink it (at K = 11008: 2 rows on VNNI, 1 on AVX2). Such rows go a full block at a
- * time with K in slices instead: per slice every row's span is quantised with the whole
- * row's scale (this file), then the tiles run over the slice, the int32 sums waiting in y
- * between slices. Integer sums are exact in any order, so the result is bit for bit the
- * unsliced one (tests/native/test_linear_w8a8.c). Plain C: included under either ISA. */
+ * linear_w8a8_avx2.c, linear_w8a8_amx.c). Each quantises a block of rows into a stack buffer
+ * and runs its tiles over them, so the weight is read once per block; rows too wide for a
+ * full block would shrink it (at K = 11008: 2 rows on VNNI, 1 on AVX2). Such rows go a full
+ * block at a time with K in slices instead: per slice every row's span is quantised with the
+ * whole row's scale (this file), then the tiles run over the slice, the int32 sums waiting
+ * in y between slices. Rows that fit are one slice of the same loop. Integer sums are exact
+ * in any order, so the result is bit for bit the unsliced one (tests/native/test_linear_w8a8.c).
+ * Plain C: included under either ISA. */
 #ifndef NERVE_X86_LINEAR_W8A8_SLICES_H
 #define NERVE_X86_LINEAR_W8A8_SLICES_H
 

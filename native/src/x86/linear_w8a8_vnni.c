@@ -132,6 +132,7 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
     /* rows too wide for W8A8_MR of them in xu: K in slices (linear_w8a8_slices.h) */
     const int sliced = mr < W8A8_MR && rows > mr;
     if (sliced) mr = W8A8_MR;
+    const int64_t span = sliced ? W8A8_SLICE : kp; /* bytes per row of xu; one slice when it fits */
     _Alignas(64) uint8_t xu[W8A8_XQ_BYTES];
     float sx[W8A8_MR], rsum[W8A8_MR], inv[W8A8_MR];
     int32_t isum[W8A8_MR];
@@ -143,26 +144,15 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
             gemv_row(xu, kp, packed, out, colsum, sx[0], rsum[0], s, z, sz_stride, b, yb);
             continue;
         }
-        if (!sliced) {
-            for (int r = 0; r < R; r++)
-                sx[r] = w8a8_quantise_row(row_scale, quantise_span, x + (r0 + r) * in, in, kp, xu + r * kp,
-                                          z != NULL, &rsum[r]);
-            for (int64_t n0 = 0; n0 < out; n0 += 32) {
-                const int64_t nvalid = out - n0 < 32 ? out - n0 : 32;
-                tile_rows(R, nvalid > 16, xu, kp, 0, kb_n, kb_n, packed, n0, nvalid, colsum, sx, rsum, s, z,
-                          sz_stride, b, yb, out, 1, 1);
-            }
-            continue;
-        }
         w8a8_slices_begin(row_scale, x + r0 * in, in, R, sx, inv, isum);
-        for (int64_t k0 = 0; k0 < kp; k0 += W8A8_SLICE) {
-            const int64_t w = kp - k0 < W8A8_SLICE ? kp - k0 : W8A8_SLICE;
-            const int last = w8a8_quantise_slice(quantise_span, x + r0 * in, in, kp, R, k0, w, inv, xu,
-                                                 W8A8_SLICE, z != NULL, isum, sx, rsum);
+        for (int64_t k0 = 0; k0 < kp; k0 += span) {
+            const int64_t w = kp - k0 < span ? kp - k0 : span;
+            const int last = w8a8_quantise_slice(quantise_span, x + r0 * in, in, kp, R, k0, w, inv, xu, span,
+                                                 z != NULL, isum, sx, rsum);
             for (int64_t n0 = 0; n0 < out; n0 += 32) {
                 const int64_t nvalid = out - n0 < 32 ? out - n0 : 32;
-                tile_rows(R, nvalid > 16, xu, W8A8_SLICE, k0 / 4, w / 4, kb_n, packed, n0, nvalid, colsum, sx, rsum,
-                          s, z, sz_stride, b, yb, out, k0 == 0, last);
+                tile_rows(R, nvalid > 16, xu, span, k0 / 4, w / 4, kb_n, packed, n0, nvalid, colsum, sx, rsum, s,
+                          z, sz_stride, b, yb, out, k0 == 0, last);
             }
         }
     }
