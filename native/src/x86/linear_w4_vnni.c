@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "linear_w8a8_avx512.h" /* row_scale: the row's int8 scale, as linear_w8a8 takes it */
 
 #define W4_MR 4
 #define W4_PF_TILES 2
@@ -50,10 +51,6 @@
 #define W4_NARROW_K 2048
 #define W4_XQ_BYTES 24576 /* quantised rows; as many bytes again of lane offsets (stack < 64 KiB) */
 
-static inline __m512 abs_ps(__m512 v) {
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
-}
-
 /* Where x[k] goes in the quantised row: within its quad of 128, the blocks' first halves
  * (k mod 32 < 16) in block order, then their second halves (the lane order above). */
 static inline int64_t quad_pos(int64_t k) {
@@ -61,19 +58,10 @@ static inline int64_t quad_pos(int64_t k) {
     return k - r + (r % 32) / 16 * 64 + r / 32 * 16 + r % 16;
 }
 
-/* The int8 scale of row x (K floats): returns sx, *inv = 1 / sx (nrv_w8a8_row_scale). */
-static float row_scale(const float *x, int64_t K, float *inv) {
-    __m512 m = _mm512_setzero_ps();
-    for (int64_t p = 0; p < K; p += 16) m = _mm512_max_ps(abs_ps(_mm512_loadu_ps(x + p)), m);
-    float sx;
-    nrv_w8a8_row_scale(_mm512_reduce_max_ps(m), inv, &sx);
-    return sx;
-}
-
 /* Quantises n floats of a row (n a multiple of 32, x on a quad bound of the row) with inv
  * into xq in the quad order above (a partial last quad's missing positions 0) and their
  * group sums into xs[n / G] (whole groups). */
-static void quantise_span(const float *x, int64_t n, int64_t G, float inv, int8_t *xq, float *xs) {
+static void w4_quantise_span(const float *x, int64_t n, int64_t G, float inv, int8_t *xq, float *xs) {
     const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
     if (n % 128) memset(xq + n / 128 * 128, 0, 128);
     for (int64_t g = 0; g < n / G; g++) xs[g] = 0.0f;
@@ -93,7 +81,7 @@ static void quantise_span(const float *x, int64_t n, int64_t G, float inv, int8_
 static float quantise_row(const float *x, int64_t K, int64_t G, int8_t *xq, float *xs, int32_t *off) {
     float inv;
     const float sx = row_scale(x, K, &inv);
-    quantise_span(x, K, G, inv, xq, xs);
+    w4_quantise_span(x, K, G, inv, xq, xs);
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t q = 0; q < (K + 127) / 128; q++) {
         __m512i lane = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(xq + 128 * q));
@@ -399,7 +387,7 @@ static __attribute__((noinline)) void w4_many(const float *x, int64_t rows, cons
             const int64_t qb = qa + slice_q < nq ? qa + slice_q : nq;
             const int64_t k0 = 128 * qa, n = (128 * qb < K ? 128 * qb : K) - k0;
             for (int64_t r = 0; r < nr; r++)
-                quantise_span(x + (r0 + r) * K + k0, n, G, inv[r], xq + r * W4_MANY_SLICE,
+                w4_quantise_span(x + (r0 + r) * K + k0, n, G, inv[r], xq + r * W4_MANY_SLICE,
                               xs + r * (W4_MANY_SLICE / G));
             for (int64_t o0 = 0; o0 < N; o0 += 16) {
                 const int no = (int)(N - o0 < 16 ? N - o0 : 16);

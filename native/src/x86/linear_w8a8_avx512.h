@@ -1,7 +1,8 @@
 /* linear_w8a8_avx512.h — the AVX-512 pieces of the w8a8 kernels that quantise rows to u8
  * (xu = xq + 128) and run u8 x s8 dot products on the packed weight: the VNNI kernel
  * (linear_w8a8_vnni.c) and the AMX one (linear_w8a8_amx.c), which give bit-identical
- * results because both end in the same exact int32 sums and this one epilogue.
+ * results because both end in the same exact int32 sums and this one epilogue. The w4a8
+ * VNNI kernel (linear_w4_vnni.c) takes its rows' scales from row_scale here too.
  * Include from a translation unit built with AVX-512 F/BW/VL. */
 #ifndef NERVE_X86_LINEAR_W8A8_AVX512_H
 #define NERVE_X86_LINEAR_W8A8_AVX512_H
