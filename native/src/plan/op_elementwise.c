@@ -22,6 +22,13 @@ typedef enum unary_code {
     U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_ASINH, U_ACOSH, U_ATANH, U_COUNT
 } unary_code;
 
+/* min(max(v, 0), 1) by comparisons (a NaN gives 1, as fmaxf(0, fminf(1, NaN)) does): GCC
+ * turns fmaxf/fminf into a libm call per element, ~10x slower than this. */
+static inline float clamp01(float v) {
+    const float w = v < 1.0f ? v : 1.0f;
+    return w > 0.0f ? w : 0.0f;
+}
+
 static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float p1, const float *x, float *y,
                             int64_t n) {
     switch (code) {
@@ -41,7 +48,7 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]); break;
     case U_LEAKY_RELU: nrv_leaky_relu(x, y, n, p0); break;
     case U_HARD_SIGMOID:
-        for (int64_t i = 0; i < n; i++) y[i] = nrv_clamp01(p0 * x[i] + p1);
+        for (int64_t i = 0; i < n; i++) y[i] = clamp01(p0 * x[i] + p1);
         break;
     case U_CLIP: /* NaN passes through, as in onnxruntime */
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);

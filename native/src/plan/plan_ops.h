@@ -251,13 +251,6 @@ typedef enum nrv_plan_act {
     NRV_PLAN_ACT_LAST = NRV_PLAN_ACT_HARD_SWISH
 } nrv_plan_act;
 
-/* min(max(v, 0), 1) by comparisons (a NaN gives 1, as fmaxf(0, fminf(1, NaN)) does): GCC
- * turns fmaxf/fminf into a libm call per element, ~10x slower than this. */
-static inline float nrv_clamp01(float v) {
-    const float w = v < 1.0f ? v : 1.0f;
-    return w > 0.0f ? w : 0.0f;
-}
-
 /* HardSwish x · clamp(x/6 + 1/2, 0, 1), one definition for the unary op and the fused
  * activation: y[i] = hs(x[i]) for i < n (x == y allowed). Four lanes at a time with GCC
  * vector extensions and mask selects (SSE on x86, NEON on aarch64): GCC leaves the scalar
