@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define NRVC_ABI_VERSION 1
+#define NRVC_ABI_VERSION 2
 
 /* Opaque device pool of the backend (cuda/nrvc_pool.cpp). */
 typedef struct nrvc_pool nrvc_pool;

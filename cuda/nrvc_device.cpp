@@ -32,12 +32,15 @@ NRVC_EXPORT nrv_status nrvc_device_info(int device, nrv_cuda_device_info *out) {
     if (st != NRV_OK) return st;
     /* Scalar attributes are cheap driver queries; only the name and total memory need the
      * (heavier) full property query. */
-    int major = 0, minor = 0, integrated = 0, sms = 0, smem = 0;
+    int major = 0, minor = 0, integrated = 0, sms = 0, smem = 0, smem_optin = 0, can_map = 0, managed = 0;
     NRVC_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     NRVC_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     NRVC_CHECK(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device));
     NRVC_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     NRVC_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    NRVC_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    NRVC_CHECK(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, device));
+    NRVC_CHECK(cudaDeviceGetAttribute(&managed, cudaDevAttrConcurrentManagedAccess, device));
     cudaDeviceProp prop;
     NRVC_CHECK(cudaGetDeviceProperties(&prop, device));
 
@@ -51,6 +54,9 @@ NRVC_EXPORT nrv_status nrvc_device_info(int device, nrv_cuda_device_info *out) {
     info.sm_count = sms;
     info.total_memory = (uint64_t)prop.totalGlobalMem;
     info.shared_memory_per_sm = (uint64_t)smem;
+    info.shared_memory_per_block_optin = (uint64_t)smem_optin;
+    info.can_map_host_memory = can_map ? 1 : 0;
+    info.concurrent_managed_access = managed ? 1 : 0;
     *out = info;
     return NRV_OK;
 }

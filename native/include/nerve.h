@@ -413,11 +413,56 @@ typedef struct nrv_cuda_device_info {
     int32_t sm_count;             /* streaming multiprocessors */
     uint64_t total_memory;        /* bytes */
     uint64_t shared_memory_per_sm;/* bytes of shared memory per SM */
+    uint64_t shared_memory_per_block_optin; /* most shared memory one block can opt in to */
+    int32_t can_map_host_memory;  /* 1: pinned host memory can be mapped into the device */
+    int32_t concurrent_managed_access; /* 1: CPU and GPU may touch managed memory at once */
 } nrv_cuda_device_info;
 
 /* Fills *out for device 0 <= device < nrv_cuda_device_count(); NRV_ERR_INVALID_ARG for
  * another index. Thread-safe. */
 NRV_API nrv_status nrv_cuda_device_info_get(int device, nrv_cuda_device_info *out);
+
+/* What nerve runs on a CUDA device, decided from its properties alone: pure host code,
+ * no GPU or backend needed, so every device's table can be printed and tested anywhere
+ * (`nerve cuda-select`). docs/CUDA.md gives each rule and its reason; in short:
+ *  - fused layernorm+linear: up to lnl_rows_max_warp rows (the streaming case) the
+ *    warp-per-column kernel, bound by weight bandwidth; above it, fp16 activations go to
+ *    tensor cores (WMMA, fp32 accumulation) and fp32 activations stay on fp32 FMA (tensor
+ *    cores would round them to fp16/tf32: 10 mantissa bits).
+ *  - W4: the layout (packed 4-bit or unpacked int8, nerve.h "W4 weights") for few rows
+ *    (w4_gemv_max_rows) and for more; rows of x are staged in shared memory, as many per
+ *    block as fit in the per-block budget smem_per_block (nrv_cuda_w4_rows_per_block).
+ *  - memory: where buffers that both the CPU and the GPU touch live (nrv_cuda_memory_mode).
+ * force_cc: "MAJOR.MINOR" replaces the device's compute capability (every other property
+ * is kept), NULL reads the environment variable NERVE_FORCE_CC, "" forces nothing.
+ * memory: "auto", "zero_copy", "pinned" or "managed"; NULL reads NERVE_CUDA_MEMORY (unset:
+ * auto). A mode the device cannot do is NRV_ERR_UNSUPPORTED naming the missing property;
+ * a malformed string NRV_ERR_INVALID_ARG. */
+typedef enum nrv_cuda_memory_mode {
+    NRV_CUDA_MEM_PINNED = 0,    /* pinned host staging + async copies on the session's stream */
+    NRV_CUDA_MEM_ZERO_COPY = 1, /* mapped pinned host memory, read and written in place */
+    NRV_CUDA_MEM_MANAGED = 2    /* cudaMallocManaged, migrated or shared by the driver */
+} nrv_cuda_memory_mode;
+
+typedef struct nrv_cuda_selection {
+    int32_t cc_major, cc_minor;  /* the capability the choices were made for */
+    int32_t cc_forced;           /* 1: from force_cc / NERVE_FORCE_CC */
+    int32_t lnl_rows_max_warp;   /* fused layernorm+linear: rows <= this run "warp_rows" */
+    int32_t lnl_tensor_cores;    /* 1: more rows of fp16 activations run "wmma_f16" */
+    int32_t w4_gemv_layout;      /* nrv_w4_layout for rows <= w4_gemv_max_rows */
+    int32_t w4_gemv_max_rows;
+    int32_t w4_gemm_layout;      /* nrv_w4_layout for more rows */
+    int32_t memory_mode;         /* nrv_cuda_memory_mode */
+    uint64_t smem_per_block;     /* shared-memory budget of one block, bytes */
+    char reasons[1024];          /* one line per decision, '\n'-separated */
+} nrv_cuda_selection;
+
+NRV_API nrv_status nrv_cuda_select(const nrv_cuda_device_info *dev, const char *force_cc, const char *memory,
+                                   nrv_cuda_selection *out);
+
+/* Rows of x one W4 block stages for input width `in` under selection `sel` (8, 4, 2, 1 or
+ * 0 = none fit: x is read from global memory). */
+NRV_API int32_t nrv_cuda_w4_rows_per_block(const nrv_cuda_selection *sel, int64_t in);
 
 /* Copies bytes between host and device memory or within device memory, the direction
  * taken from the pointers (unified addressing); host memory may be pageable. Synchronous

@@ -6,6 +6,7 @@ Public API::
     nerve.info()               version, CPU, kernel dispatch table, CUDA devices
     nerve.ops                  kernels on numpy arrays (embedding, layernorm_linear, ...)
     nerve.kernels              inspect / force the kernel variants
+    nerve.cuda                 CUDA devices and the kernels, layouts and memory mode chosen for each
     nerve.memory               StaticPool, DynamicPool, StreamingPool
     nerve.memory_report()      counters of every pool of this process
     nerve.Session(model)       a model (.onnx compiled on load, or a .nrv plan) ready to run
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from . import kernels, memory, ops, precision, quant
+from . import cuda, kernels, memory, ops, precision, quant
 from ._native import ffi as _ffi
 from ._native import lib as _lib
 from ._native import library_path as _library_path
@@ -53,6 +54,7 @@ __all__ = [
     "cuda_device_count",
     "ops",
     "kernels",
+    "cuda",
     "memory",
     "memory_report",
     "Session",
@@ -93,28 +95,6 @@ def cpu_features() -> List[str]:
     return names
 
 
-def _cuda_devices(count: int) -> List[Dict[str, object]]:
-    try:
-        info_fn = _lib.nrv_cuda_device_info_get
-    except AttributeError:
-        return []
-    devices = []
-    for index in range(count):
-        raw = _ffi.new("nrv_cuda_device_info *")
-        if info_fn(index, raw) != 0:
-            continue
-        devices.append({
-            "index": index,
-            "name": _ffi.string(raw.name).decode("utf-8", errors="replace"),
-            "cc_major": int(raw.cc_major),
-            "cc_minor": int(raw.cc_minor),
-            "integrated": bool(raw.integrated),
-            "sm_count": int(raw.sm_count),
-            "total_memory": int(raw.total_memory),
-        })
-    return devices
-
-
 def _cuda() -> Dict[str, object]:
     try:
         count_fn = _lib.nrv_cuda_device_count
@@ -123,7 +103,7 @@ def _cuda() -> Dict[str, object]:
     _lib.nrv_clear_error()
     count = int(count_fn())
     if count > 0:
-        return {"devices": count, "reason": "", "device_list": _cuda_devices(count)}
+        return {"devices": count, "reason": "", "device_list": cuda.devices()}
     reason = _to_str(_lib.nrv_last_error()) or "no CUDA device found"
     return {"devices": 0, "reason": reason}
 

@@ -67,6 +67,16 @@ def format_info(desc: dict) -> str:
                 f"{dev['sm_count']} SMs  {dev['total_memory'] / 2**30:.1f} GiB"
                 + ("  integrated" if dev["integrated"] else "")
             )
+            try:
+                from . import cuda as nerve_cuda
+
+                sel = nerve_cuda.select(dev["index"])
+                lines.append(
+                    f"      layernorm_linear warp_rows<= {sel['layernorm_linear']['warp_rows_max']} rows, "
+                    f"linear_w4 {sel['w4']['gemv_layout']}/{sel['w4']['gemm_layout']}, memory {sel['memory']}"
+                    + ("  (NERVE_FORCE_CC)" if sel["cc_forced"] else ""))
+            except Exception as exc:  # noqa: BLE001 - a bad NERVE_FORCE_CC must not hide the device list
+                lines.append(f"      kernel selection failed: {exc}")
     else:
         lines.append(f"cuda      no devices: {cuda['reason']}")
     return "\n".join(lines)
@@ -240,6 +250,25 @@ def _cmd_robot(args) -> int:
                timeout_s=args.timeout, retries=args.retries, as_json=args.json)
 
 
+def _cmd_cuda_select(args) -> int:
+    from . import cuda as nerve_cuda
+
+    targets: List[object]
+    if args.device == "all":
+        targets = list(nerve_cuda.PRESETS)
+    elif args.device is None:
+        targets = list(range(nerve_cuda.device_count())) or ["orin"]
+    else:
+        targets = [int(args.device) if args.device.isdigit() else args.device]
+    selections = [nerve_cuda.select(t, force_cc=args.cc, memory=args.memory, in_features=args.in_features)
+                  for t in targets]
+    if args.json:
+        print(json.dumps(selections, indent=2))
+    else:
+        print("\n\n".join(nerve_cuda.format_selection(s) for s in selections))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nerve", description="nerve edge inference SDK")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -248,6 +277,19 @@ def _parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="version, CPU features, kernel dispatch table, CUDA devices")
     info.add_argument("--json", action="store_true", help="print nerve.info() as JSON")
     info.set_defaults(func=_cmd_info)
+
+    csel = commands.add_parser("cuda-select", help="the CUDA kernels, W4 layouts and memory mode nerve picks for a "
+                                                   "device (a present GPU or a preset such as orin, a100), and why")
+    csel.add_argument("device", nargs="?", default=None, metavar="INDEX|PRESET|all",
+                      help="a GPU index, a preset (v100 t4 a100 rtx3090 orin orin-nano rtx4090 h100 h200) or 'all' "
+                           "(default: every present GPU, else orin)")
+    csel.add_argument("--cc", default=None, metavar="X.Y", help="force the compute capability (as NERVE_FORCE_CC)")
+    csel.add_argument("--memory", default=None, metavar="MODE",
+                      help="auto, pinned, zero_copy or managed (as NERVE_CUDA_MEMORY)")
+    csel.add_argument("--in", dest="in_features", type=int, default=4096, metavar="N",
+                      help="input width for the W4 rows-per-block figure (4096)")
+    csel.add_argument("--json", action="store_true", help="print the selections as JSON")
+    csel.set_defaults(func=_cmd_cuda_select)
 
     bench = commands.add_parser("bench", help="benchmarks: 'ops' (kernels), 'asr', 'quant' (W4/W8 linears), 'robot' "
                                               "(serial link and speech -> robot latency) or a model file")
