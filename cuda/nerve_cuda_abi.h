@@ -45,6 +45,19 @@ typedef nrv_status (*nrvc_copy_fn)(int device, void *dst, const void *src, uint6
 typedef nrv_status (*nrvc_embedding_fn)(int device, const void *table, nrv_dtype table_dtype, int64_t rows,
                                         int64_t dim, const float *row_scales, const void *ids, int ids64,
                                         int64_t n_ids, float *out, void *stream);
+/* y = x · Wᵀ + b with a W4 weight whose q, scales and zero are device pointers (checked
+ * by libnerve: shapes, group, layout); rows_per_block: 8, 4, 2, 1 rows of x staged in
+ * shared memory per block, 0 = x read from global memory. Synchronous. */
+typedef nrv_status (*nrvc_linear_w4_fn)(int device, const float *x, int64_t rows, const nrv_w4_weight *w,
+                                        const float *b, float *y, int32_t rows_per_block, void *stream);
+/* Fused layernorm+linear on device pointers; x and y of dtype (NRV_F32 or NRV_F16), W
+ * [out, in], gamma, beta [in], b [out] (may be NULL) fp32. kernel: NRVC_LNL_*; the
+ * tensor-core kernel takes fp16 only. rows_per_block as for nrvc_linear_w4. Synchronous. */
+enum { NRVC_LNL_WARP_ROWS = 0, NRVC_LNL_WMMA_F16 = 1 };
+typedef nrv_status (*nrvc_layernorm_linear_fn)(int device, const void *x, nrv_dtype dtype, int64_t rows, int64_t in,
+                                               const float *gamma, const float *beta, float eps, const float *W,
+                                               int64_t out, const float *b, void *y, int32_t kernel,
+                                               int32_t rows_per_block, void *stream);
 typedef nrv_status (*nrvc_pool_create_fn)(int device, uint64_t capacity, const char *name, nrvc_pool **out);
 typedef void (*nrvc_pool_free_fn)(nrvc_pool *pool);
 typedef nrv_status (*nrvc_pool_alloc_fn)(nrvc_pool *pool, uint64_t size, void **out);
@@ -58,6 +71,8 @@ typedef nrv_status (*nrvc_pool_stats_fn)(const nrvc_pool *pool, nrv_pool_stats *
 #define NRVC_SYM_DEVICE_INFO "nrvc_device_info"
 #define NRVC_SYM_COPY "nrvc_copy"
 #define NRVC_SYM_EMBEDDING "nrvc_embedding"
+#define NRVC_SYM_LINEAR_W4 "nrvc_linear_w4"
+#define NRVC_SYM_LAYERNORM_LINEAR "nrvc_layernorm_linear"
 #define NRVC_SYM_POOL_CREATE "nrvc_pool_create"
 #define NRVC_SYM_POOL_FREE "nrvc_pool_free"
 #define NRVC_SYM_POOL_ALLOC "nrvc_pool_alloc"

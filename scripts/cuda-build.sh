@@ -3,8 +3,8 @@
 #
 # Configures the repository with -DNERVE_CUDA=ON -DNERVE_BUILD_TESTS=ON (Ninja), builds
 # everything, runs test_cuda (the loader must find the backend it just built; without a
-# GPU it checks the no-device path) and nrvc_pool_selftest (the device pool's bookkeeping
-# on a host arena), checks that only nrvc_* symbols are exported, then lists the SASS
+# GPU it checks the no-device path), nrvc_pool_selftest (the device pool's bookkeeping
+# on a host arena) and nrvc_w4_selftest (the W4 kernel's decoding, on the CPU), checks that only nrvc_* symbols are exported, then lists the SASS
 # inside libnerve_cuda.so with
 # cuobjdump and fails unless it holds exactly the expected architectures:
 #   nerve's default  sm_75 sm_80 sm_86 sm_87 sm_89 sm_90 (+ sm_70 when nvcc < 13), PTX 90
@@ -74,8 +74,9 @@ if command -v nm >/dev/null 2>&1; then
 fi
 
 # ---- the loader finds what was just built (no GPU needed: test_cuda checks the
-# no-device path) and the device pool's bookkeeping holds (on a host arena)
-(cd "$build_dir" && "$ctest_bin" --output-on-failure -R '^(test_cuda|nrvc_pool_selftest)$')
+# no-device path), the device pool's bookkeeping holds (on a host arena) and the W4
+# kernel's per-lane arithmetic matches the reference (on the CPU)
+(cd "$build_dir" && "$ctest_bin" --output-on-failure -R '^(test_cuda|nrvc_pool_selftest|nrvc_w4_selftest)$')
 
 # ---- cuobjdump: PATH, next to nvcc, else the PyPI package in .venv
 cuobjdump_bin=$(command -v cuobjdump || true)

@@ -480,6 +480,25 @@ NRV_API nrv_status nrv_cuda_embedding(int device, const void *table, nrv_dtype t
                                       int64_t dim, const float *row_scales, const void *ids,
                                       nrv_dtype id_dtype, int64_t n_ids, float *out, void *stream);
 
+/* W4 product on the GPU: nrv_linear_w4 with int8_activations 0 (w4a32: fp32 x, weights
+ * decoded in registers, fp32 sums), but x, b, y and the weight's q, scales and zero are
+ * device pointers of `device`. A device weight is a byte copy of a host weight in either
+ * layout, checked with nrv_w4_check on the host before the upload (values are not
+ * re-checked here); q must be 16-byte aligned. nrv_cuda_select decides the kernel shape
+ * (NERVE_FORCE_CC applies) and says which layout to upload for a row count. Results
+ * match the CPU reference within fp32 summation-order error, for both layouts. */
+NRV_API nrv_status nrv_cuda_linear_w4(int device, const float *x, int64_t rows, const nrv_w4_weight *w,
+                                      const float *b, float *y, void *stream);
+
+/* Fused layernorm+linear on the GPU: nrv_layernorm_linear with device pointers, x and y
+ * of dtype NRV_F32 or NRV_F16 (W, gamma, beta, b fp32; beta and b may be NULL; sums in
+ * fp32). Each row is normalised once in registers/shared memory; no normalised tensor
+ * reaches global memory. Up to nrv_cuda_select's lnl_rows_max_warp rows, or fp32 x: the
+ * warp-per-column kernel; more rows of fp16 x: tensor cores (WMMA, W rounded to fp16). */
+NRV_API nrv_status nrv_cuda_layernorm_linear(int device, const void *x, nrv_dtype dtype, int64_t rows, int64_t in,
+                                             const float *gamma, const float *beta, float eps, const float *w,
+                                             int64_t out, const float *b, void *y, void *stream);
+
 /* Device memory pool: one arena of device memory (one cudaMalloc at creation), buffers
  * carved out of it 256-byte aligned, best-fit with neighbours coalesced on release. The
  * bookkeeping lives on the host, so the whole arena is usable. Counters are exact and

@@ -36,6 +36,8 @@ struct nrv_cuda_backend {
     nrvc_device_info_fn device_info;
     nrvc_copy_fn copy;
     nrvc_embedding_fn embedding;
+    nrvc_linear_w4_fn linear_w4;
+    nrvc_layernorm_linear_fn layernorm_linear;
     nrvc_pool_create_fn pool_create;
     nrvc_pool_free_fn pool_free;
     nrvc_pool_alloc_fn pool_alloc;
@@ -113,6 +115,8 @@ static int try_load(const char *path, char *err, size_t cap) {
         {NRVC_SYM_DEVICE_INFO, (void **)&b.device_info},
         {NRVC_SYM_COPY, (void **)&b.copy},
         {NRVC_SYM_EMBEDDING, (void **)&b.embedding},
+        {NRVC_SYM_LINEAR_W4, (void **)&b.linear_w4},
+        {NRVC_SYM_LAYERNORM_LINEAR, (void **)&b.layernorm_linear},
         {NRVC_SYM_POOL_CREATE, (void **)&b.pool_create},
         {NRVC_SYM_POOL_FREE, (void **)&b.pool_free},
         {NRVC_SYM_POOL_ALLOC, (void **)&b.pool_alloc},
@@ -247,6 +251,89 @@ nrv_status nrv_cuda_embedding(int device, const void *table, nrv_dtype table_dty
     NRV_TRY(require_device(fn, device));
     const nrv_status st = backend.embedding(device, table, table_dtype, rows, dim, row_scales, ids,
                                             id_dtype == NRV_I64, n_ids, out, stream);
+    return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+/* The kernel choices for `device` (nrv_cuda_select with the environment's overrides).
+ * Device properties never change in a process: they are queried once per device. */
+enum { MAX_CACHED_DEVICES = 64 };
+static nrv_cuda_device_info cached_info[MAX_CACHED_DEVICES];
+static int cached_valid[MAX_CACHED_DEVICES];
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static nrv_status device_selection(const char *fn, int device, nrv_cuda_selection *sel) {
+    nrv_cuda_device_info info;
+    int have = 0;
+    if (device < MAX_CACHED_DEVICES) {
+        pthread_mutex_lock(&cache_lock);
+        if (cached_valid[device]) {
+            info = cached_info[device];
+            have = 1;
+        }
+        pthread_mutex_unlock(&cache_lock);
+    }
+    if (!have) {
+        const nrv_status st = backend.device_info(device, &info);
+        if (st != NRV_OK) return forward(fn, st);
+        if (device < MAX_CACHED_DEVICES) {
+            pthread_mutex_lock(&cache_lock);
+            cached_info[device] = info;
+            cached_valid[device] = 1;
+            pthread_mutex_unlock(&cache_lock);
+        }
+    }
+    const nrv_status st = nrv_cuda_select(&info, NULL, NULL, sel);
+    if (st != NRV_OK) return nrv_fail(st, "%s: %s", fn, nrv_last_error());
+    return NRV_OK;
+}
+
+/* Rows of x per block: what the shared-memory budget allows, but no more rows than the
+ * call has (rounded up to a power of two) so a GEMV does not stage empty rows. */
+static int32_t rows_per_block(const nrv_cuda_selection *sel, int64_t rows, int64_t in) {
+    int32_t r = nrv_cuda_w4_rows_per_block(sel, in);
+    while (r > 1 && (int64_t)(r / 2) >= rows) r /= 2;
+    return r;
+}
+
+nrv_status nrv_cuda_linear_w4(int device, const float *x, int64_t rows, const nrv_w4_weight *w, const float *b,
+                              float *y, void *stream) {
+    static const char fn[] = "nrv_cuda_linear_w4";
+    NRV_TRY(nrv_check_w4_desc(fn, w));
+    NRV_TRY(nrv_check_matrix(fn, "x", rows, w->in, sizeof(float)));
+    NRV_TRY(nrv_check_matrix(fn, "y", rows, w->out, sizeof(float)));
+    if (rows == 0 || w->out == 0) return NRV_OK;
+    NRV_REQUIRE_PTR(fn, y);
+    if (w->in > 0) NRV_REQUIRE_PTR(fn, x);
+    if (w->in == 0)
+        return nrv_fail(NRV_ERR_SHAPE, "%s: input width 0 (a product over nothing: use the bias)", fn);
+    NRV_TRY(require_device(fn, device));
+    nrv_cuda_selection sel;
+    NRV_TRY(device_selection(fn, device, &sel));
+    const nrv_status st = backend.linear_w4(device, x, rows, w, b, y, rows_per_block(&sel, rows, w->in), stream);
+    return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+nrv_status nrv_cuda_layernorm_linear(int device, const void *x, nrv_dtype dtype, int64_t rows, int64_t in,
+                                     const float *gamma, const float *beta, float eps, const float *w,
+                                     int64_t out, const float *b, void *y, void *stream) {
+    static const char fn[] = "nrv_cuda_layernorm_linear";
+    if (dtype != NRV_F32 && dtype != NRV_F16)
+        return nrv_fail(NRV_ERR_DTYPE, "%s: x and y must be f32 or f16, got dtype %d", fn, (int)dtype);
+    const size_t elem = dtype == NRV_F32 ? sizeof(float) : sizeof(uint16_t);
+    NRV_TRY(nrv_check_layernorm_linear_args(fn, rows, in, out, eps, elem));
+    if (rows == 0 || out == 0) return NRV_OK;
+    NRV_REQUIRE_PTR(fn, x);
+    NRV_REQUIRE_PTR(fn, gamma);
+    NRV_REQUIRE_PTR(fn, w);
+    NRV_REQUIRE_PTR(fn, y);
+    NRV_TRY(require_device(fn, device));
+    nrv_cuda_selection sel;
+    NRV_TRY(device_selection(fn, device, &sel));
+    const int32_t kernel = dtype == NRV_F16 && sel.lnl_tensor_cores && rows > sel.lnl_rows_max_warp
+                               ? NRVC_LNL_WMMA_F16
+                               : NRVC_LNL_WARP_ROWS;
+    const nrv_status st = backend.layernorm_linear(device, x, dtype, rows, in, gamma, beta, eps, w, out, b, y,
+                                                   kernel, rows_per_block(&sel, rows, in), stream);
     return st == NRV_OK ? NRV_OK : forward(fn, st);
 }
 

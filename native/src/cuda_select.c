@@ -180,7 +180,10 @@ nrv_status nrv_cuda_select(const nrv_cuda_device_info *dev, const char *force_cc
 
 int32_t nrv_cuda_w4_rows_per_block(const nrv_cuda_selection *sel, int64_t in) {
     if (!sel || in <= 0) return 0;
+    /* fp32 rows with one float of padding after every 32 (nrvc_linear_w4.cu: no bank
+     * conflicts); in is bounded by the callers' shape checks, the products fit */
+    const uint64_t row_bytes = ((uint64_t)in + (uint64_t)in / 32) * sizeof(float);
     for (int32_t rows = 8; rows >= 1; rows /= 2)
-        if ((uint64_t)rows * (uint64_t)in * sizeof(float) <= sel->smem_per_block) return rows;
+        if ((uint64_t)rows * row_bytes <= sel->smem_per_block) return rows;
     return 0;
 }

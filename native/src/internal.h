@@ -54,6 +54,15 @@ nrv_status nrv_check_matrix(const char *fn, const char *what, int64_t rows, int6
 nrv_status nrv_check_embedding_args(const char *fn, nrv_dtype table_dtype, int64_t rows, int64_t dim,
                                     const float *row_scales, nrv_dtype id_dtype, int64_t n_ids);
 
+/* The fields of a W4 weight every product reads (dims, group, layout, non-NULL q and
+ * scales), not its contents; shared by the CPU and CUDA products. */
+nrv_status nrv_check_w4_desc(const char *fn, const nrv_w4_weight *w);
+
+/* Shapes and eps of a fused layernorm+linear with x and y of elem_size bytes per value
+ * (W is fp32); shared by the CPU and CUDA entry points. */
+nrv_status nrv_check_layernorm_linear_args(const char *fn, int64_t rows, int64_t in, int64_t out, float eps,
+                                          size_t elem_size);
+
 /* Return-on-error helpers for the public entry points. */
 #define NRV_TRY(expr)                                \
     do {                                             \

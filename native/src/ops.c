@@ -96,13 +96,21 @@ nrv_status nrv_linear(const float *x, int64_t rows, int64_t in, const float *w, 
     return NRV_OK;
 }
 
+nrv_status nrv_check_layernorm_linear_args(const char *fn, int64_t rows, int64_t in, int64_t out, float eps,
+                                          size_t elem_size) {
+    NRV_TRY(nrv_check_matrix(fn, "x", rows, in, elem_size));
+    NRV_TRY(nrv_check_matrix(fn, "w", out, in, sizeof(float)));
+    NRV_TRY(nrv_check_matrix(fn, "y", rows, out, elem_size));
+    NRV_TRY(check_eps(fn, eps));
+    if (rows > 0 && out > 0 && in == 0) return nrv_fail(NRV_ERR_SHAPE, "%s: cannot normalise rows of width 0", fn);
+    return NRV_OK;
+}
+
 nrv_status nrv_layernorm_linear(const float *x, int64_t rows, int64_t in, const float *gamma, const float *beta,
                                 float eps, const float *w, const float *b, int64_t out, float *y) {
     static const char fn[] = "nrv_layernorm_linear";
-    NRV_TRY(check_linear_shapes(fn, rows, in, out));
-    NRV_TRY(check_eps(fn, eps));
+    NRV_TRY(nrv_check_layernorm_linear_args(fn, rows, in, out, eps, sizeof(float)));
     if (rows == 0 || out == 0) return NRV_OK;
-    if (in == 0) return nrv_fail(NRV_ERR_SHAPE, "%s: cannot normalise rows of width 0", fn);
     NRV_REQUIRE_PTR(fn, x);
     NRV_REQUIRE_PTR(fn, gamma);
     NRV_REQUIRE_PTR(fn, w);

@@ -22,8 +22,7 @@ static nrv_status check_w4_dims(const char *fn, int64_t out, int64_t in, int64_t
     return nrv_check_matrix(fn, "weight", out, in, 1);
 }
 
-/* The fields of w that every call reads (not the contents). */
-static nrv_status check_w4_desc(const char *fn, const nrv_w4_weight *w) {
+nrv_status nrv_check_w4_desc(const char *fn, const nrv_w4_weight *w) {
     NRV_REQUIRE_PTR(fn, w);
     NRV_TRY(check_w4_dims(fn, w->out, w->in, w->group));
     if (w->layout != NRV_W4_UNPACKED && w->layout != NRV_W4_PACKED)
@@ -38,7 +37,7 @@ static nrv_status check_w4_desc(const char *fn, const nrv_w4_weight *w) {
 
 nrv_status nrv_w4_check(const nrv_w4_weight *w) {
     static const char fn[] = "nrv_w4_check";
-    NRV_TRY(check_w4_desc(fn, w));
+    NRV_TRY(nrv_check_w4_desc(fn, w));
     const int64_t ng = w->in / w->group;
     if (w->layout == NRV_W4_UNPACKED) {
         const int8_t *q = w->q;
@@ -108,7 +107,7 @@ nrv_status nrv_w4_unpack(const uint8_t *packed, int64_t out, int64_t in, int8_t 
 nrv_status nrv_linear_w4(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b,
                          int int8_activations, float *y) {
     static const char fn[] = "nrv_linear_w4";
-    NRV_TRY(check_w4_desc(fn, w));
+    NRV_TRY(nrv_check_w4_desc(fn, w));
     NRV_TRY(nrv_check_matrix(fn, "x", rows, w->in, sizeof(float)));
     NRV_TRY(nrv_check_matrix(fn, "y", rows, w->out, sizeof(float)));
     if (int8_activations != 0 && int8_activations != 1)

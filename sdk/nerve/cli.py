@@ -281,7 +281,7 @@ def _parser() -> argparse.ArgumentParser:
     csel = commands.add_parser("cuda-select", help="the CUDA kernels, W4 layouts and memory mode nerve picks for a "
                                                    "device (a present GPU or a preset such as orin, a100), and why")
     csel.add_argument("device", nargs="?", default=None, metavar="INDEX|PRESET|all",
-                      help="a GPU index, a preset (v100 t4 a100 rtx3090 orin orin-nano rtx4090 h100 h200) or 'all' "
+                      help="a GPU index, a preset (v100 t4 a100 rtx3090 xavier orin orin-nano rtx4090 h100 h200) or 'all' "
                            "(default: every present GPU, else orin)")
     csel.add_argument("--cc", default=None, metavar="X.Y", help="force the compute capability (as NERVE_FORCE_CC)")
     csel.add_argument("--memory", default=None, metavar="MODE",

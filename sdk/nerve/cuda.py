@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Union
 
+import numpy as np
+
+from . import _marshal as m
 from ._native import check, ffi, lib, to_str
-from .errors import InputError
+from .errors import InputError, code
 
 _KIB = 1024
 
@@ -33,6 +36,8 @@ PRESETS: Dict[str, dict] = {
                  smem_per_sm=164 * _KIB, smem_optin=163 * _KIB, memory=40 << 30),
     "rtx3090": dict(name="NVIDIA GeForce RTX 3090", cc=(8, 6), integrated=False, sm_count=82,
                     smem_per_sm=100 * _KIB, smem_optin=99 * _KIB, memory=24 << 30),
+    "xavier": dict(name="Xavier (Jetson AGX Xavier)", cc=(7, 2), integrated=True, sm_count=8,
+                   smem_per_sm=96 * _KIB, smem_optin=96 * _KIB, managed=False, memory=32 << 30),
     "orin": dict(name="Orin (Jetson AGX Orin 64GB)", cc=(8, 7), integrated=True, sm_count=16,
                  smem_per_sm=164 * _KIB, smem_optin=163 * _KIB, managed=False, memory=64 << 30),
     "orin-nano": dict(name="Orin (Jetson Orin Nano 8GB)", cc=(8, 7), integrated=True, sm_count=8,
@@ -174,3 +179,241 @@ def format_selection(sel: dict) -> str:
     ]
     lines += ["    " + r for r in sel["reasons"]]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- kernels on the GPU
+#
+# Arguments are numpy arrays (staged through a nerve device pool: copied in, the result
+# copied back, returned as numpy) or device arrays exposing __cuda_array_interface__
+# (CuPy, PyTorch, Numba...: used in place, no copy; the result is a CuPy array, or the
+# caller's ``out``). Every array is checked (dtype, shape, C order) before a pointer
+# crosses into C, as nerve.ops does for host arrays.
+
+_ALIGN = 256
+_TYPESTRS = {"<f4": np.float32, "<f2": np.float16, "|i1": np.int8, "|u1": np.uint8, "<u2": np.uint16}
+
+
+class _DeviceArray:
+    """A checked view of a __cuda_array_interface__ object: pointer, shape, dtype."""
+
+    def __init__(self, obj, name: str, op: str):
+        iface = obj.__cuda_array_interface__
+        dtype = _TYPESTRS.get(iface.get("typestr"))
+        if dtype is None:
+            raise InputError(f"{op}: {name} has device dtype {iface.get('typestr')!r}; nerve takes "
+                             f"{', '.join(_TYPESTRS)}", code("NRV_ERR_DTYPE"))
+        self.obj = obj
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(d) for d in iface["shape"])
+        strides = iface.get("strides")
+        if strides is not None:
+            expect, step = [], self.dtype.itemsize
+            for dim in reversed(self.shape):
+                expect.append(step)
+                step *= dim
+            if tuple(strides) != tuple(reversed(expect)) and m.prod(self.shape) > 1:
+                raise InputError(f"{op}: {name} is not C-contiguous on the device (strides {strides}); "
+                                 "make it contiguous first", code("NRV_ERR_INVALID_ARG"))
+        self.ptr = int(iface["data"][0])
+        self.readonly = bool(iface["data"][1])
+
+
+def _is_device_array(obj) -> bool:
+    return hasattr(obj, "__cuda_array_interface__")
+
+
+def device_index(device) -> int:
+    """0 for "cuda", N for "cuda:N" or N; InputError otherwise."""
+    if isinstance(device, bool):
+        raise InputError(f"device must be 'cuda', 'cuda:N' or an index, got {device!r}", code("NRV_ERR_INVALID_ARG"))
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        if device == "cuda":
+            return 0
+        if device.startswith("cuda:") and device[5:].isdigit():
+            return int(device[5:])
+    raise InputError(f"device must be 'cuda', 'cuda:N' or an index, got {device!r}", code("NRV_ERR_INVALID_ARG"))
+
+
+class _Call:
+    """Device pointers for one GPU call. Host (numpy) arrays are staged in one nerve device
+    pool created for the call and freed after it; device arrays pass through."""
+
+    def __init__(self, device: int, op: str):
+        self.device, self.op = device, op
+        self._pool = None
+        self._uploads: List[tuple] = []   # (host array, offset)
+        self._downloads: List[tuple] = []  # (host array, offset)
+        self._bytes = 0
+
+    def _reserve(self, nbytes: int) -> int:
+        offset = self._bytes
+        self._bytes += (max(int(nbytes), 1) + _ALIGN - 1) // _ALIGN * _ALIGN
+        return offset
+
+    def input(self, arr):
+        """A device pointer slot for ``arr`` (None -> NULL)."""
+        if arr is None:
+            return None
+        if isinstance(arr, _DeviceArray):
+            return ("dev", arr.ptr)
+        offset = self._reserve(arr.nbytes)
+        self._uploads.append((arr, offset))
+        return ("pool", offset)
+
+    def output(self, arr):
+        if isinstance(arr, _DeviceArray):
+            return ("dev", arr.ptr)
+        offset = self._reserve(arr.nbytes)
+        self._downloads.append((arr, offset))
+        return ("pool", offset)
+
+    def __enter__(self):
+        return self
+
+    def open(self):
+        if self._bytes:
+            pool = ffi.new("nrv_cuda_pool_t **")
+            check(lib.nrv_cuda_pool_create(self.device, self._bytes, f"nerve.cuda.{self.op}".encode(), pool))
+            self._pool = pool[0]
+            base = ffi.new("void **")
+            check(lib.nrv_cuda_pool_alloc(self._pool, self._bytes, base))
+            self._base = int(ffi.cast("uintptr_t", base[0]))
+            for arr, offset in self._uploads:
+                if arr.nbytes:
+                    check(lib.nrv_cuda_copy(self.device, ffi.cast("void *", self._base + offset),
+                                            ffi.from_buffer(arr), arr.nbytes))
+
+    def ptr(self, slot, ctype: str = "void *"):
+        if slot is None:
+            return ffi.NULL
+        kind, value = slot
+        return ffi.cast(ctype, value if kind == "dev" else self._base + value)
+
+    def finish(self):
+        for arr, offset in self._downloads:
+            if arr.nbytes:
+                check(lib.nrv_cuda_copy(self.device, ffi.from_buffer(arr),
+                                        ffi.cast("void *", self._base + offset), arr.nbytes))
+
+    def __exit__(self, *exc):
+        if self._pool is not None:
+            lib.nrv_cuda_pool_free(self._pool)
+            self._pool = None
+
+
+def _arg(value, name: str, op: str, dtypes, ndim=None):
+    """A device array (checked) or a host array (checked by nerve's host rules)."""
+    if _is_device_array(value):
+        arr = _DeviceArray(value, name, op)
+        if arr.dtype not in [np.dtype(d) for d in dtypes]:
+            raise InputError(f"{op}: {name} has dtype {arr.dtype}, expected "
+                             f"{' or '.join(str(np.dtype(d)) for d in dtypes)}", code("NRV_ERR_DTYPE"))
+        if ndim is not None and len(arr.shape) != ndim:
+            raise InputError(f"{op}: {name} must have {ndim} dimension(s), got shape {arr.shape}",
+                             code("NRV_ERR_SHAPE"))
+        return arr
+    return m.as_input(value, name, op, [np.dtype(d) for d in dtypes], ndim=ndim)
+
+
+def _result(like, shape, dtype, out, op: str):
+    """The output: ``out`` (checked), else a CuPy array when x lives on the device, else numpy."""
+    if out is not None:
+        if _is_device_array(out):
+            o = _DeviceArray(out, "out", op)
+            if o.dtype != np.dtype(dtype) or o.shape != tuple(shape) or o.readonly:
+                raise InputError(f"{op}: out must be a writeable {np.dtype(dtype)} array of shape {tuple(shape)}, "
+                                 f"got {o.dtype} {o.shape}", code("NRV_ERR_SHAPE"))
+            return out, o
+        o = m.check_out(out, tuple(shape), op, dtype=np.dtype(dtype))
+        return o, o
+    if isinstance(like, _DeviceArray):
+        try:
+            import cupy  # optional: pip install nerve[cuda]
+        except ImportError:
+            raise InputError(f"{op}: x is a device array but CuPy is not installed to hold the result; pass out= "
+                             "(a device array) or install cupy-cuda12x", code("NRV_ERR_UNSUPPORTED")) from None
+        res = cupy.empty(tuple(shape), dtype=np.dtype(dtype))
+        return res, _DeviceArray(res, "out", op)
+    o = m.empty_aligned(tuple(shape), np.dtype(dtype))
+    return o, o
+
+
+def layernorm_linear(x, gamma, beta, W, b=None, eps=1e-5, device="cuda", out=None):
+    """``nerve.ops.layernorm_linear`` on a GPU (nrv_cuda_layernorm_linear): x float32 or
+    float16 [..., in] (the result has x's dtype), gamma/beta [in], W [out, in], b [out]
+    float32. Few rows (or fp32 x) run the warp-per-column kernel; more rows of fp16 x run
+    on tensor cores (W rounded to fp16 there)."""
+    op = "layernorm_linear"
+    dev = device_index(device)
+    xa = _arg(x, "x", op, (np.float32, np.float16))
+    if len(xa.shape) < 1:
+        raise InputError(f"{op}: x must have at least 1 dimension", code("NRV_ERR_SHAPE"))
+    n_in = xa.shape[-1]
+    ga = _arg(gamma, "gamma", op, (np.float32,), ndim=1)
+    ba = None if beta is None else _arg(beta, "beta", op, (np.float32,), ndim=1)
+    Wa = _arg(W, "W", op, (np.float32,), ndim=2)
+    bb = None if b is None else _arg(b, "b", op, (np.float32,), ndim=1)
+    n_out = Wa.shape[0]
+    for arr, name, want in ((ga, "gamma", (n_in,)), (ba, "beta", (n_in,)), (Wa, "W", (n_out, n_in)),
+                            (bb, "b", (n_out,))):
+        if arr is not None and tuple(arr.shape) != want:
+            raise InputError(f"{op}: {name} has shape {tuple(arr.shape)}, expected {want}", code("NRV_ERR_SHAPE"))
+    rows = m.prod(xa.shape[:-1])
+    result, ya = _result(xa, tuple(xa.shape[:-1]) + (n_out,), xa.dtype, out, op)
+    eps_f = float(eps)
+    with _Call(dev, op) as call:
+        slots = [call.input(a) for a in (xa, ga, ba, Wa, bb)]
+        y_slot = call.output(ya)
+        call.open()
+        check(lib.nrv_cuda_layernorm_linear(
+            dev, call.ptr(slots[0]), m.nrv_dtype(xa.dtype), rows, n_in, call.ptr(slots[1], "float *"),
+            call.ptr(slots[2], "float *"), eps_f, call.ptr(slots[3], "float *"), n_out,
+            call.ptr(slots[4], "float *"), call.ptr(y_slot), ffi.NULL))
+        call.finish()
+    return result
+
+
+def linear_w4(x, weight, b=None, layout: Optional[str] = None, device="cuda", out=None):
+    """``weight.linear(x, b)`` (w4a32) on a GPU (nrv_cuda_linear_w4). ``weight``: a
+    nerve.quant.W4Weight (host; uploaded for the call in ``layout``, by default the one
+    ``select(device)`` names for this many rows). x float32 [..., in], b float32 [out]."""
+    from .quant import W4Weight
+
+    op = "linear_w4"
+    dev = device_index(device)
+    if not isinstance(weight, W4Weight):
+        raise InputError(f"{op}: weight must be a nerve.quant.W4Weight, got {type(weight).__name__}",
+                         code("NRV_ERR_INVALID_ARG"))
+    xa = _arg(x, "x", op, (np.float32,))
+    n_out, n_in = weight.shape
+    if len(xa.shape) < 1 or xa.shape[-1] != n_in:
+        raise InputError(f"{op}: x has shape {tuple(xa.shape)}, the weight takes {n_in} features",
+                         code("NRV_ERR_SHAPE"))
+    bb = None if b is None else _arg(b, "b", op, (np.float32,), ndim=1)
+    if bb is not None and tuple(bb.shape) != (n_out,):
+        raise InputError(f"{op}: b has shape {tuple(bb.shape)}, expected {(n_out,)}", code("NRV_ERR_SHAPE"))
+    rows = m.prod(xa.shape[:-1])
+    if layout is None:
+        sel = select(dev)
+        layout = sel["w4"]["gemv_layout"] if rows <= sel["w4"]["gemv_max_rows"] else sel["w4"]["gemm_layout"]
+    if layout not in ("packed", "unpacked"):
+        raise InputError(f"{op}: layout must be 'packed' or 'unpacked', got {layout!r}", code("NRV_ERR_INVALID_ARG"))
+    values = weight.packed if layout == "packed" else weight.q
+    result, ya = _result(xa, tuple(xa.shape[:-1]) + (n_out,), np.float32, out, op)
+    with _Call(dev, op) as call:
+        slots = [call.input(a) for a in (xa, bb, values, weight.scales, weight.zero)]
+        y_slot = call.output(ya)
+        call.open()
+        d = ffi.new("nrv_w4_weight *")
+        d.out, d.group = n_out, weight.group_size
+        setattr(d, "in", n_in)
+        d.layout = lib.NRV_W4_PACKED if layout == "packed" else lib.NRV_W4_UNPACKED
+        d.q = call.ptr(slots[2])
+        d.scales = call.ptr(slots[3], "const uint16_t *")
+        d.zero = call.ptr(slots[4], "const int8_t *")
+        check(lib.nrv_cuda_linear_w4(dev, call.ptr(slots[0], "float *"), rows, d, call.ptr(slots[1], "float *"),
+                                     call.ptr(y_slot, "float *"), ffi.NULL))
+        call.finish()
+    return result

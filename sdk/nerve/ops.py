@@ -154,7 +154,7 @@ def linear(x, W, b=None, out=None):
     return out
 
 
-def layernorm_linear(x, gamma, beta, W, b=None, eps=1e-5, out=None):
+def layernorm_linear(x, gamma, beta, W, b=None, eps=1e-5, out=None, device=None):
     """Fused ``linear(layernorm(x, gamma, beta, eps), W, b)``: each row is normalised on the
     fly, with no normalised tensor written to memory.
 
@@ -163,7 +163,13 @@ def layernorm_linear(x, gamma, beta, W, b=None, eps=1e-5, out=None):
         W: float32 [out, in]. b: float32 [out] or None. eps: finite, >= 0.
         out: optional float32 array of shape ``x.shape[:-1] + (out,)``, not overlapping
             any input.
+        device: None or "cpu" (here), "cuda" / "cuda:N" / N: on that GPU
+            (nerve.cuda.layernorm_linear: numpy or device arrays, float16 x too).
     """
+    if device not in (None, "cpu"):
+        from . import cuda
+
+        return cuda.layernorm_linear(x, gamma, beta, W, b, eps=eps, device=device, out=out)
     op = "layernorm_linear"
     x = m.as_float32(x, "x", op, min_ndim=1)
     gamma, beta = _norm_params(op, x, gamma, beta)

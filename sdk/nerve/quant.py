@@ -122,11 +122,21 @@ class W4Weight:
         w = (self.q.reshape(n, -1, self.group_size).astype(np.float32) - z) * self.scales.astype(np.float32)[:, :, None]
         return w.reshape(n, k)
 
-    def linear(self, x, b=None, activations: str = "fp32", layout: str = "packed") -> np.ndarray:
+    def linear(self, x, b=None, activations: str = "fp32", layout: Optional[str] = None, device=None):
         """``x @ W.T + b`` with this weight (nrv_linear_w4): activations "fp32" (w4a32) or
-        "int8" (w4a8: each row of x quantised to int8 on the fly); layout "packed" or
-        "unpacked" (bit-identical results)."""
+        "int8" (w4a8: each row of x quantised to int8 on the fly); layout "packed" (the
+        default on the CPU) or "unpacked" (bit-identical results). device "cuda" / "cuda:N"
+        / N: w4a32 on that GPU (nerve.cuda.linear_w4; layout None = the one nerve.cuda.select
+        names for the row count)."""
         op = "linear_w4"
+        if device not in (None, "cpu"):
+            if activations != "fp32":
+                raise InputError(f"{op}: the GPU kernel takes fp32 activations (w4a32), got {activations!r}",
+                                 _ERR_INVALID)
+            from . import cuda
+
+            return cuda.linear_w4(x, self, b, layout=layout, device=device)
+        layout = "packed" if layout is None else layout
         if activations not in ("fp32", "int8"):
             raise InputError(f"activations must be 'fp32' or 'int8', got {activations!r}", _ERR_INVALID)
         if layout not in ("packed", "unpacked"):

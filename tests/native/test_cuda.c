@@ -48,6 +48,80 @@ static void *count_thread(void *arg) {
 
 /* ---- checks that hold on every machine */
 
+/* The GPU products refuse bad shapes, dtypes and NULLs in libnerve, before any device is
+ * needed, with the statuses of their CPU counterparts. */
+static void test_product_argument_checks(void) {
+    float x[64] = {0}, y[64], g[64], w[64 * 4] = {0};
+    uint8_t q[64] = {0};
+    uint16_t scales[8] = {0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00};
+    nrv_w4_weight w4 = {.out = 2, .in = 64, .group = 32, .layout = NRV_W4_PACKED, .q = q, .scales = scales};
+    NRV_EXPECT_STATUS(nrv_cuda_linear_w4(0, x, 1, NULL, NULL, y, NULL), NRV_ERR_INVALID_ARG);
+    w4.group = 48;
+    NRV_EXPECT_STATUS(nrv_cuda_linear_w4(0, x, 1, &w4, NULL, y, NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT(strstr(nrv_last_error(), "nrv_cuda_linear_w4: group size 48") != NULL, "%s", nrv_last_error());
+    w4.group = 32;
+    w4.layout = 7;
+    NRV_EXPECT_STATUS(nrv_cuda_linear_w4(0, x, 1, &w4, NULL, y, NULL), NRV_ERR_INVALID_ARG);
+    w4.layout = NRV_W4_PACKED;
+    w4.in = 40;
+    NRV_EXPECT_STATUS(nrv_cuda_linear_w4(0, x, 1, &w4, NULL, y, NULL), NRV_ERR_SHAPE);
+    w4.in = 64;
+    NRV_EXPECT_STATUS(nrv_cuda_linear_w4(0, x, -1, &w4, NULL, y, NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_linear_w4(0, x, 1, &w4, NULL, NULL, NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_linear_w4(0, x, 0, &w4, NULL, NULL, NULL), NRV_OK); /* nothing to do */
+
+    for (int i = 0; i < 64; i++) g[i] = 1.0f;
+    NRV_EXPECT_STATUS(nrv_cuda_layernorm_linear(0, x, NRV_I8, 1, 64, g, NULL, 1e-5f, w, 4, NULL, y, NULL),
+                      NRV_ERR_DTYPE);
+    NRV_EXPECT_STATUS(nrv_cuda_layernorm_linear(0, x, NRV_F32, 1, 64, g, NULL, -1.0f, w, 4, NULL, y, NULL),
+                      NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_layernorm_linear(0, x, NRV_F32, 1, 0, g, NULL, 1e-5f, w, 4, NULL, y, NULL),
+                      NRV_ERR_SHAPE);
+    NRV_EXPECT_STATUS(nrv_cuda_layernorm_linear(0, x, NRV_F16, 1, 64, NULL, NULL, 1e-5f, w, 4, NULL, y, NULL),
+                      NRV_ERR_INVALID_ARG);
+    NRV_EXPECT(strstr(nrv_last_error(), "'gamma'") != NULL, "names gamma: %s", nrv_last_error());
+    NRV_EXPECT_STATUS(nrv_cuda_layernorm_linear(0, x, NRV_F32, INT64_MAX, 64, g, NULL, 1e-5f, w, 4, NULL, y, NULL),
+                      NRV_ERR_OVERFLOW);
+    NRV_EXPECT_STATUS(nrv_cuda_layernorm_linear(0, NULL, NRV_F32, 0, 64, g, NULL, 1e-5f, w, 4, NULL, NULL, NULL),
+                      NRV_OK);
+}
+
+/* nrv_cuda_select is host code: the same answers on every machine. */
+static void test_select(void) {
+    nrv_cuda_device_info orin;
+    memset(&orin, 0, sizeof orin);
+    snprintf(orin.name, sizeof orin.name, "Orin");
+    orin.cc_major = 8;
+    orin.cc_minor = 7;
+    orin.integrated = 1;
+    orin.shared_memory_per_sm = 164 << 10;
+    orin.shared_memory_per_block_optin = 163 << 10;
+    orin.can_map_host_memory = 1;
+    nrv_cuda_selection sel;
+    NRV_EXPECT_STATUS(nrv_cuda_select(&orin, "", "auto", &sel), NRV_OK);
+    NRV_EXPECT(sel.memory_mode == NRV_CUDA_MEM_ZERO_COPY && sel.w4_gemm_layout == NRV_W4_PACKED &&
+                   sel.smem_per_block == (82u << 10) && !sel.cc_forced,
+               "orin: memory %d layout %d smem %llu", (int)sel.memory_mode, (int)sel.w4_gemm_layout,
+               (unsigned long long)sel.smem_per_block);
+    NRV_EXPECT(nrv_cuda_w4_rows_per_block(&sel, 4096) == 4 && nrv_cuda_w4_rows_per_block(&sel, 0) == 0 &&
+                   nrv_cuda_w4_rows_per_block(NULL, 64) == 0,
+               "rows per block");
+    nrv_cuda_device_info a100 = orin;
+    a100.cc_minor = 0;
+    a100.integrated = 0;
+    NRV_EXPECT_STATUS(nrv_cuda_select(&a100, "", "auto", &sel), NRV_OK);
+    NRV_EXPECT(sel.memory_mode == NRV_CUDA_MEM_PINNED && sel.w4_gemm_layout == NRV_W4_UNPACKED, "a100");
+    NRV_EXPECT_STATUS(nrv_cuda_select(&a100, "7.5", "auto", &sel), NRV_OK);
+    NRV_EXPECT(sel.cc_forced && sel.cc_major == 7 && sel.cc_minor == 5 && sel.w4_gemm_layout == NRV_W4_PACKED,
+               "forced 7.5");
+    NRV_EXPECT_STATUS(nrv_cuda_select(&a100, "6.2", "auto", &sel), NRV_ERR_UNSUPPORTED);
+    NRV_EXPECT_STATUS(nrv_cuda_select(&a100, "8.x", "auto", &sel), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_select(&a100, "", "mapped", &sel), NRV_ERR_INVALID_ARG);
+    a100.can_map_host_memory = 0;
+    NRV_EXPECT_STATUS(nrv_cuda_select(&a100, "", "zero_copy", &sel), NRV_ERR_UNSUPPORTED);
+    NRV_EXPECT_STATUS(nrv_cuda_select(NULL, "", "auto", &sel), NRV_ERR_INVALID_ARG);
+}
+
 static void test_argument_checks(void) {
     float out[4];
     int32_t ids[2] = {0, 1};
@@ -341,6 +415,8 @@ int main(void) {
     snprintf(reason, sizeof reason, "%s", nrv_last_error());
 
     test_argument_checks();
+    test_product_argument_checks();
+    test_select();
     if (n <= 0) {
         test_without_gpu(reason, built);
         printf("GPU checks skipped: %s\n", reason);
