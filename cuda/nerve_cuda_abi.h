@@ -58,6 +58,15 @@ typedef nrv_status (*nrvc_layernorm_linear_fn)(int device, const void *x, nrv_dt
                                                const float *gamma, const float *beta, float eps, const float *W,
                                                int64_t out, const float *b, void *y, int32_t kernel,
                                                int32_t rows_per_block, void *stream);
+/* Memory both sides touch, in nrv_cuda_memory_mode `mode`: *host for the CPU, *dev for
+ * kernels (ZERO_COPY: the mapped alias of *host; MANAGED: *host itself; PINNED: a device
+ * mirror the caller copies to and from). Freed with nrvc_host_free(same mode, both). */
+typedef nrv_status (*nrvc_host_alloc_fn)(int device, uint64_t bytes, int32_t mode, void **host, void **dev);
+typedef void (*nrvc_host_free_fn)(int device, int32_t mode, void *host, void *dev);
+/* cudaMemcpyAsync(dst, src, bytes, Default) on stream, then cudaStreamSynchronize when
+ * synchronize != 0 (bytes may be 0: a synchronisation point only). */
+typedef nrv_status (*nrvc_copy_async_fn)(int device, void *dst, const void *src, uint64_t bytes, void *stream,
+                                         int synchronize);
 typedef nrv_status (*nrvc_pool_create_fn)(int device, uint64_t capacity, const char *name, nrvc_pool **out);
 typedef void (*nrvc_pool_free_fn)(nrvc_pool *pool);
 typedef nrv_status (*nrvc_pool_alloc_fn)(nrvc_pool *pool, uint64_t size, void **out);
@@ -73,6 +82,9 @@ typedef nrv_status (*nrvc_pool_stats_fn)(const nrvc_pool *pool, nrv_pool_stats *
 #define NRVC_SYM_EMBEDDING "nrvc_embedding"
 #define NRVC_SYM_LINEAR_W4 "nrvc_linear_w4"
 #define NRVC_SYM_LAYERNORM_LINEAR "nrvc_layernorm_linear"
+#define NRVC_SYM_HOST_ALLOC "nrvc_host_alloc"
+#define NRVC_SYM_HOST_FREE "nrvc_host_free"
+#define NRVC_SYM_COPY_ASYNC "nrvc_copy_async"
 #define NRVC_SYM_POOL_CREATE "nrvc_pool_create"
 #define NRVC_SYM_POOL_FREE "nrvc_pool_free"
 #define NRVC_SYM_POOL_ALLOC "nrvc_pool_alloc"

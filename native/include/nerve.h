@@ -499,6 +499,41 @@ NRV_API nrv_status nrv_cuda_layernorm_linear(int device, const void *x, nrv_dtyp
                                              const float *gamma, const float *beta, float eps, const float *w,
                                              int64_t out, const float *b, void *y, void *stream);
 
+/* Host buffer: memory the CPU writes and GPU kernels read (or the reverse): audio chunks,
+ * features, an embedding lookup's output. Its mode is nrv_cuda_select's memory_mode for
+ * the device (NERVE_CUDA_MEMORY overrides):
+ *  - ZERO_COPY (integrated GPUs, Jetson): mapped pinned memory; host and device pointers
+ *    alias the same bytes, nothing is ever copied;
+ *  - PINNED (discrete GPUs): pinned host memory plus a device mirror; the sync calls copy
+ *    between them asynchronously on the caller's stream;
+ *  - MANAGED: cudaMallocManaged, the driver moves pages.
+ * The same calls work in every mode, so code written for a Jetson runs on a desktop GPU:
+ * write through host(), call to_device(), launch on device(), call to_host(), read
+ * host(). Sync calls take a byte range and a stream (NULL = legacy default stream);
+ * to_device returns once the copy is queued (later work on that stream sees it); to_host
+ * returns once the stream is idle and the bytes are on the host. Every byte copied is
+ * counted by nrv_cuda_bytes_copied (ZERO_COPY and MANAGED add 0).
+ * Thread safety: a buffer is used by one thread at a time. */
+typedef struct nrv_cuda_host_buffer nrv_cuda_host_buffer_t;
+
+/* *out = a buffer of `bytes` (> 0) bytes for `device`; free with nrv_cuda_host_buffer_free. */
+NRV_API nrv_status nrv_cuda_host_buffer_create(int device, uint64_t bytes, nrv_cuda_host_buffer_t **out);
+/* Frees it (NULL: no-op); no queued GPU work may still use it. */
+NRV_API void nrv_cuda_host_buffer_free(nrv_cuda_host_buffer_t *buf);
+/* The CPU's pointer, the kernels' pointer, and the mode (nrv_cuda_memory_mode). */
+NRV_API void *nrv_cuda_host_buffer_host(const nrv_cuda_host_buffer_t *buf);
+NRV_API void *nrv_cuda_host_buffer_device(const nrv_cuda_host_buffer_t *buf);
+NRV_API int32_t nrv_cuda_host_buffer_mode(const nrv_cuda_host_buffer_t *buf);
+/* Makes host writes to [offset, offset + bytes) visible to kernels on `stream`. */
+NRV_API nrv_status nrv_cuda_host_buffer_to_device(nrv_cuda_host_buffer_t *buf, uint64_t offset, uint64_t bytes,
+                                                  void *stream);
+/* Makes kernel writes to [offset, offset + bytes) on `stream` visible to the host. */
+NRV_API nrv_status nrv_cuda_host_buffer_to_host(nrv_cuda_host_buffer_t *buf, uint64_t offset, uint64_t bytes,
+                                                void *stream);
+/* Bytes nerve copied between host and device memory in this process: nrv_cuda_copy calls
+ * and host-buffer syncs. Monotonic; thread-safe. */
+NRV_API uint64_t nrv_cuda_bytes_copied(void);
+
 /* Device memory pool: one arena of device memory (one cudaMalloc at creation), buffers
  * carved out of it 256-byte aligned, best-fit with neighbours coalesced on release. The
  * bookkeeping lives on the host, so the whole arena is usable. Counters are exact and

@@ -38,6 +38,9 @@ struct nrv_cuda_backend {
     nrvc_embedding_fn embedding;
     nrvc_linear_w4_fn linear_w4;
     nrvc_layernorm_linear_fn layernorm_linear;
+    nrvc_host_alloc_fn host_alloc;
+    nrvc_host_free_fn host_free;
+    nrvc_copy_async_fn copy_async;
     nrvc_pool_create_fn pool_create;
     nrvc_pool_free_fn pool_free;
     nrvc_pool_alloc_fn pool_alloc;
@@ -117,6 +120,9 @@ static int try_load(const char *path, char *err, size_t cap) {
         {NRVC_SYM_EMBEDDING, (void **)&b.embedding},
         {NRVC_SYM_LINEAR_W4, (void **)&b.linear_w4},
         {NRVC_SYM_LAYERNORM_LINEAR, (void **)&b.layernorm_linear},
+        {NRVC_SYM_HOST_ALLOC, (void **)&b.host_alloc},
+        {NRVC_SYM_HOST_FREE, (void **)&b.host_free},
+        {NRVC_SYM_COPY_ASYNC, (void **)&b.copy_async},
         {NRVC_SYM_POOL_CREATE, (void **)&b.pool_create},
         {NRVC_SYM_POOL_FREE, (void **)&b.pool_free},
         {NRVC_SYM_POOL_ALLOC, (void **)&b.pool_alloc},
@@ -227,6 +233,10 @@ nrv_status nrv_cuda_device_info_get(int device, nrv_cuda_device_info *out) {
     return NRV_OK;
 }
 
+static _Atomic uint64_t bytes_copied;
+
+uint64_t nrv_cuda_bytes_copied(void) { return bytes_copied; }
+
 nrv_status nrv_cuda_copy(int device, void *dst, const void *src, uint64_t bytes) {
     static const char fn[] = "nrv_cuda_copy";
     if (bytes == 0) return NRV_OK;
@@ -236,7 +246,9 @@ nrv_status nrv_cuda_copy(int device, void *dst, const void *src, uint64_t bytes)
         return nrv_fail(NRV_ERR_OVERFLOW, "%s: %llu bytes exceed the address space", fn, (unsigned long long)bytes);
     NRV_TRY(require_device(fn, device));
     const nrv_status st = backend.copy(device, dst, src, bytes);
-    return st == NRV_OK ? NRV_OK : forward(fn, st);
+    if (st != NRV_OK) return forward(fn, st);
+    bytes_copied += bytes;
+    return NRV_OK;
 }
 
 nrv_status nrv_cuda_embedding(int device, const void *table, nrv_dtype table_dtype, int64_t rows, int64_t dim,
@@ -335,6 +347,77 @@ nrv_status nrv_cuda_layernorm_linear(int device, const void *x, nrv_dtype dtype,
     const nrv_status st = backend.layernorm_linear(device, x, dtype, rows, in, gamma, beta, eps, w, out, b, y,
                                                    kernel, rows_per_block(&sel, rows, in), stream);
     return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+struct nrv_cuda_host_buffer {
+    int device;
+    int32_t mode;     /* nrv_cuda_memory_mode */
+    uint64_t bytes;
+    void *host, *dev; /* dev: the mapped alias, the managed pointer, or the PINNED mirror */
+};
+
+nrv_status nrv_cuda_host_buffer_create(int device, uint64_t bytes, nrv_cuda_host_buffer_t **out) {
+    static const char fn[] = "nrv_cuda_host_buffer_create";
+    NRV_REQUIRE_PTR(fn, out);
+    if (bytes == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: bytes is 0", fn);
+    if (bytes > (uint64_t)PTRDIFF_MAX)
+        return nrv_fail(NRV_ERR_OVERFLOW, "%s: %llu bytes exceed the address space", fn, (unsigned long long)bytes);
+    NRV_TRY(require_device(fn, device));
+    nrv_cuda_selection sel;
+    NRV_TRY(device_selection(fn, device, &sel));
+    nrv_cuda_host_buffer_t *buf = nrv_sys_alloc(sizeof(void *), sizeof *buf);
+    if (!buf) return nrv_fail(NRV_ERR_OUT_OF_MEMORY, "%s: no memory for the buffer's record", fn);
+    buf->device = device;
+    buf->mode = sel.memory_mode;
+    buf->bytes = bytes;
+    const nrv_status st = backend.host_alloc(device, bytes, buf->mode, &buf->host, &buf->dev);
+    if (st != NRV_OK) {
+        nrv_sys_free(buf);
+        return forward(fn, st);
+    }
+    *out = buf;
+    return NRV_OK;
+}
+
+void nrv_cuda_host_buffer_free(nrv_cuda_host_buffer_t *buf) {
+    if (!buf) return;
+    backend.host_free(buf->device, buf->mode, buf->host, buf->dev); /* a buffer implies a backend */
+    nrv_sys_free(buf);
+}
+
+void *nrv_cuda_host_buffer_host(const nrv_cuda_host_buffer_t *buf) { return buf ? buf->host : NULL; }
+void *nrv_cuda_host_buffer_device(const nrv_cuda_host_buffer_t *buf) { return buf ? buf->dev : NULL; }
+int32_t nrv_cuda_host_buffer_mode(const nrv_cuda_host_buffer_t *buf) { return buf ? buf->mode : -1; }
+
+/* The one path of both syncs: range check, then a counted copy (PINNED) or only the
+ * stream ordering the direction needs (ZERO_COPY, MANAGED). */
+static nrv_status host_buffer_sync(const char *fn, nrv_cuda_host_buffer_t *buf, uint64_t offset, uint64_t bytes,
+                                   void *stream, int to_device) {
+    NRV_REQUIRE_PTR(fn, buf);
+    if (offset > buf->bytes || bytes > buf->bytes - offset)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: range [%llu, %llu + %llu) is outside the buffer's %llu bytes", fn,
+                        (unsigned long long)offset, (unsigned long long)offset, (unsigned long long)bytes,
+                        (unsigned long long)buf->bytes);
+    const int copies = buf->mode == NRV_CUDA_MEM_PINNED && bytes > 0;
+    char *h = (char *)buf->host + offset, *d = (char *)buf->dev + offset;
+    nrv_status st;
+    if (to_device) /* nothing to order for mapped/managed memory: later kernels read it */
+        st = copies ? backend.copy_async(buf->device, d, h, bytes, stream, 0) : NRV_OK;
+    else
+        st = backend.copy_async(buf->device, h, d, copies ? bytes : 0, stream, 1);
+    if (st != NRV_OK) return forward(fn, st);
+    if (copies) bytes_copied += bytes;
+    return NRV_OK;
+}
+
+nrv_status nrv_cuda_host_buffer_to_device(nrv_cuda_host_buffer_t *buf, uint64_t offset, uint64_t bytes,
+                                          void *stream) {
+    return host_buffer_sync("nrv_cuda_host_buffer_to_device", buf, offset, bytes, stream, 1);
+}
+
+nrv_status nrv_cuda_host_buffer_to_host(nrv_cuda_host_buffer_t *buf, uint64_t offset, uint64_t bytes,
+                                        void *stream) {
+    return host_buffer_sync("nrv_cuda_host_buffer_to_host", buf, offset, bytes, stream, 0);
 }
 
 nrv_status nrv_cuda_pool_create(int device, uint64_t capacity, const char *name, nrv_cuda_pool_t **out) {

@@ -185,8 +185,8 @@ def format_selection(sel: dict) -> str:
 #
 # Arguments are numpy arrays (staged through a nerve device pool: copied in, the result
 # copied back, returned as numpy) or device arrays exposing __cuda_array_interface__
-# (CuPy, PyTorch, Numba...: used in place, no copy; the result is a CuPy array, or the
-# caller's ``out``). Every array is checked (dtype, shape, C order) before a pointer
+# (CuPy, PyTorch, Numba, nerve.cuda.DeviceArray: used in place, no copy; the result is a
+# CuPy array for CuPy input, else a DeviceArray, or the caller's ``out``). Every array is checked (dtype, shape, C order) before a pointer
 # crosses into C, as nerve.ops does for host arrays.
 
 _ALIGN = 256
@@ -218,6 +218,124 @@ class _DeviceArray:
         self.readonly = bool(iface["data"][1])
 
 
+class DeviceArray:
+    """An array in device memory owned by nerve (its own nerve device pool), for callers
+    without CuPy: ``DeviceArray.from_host(a)``, ``.to_host()``. Exposes
+    ``__cuda_array_interface__`` (v3), so nerve.cuda, CuPy and PyTorch take it in place."""
+
+    def __init__(self, shape, dtype=np.float32, device="cuda"):
+        self._pool = None  # first: __del__ runs even when __init__ raises
+        self.device = device_index(device)
+        self.shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        self.dtype = np.dtype(dtype)
+        if self.dtype.str not in _TYPESTRS:
+            raise InputError(f"DeviceArray: dtype {self.dtype} is not one of {', '.join(_TYPESTRS)}",
+                             code("NRV_ERR_DTYPE"))
+        if any(d < 0 for d in self.shape):
+            raise InputError(f"DeviceArray: negative dimension in {self.shape}", code("NRV_ERR_SHAPE"))
+        self.nbytes = m.prod(self.shape) * self.dtype.itemsize
+        pool = ffi.new("nrv_cuda_pool_t **")
+        check(lib.nrv_cuda_pool_create(self.device, max(self.nbytes, 1), b"nerve.cuda.DeviceArray", pool))
+        self._pool = pool[0]
+        p = ffi.new("void **")
+        check(lib.nrv_cuda_pool_alloc(self._pool, max(self.nbytes, 1), p))
+        self.ptr = int(ffi.cast("uintptr_t", p[0]))
+
+    @classmethod
+    def from_host(cls, arr, device="cuda") -> "DeviceArray":
+        a = np.ascontiguousarray(arr)
+        out = cls(a.shape, a.dtype, device)
+        if a.nbytes:
+            check(lib.nrv_cuda_copy(out.device, ffi.cast("void *", out.ptr), ffi.from_buffer(a), a.nbytes))
+        return out
+
+    def to_host(self) -> np.ndarray:
+        out = m.empty_aligned(self.shape, self.dtype)
+        if self.nbytes:
+            check(lib.nrv_cuda_copy(self.device, ffi.from_buffer(out), ffi.cast("void *", self.ptr), self.nbytes))
+        return out
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "strides": None,
+                "version": 3}
+
+    def close(self) -> None:
+        """Frees the device memory now (also done when the object is collected)."""
+        if self._pool is not None:
+            lib.nrv_cuda_pool_free(self._pool)
+            self._pool = None
+
+    def __del__(self):
+        self.close()
+
+
+class _ArrayOwner:
+    """Lends host memory to numpy through __array_interface__ and keeps its HostBuffer
+    alive for as long as any array over it lives (numpy holds this as the array's base)."""
+
+    def __init__(self, owner, ptr: int, shape, dtype: np.dtype):
+        self.owner = owner
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (ptr, False), "strides": None,
+                                    "version": 3}
+
+
+class HostBuffer:
+    """Memory the CPU fills and GPU kernels read, or the reverse (nrv_cuda_host_buffer):
+    on a Jetson mapped pinned memory that both use in place (mode "zero_copy", nothing is
+    ever copied), on a discrete GPU pinned memory plus a device mirror (mode "pinned",
+    copied asynchronously by the syncs), chosen by ``select(device)["memory"]``.
+
+    ``.array`` is a numpy view of the host side: write inputs there, read results there.
+    nerve.cuda's kernels take a HostBuffer as an argument or ``out`` and do the syncs
+    themselves; for your own kernels call ``to_device()`` before and ``to_host()`` after,
+    and pass ``__cuda_array_interface__`` (the device side)."""
+
+    def __init__(self, shape, dtype=np.float32, device="cuda"):
+        self._buf = None  # first: __del__ runs even when __init__ raises
+        self.device = device_index(device)
+        self.shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        self.dtype = np.dtype(dtype)
+        if self.dtype.str not in _TYPESTRS:
+            raise InputError(f"HostBuffer: dtype {self.dtype} is not one of {', '.join(_TYPESTRS)}",
+                             code("NRV_ERR_DTYPE"))
+        if any(d < 0 for d in self.shape):
+            raise InputError(f"HostBuffer: negative dimension in {self.shape}", code("NRV_ERR_SHAPE"))
+        self.nbytes = m.prod(self.shape) * self.dtype.itemsize
+        out = ffi.new("nrv_cuda_host_buffer_t **")
+        check(lib.nrv_cuda_host_buffer_create(self.device, max(self.nbytes, 1), out))
+        self._buf = out[0]
+        self.mode = _MEMORY_MODES[int(lib.nrv_cuda_host_buffer_mode(self._buf))]
+        self.device_ptr = int(ffi.cast("uintptr_t", lib.nrv_cuda_host_buffer_device(self._buf)))
+        host = int(ffi.cast("uintptr_t", lib.nrv_cuda_host_buffer_host(self._buf)))
+        self.array = np.asarray(_ArrayOwner(self, host, self.shape, self.dtype))
+
+    def to_device(self, stream=None) -> None:
+        """Host writes -> visible to kernels queued after this on ``stream`` (a cudaStream_t
+        as an int, None = the legacy default stream)."""
+        check(lib.nrv_cuda_host_buffer_to_device(self._buf, 0, self.nbytes, ffi.cast("void *", stream or 0)))
+
+    def to_host(self, stream=None) -> None:
+        """Kernel writes on ``stream`` -> in ``.array`` (waits for the stream)."""
+        check(lib.nrv_cuda_host_buffer_to_host(self._buf, 0, self.nbytes, ffi.cast("void *", stream or 0)))
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.device_ptr, False), "strides": None,
+                "version": 3}
+
+    def __del__(self):
+        if self._buf is not None:
+            lib.nrv_cuda_host_buffer_free(self._buf)
+            self._buf = None
+
+
+def bytes_copied() -> int:
+    """Bytes nerve copied between host and device in this process (nrv_cuda_bytes_copied):
+    staging of numpy arguments and pinned host-buffer syncs; zero-copy adds nothing."""
+    return int(lib.nrv_cuda_bytes_copied())
+
+
 def _is_device_array(obj) -> bool:
     return hasattr(obj, "__cuda_array_interface__")
 
@@ -245,6 +363,7 @@ class _Call:
         self._pool = None
         self._uploads: List[tuple] = []   # (host array, offset)
         self._downloads: List[tuple] = []  # (host array, offset)
+        self._host_outputs: List[HostBuffer] = []
         self._bytes = 0
 
     def _reserve(self, nbytes: int) -> int:
@@ -256,6 +375,9 @@ class _Call:
         """A device pointer slot for ``arr`` (None -> NULL)."""
         if arr is None:
             return None
+        if isinstance(arr, HostBuffer):
+            arr.to_device()
+            return ("dev", arr.device_ptr)
         if isinstance(arr, _DeviceArray):
             return ("dev", arr.ptr)
         offset = self._reserve(arr.nbytes)
@@ -263,6 +385,9 @@ class _Call:
         return ("pool", offset)
 
     def output(self, arr):
+        if isinstance(arr, HostBuffer):
+            self._host_outputs.append(arr)
+            return ("dev", arr.device_ptr)
         if isinstance(arr, _DeviceArray):
             return ("dev", arr.ptr)
         offset = self._reserve(arr.nbytes)
@@ -292,6 +417,8 @@ class _Call:
         return ffi.cast(ctype, value if kind == "dev" else self._base + value)
 
     def finish(self):
+        for buf in self._host_outputs:
+            buf.to_host()
         for arr, offset in self._downloads:
             if arr.nbytes:
                 check(lib.nrv_cuda_copy(self.device, ffi.from_buffer(arr),
@@ -304,7 +431,13 @@ class _Call:
 
 
 def _arg(value, name: str, op: str, dtypes, ndim=None):
-    """A device array (checked) or a host array (checked by nerve's host rules)."""
+    """A HostBuffer or device array (checked), or a host array (checked by nerve's host rules)."""
+    if isinstance(value, HostBuffer):
+        if value.dtype not in [np.dtype(d) for d in dtypes] or (ndim is not None and len(value.shape) != ndim):
+            raise InputError(f"{op}: {name} is a HostBuffer of {value.dtype} {value.shape}, expected "
+                             f"{' or '.join(str(np.dtype(d)) for d in dtypes)}"
+                             + (f" with {ndim} dimension(s)" if ndim is not None else ""), code("NRV_ERR_DTYPE"))
+        return value
     if _is_device_array(value):
         arr = _DeviceArray(value, name, op)
         if arr.dtype not in [np.dtype(d) for d in dtypes]:
@@ -317,9 +450,15 @@ def _arg(value, name: str, op: str, dtypes, ndim=None):
     return m.as_input(value, name, op, [np.dtype(d) for d in dtypes], ndim=ndim)
 
 
-def _result(like, shape, dtype, out, op: str):
-    """The output: ``out`` (checked), else a CuPy array when x lives on the device, else numpy."""
+def _result(like, shape, dtype, out, op: str, dev: int):
+    """The output: ``out`` (checked), else, when x lives on the device, a CuPy array (x is
+    one) or a nerve DeviceArray on device ``dev``, else numpy."""
     if out is not None:
+        if isinstance(out, HostBuffer):
+            if out.dtype != np.dtype(dtype) or out.shape != tuple(shape):
+                raise InputError(f"{op}: out must be a {np.dtype(dtype)} HostBuffer of shape {tuple(shape)}, "
+                                 f"got {out.dtype} {out.shape}", code("NRV_ERR_SHAPE"))
+            return out, out
         if _is_device_array(out):
             o = _DeviceArray(out, "out", op)
             if o.dtype != np.dtype(dtype) or o.shape != tuple(shape) or o.readonly:
@@ -329,12 +468,12 @@ def _result(like, shape, dtype, out, op: str):
         o = m.check_out(out, tuple(shape), op, dtype=np.dtype(dtype))
         return o, o
     if isinstance(like, _DeviceArray):
-        try:
-            import cupy  # optional: pip install nerve[cuda]
-        except ImportError:
-            raise InputError(f"{op}: x is a device array but CuPy is not installed to hold the result; pass out= "
-                             "(a device array) or install cupy-cuda12x", code("NRV_ERR_UNSUPPORTED")) from None
-        res = cupy.empty(tuple(shape), dtype=np.dtype(dtype))
+        if type(like.obj).__module__.split(".")[0] == "cupy":
+            import cupy  # x is a CuPy array, so CuPy is there
+
+            res = cupy.empty(tuple(shape), dtype=np.dtype(dtype))
+        else:
+            res = DeviceArray(tuple(shape), dtype, dev)
         return res, _DeviceArray(res, "out", op)
     o = m.empty_aligned(tuple(shape), np.dtype(dtype))
     return o, o
@@ -361,7 +500,7 @@ def layernorm_linear(x, gamma, beta, W, b=None, eps=1e-5, device="cuda", out=Non
         if arr is not None and tuple(arr.shape) != want:
             raise InputError(f"{op}: {name} has shape {tuple(arr.shape)}, expected {want}", code("NRV_ERR_SHAPE"))
     rows = m.prod(xa.shape[:-1])
-    result, ya = _result(xa, tuple(xa.shape[:-1]) + (n_out,), xa.dtype, out, op)
+    result, ya = _result(xa, tuple(xa.shape[:-1]) + (n_out,), xa.dtype, out, op, dev)
     eps_f = float(eps)
     with _Call(dev, op) as call:
         slots = [call.input(a) for a in (xa, ga, ba, Wa, bb)]
@@ -401,7 +540,7 @@ def linear_w4(x, weight, b=None, layout: Optional[str] = None, device="cuda", ou
     if layout not in ("packed", "unpacked"):
         raise InputError(f"{op}: layout must be 'packed' or 'unpacked', got {layout!r}", code("NRV_ERR_INVALID_ARG"))
     values = weight.packed if layout == "packed" else weight.q
-    result, ya = _result(xa, tuple(xa.shape[:-1]) + (n_out,), np.float32, out, op)
+    result, ya = _result(xa, tuple(xa.shape[:-1]) + (n_out,), np.float32, out, op, dev)
     with _Call(dev, op) as call:
         slots = [call.input(a) for a in (xa, bb, values, weight.scales, weight.zero)]
         y_slot = call.output(ya)

@@ -86,6 +86,19 @@ static void test_product_argument_checks(void) {
                       NRV_OK);
 }
 
+static void test_host_buffer_argument_checks(void) {
+    nrv_cuda_host_buffer_t *buf = NULL;
+    NRV_EXPECT_STATUS(nrv_cuda_host_buffer_create(0, 0, &buf), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_host_buffer_create(0, 64, NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_host_buffer_create(0, UINT64_MAX, &buf), NRV_ERR_OVERFLOW);
+    NRV_EXPECT_STATUS(nrv_cuda_host_buffer_to_device(NULL, 0, 0, NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_host_buffer_to_host(NULL, 0, 0, NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT(nrv_cuda_host_buffer_host(NULL) == NULL && nrv_cuda_host_buffer_device(NULL) == NULL &&
+                   nrv_cuda_host_buffer_mode(NULL) == -1,
+               "accessors of NULL");
+    nrv_cuda_host_buffer_free(NULL);
+}
+
 /* nrv_cuda_select is host code: the same answers on every machine. */
 static void test_select(void) {
     nrv_cuda_device_info orin;
@@ -416,9 +429,13 @@ int main(void) {
 
     test_argument_checks();
     test_product_argument_checks();
+    test_host_buffer_argument_checks();
     test_select();
     if (n <= 0) {
         test_without_gpu(reason, built);
+        nrv_cuda_host_buffer_t *buf = NULL;
+        NRV_EXPECT_STATUS(nrv_cuda_host_buffer_create(0, 64, &buf), NRV_ERR_UNSUPPORTED);
+        NRV_EXPECT(buf == NULL && nrv_cuda_bytes_copied() == 0, "nothing made, nothing copied");
         printf("GPU checks skipped: %s\n", reason);
     } else {
         printf("%d CUDA device(s)\n", n);

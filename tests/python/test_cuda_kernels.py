@@ -138,3 +138,83 @@ def test_linear_w4_every_forced_capability(rng, monkeypatch, cc):
         y = w4.linear(x, device="cuda")
         ref = x.astype(np.float64) @ w4.dequantize().astype(np.float64).T
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-3)
+
+
+class _FakeDeviceArray:
+    """Something with __cuda_array_interface__ (what CuPy/PyTorch expose); its pointer is
+    never dereferenced: these inputs are refused before any device is touched."""
+
+    def __init__(self, shape, typestr="<f4", strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0x1000, False),
+                                         "strides": strides, "version": 3}
+
+
+def test_device_array_inputs_are_checked():
+    g = _FakeDeviceArray((8,))
+    W = _FakeDeviceArray((4, 8))
+    with pytest.raises(nerve.InputError, match="device dtype '<f8'"):
+        cuda.layernorm_linear(_FakeDeviceArray((2, 8), "<f8"), g, None, W)
+    with pytest.raises(nerve.InputError, match="not C-contiguous"):
+        cuda.layernorm_linear(_FakeDeviceArray((2, 8), "<f4", strides=(4, 8)), g, None, W)
+    with pytest.raises(nerve.InputError, match="int8"):
+        cuda.layernorm_linear(_FakeDeviceArray((2, 8), "|i1"), g, None, W)
+    with pytest.raises(nerve.InputError, match="gamma has shape"):
+        cuda.layernorm_linear(_FakeDeviceArray((2, 8)), _FakeDeviceArray((7,)), None, W)
+    with pytest.raises(nerve.InputError, match="out must be"):
+        cuda.layernorm_linear(_FakeDeviceArray((2, 8)), g, None, W, out=_FakeDeviceArray((2, 5)))
+
+
+def test_device_array_needs_a_device_and_a_known_dtype():
+    with pytest.raises(nerve.InputError, match="dtype float64"):
+        cuda.DeviceArray((3,), np.float64)
+    with pytest.raises(nerve.InputError, match="negative"):
+        cuda.DeviceArray((-1, 3))
+    if not HAVE_GPU:
+        with pytest.raises(nerve.NerveError):
+            cuda.DeviceArray((3,))
+
+
+@needs_gpu
+def test_device_arrays_round_trip_and_stay_on_the_device(rng):
+    x = rng.standard_normal((13, 97)).astype(np.float32)
+    xd = cuda.DeviceArray.from_host(x)
+    np.testing.assert_array_equal(xd.to_host(), x)
+    g = cuda.DeviceArray.from_host(np.ones(97, np.float32))
+    W = rng.standard_normal((31, 97)).astype(np.float32)
+    yd = cuda.layernorm_linear(xd, g, None, cuda.DeviceArray.from_host(W))
+    assert isinstance(yd, cuda.DeviceArray) and yd.shape == (13, 31)
+    np.testing.assert_allclose(yd.to_host(), nerve.ops.layernorm_linear(x, np.ones(97, np.float32), None, W),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_host_buffer_without_gpu_or_with_bad_arguments():
+    with pytest.raises(nerve.InputError, match="dtype float64"):
+        cuda.HostBuffer((3,), np.float64)
+    if not HAVE_GPU:
+        with pytest.raises(nerve.NerveError):
+            cuda.HostBuffer((3,))
+        assert cuda.bytes_copied() == 0
+
+
+@needs_gpu
+@pytest.mark.parametrize("memory", ("zero_copy", "pinned"))
+def test_host_buffers_copy_exactly_what_their_mode_says(rng, monkeypatch, memory):
+    """The zero-copy path moves no byte; the pinned path moves exactly x in and y out.
+    Weights are uploaded first (DeviceArray) so only the per-run buffers are counted."""
+    monkeypatch.setenv("NERVE_CUDA_MEMORY", memory)
+    n_in, n_out, rows = 257, 97, 3
+    W = rng.standard_normal((n_out, n_in)).astype(np.float32)
+    Wd = cuda.DeviceArray.from_host(W)
+    gd = cuda.DeviceArray.from_host(np.ones(n_in, np.float32))
+    x = cuda.HostBuffer((rows, n_in))
+    y = cuda.HostBuffer((rows, n_out))
+    assert x.mode == memory and y.mode == memory
+    for _ in range(3):  # a stream of chunks: the CPU writes in place each time
+        chunk = rng.standard_normal((rows, n_in)).astype(np.float32)
+        x.array[...] = chunk
+        before = cuda.bytes_copied()
+        cuda.layernorm_linear(x, gd, None, Wd, None, out=y)
+        moved = cuda.bytes_copied() - before
+        assert moved == (0 if memory == "zero_copy" else x.nbytes + y.nbytes)
+        np.testing.assert_allclose(y.array, nerve.ops.layernorm_linear(chunk, np.ones(n_in, np.float32), None, W),
+                                   rtol=1e-4, atol=1e-4)
