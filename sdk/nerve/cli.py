@@ -64,7 +64,8 @@ def format_info(desc: dict) -> str:
         for dev in cuda.get("device_list", []):
             lines.append(
                 f"  [{dev['index']}] {dev['name']}  sm_{dev['cc_major']}{dev['cc_minor']}  "
-                f"{dev['sm_count']} SMs  {dev['total_memory'] / 2**30:.1f} GiB"
+                f"{dev['sm_count']} SMs  {dev['smem_per_sm'] // 1024} KiB shared/SM  "
+                f"{dev['total_memory'] / 2**30:.1f} GiB"
                 + ("  integrated" if dev["integrated"] else "")
             )
             try:

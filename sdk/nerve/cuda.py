@@ -15,6 +15,7 @@ from each product's data sheet).
 
 from __future__ import annotations
 
+import weakref
 from typing import Dict, List, Optional, Union
 
 import numpy as np
@@ -240,6 +241,15 @@ class DeviceArray:
         p = ffi.new("void **")
         check(lib.nrv_cuda_pool_alloc(self._pool, max(self.nbytes, 1), p))
         self.ptr = int(ffi.cast("uintptr_t", p[0]))
+        _live.add(self)
+
+    def report(self) -> dict:
+        """This array's device pool, with nerve's exact counters (never the driver's)."""
+        raw = ffi.new("nrv_pool_stats *")
+        check(lib.nrv_cuda_pool_stats_get(self._pool, raw))
+        return {"what": "DeviceArray", "device": self.device, "memory": "device", "shape": self.shape,
+                "dtype": str(self.dtype), "capacity": int(raw.capacity), "allocated": int(raw.allocated),
+                "peak": int(raw.peak)}
 
     @classmethod
     def from_host(cls, arr, device="cuda") -> "DeviceArray":
@@ -309,6 +319,12 @@ class HostBuffer:
         self.device_ptr = int(ffi.cast("uintptr_t", lib.nrv_cuda_host_buffer_device(self._buf)))
         host = int(ffi.cast("uintptr_t", lib.nrv_cuda_host_buffer_host(self._buf)))
         self.array = np.asarray(_ArrayOwner(self, host, self.shape, self.dtype))
+        _live.add(self)
+
+    def report(self) -> dict:
+        device_bytes = self.nbytes if self.mode == "pinned" else 0  # the mirror; mapped/managed alias the host
+        return {"what": "HostBuffer", "device": self.device, "memory": self.mode, "shape": self.shape,
+                "dtype": str(self.dtype), "host_bytes": self.nbytes, "device_bytes": device_bytes}
 
     def to_device(self, stream=None) -> None:
         """Host writes -> visible to kernels queued after this on ``stream`` (a cudaStream_t
@@ -328,6 +344,23 @@ class HostBuffer:
         if self._buf is not None:
             lib.nrv_cuda_host_buffer_free(self._buf)
             self._buf = None
+
+
+# Live DeviceArrays and HostBuffers, for memory_report(); weak: the report never keeps one alive.
+_live: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def memory_report() -> dict:
+    """Device-side memory nerve holds for this process: every live DeviceArray (its pool's
+    exact counters) and HostBuffer (its mode and bytes on each side), and the totals."""
+    items = []
+    for obj in list(_live):
+        if getattr(obj, "_pool", None) is not None or getattr(obj, "_buf", None) is not None:
+            items.append(obj.report())
+    device_bytes = sum(int(i.get("capacity", i.get("device_bytes", 0))) for i in items)
+    host_bytes = sum(int(i.get("host_bytes", 0)) for i in items)
+    return {"buffers": items, "totals": {"buffers": len(items), "device_bytes": device_bytes,
+                                         "pinned_host_bytes": host_bytes, "bytes_copied": bytes_copied()}}
 
 
 def bytes_copied() -> int:

@@ -283,7 +283,8 @@ def memory_report() -> Dict[str, object]:
     """Counters of every open pool created by this process, and their totals::
 
         {'pools': [{'name', 'kind', 'capacity', 'allocated', ...}, ...],
-         'totals': {'pools', 'capacity', 'allocated', 'overhead', 'free', 'live_buffers'}}
+         'totals': {'pools', 'capacity', 'allocated', 'overhead', 'free', 'live_buffers'},
+         'cuda': {'buffers': [...], 'totals': {'device_bytes', 'pinned_host_bytes', 'bytes_copied', ...}}}
     """
     pools: List[Dict[str, object]] = []
     for pool in list(_pools):
@@ -293,4 +294,6 @@ def memory_report() -> Dict[str, object]:
     totals = {"pools": len(pools)}
     for field in ("capacity", "allocated", "overhead", "free", "live_buffers"):
         totals[field] = sum(int(s[field]) for s in pools)
-    return {"pools": pools, "totals": totals}
+    from . import cuda  # the device side: DeviceArrays and HostBuffers
+
+    return {"pools": pools, "totals": totals, "cuda": cuda.memory_report()}

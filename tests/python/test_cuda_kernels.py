@@ -218,3 +218,27 @@ def test_host_buffers_copy_exactly_what_their_mode_says(rng, monkeypatch, memory
         assert moved == (0 if memory == "zero_copy" else x.nbytes + y.nbytes)
         np.testing.assert_allclose(y.array, nerve.ops.layernorm_linear(chunk, np.ones(n_in, np.float32), None, W),
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_memory_report_has_a_device_side():
+    rep = nerve.memory_report()["cuda"]
+    assert set(rep["totals"]) >= {"buffers", "device_bytes", "pinned_host_bytes", "bytes_copied"}
+    if not HAVE_GPU:
+        assert rep["buffers"] == [] and rep["totals"]["device_bytes"] == 0
+
+
+@needs_gpu
+def test_memory_report_counts_device_memory_exactly():
+    import gc
+
+    before = nerve.memory_report()["cuda"]["totals"]["device_bytes"]
+    a = cuda.DeviceArray((1000, 3), np.float32)
+    h = cuda.HostBuffer((77,), np.float16)
+    rep = nerve.memory_report()["cuda"]
+    mine = [b for b in rep["buffers"] if b["shape"] in ((1000, 3), (77,))]
+    assert {b["what"] for b in mine} == {"DeviceArray", "HostBuffer"}
+    arr = next(b for b in mine if b["what"] == "DeviceArray")
+    assert arr["allocated"] >= 12000 and arr["capacity"] >= arr["allocated"]
+    del a, h, mine, arr
+    gc.collect()
+    assert nerve.memory_report()["cuda"]["totals"]["device_bytes"] == before
