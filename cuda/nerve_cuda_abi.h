@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define NRVC_ABI_VERSION 2
+#define NRVC_ABI_VERSION 3
 
 /* Opaque device pool of the backend (cuda/nrvc_pool.cpp). */
 typedef struct nrvc_pool nrvc_pool;
@@ -67,10 +67,20 @@ typedef void (*nrvc_host_free_fn)(int device, int32_t mode, void *host, void *de
  * synchronize != 0 (bytes may be 0: a synchronisation point only). */
 typedef nrv_status (*nrvc_copy_async_fn)(int device, void *dst, const void *src, uint64_t bytes, void *stream,
                                          int synchronize);
-typedef nrv_status (*nrvc_pool_create_fn)(int device, uint64_t capacity, const char *name, nrvc_pool **out);
+/* kind: nrv_pool_kind; capacity for STATIC/DYNAMIC, chunk_size x chunk_count for STREAMING
+ * (the other arguments ignored). Semantics as nerve's host pools; see nrvc_pool.cpp. */
+typedef nrv_status (*nrvc_pool_create_fn)(int device, int32_t kind, uint64_t capacity, uint64_t chunk_size,
+                                          uint64_t chunk_count, const char *name, nrvc_pool **out);
+/* Closes the pool; frees it now if no buffer is live, else at the last release. */
 typedef void (*nrvc_pool_free_fn)(nrvc_pool *pool);
 typedef nrv_status (*nrvc_pool_alloc_fn)(nrvc_pool *pool, uint64_t size, void **out);
+/* Drops one reference (the bytes return at 0; a closed pool is freed with its last buffer). */
 typedef nrv_status (*nrvc_pool_release_fn)(nrvc_pool *pool, void *ptr);
+typedef nrv_status (*nrvc_pool_retain_fn)(nrvc_pool *pool, void *ptr);
+/* References of a live buffer, 0 if ptr is not one. */
+typedef int64_t (*nrvc_pool_refcount_fn)(const nrvc_pool *pool, const void *ptr);
+/* STATIC: reclaims every byte when no buffer is live (NRV_ERR_STATE otherwise). */
+typedef nrv_status (*nrvc_pool_reset_fn)(nrvc_pool *pool);
 typedef nrv_status (*nrvc_pool_stats_fn)(const nrvc_pool *pool, nrv_pool_stats *out);
 
 /* Exported names, in the order the loader resolves them. */
@@ -90,6 +100,9 @@ typedef nrv_status (*nrvc_pool_stats_fn)(const nrvc_pool *pool, nrv_pool_stats *
 #define NRVC_SYM_POOL_ALLOC "nrvc_pool_alloc"
 #define NRVC_SYM_POOL_RELEASE "nrvc_pool_release"
 #define NRVC_SYM_POOL_STATS "nrvc_pool_stats"
+#define NRVC_SYM_POOL_RETAIN "nrvc_pool_retain"
+#define NRVC_SYM_POOL_REFCOUNT "nrvc_pool_refcount"
+#define NRVC_SYM_POOL_RESET "nrvc_pool_reset"
 
 #ifdef __cplusplus
 }

@@ -534,29 +534,57 @@ NRV_API nrv_status nrv_cuda_host_buffer_to_host(nrv_cuda_host_buffer_t *buf, uin
  * and host-buffer syncs. Monotonic; thread-safe. */
 NRV_API uint64_t nrv_cuda_bytes_copied(void);
 
-/* Device memory pool: one arena of device memory (one cudaMalloc at creation), buffers
- * carved out of it 256-byte aligned, best-fit with neighbours coalesced on release. The
- * bookkeeping lives on the host, so the whole arena is usable. Counters are exact and
- * kept by nerve (not cudaMemGetInfo), with nrv_pool_stats's meaning: kind is
- * NRV_POOL_DYNAMIC, overhead is alignment padding, chunk fields are 0.
+/* Device memory pools: the three kinds of the host pools above (STATIC, DYNAMIC,
+ * STREAMING), each one arena of device memory (one cudaMalloc at creation). Buffers are
+ * carved out of it 256-byte aligned:
+ *  - DYNAMIC: best fit, neighbours coalesced on release;
+ *  - STATIC: bump allocation, released bytes return with nrv_cuda_pool_reset;
+ *  - STREAMING: a ring of equal chunks, taken in ring order, nothing allocated after
+ *    creation.
+ * The bookkeeping lives on the host, so the whole arena is usable. Counters are exact and
+ * kept by nerve (not cudaMemGetInfo), with nrv_pool_stats's meaning: overhead is alignment
+ * padding, plus STATIC's unreclaimed bytes and STREAMING's unused chunk tails.
+ * Every buffer carries a reference count (1 when allocated): nrv_cuda_buffer_retain adds
+ * one, nrv_cuda_pool_release drops one, and the bytes return at zero. nrv_cuda_pool_free
+ * with buffers still live closes the pool: allocations fail with NRV_ERR_STATE, the arena
+ * is kept, and the release of the last buffer frees it. So a borrower (a stream holding a
+ * KV-cache chunk) outlives its owner safely. The handle stays valid for release calls
+ * until then.
  * Thread safety: a pool is used by one thread at a time. */
 typedef struct nrv_cuda_pool nrv_cuda_pool_t;
 
-/* Creates a pool of `capacity` bytes (rounded up to 256) on device. name (may be NULL) is
- * copied for error messages. *out is owned by the caller: free with nrv_cuda_pool_free. */
+/* Creates a DYNAMIC pool of `capacity` bytes (rounded up to 256) on device. name (may be
+ * NULL) is copied for error messages. *out is owned by the caller: free with nrv_cuda_pool_free. */
 NRV_API nrv_status nrv_cuda_pool_create(int device, uint64_t capacity, const char *name,
                                         nrv_cuda_pool_t **out);
+/* The same for kind NRV_POOL_STATIC or NRV_POOL_DYNAMIC. */
+NRV_API nrv_status nrv_cuda_pool_create_kind(int device, nrv_pool_kind kind, uint64_t capacity, const char *name,
+                                             nrv_cuda_pool_t **out);
+/* A STREAMING pool: chunk_count chunks of chunk_size bytes (rounded up to 256). */
+NRV_API nrv_status nrv_cuda_pool_create_streaming(int device, uint64_t chunk_size, uint64_t chunk_count,
+                                                  const char *name, nrv_cuda_pool_t **out);
 
-/* Frees the arena: every buffer of the pool becomes invalid. NULL is a no-op. The
- * caller makes sure no queued GPU work still uses the pool's memory. */
+/* Closes the pool: frees the arena now if no buffer is live, else when the last one is
+ * released. NULL (or a pool already closed) is a no-op. The caller makes sure no queued
+ * GPU work still uses the pool's memory. */
 NRV_API void nrv_cuda_pool_free(nrv_cuda_pool_t *pool);
 
-/* *out = a device pointer to size bytes (size > 0), 256-byte aligned. On exhaustion
- * NRV_ERR_OUT_OF_MEMORY naming the pool, the request and what is free; pool unchanged. */
+/* *out = a device pointer to size bytes (size > 0), 256-byte aligned, reference count 1.
+ * On exhaustion NRV_ERR_OUT_OF_MEMORY naming the pool, the request and what is free (a
+ * STREAMING request above chunk_size likewise); on a closed pool NRV_ERR_STATE; the pool
+ * unchanged but for failed_allocs. */
 NRV_API nrv_status nrv_cuda_pool_alloc(nrv_cuda_pool_t *pool, uint64_t size, void **out);
 
-/* Returns a buffer of this pool; NRV_ERR_STATE if ptr is not a live buffer of it. */
+/* Drops one reference of a buffer of this pool; NRV_ERR_STATE if ptr is not a live
+ * buffer of it. */
 NRV_API nrv_status nrv_cuda_pool_release(nrv_cuda_pool_t *pool, void *ptr);
+/* Adds a reference (NRV_ERR_STATE if ptr is not a live buffer of the pool). */
+NRV_API nrv_status nrv_cuda_buffer_retain(nrv_cuda_pool_t *pool, void *ptr);
+/* References held on a live buffer; 0 if ptr is not one (or no backend). */
+NRV_API int64_t nrv_cuda_buffer_refcount(const nrv_cuda_pool_t *pool, const void *ptr);
+/* STATIC: reclaims every byte; NRV_ERR_STATE while buffers are live. Others: a no-op when
+ * no buffer is live. */
+NRV_API nrv_status nrv_cuda_pool_reset(nrv_cuda_pool_t *pool);
 
 /* Exact counters of a device pool. */
 NRV_API nrv_status nrv_cuda_pool_stats_get(const nrv_cuda_pool_t *pool, nrv_pool_stats *out);

@@ -46,6 +46,9 @@ struct nrv_cuda_backend {
     nrvc_pool_alloc_fn pool_alloc;
     nrvc_pool_release_fn pool_release;
     nrvc_pool_stats_fn pool_stats;
+    nrvc_pool_retain_fn pool_retain;
+    nrvc_pool_refcount_fn pool_refcount;
+    nrvc_pool_reset_fn pool_reset;
 };
 
 static struct nrv_cuda_backend backend; /* all NULL until a backend loaded */
@@ -128,6 +131,9 @@ static int try_load(const char *path, char *err, size_t cap) {
         {NRVC_SYM_POOL_ALLOC, (void **)&b.pool_alloc},
         {NRVC_SYM_POOL_RELEASE, (void **)&b.pool_release},
         {NRVC_SYM_POOL_STATS, (void **)&b.pool_stats},
+        {NRVC_SYM_POOL_RETAIN, (void **)&b.pool_retain},
+        {NRVC_SYM_POOL_REFCOUNT, (void **)&b.pool_refcount},
+        {NRVC_SYM_POOL_RESET, (void **)&b.pool_reset},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         /* POSIX guarantees a dlsym result converts to a function pointer; storing it
@@ -420,16 +426,72 @@ nrv_status nrv_cuda_host_buffer_to_host(nrv_cuda_host_buffer_t *buf, uint64_t of
     return host_buffer_sync("nrv_cuda_host_buffer_to_host", buf, offset, bytes, stream, 0);
 }
 
-nrv_status nrv_cuda_pool_create(int device, uint64_t capacity, const char *name, nrv_cuda_pool_t **out) {
-    static const char fn[] = "nrv_cuda_pool_create";
+static nrv_status create_pool(const char *fn, int device, nrv_pool_kind kind, uint64_t capacity,
+                              uint64_t chunk_size, uint64_t chunk_count, const char *name, nrv_cuda_pool_t **out) {
     NRV_REQUIRE_PTR(fn, out);
-    if (capacity == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: capacity is 0", fn);
+    if (kind == NRV_POOL_STREAMING) {
+        if (chunk_size == 0 || chunk_count == 0)
+            return nrv_fail(NRV_ERR_INVALID_ARG, "%s: chunk_size %llu and chunk_count %llu must both be > 0", fn,
+                            (unsigned long long)chunk_size, (unsigned long long)chunk_count);
+        uint64_t total = 0;
+        if (nrv_mul_overflow(chunk_size, chunk_count, &total) || total > (uint64_t)PTRDIFF_MAX)
+            return nrv_fail(NRV_ERR_OVERFLOW, "%s: %llu chunks of %llu bytes exceed the address space", fn,
+                            (unsigned long long)chunk_count, (unsigned long long)chunk_size);
+    } else if (kind == NRV_POOL_STATIC || kind == NRV_POOL_DYNAMIC) {
+        if (capacity == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: capacity is 0", fn);
+        if (capacity > (uint64_t)PTRDIFF_MAX)
+            return nrv_fail(NRV_ERR_OVERFLOW, "%s: capacity %llu exceeds the address space", fn,
+                            (unsigned long long)capacity);
+    } else {
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s: pool kind %d is not STATIC or DYNAMIC (streaming pools: "
+                                             "nrv_cuda_pool_create_streaming)", fn, (int)kind);
+    }
     NRV_TRY(require_device(fn, device));
     nrvc_pool *pool = NULL;
-    const nrv_status st = backend.pool_create(device, capacity, name, &pool);
+    const nrv_status st = backend.pool_create(device, (int32_t)kind, capacity, chunk_size, chunk_count, name, &pool);
     if (st != NRV_OK) return forward(fn, st);
     *out = (nrv_cuda_pool_t *)pool;
     return NRV_OK;
+}
+
+nrv_status nrv_cuda_pool_create(int device, uint64_t capacity, const char *name, nrv_cuda_pool_t **out) {
+    return create_pool("nrv_cuda_pool_create", device, NRV_POOL_DYNAMIC, capacity, 0, 0, name, out);
+}
+
+nrv_status nrv_cuda_pool_create_kind(int device, nrv_pool_kind kind, uint64_t capacity, const char *name,
+                                     nrv_cuda_pool_t **out) {
+    if (kind == NRV_POOL_STREAMING)
+        return nrv_fail(NRV_ERR_INVALID_ARG,
+                        "nrv_cuda_pool_create_kind: streaming pools are made by nrv_cuda_pool_create_streaming");
+    return create_pool("nrv_cuda_pool_create_kind", device, kind, capacity, 0, 0, name, out);
+}
+
+nrv_status nrv_cuda_pool_create_streaming(int device, uint64_t chunk_size, uint64_t chunk_count, const char *name,
+                                          nrv_cuda_pool_t **out) {
+    return create_pool("nrv_cuda_pool_create_streaming", device, NRV_POOL_STREAMING, 0, chunk_size, chunk_count,
+                       name, out);
+}
+
+nrv_status nrv_cuda_buffer_retain(nrv_cuda_pool_t *pool, void *ptr) {
+    static const char fn[] = "nrv_cuda_buffer_retain";
+    NRV_REQUIRE_PTR(fn, pool);
+    NRV_REQUIRE_PTR(fn, ptr);
+    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    const nrv_status st = backend.pool_retain((nrvc_pool *)pool, ptr);
+    return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+int64_t nrv_cuda_buffer_refcount(const nrv_cuda_pool_t *pool, const void *ptr) {
+    if (!pool || !ptr || !backend_loaded()) return 0;
+    return backend.pool_refcount((const nrvc_pool *)pool, ptr);
+}
+
+nrv_status nrv_cuda_pool_reset(nrv_cuda_pool_t *pool) {
+    static const char fn[] = "nrv_cuda_pool_reset";
+    NRV_REQUIRE_PTR(fn, pool);
+    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    const nrv_status st = backend.pool_reset((nrvc_pool *)pool);
+    return st == NRV_OK ? NRV_OK : forward(fn, st);
 }
 
 void nrv_cuda_pool_free(nrv_cuda_pool_t *pool) {

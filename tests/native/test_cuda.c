@@ -86,6 +86,22 @@ static void test_product_argument_checks(void) {
                       NRV_OK);
 }
 
+static void test_pool_kind_argument_checks(void) {
+    nrv_cuda_pool_t *pool = NULL;
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_kind(0, NRV_POOL_STREAMING, 1024, "s", &pool), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_kind(0, (nrv_pool_kind)7, 1024, "s", &pool), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_kind(0, NRV_POOL_STATIC, 0, "s", &pool), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_kind(0, NRV_POOL_STATIC, UINT64_MAX, "s", &pool), NRV_ERR_OVERFLOW);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_streaming(0, 0, 4, "r", &pool), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_streaming(0, 4096, 0, "r", &pool), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_streaming(0, UINT64_MAX / 2, 3, "r", &pool), NRV_ERR_OVERFLOW);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_create_streaming(0, 4096, 4, "r", NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT(pool == NULL, "nothing created");
+    NRV_EXPECT_STATUS(nrv_cuda_buffer_retain(NULL, pool), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT_STATUS(nrv_cuda_pool_reset(NULL), NRV_ERR_INVALID_ARG);
+    NRV_EXPECT(nrv_cuda_buffer_refcount(NULL, NULL) == 0, "refcount of nothing");
+}
+
 static void test_host_buffer_argument_checks(void) {
     nrv_cuda_host_buffer_t *buf = NULL;
     NRV_EXPECT_STATUS(nrv_cuda_host_buffer_create(0, 0, &buf), NRV_ERR_INVALID_ARG);
@@ -430,6 +446,7 @@ int main(void) {
     test_argument_checks();
     test_product_argument_checks();
     test_host_buffer_argument_checks();
+    test_pool_kind_argument_checks();
     test_select();
     if (n <= 0) {
         test_without_gpu(reason, built);
