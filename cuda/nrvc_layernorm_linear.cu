@@ -24,37 +24,44 @@
 #include <stdint.h>
 
 #include "nrvc_internal.h"
+#include "nrvc_kernels.cuh"
 
 namespace {
 
-constexpr int kWarp = 32;
+using nrvc::kWarp;
+using nrvc::load_f;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarp * kWarps;
-constexpr int64_t kMaxGridY = 65535;
 
-__device__ __forceinline__ float load_f(const float *p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float load_f(const __half *p, int64_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ void store_f(float *p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store_f(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-
-/* mean and 1/sqrt(var + eps) of row[0..in) by one warp (two passes: no cancellation). */
+/* mean and 1/sqrt(var + eps) of rows r0 .. r0+n-1 of x into mean[0..n), rstd[0..n), a warp
+ * per row (two passes: no cancellation); rows past `rows` get 0, 0. Ends with a block
+ * barrier, so every thread may read the results. */
 template <typename T>
-__device__ void warp_row_stats(const T *row, int64_t in, float eps, float *mean_out, float *rstd_out) {
-    const int lane = (int)(threadIdx.x % kWarp);
-    float s = 0.0f;
-    for (int64_t k = lane; k < in; k += kWarp) s += load_f(row, k);
-    for (int off = kWarp / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float mean = s / (float)in;
-    float v = 0.0f;
-    for (int64_t k = lane; k < in; k += kWarp) {
-        const float d = load_f(row, k) - mean;
-        v += d * d;
+__device__ void block_row_stats(const T *x, int64_t rows, int64_t r0, int n, int64_t in, float eps, float *mean,
+                                float *rstd) {
+    const int warp = (int)(threadIdx.x / kWarp), lane = (int)(threadIdx.x % kWarp);
+    const int n_warps = (int)(blockDim.x / kWarp);
+    for (int r = warp; r < n; r += n_warps) {
+        if (r0 + r >= rows) {
+            if (lane == 0) mean[r] = rstd[r] = 0.0f;
+            continue;
+        }
+        const T *row = x + (r0 + r) * in;
+        float s = 0.0f;
+        for (int64_t k = lane; k < in; k += kWarp) s += load_f(row, k);
+        const float mu = nrvc::warp_sum(s) / (float)in;
+        float v = 0.0f;
+        for (int64_t k = lane; k < in; k += kWarp) {
+            const float d = load_f(row, k) - mu;
+            v += d * d;
+        }
+        v = nrvc::warp_sum(v);
+        if (lane == 0) {
+            mean[r] = mu;
+            rstd[r] = rsqrtf(v / (float)in + eps);
+        }
     }
-    for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    if (lane == 0) {
-        *mean_out = mean;
-        *rstd_out = rsqrtf(v / (float)in + eps);
-    }
+    __syncthreads();
 }
 
 template <typename T, int R, bool STAGED>
@@ -66,15 +73,7 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ float mean[R], rstd[R];
     const int64_t r0 = (int64_t)blockIdx.y * R;
     const int warp = (int)(threadIdx.x / kWarp), lane = (int)(threadIdx.x % kWarp);
-    for (int r = warp; r < R; r += kWarps) {
-        if (r0 + r < rows) {
-            warp_row_stats(x + (r0 + r) * in, in, eps, &mean[r], &rstd[r]);
-        } else if (lane == 0) {
-            mean[r] = 0.0f;
-            rstd[r] = 0.0f;
-        }
-    }
-    __syncthreads();
+    block_row_stats(x, rows, r0, R, in, eps, mean, rstd);
     if constexpr (STAGED) {
         for (int64_t i = threadIdx.x; i < (int64_t)R * in; i += kThreads) {
             const int64_t r = i / in, k = i - r * in;
@@ -102,19 +101,7 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-        acc[r] = v;
-    }
-    if (lane == 0) {
-        const float bo = bias ? bias[o] : 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (r0 + r < rows) store_f(y, (r0 + r) * out + o, acc[r] + bo);
-    }
+    nrvc::store_column<R>(acc, lane, r0, rows, o, out, bias, y);
 }
 
 /* ---- wmma_f16 */
@@ -131,16 +118,8 @@ __global__ void __launch_bounds__(kWmmaThreads)
     __shared__ __align__(32) float cs[kTile][kPadC];
     __shared__ float mean[kTile], rstd[kTile];
     const int64_t row0 = (int64_t)blockIdx.y * kTile, col0 = (int64_t)blockIdx.x * kTile;
-    const int warp = (int)(threadIdx.x / kWarp), lane = (int)(threadIdx.x % kWarp);
-    for (int r = warp; r < kTile; r += kWmmaThreads / kWarp) {
-        if (row0 + r < rows) {
-            warp_row_stats(x + (row0 + r) * in, in, eps, &mean[r], &rstd[r]);
-        } else if (lane == 0) {
-            mean[r] = 0.0f;
-            rstd[r] = 0.0f;
-        }
-    }
-    __syncthreads();
+    const int warp = (int)(threadIdx.x / kWarp);
+    block_row_stats(x, rows, row0, kTile, in, eps, mean, rstd);
 
     const int wm = warp / 2, wn = warp % 2; /* this warp's 32x32 quarter */
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
@@ -199,16 +178,12 @@ nrv_status launch_rows(const T *x, int64_t rows, int64_t in, const float *gamma,
     if (smem > 48 * 1024)
         NRVC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t col_blocks = (out + kWarps - 1) / kWarps;
-    const int64_t row_blocks = (rows + R - 1) / R;
-    for (int64_t first = 0; first < row_blocks; first += kMaxGridY) {
-        const int64_t n = row_blocks - first < kMaxGridY ? row_blocks - first : kMaxGridY;
-        const int64_t row0 = first * R;
-        const int64_t slice_rows = rows - row0 < n * R ? rows - row0 : n * R;
-        kernel<<<dim3((unsigned)col_blocks, (unsigned)n), kThreads, smem, stream>>>(
+    return nrvc::for_row_slices(rows, R, [&](int64_t row0, int64_t row_blocks, int64_t slice_rows) {
+        kernel<<<dim3((unsigned)col_blocks, (unsigned)row_blocks), kThreads, smem, stream>>>(
             x + row0 * in, slice_rows, in, gamma, beta, eps, W, out, b, y + row0 * out);
         NRVC_CHECK_LAUNCH("lnl_rows");
-    }
-    return NRV_OK;
+        return NRV_OK;
+    });
 }
 
 template <typename T>
@@ -227,16 +202,12 @@ nrv_status launch_rows_by(int32_t rows_per_block, const T *x, int64_t rows, int6
 nrv_status launch_wmma(const __half *x, int64_t rows, int64_t in, const float *gamma, const float *beta, float eps,
                        const float *W, int64_t out, const float *b, __half *y, cudaStream_t stream) {
     const int64_t col_blocks = (out + kTile - 1) / kTile;
-    const int64_t row_blocks = (rows + kTile - 1) / kTile;
-    for (int64_t first = 0; first < row_blocks; first += kMaxGridY) {
-        const int64_t n = row_blocks - first < kMaxGridY ? row_blocks - first : kMaxGridY;
-        const int64_t row0 = first * kTile;
-        const int64_t slice_rows = rows - row0 < n * kTile ? rows - row0 : n * kTile;
-        lnl_wmma_f16<<<dim3((unsigned)col_blocks, (unsigned)n), kWmmaThreads, 0, stream>>>(
+    return nrvc::for_row_slices(rows, kTile, [&](int64_t row0, int64_t row_blocks, int64_t slice_rows) {
+        lnl_wmma_f16<<<dim3((unsigned)col_blocks, (unsigned)row_blocks), kWmmaThreads, 0, stream>>>(
             x + row0 * in, slice_rows, in, gamma, beta, eps, W, out, b, y + row0 * out);
         NRVC_CHECK_LAUNCH("lnl_wmma_f16");
-    }
-    return NRV_OK;
+        return NRV_OK;
+    });
 }
 
 } /* namespace */

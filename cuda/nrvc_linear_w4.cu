@@ -20,14 +20,14 @@
 #include <stdint.h>
 
 #include "nrvc_internal.h"
+#include "nrvc_kernels.cuh"
 #include "nrvc_w4_decode.h"
 
 namespace {
 
-constexpr int kWarp = 32;
+using nrvc::kWarp;
 constexpr int kWarps = 8; /* output columns per block */
 constexpr int kThreads = kWarp * kWarps;
-constexpr int64_t kMaxGridY = 65535;
 
 __device__ __forceinline__ int64_t padded_index(int64_t k) { return k + k / nrvc::kW4Block; }
 
@@ -87,19 +87,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] += scale * part[r];
     }
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-        acc[r] = v;
-    }
-    if (lane == 0) {
-        const float bo = bias ? bias[o] : 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (r0 + r < rows) y[(r0 + r) * out + o] = acc[r] + bo;
-    }
+    nrvc::store_column<R>(acc, lane, r0, rows, o, out, bias, y);
 }
 
 template <int LAYOUT, int R, bool STAGED>
@@ -110,18 +98,13 @@ nrv_status launch(const float *x, int64_t rows, const nrv_w4_weight *w, const fl
     if (smem > 48 * 1024)
         NRVC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t col_blocks = (w->out + kWarps - 1) / kWarps;
-    const int64_t row_blocks = (rows + R - 1) / R;
-    /* grid.y is capped at 65535: larger batches go in slices of whole row blocks */
-    for (int64_t first = 0; first < row_blocks; first += kMaxGridY) {
-        const int64_t n = row_blocks - first < kMaxGridY ? row_blocks - first : kMaxGridY;
-        const int64_t row0 = first * R;
-        const int64_t slice_rows = rows - row0 < n * R ? rows - row0 : n * R;
-        kernel<<<dim3((unsigned)col_blocks, (unsigned)n), kThreads, smem, stream>>>(
+    return nrvc::for_row_slices(rows, R, [&](int64_t row0, int64_t row_blocks, int64_t slice_rows) {
+        kernel<<<dim3((unsigned)col_blocks, (unsigned)row_blocks), kThreads, smem, stream>>>(
             x + row0 * w->in, slice_rows, w->in, w->out, w->group, static_cast<const uint8_t *>(w->q),
             reinterpret_cast<const __half *>(w->scales), w->zero, b, y + row0 * w->out);
         NRVC_CHECK_LAUNCH("w4_rows");
-    }
-    return NRV_OK;
+        return NRV_OK;
+    });
 }
 
 template <int LAYOUT>

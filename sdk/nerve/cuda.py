@@ -219,6 +219,18 @@ class _DeviceArray:
         self.readonly = bool(iface["data"][1])
 
 
+def _array_geometry(what: str, shape, dtype, device):
+    """(device index, shape tuple, dtype, bytes) of a DeviceArray / HostBuffer to make, checked."""
+    dev = device_index(device)
+    shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    dtype = np.dtype(dtype)
+    if dtype.str not in _TYPESTRS:
+        raise InputError(f"{what}: dtype {dtype} is not one of {', '.join(_TYPESTRS)}", code("NRV_ERR_DTYPE"))
+    if any(d < 0 for d in shape):
+        raise InputError(f"{what}: negative dimension in {shape}", code("NRV_ERR_SHAPE"))
+    return dev, shape, dtype, m.prod(shape) * dtype.itemsize
+
+
 class DeviceArray:
     """An array in device memory owned by nerve (its own nerve device pool), for callers
     without CuPy: ``DeviceArray.from_host(a)``, ``.to_host()``. Exposes
@@ -226,15 +238,7 @@ class DeviceArray:
 
     def __init__(self, shape, dtype=np.float32, device="cuda"):
         self._pool = None  # first: __del__ runs even when __init__ raises
-        self.device = device_index(device)
-        self.shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-        self.dtype = np.dtype(dtype)
-        if self.dtype.str not in _TYPESTRS:
-            raise InputError(f"DeviceArray: dtype {self.dtype} is not one of {', '.join(_TYPESTRS)}",
-                             code("NRV_ERR_DTYPE"))
-        if any(d < 0 for d in self.shape):
-            raise InputError(f"DeviceArray: negative dimension in {self.shape}", code("NRV_ERR_SHAPE"))
-        self.nbytes = m.prod(self.shape) * self.dtype.itemsize
+        self.device, self.shape, self.dtype, self.nbytes = _array_geometry("DeviceArray", shape, dtype, device)
         pool = ffi.new("nrv_cuda_pool_t **")
         check(lib.nrv_cuda_pool_create(self.device, max(self.nbytes, 1), b"nerve.cuda.DeviceArray", pool))
         self._pool = pool[0]
@@ -303,15 +307,7 @@ class HostBuffer:
 
     def __init__(self, shape, dtype=np.float32, device="cuda"):
         self._buf = None  # first: __del__ runs even when __init__ raises
-        self.device = device_index(device)
-        self.shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-        self.dtype = np.dtype(dtype)
-        if self.dtype.str not in _TYPESTRS:
-            raise InputError(f"HostBuffer: dtype {self.dtype} is not one of {', '.join(_TYPESTRS)}",
-                             code("NRV_ERR_DTYPE"))
-        if any(d < 0 for d in self.shape):
-            raise InputError(f"HostBuffer: negative dimension in {self.shape}", code("NRV_ERR_SHAPE"))
-        self.nbytes = m.prod(self.shape) * self.dtype.itemsize
+        self.device, self.shape, self.dtype, self.nbytes = _array_geometry("HostBuffer", shape, dtype, device)
         out = ffi.new("nrv_cuda_host_buffer_t **")
         check(lib.nrv_cuda_host_buffer_create(self.device, max(self.nbytes, 1), out))
         self._buf = out[0]
