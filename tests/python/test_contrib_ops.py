@@ -1,4 +1,4 @@
-"""onnxruntime's com.microsoft ops in saved models (compiler/onnx_ops_contrib.py and the
+"""onnxruntime's com.microsoft ops and the ONNX integer ops (MatMulInteger, ConvInteger) in saved models (compiler/onnx_ops_contrib.py and the
 dynamic-quantization handlers of onnx_ops_quant.py), and the index ops real exports carry
 (GatherND, NonZero on shape arithmetic, IsNaN); each against onnxruntime on fresh inputs.
 
@@ -153,6 +153,102 @@ def test_matmul_integer_and_qlinear_matmul(tmp_path, rng):
     got = session(tmp_path / "q", qm, {}).run({"a": a})["y"]
     diff = np.abs(got.astype(int) - ort_run(qm, {"a": a})["y"].astype(int))
     assert got.dtype == np.uint8 and diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+@pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+                                   dict(kernel_shape=[1, 1]),
+                                   dict(kernel_shape=[3, 3], group=4, dilations=[2, 1], pads=[2, 0, 1, 1])])
+def test_conv_integer_is_exact(tmp_path, rng, xdt, wdt, attrs):
+    """ConvInteger (ddddocr's default model is made of them): int32 outputs equal to
+    onnxruntime's, bit for bit, for a random input at an odd size."""
+    group = attrs.get("group", 1)
+    C, M = 8, 12
+    kh, kw = attrs["kernel_shape"]
+    lo, hi = (0, 256) if wdt == np.uint8 else (-128, 128)
+    w = rng.integers(lo, hi, (M, C // group, kh, kw)).astype(wdt)
+    xlo, xhi = (0, 256) if xdt == np.uint8 else (-128, 128)
+    x = rng.integers(xlo, xhi, (1, C, 13, 11)).astype(xdt)
+    inits = {"W": w, "xz": np.array(rng.integers(xlo, xhi), xdt), "wz": np.array(rng.integers(lo, hi), wdt)}
+    m = make_model([h.make_node("ConvInteger", ["x", "W", "xz", "wz"], ["y"], name="ci", **attrs)],
+                   [("x", T.UINT8 if xdt == np.uint8 else T.INT8, list(x.shape))], [("y", T.INT32)], inits)
+    got = session(tmp_path, m, {}).run({"x": x})["y"]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, ort_run(m, {"x": x})["y"])  # every sum < 2^24: exact
+
+
+def test_conv_integer_per_channel_weight_zero_point(tmp_path, rng):
+    """A zero point per output channel (the spec allows it; onnxruntime's kernel does not)
+    against a numpy reference of the integer convolution."""
+    w = rng.integers(-128, 128, (6, 3, 3, 3)).astype(np.int8)
+    wz = rng.integers(-5, 5, 6).astype(np.int8)
+    x = rng.integers(0, 256, (2, 3, 7, 9)).astype(np.uint8)
+    m = make_model([h.make_node("ConvInteger", ["x", "W", "xz", "wz"], ["y"], name="ci", kernel_shape=[3, 3])],
+                   [("x", T.UINT8, list(x.shape))], [("y", T.INT32)],
+                   {"W": w, "xz": np.array(7, np.uint8), "wz": wz})
+    got = session(tmp_path, m, {}).run({"x": x})["y"]
+    xi = x.astype(np.int64) - 7
+    wi = w.astype(np.int64) - wz.astype(np.int64).reshape(-1, 1, 1, 1)
+    ref = np.zeros((2, 6, 5, 7), np.int64)
+    for i in range(3):
+        for j in range(3):
+            ref += np.einsum("nchw,mc->nmhw", xi[:, :, i:i + 5, j:j + 7], wi[:, :, i, j])
+    np.testing.assert_array_equal(got, ref)
+
+
+def _dq_lstm_model(rng, dirs, hidden, n_in, per_channel, wdt):
+    """A DynamicQuantizeLSTM node with random quantized weights, and the same LSTM with the
+    weights dequantised (standard layout), for onnxruntime to run both."""
+    lo, hi = (-128, 128) if wdt == np.int8 else (0, 256)
+    inits, float_inits = {}, {}
+    for name, rows in (("W", n_in), ("R", hidden)):
+        q = rng.integers(lo, hi, (dirs, rows, 4 * hidden)).astype(wdt)
+        shape = (dirs, 4 * hidden) if per_channel else (dirs,)
+        sc = (0.002 + 0.01 * rng.random(shape)).astype(F32)
+        # onnxruntime's kernel takes per-channel int8 weights only with zero points of 0 (what
+        # its quantizer writes); the others get non-zero ones
+        zp = (np.zeros(shape, np.int8) if per_channel else rng.integers(-3, 4, shape).astype(np.int8)) \
+            if wdt == np.int8 else rng.integers(120, 136, shape).astype(np.uint8)
+        inits.update({name: q, name + "s": sc, name + "z": zp})
+        expand = (slice(None), None, slice(None)) if per_channel else (slice(None), None, None)
+        f = (q.astype(np.float64) - zp.astype(np.float64)[expand]) * sc.astype(np.float64)[expand]
+        float_inits[name] = np.ascontiguousarray(f.transpose(0, 2, 1)).astype(F32)
+    b = (0.1 * rng.standard_normal((dirs, 8 * hidden))).astype(F32)
+    inits["B"] = float_inits["B"] = b
+    direction = "bidirectional" if dirs == 2 else "forward"
+    outs = [("Y", T.FLOAT), ("Yh", T.FLOAT), ("Yc", T.FLOAT)]
+    q = make_model([h.make_node("DynamicQuantizeLSTM", ["x", "W", "R", "B", "", "", "", "", "Ws", "Wz", "Rs", "Rz"],
+                                ["Y", "Yh", "Yc"], name="dql", domain=MS, hidden_size=hidden, direction=direction)],
+                   [("x", T.FLOAT, [7, 2, n_in])], outs, inits)
+    f = make_model([h.make_node("LSTM", ["x", "W", "R", "B"], ["Y", "Yh", "Yc"], name="l", hidden_size=hidden,
+                                direction=direction)],
+                   [("x", T.FLOAT, [7, 2, n_in])], outs, float_inits)
+    return q, f
+
+
+@pytest.mark.parametrize("dirs,per_channel,wdt", [(1, False, np.int8), (2, False, np.int8), (2, True, np.int8),
+                                                   (1, True, np.uint8)])
+def test_dynamic_quantize_lstm(tmp_path, rng, dirs, per_channel, wdt):
+    """DynamicQuantizeLSTM = the LSTM of its dequantised weights on float activations: equal
+    to onnxruntime's float LSTM with those weights; onnxruntime's own DynamicQuantizeLSTM
+    also rounds x and h to uint8 every step, so it is only close (measured ~1e-2)."""
+    q, f = _dq_lstm_model(rng, dirs, 24, 13, per_channel, wdt)
+    x = rng.standard_normal((7, 2, 13)).astype(F32)
+    got = session(tmp_path, q, {}).run({"x": x})
+    ref = ort_run(f, {"x": x})
+    for k in ("Y", "Yh", "Yc"):
+        close(got[k], ref[k], k)
+    if wdt == np.int8:  # onnxruntime's DynamicQuantizeLSTM takes int8 weights only
+        rq = ort_run(q, {"x": x})
+        assert float(np.abs(got["Y"] - rq["Y"]).max()) < 0.1  # h in (-1, 1): rounding, not a wrong gate
+
+
+def test_dynamic_quantize_lstm_needs_constant_weights(tmp_path, rng):
+    q, _ = _dq_lstm_model(rng, 1, 8, 5, False, np.int8)
+    q.graph.initializer.remove(next(i for i in q.graph.initializer if i.name == "Ws"))
+    q.graph.input.append(h.make_tensor_value_info("Ws", T.FLOAT, [1]))
+    with pytest.raises(nerve.ModelError, match=r"dql.*must be constants"):
+        session(tmp_path, q, {})
 
 
 def test_dynamic_quantization_bad_input_names_the_node(tmp_path, rng):

@@ -398,8 +398,10 @@ _DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}
 _DEFAULT_ACTS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
 
 
-def _rnn(ctx: NodeCtx, ins, gates: int) -> List[Value]:
-    kind = ctx.op_type
+def _rnn(ctx: NodeCtx, ins, kind: str) -> List[Value]:
+    """An LSTM or GRU node (kind) on float inputs ins = [X, W, R, B, sequence_lens,
+    initial_h(, initial_c, P)] as one runtime op; the attributes come from ctx."""
+    gates = 4 if kind == "LSTM" else 3
     extra = ["input_forget"] if kind == "LSTM" else ["linear_before_reset"]
     ctx.require_attrs(["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
                        "layout"] + extra)
@@ -480,7 +482,6 @@ def _rnn(ctx: NodeCtx, ins, gates: int) -> List[Value]:
     y_shape = [seq, dirs, batch, hidden]
     h_shape = [dirs, batch, hidden]
     outs = [spec(ctx.out_name(0), np.float32, y_shape), spec(ctx.out_name(1), np.float32, h_shape)]
-    gates = 4 if kind == "LSTM" else 3
     if kind == "LSTM":
         outs.append(spec(ctx.out_name(2), np.float32, h_shape))
         flag = int(ctx.attr("input_forget", 0))
@@ -498,12 +499,12 @@ def _rnn(ctx: NodeCtx, ins, gates: int) -> List[Value]:
 
 @handler("LSTM")
 def _lstm(ctx: NodeCtx, ins):
-    return _rnn(ctx, ins, 4)
+    return _rnn(ctx, ins, "LSTM")
 
 
 @handler("GRU")
 def _gru(ctx: NodeCtx, ins):
-    return _rnn(ctx, ins, 3)
+    return _rnn(ctx, ins, "GRU")
 
 
 # ---------------------------------------------------------------- ConvTranspose

@@ -494,6 +494,65 @@ def _matmul_integer(ctx: NodeCtx, ins):
     return ctx.b.emit("cast", [y], [spec(ctx.out_name(), np.int32, y.shape)], name=ctx.name)
 
 
+@handler("ConvInteger")
+def _conv_integer(ctx: NodeCtx, ins):
+    """int32 Y = conv(X − x_zp, W − w_zp) (Conv's attributes), per-tensor x_zp, per-tensor or
+    per-output-channel w_zp, W constant. The convolution runs in fp32 on the exact integers:
+    exact while every partial sum stays below 2^24 in magnitude, otherwise within fp32
+    rounding of the int32 result (the usual consumer scales it to float)."""
+    from .onnx_ops import conv
+
+    x, w = ins[0], ins[1]
+    x_zp, w_zp = _opt(ins, 2), _opt(ins, 3)
+    if x.dtype not in (np.int8, np.uint8) or w.dtype not in (np.int8, np.uint8):
+        raise ctx.fail(f"X of {x.dtype} and W of {w.dtype} are not supported (int8, uint8)")
+    if w.const is None:
+        raise ctx.fail("the weights W must be a constant")
+    if x_zp is not None and S.prod(x_zp.shape) != 1:
+        raise ctx.fail(f"x_zero_point of shape {list(x_zp.shape)} is not supported: per tensor only")
+    one = ctx.b.const(np.array(1.0, F32))
+    xf = _dequantize_runtime(ctx, x, one, x_zp, 1, ctx.b.fresh(ctx.name + ".x"))
+    wf = _dequantize_const(ctx, w, one, w_zp, 0, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
+    if wf.const is None:
+        raise ctx.fail("W − w_zero_point did not fold to a constant")
+    y = conv(ctx, xf, wf, None, ctx.b.fresh(ctx.name))
+    return ctx.b.emit("cast", [y], [spec(ctx.out_name(), np.int32, y.shape)], name=ctx.name)
+
+
+@handler("DynamicQuantizeLSTM", domain="com.microsoft")
+def _dynamic_quantize_lstm(ctx: NodeCtx, ins):
+    """onnxruntime's LSTM with int8/uint8 weights: W [dirs, input, 4·hidden] and R [dirs,
+    hidden, 4·hidden] (the transposes of LSTM's), each with a scale and zero point per
+    direction or per (direction, gate column). The weights are dequantised once here and
+    the LSTM runs on float activations; onnxruntime also quantizes X and h per step, so
+    its result differs from this one by that rounding."""
+    from .onnx_ops_nn import _rnn
+
+    def weight(i: int, what: str, params: int) -> Value:
+        q, scale, zp = ins[i], _opt(ins, params), _opt(ins, params + 1)
+        if q is None or scale is None or q.const is None or scale.const is None or \
+                (zp is not None and zp.const is None):
+            raise ctx.fail(f"{what}, its scale and zero point must be constants")
+        if q.dtype not in (np.int8, np.uint8) or q.const.ndim != 3:
+            raise ctx.fail(f"{what} of {q.dtype} {list(q.shape)} is not supported (int8/uint8 [dirs, rows, 4·hidden])")
+        dirs, cols = q.const.shape[0], q.const.shape[2]
+
+        def per(p: np.ndarray, name: str) -> np.ndarray:
+            if p.shape == (dirs,):
+                return p.reshape(dirs, 1, 1)
+            if p.shape == (dirs, cols):
+                return p.reshape(dirs, 1, cols)
+            raise ctx.fail(f"{name} of shape {list(p.shape)} is neither [{dirs}] nor [{dirs}, {cols}]")
+
+        z = per(zp.const, what + "_zero_point").astype(np.float64) if zp is not None else 0.0
+        f = (q.const.astype(np.float64) - z) * per(scale.const, what + "_scale").astype(np.float64)
+        return ctx.b.const(np.ascontiguousarray(f.transpose(0, 2, 1)).astype(F32), ctx.b.fresh(ctx.name + "." + what))
+
+    # inputs: X W R B sequence_lens initial_h initial_c P W_scale W_zero_point R_scale R_zero_point
+    fins = [ins[0], weight(1, "W", 8), weight(2, "R", 10)] + [_opt(ins, i) for i in range(3, 8)]
+    return _rnn(ctx, fins, "LSTM")
+
+
 @handler("QLinearMatMul")
 def _qlinear_matmul(ctx: NodeCtx, ins):
     """y = quantize(dequantize(a) · dequantize(b), y_scale, y_zp): the product in float."""
