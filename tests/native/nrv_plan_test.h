@@ -98,6 +98,8 @@ static inline double act_ref(int64_t act, double x, double p0, double p1) {
     case 5: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     case 6: return x < 0 ? x * p0 : x;
     case 7: return x < p0 ? p0 : (x > p1 ? p1 : x);
+    case 8: return x * fmin(fmax(x / 6.0 + 0.5, 0.0), 1.0);
+    case 9: return x / (1.0 + exp(-x));
     default: return NAN;
     }
 }

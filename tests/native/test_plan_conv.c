@@ -113,6 +113,7 @@ static double act_ref(int act, double v, double p0, double p1) {
     case NRV_PLAN_ACT_LEAKY_RELU: return v < 0 ? v * p0 : v;
     case NRV_PLAN_ACT_CLIP: return v < p0 ? p0 : v > p1 ? p1 : v;
     case NRV_PLAN_ACT_HARD_SWISH: return v * fmin(fmax(v / 6.0 + 0.5, 0.0), 1.0);
+    case NRV_PLAN_ACT_SILU: return v / (1.0 + exp(-v));
     default: return v;
     }
 }
@@ -206,8 +207,9 @@ static void conv_reference(const conv_case *cc, const float *x, const float *w, 
 }
 
 static const char *act_name(int act) {
-    static const char *names[] = {"none", "relu", "gelu", "sigmoid", "tanh", "gelu_tanh", "leaky_relu", "clip"};
-    return act >= 0 && act < 8 ? names[act] : "?";
+    static const char *names[] = {"none",      "relu",       "gelu", "sigmoid",    "tanh",
+                                  "gelu_tanh", "leaky_relu", "clip", "hard_swish", "silu"};
+    return act >= 0 && act < (int)(sizeof names / sizeof names[0]) ? names[act] : "?";
 }
 
 static void conv_desc(const conv_case *cc, char *buf, size_t len) {
@@ -321,7 +323,7 @@ static conv_case conv_random(int sr, int kind) {
         if (lo < 1) lo = 1;
         cc.in[i] = rand_int(lo, lo + (sr == 1 ? 20 : 5));
     }
-    cc.act = (int)rand_int(0, 7);
+    cc.act = (int)rand_int(0, NRV_PLAN_ACT_LAST);
     cc.bias = (int)rand_int(0, 1);
     return cc;
 }
@@ -383,7 +385,7 @@ static void test_conv_variant(const char *variant) {
     conv_check((conv_case[]){conv_1d(1, 6, 6, 6, 37, 7, 1, 1, 3, 3, NRV_PLAN_ACT_NONE, 1)}, variant);
     conv_check((conv_case[]){conv_1d(2, 4, 4, 4, 3, 3, 1, 2, 2, 0, NRV_PLAN_ACT_NONE, 1)}, variant);
     /* every fused activation on one case */
-    for (int act = 0; act <= 7; act++)
+    for (int act = 0; act <= NRV_PLAN_ACT_LAST; act++)
         conv_check((conv_case[]){conv_1d(1, 5, 7, 1, 12, 3, 1, 2, 2, 1, act, 1)}, variant);
     /* random */
     for (int i = 0; i < 24; i++) {
@@ -787,7 +789,7 @@ static void test_channel_affine(void) {
         NRV_EXPECT_STATUS(run_op("channel_affine", ins, nin, &yv, ia, 1, fa, nfa, NULL, 0), want);   \
         NRV_EXPECT(obuf_untouched(&y), "channel_affine error case wrote y");                         \
     } while (0)
-    CA_ERR(NRV_ERR_INVALID_ARG, ia[0] = 9);
+    CA_ERR(NRV_ERR_INVALID_ARG, ia[0] = NRV_PLAN_ACT_LAST + 1);
     CA_ERR(NRV_ERR_INVALID_ARG, nfa = 0);
     CA_ERR(NRV_ERR_INVALID_ARG, nin = 2);
     CA_ERR(NRV_ERR_INVALID_ARG, ins[2] = NULL);

@@ -825,6 +825,11 @@ def test_gemm_defaults_and_beta_zero(tmp_path, rng):
     ((1, 64, 15, 19), (5, 64, 4, 4), {"pads": [2, 1, 1, 2]}, True),
     ((2, 72, 21, 23), (3, 72, 4, 4), {"strides": [2, 1], "pads": [1, 0, 2, 3], "dilations": [1, 2]}, False),
     ((1, 66, 9, 300), (2, 66, 3, 5), {"strides": [1, 3], "pads": [1, 2, 1, 2]}, True),
+    # im2col in blocks of output rows (CONV_COL_BLOCK_BYTES): 9 blocks, the last one short;
+    # stride 2 (the vector even-lane copy) in 4 blocks, the right edge padded; stride 2 dilated
+    ((1, 40, 61, 67), (6, 40, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    ((1, 24, 83, 129), (5, 24, 3, 3), {"strides": [2, 2], "pads": [1, 1, 0, 2]}, True),
+    ((1, 9, 20, 31), (4, 9, 3, 3), {"strides": [1, 2], "dilations": [2, 2], "pads": [2, 1, 2, 3]}, False),
 ])
 def test_conv(tmp_path, rng, xs, ws, attrs, bias):
     consts = {"w": randn(rng, ws)}
@@ -860,6 +865,33 @@ def test_hard_swish_forms_fuse_into_the_conv(tmp_path, rng, form):
     m = model(nodes, [("x", F32, (2, 3, 9, 11))], [("y", F32)], inits)
     s = check(tmp_path, m, {"x": 3 * randn(rng, (2, 3, 9, 11))}, tol=RED)
     assert op_types(s) == ["conv"]
+
+
+@pytest.mark.parametrize("order", ["x_first", "sigmoid_first"])
+def test_silu_fuses_into_the_conv(tmp_path, rng, order):
+    """YOLO's SiLU, x·Sigmoid(x), becomes the conv's fused activation (one op): the same
+    sigmoid kernel and product as the two ops, so bit for bit the unfused plan's output."""
+    w, b = randn(rng, (6, 3, 3, 3)), randn(rng, (6,))
+    mul_in = ["c", "g"] if order == "x_first" else ["g", "c"]
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("Sigmoid", ["c"], ["g"]), h.make_node("Mul", mul_in, ["y"])]
+    m = model(nodes, [("x", F32, (2, 3, 9, 11))], [("y", F32)], {"w": w, "b": b})
+    x = 3 * randn(rng, (2, 3, 9, 11))
+    s = check(tmp_path, m, {"x": x}, tol=RED)
+    assert op_types(s) == ["conv"]
+    p = tmp_path / "silu.onnx"
+    onnx.save(m, p)
+    plain = nerve.Session(nerve.compile(p, fuse=False))
+    assert "binary" in op_types(plain)
+    np.testing.assert_array_equal(s.run({"x": x})["y"], plain.run({"x": x})["y"])
+
+
+def test_sigmoid_read_elsewhere_is_not_fused_as_silu(tmp_path, rng):
+    nodes = [h.make_node("Sigmoid", ["x"], ["g"]), h.make_node("Mul", ["x", "g"], ["y"]),
+             h.make_node("Neg", ["g"], ["z"])]
+    m = model(nodes, [("x", F32, (4, 5))], [("y", F32), ("z", F32)], {})
+    s = check(tmp_path, m, {"x": randn(rng, (4, 5))})
+    assert sorted(op_types(s)) == ["binary", "unary", "unary"]
 
 
 def test_conv_symbolic_length(tmp_path, rng):

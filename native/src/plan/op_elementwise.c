@@ -19,7 +19,9 @@ typedef enum unary_code {
     U_FLOOR, U_CEIL, U_NOT, U_IDENTITY, U_SOFTPLUS, U_SIGN, U_ROUND, U_SQUARE,
     /* activations with parameters in (p0, p1), as ONNX defines them */
     U_HARD_SWISH, U_ELU, U_SELU, U_CELU, U_SOFTSIGN, U_MISH, U_THRESHOLDED_RELU, U_SHRINK,
-    U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_ASINH, U_ACOSH, U_ATANH, U_COUNT
+    U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_ASINH, U_ACOSH, U_ATANH,
+    U_SILU, /* x · sigmoid(x): made by the compiler's fuse_silu, not an ONNX op */
+    U_COUNT
 } unary_code;
 
 /* min(max(v, 0), 1) by comparisons (a NaN gives 1, as fmaxf(0, fminf(1, NaN)) does): GCC
@@ -66,6 +68,7 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_HARD_SWISH: /* x · HardSigmoid(x; 1/6, 1/2) */
         nrv_hard_swish(x, y, n);
         break;
+    case U_SILU: nrv_silu(x, y, n); break;
     case U_ELU: /* alpha = p0 */
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? p0 * expm1f(x[i]) : x[i];
         break;

@@ -248,7 +248,8 @@ typedef enum nrv_plan_act {
     NRV_PLAN_ACT_LEAKY_RELU = 6, /* p0 = alpha */
     NRV_PLAN_ACT_CLIP = 7,       /* p0 = min, p1 = max */
     NRV_PLAN_ACT_HARD_SWISH = 8, /* x · min(max(x/6 + 1/2, 0), 1) (MobileNetV3, PP-OCR) */
-    NRV_PLAN_ACT_LAST = NRV_PLAN_ACT_HARD_SWISH
+    NRV_PLAN_ACT_SILU = 9,       /* x · sigmoid(x) (YOLOv5/v8/X, EfficientNet: "swish") */
+    NRV_PLAN_ACT_LAST = NRV_PLAN_ACT_SILU
 } nrv_plan_act;
 
 /* HardSwish x · clamp(x/6 + 1/2, 0, 1), one definition for the unary op and the fused
@@ -257,6 +258,9 @@ typedef enum nrv_plan_act {
  * clamp against constant bounds unvectorised, and a fused hard-swish then cost more than
  * the four ops it replaced (plan_util.c). */
 void nrv_hard_swish(const float *x, float *y, int64_t n);
+/* y = x · sigmoid(x) with the dispatch table's sigmoid (so bit for bit what the separate
+ * Sigmoid and Mul ops give), in one pass over cache-sized pieces; y may be x. */
+void nrv_silu(const float *x, float *y, int64_t n);
 /* LeakyRelu y = x < 0 ? alpha·x : x, the same way (the unary op and the fused activation). */
 void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha);
 

@@ -113,6 +113,24 @@ void nrv_hard_swish(const float *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = hard_swish1(x[i]);
 }
 
+void nrv_silu(const float *x, float *y, int64_t n) {
+    enum { PIECE = 256 }; /* 1 KiB of sigmoids on the stack, reread from L1 */
+    _Alignas(16) float s[PIECE];
+    for (int64_t i0 = 0; i0 < n; i0 += PIECE) {
+        const int64_t m = n - i0 < PIECE ? n - i0 : PIECE;
+        nrv_kernel_get(NRV_OP_SIGMOID).unary(x + i0, m, s);
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            act_v4f v, g;
+            memcpy(&v, x + i0 + i, sizeof v);
+            memcpy(&g, s + i, sizeof g);
+            v = v * g;
+            memcpy(y + i0 + i, &v, sizeof v);
+        }
+        for (; i < m; i++) y[i0 + i] = x[i0 + i] * s[i];
+    }
+}
+
 void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha) {
     const act_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f}, a = {alpha, alpha, alpha, alpha};
     int64_t i = 0;
@@ -139,6 +157,7 @@ nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float
         for (int64_t i = 0; i < n; i++) y[i] = y[i] < p0 ? p0 : (y[i] > p1 ? p1 : y[i]);
         return NRV_OK;
     case NRV_PLAN_ACT_HARD_SWISH: nrv_hard_swish(y, y, n); return NRV_OK;
+    case NRV_PLAN_ACT_SILU: nrv_silu(y, y, n); return NRV_OK;
     default:
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): unknown fused activation code %lld", a->type, a->name,
                         (long long)act);

@@ -57,7 +57,9 @@ from .memplan import bytes_at_bounds
 CONTROL = {"if", "jump", "label"}
 
 # unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
-_ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7, 25: 8}
+# unary code x·sigmoid(x) (op_elementwise.c U_SILU): made here, never an ONNX op of its own
+U_SILU = 42
+_ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7, 25: 8, U_SILU: 9}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
 _ACT_SLOT = {"conv": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
              "linear_w8a8": (0, 0),
@@ -340,6 +342,28 @@ def fuse_hard_swish(prog: Program) -> bool:
                 continue
             chain.append(scale)
         if _chain_to_unary(prog, chain, x, 25):
+            uses = _Uses(prog)
+            changed = True
+    return changed
+
+
+def fuse_silu(prog: Program) -> bool:
+    """x · Sigmoid(x) (SiLU / swish, how YOLOv5/v8/X and EfficientNet exports write it) -> one
+    unary silu, which fuse_activation then folds into the conv before it: one pass over the
+    tensor instead of two ops and their intermediate. The same sigmoid kernel and product:
+    bit for bit the unfused result."""
+    uses = _Uses(prog)
+    changed = False
+    for sig in list(prog.ops):
+        if sig not in prog.ops or not _is(sig, "unary", 9):
+            continue
+        x = sig.inputs[0]
+        mul = uses.only_reader(sig.outputs[0])
+        if not _is(mul, "binary", 2) or {id(v) for v in mul.inputs} != {id(x), id(sig.outputs[0])}:
+            continue
+        if sig.outputs[0].uid in uses.outputs:
+            continue
+        if _chain_to_unary(prog, [sig, mul], x, U_SILU):
             uses = _Uses(prog)
             changed = True
     return changed
@@ -978,6 +1002,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_layernorm(prog)
     fuse_gelu(prog)
     fuse_hard_swish(prog)
+    fuse_silu(prog)
     fuse_bias(prog)
     select_rdft(prog)
     if scheme in ("w4a32", "w4a8") or layers:
