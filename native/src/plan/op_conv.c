@@ -399,20 +399,6 @@ static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg
     nrv_parallel_for(pool, j.pieces, conv_rows_task, &j);
 }
 
-/* The GEMM path, cut into blocks of output channels (rows of W and of y) for the threads. */
-typedef struct conv_gemm_job {
-    const float *wg, *b;  /* A = W_g [mg, k]; B [k, np] with row stride np */
-    float *yg;            /* C: np columns of rows of stride ldc */
-    int64_t mg, np, k, ldc, pieces;
-} conv_gemm_job;
-
-static void conv_gemm_task(void *ctx, int64_t t) {
-    const conv_gemm_job *j = ctx;
-    const int64_t m0 = t * j->mg / j->pieces, mb = (t + 1) * j->mg / j->pieces - m0;
-    nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, j->np, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b, j->np, 0.0f,
-                                     j->yg + m0 * j->ldc, j->ldc);
-}
-
 /* y[m][i] += b[m] over [rows, cols]. noinline: inlined into conv_run, GCC 12 left this
  * loop scalar (measured: 40% of a depthwise conv's time). */
 static __attribute__((noinline)) void add_bias_rows(float *restrict y, const float *restrict b, int64_t rows,
@@ -423,6 +409,40 @@ static __attribute__((noinline)) void add_bias_rows(float *restrict y, const flo
         for (int64_t i = 0; i < cols; i++) yr[i] += bv;
     }
 }
+
+/* The GEMM path, cut into blocks of output channels (rows of W and of y) for the threads. */
+typedef struct conv_gemm_job {
+    const float *wg, *b;  /* A = W_g [mg, k]; B [k, np] with row stride ldb */
+    float *yg;            /* C: np columns of rows of stride ldc */
+    int64_t mg, np, k, ldb, ldc, pieces;
+    const float *bias;    /* [mg] added to each row after the product, or NULL */
+    const nrv_op_args *a; /* for the fused activation */
+    int64_t act;
+    float p0, p1;
+} conv_gemm_job;
+
+/* One block of channels: the product, then bias and activation on the rows just written,
+ * while they are still in cache (a separate pass over y each cost a trip to memory). */
+static void conv_gemm_task(void *ctx, int64_t t) {
+    const conv_gemm_job *j = ctx;
+    const int64_t m0 = t * j->mg / j->pieces, mb = (t + 1) * j->mg / j->pieces - m0;
+    float *y = j->yg + m0 * j->ldc;
+    nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, j->np, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b, j->ldb, 0.0f, y,
+                                     j->ldc);
+    for (int64_t m = 0; m < mb; m++) {
+        float *row = y + m * j->ldc;
+        if (j->bias) add_bias_rows(row, j->bias + m0 + m, 1, j->np);
+        (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, row, j->np); /* act checked by conv_run */
+    }
+}
+
+/* Output positions per GEMM block of a pointwise conv: the block of y (mg rows) stays in
+ * L2 for the bias and activation (CONV_COL_BLOCK_BYTES, whole vectors). */
+static int64_t conv_block_positions(const conv_geom *g) {
+    const int64_t per = CONV_COL_BLOCK_BYTES / ((g->mg > 0 ? g->mg : 1) * (int64_t)sizeof(float)) / 64 * 64;
+    return per < 64 ? 64 : per > g->p ? g->p : per;
+}
+
 
 /* conv: N-image, grouped, dilated, padded convolution over 1 or 2 spatial axes, with
  * bias and a fused activation.
@@ -523,6 +543,7 @@ static nrv_status conv_run(const nrv_op_args *a) {
     const int depthwise = g.cg == 1 && g.mg == 1;
     const int use_rows = !depthwise && conv_use_rows(&g);
     const int bias_done = depthwise || use_rows; /* those paths add the bias themselves */
+    const int gemm_finishes = !depthwise && !use_rows && g.cg > 0;
     for (int64_t n = 0; n < g.n; n++) {
         float *yn = yd + n * g.m * g.p;
         if (g.cg == 0) {
@@ -540,23 +561,30 @@ static nrv_status conv_run(const nrv_op_args *a) {
                         conv_direct_1ch(&g, xg, wg, bd ? bd[gi] : 0.0f, yg);
                 } else if (use_rows) {
                     conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg, a->pool);
-                } else if (g.pointwise) {
-                    conv_gemm_job j = {wg, xg, yg, g.mg, g.p, g.cg, g.p, conv_channel_pieces(&g, a->pool, 0)};
-                    nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
                 } else {
-                    const int64_t rows = conv_block_rows(&g);
-                    for (int64_t oy0 = 0; oy0 < g.oh; oy0 += rows) {
-                        const int64_t oy1 = oy0 + rows < g.oh ? oy0 + rows : g.oh;
-                        conv_im2col(&g, xg, col, oy0, oy1);
-                        conv_gemm_job j = {wg, col, yg + oy0 * g.ow, g.mg, (oy1 - oy0) * g.ow, g.kdim, g.p,
-                                           conv_channel_pieces(&g, a->pool, 0)};
+                    /* blocks of output positions: im2col (or x itself, pointwise), product,
+                     * bias and activation, each block while it is in cache */
+                    conv_gemm_job j = {.wg = wg, .mg = g.mg, .ldc = g.p, .pieces = conv_channel_pieces(&g, a->pool, 0),
+                                       .bias = bd ? bd + gi * g.mg : NULL, .a = a, .act = act, .p0 = p0, .p1 = p1};
+                    const int64_t step = g.pointwise ? conv_block_positions(&g) : conv_block_rows(&g) * g.ow;
+                    for (int64_t q0 = 0; q0 < g.p; q0 += step) {
+                        j.np = g.p - q0 < step ? g.p - q0 : step;
+                        j.yg = yg + q0;
+                        if (g.pointwise) {
+                            j.b = xg + q0, j.ldb = g.p, j.k = g.cg;
+                        } else {
+                            conv_im2col(&g, xg, col, q0 / g.ow, q0 / g.ow + j.np / g.ow);
+                            j.b = col, j.ldb = j.np, j.k = g.kdim;
+                        }
                         nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
                     }
                 }
             }
         }
-        if (bd && !bias_done) add_bias_rows(yn, bd, g.m, g.p);
-        NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yn, g.m * g.p));
+        if (!gemm_finishes) { /* the GEMM path added bias and activation block by block */
+            if (bd && !bias_done) add_bias_rows(yn, bd, g.m, g.p);
+            NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yn, g.m * g.p));
+        }
     }
     return NRV_OK;
 }
