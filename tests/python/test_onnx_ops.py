@@ -814,6 +814,11 @@ def test_gemm_defaults_and_beta_zero(tmp_path, rng):
     ((1, 6, 3, 21), (6, 1, 5, 5), {"group": 6, "pads": [2, 2, 2, 2]}, True),    # depthwise 5x5, 2 rows (PP-OCR)
     ((2, 4, 9, 19), (4, 1, 7, 7), {"group": 4, "pads": [3, 3, 3, 3]}, False),   # depthwise 7x7
     ((1, 3, 12, 14), (3, 1, 9, 9), {"group": 3, "pads": [4, 4, 4, 4]}, True),   # depthwise 9x9 (direct loop)
+    # depthwise with a column stride of 2 (the two-phase plane): 5x5, odd sizes, row stride 1
+    # or 2, dilated, asymmetric pads; and stride (2, 1)
+    ((1, 4, 23, 37), (4, 1, 5, 5), {"group": 4, "strides": [2, 2], "pads": [2, 1, 2, 3]}, True),
+    ((2, 3, 19, 41), (3, 1, 3, 3), {"group": 3, "strides": [1, 2], "dilations": [2, 3], "pads": [2, 3, 1, 2]}, False),
+    ((1, 5, 17, 13), (5, 1, 3, 5), {"group": 5, "strides": [2, 1], "pads": [1, 2, 1, 2]}, True),
     ((1, 3, 9, 7), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, True),
     ((1, 3, 8, 8), (4, 3, 2, 3), {"auto_pad": "SAME_LOWER", "strides": [1, 2]}, True),
     ((3, 5, 4, 6), (7, 5, 1, 1), {}, True),                                # pointwise

@@ -189,18 +189,39 @@ static void conv_direct_1ch(const conv_geom *g, const float *restrict x, const f
     }
 }
 
-/* Depthwise with stride 1: the channel copied once into a zero-padded plane (in scratch),
- * then every output vector of 4 accumulates its kh·kw taps in a register and is stored once
- * — no bounds logic in the loop. GCC vector extensions: SSE on x86, NEON on aarch64. The
- * short per-tap row loops of conv_direct_1ch cost more than the arithmetic on small planes
- * (a MobileNet block's 16x16: 58 us for 64 channels, 4.5x this). */
+/* Depthwise with stride 1 or a column stride of 2: the channel is copied once into a
+ * zero-padded plane (in scratch), then every output vector of 4 accumulates its kh·kw taps
+ * in a register and is stored once, with no bounds logic in the loop. GCC vector
+ * extensions: SSE on x86, NEON on aarch64.
+ * - Why a plane: the short per-tap row loops of conv_direct_1ch cost more than the
+ *   arithmetic on small planes (a MobileNet block's 16x16: 58 us for 64 channels, 4.5x this).
+ * - Column stride 2: the plane keeps each padded row as two phase rows, even columns then
+ *   odd, so a tap's 4 outputs read 4 neighbours of one phase row. MobileNet/PP-LCNet
+ *   downsampling blocks used to take the direct loop. Any row stride works. */
 #define DW_TAPS_MAX 49 /* 7x7; larger kernels take conv_direct_1ch */
+
+typedef struct dw_plane {
+    int64_t phases; /* column stride: 1 or 2 */
+    int64_t wpp;    /* floats per phase row */
+    int64_t hp;     /* padded rows */
+} dw_plane;
+
+/* The plane's shape; 0 when this path does not apply. */
+static int dw_plane_shape(const conv_geom *g, dw_plane *pl) {
+    if ((g->sw != 1 && g->sw != 2) || g->kh * g->kw > DW_TAPS_MAX) return 0;
+    const int64_t ow4 = (g->ow + 3) / 4 * 4; /* outputs the vector loops may compute */
+    pl->phases = g->sw;
+    /* the last vector reads up to column ow4 - 1 + (kw - 1)·dw / sw; rows of whole vectors
+     * keep every row 16-byte aligned (a misaligned plane cost 5x5 convs 10%) */
+    pl->wpp = (ow4 + ((g->kw - 1) * g->dw) / g->sw + 3) / 4 * 4;
+    pl->hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    return 1;
+}
 
 /* Floats of the padded plane, or 0 if this path does not apply. */
 static int64_t dw_plane_floats(const conv_geom *g) {
-    if (g->sh != 1 || g->sw != 1 || g->kh * g->kw > DW_TAPS_MAX) return 0;
-    const int64_t wp = (g->ow + 3) / 4 * 4 + (g->kw - 1) * g->dw;
-    return (g->oh + (g->kh - 1) * g->dh) * wp;
+    dw_plane pl;
+    return dw_plane_shape(g, &pl) ? pl.hp * pl.phases * pl.wpp : 0;
 }
 
 /* The first min(n, 4) lanes of v to dst (an output row's last vector may be partial). */
@@ -212,33 +233,11 @@ static inline void dw_store(float *dst, conv_v4f v, int64_t n) {
     for (int64_t j = 0; j < n; j++) dst[j] = v[j];
 }
 
-static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
-                              float *restrict y, float *restrict plane) {
-    const int64_t ow4 = (g->ow + 3) / 4 * 4, wp = ow4 + (g->kw - 1) * g->dw;
-    const int64_t hp = g->oh + (g->kh - 1) * g->dh;
-    memset(plane, 0, (size_t)(hp * wp) * sizeof(float));
-    const int64_t cols = g->iw < wp - g->pw ? g->iw : wp - g->pw; /* input columns inside the plane */
-    for (int64_t iy = 0; iy < g->ih && iy + g->ph < hp; iy++)
-        if (cols > 0) memcpy(plane + (iy + g->ph) * wp + g->pw, x + iy * g->iw, (size_t)cols * sizeof(float));
-    const conv_v4f vb = {bias, bias, bias, bias};
-    if (g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1) { /* the common 3x3: taps unrolled */
-        conv_v4f wv[9];
-        for (int k = 0; k < 9; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};
-        for (int64_t oy = 0; oy < g->oh; oy++) {
-            const float *r0 = plane + oy * wp, *r1 = r0 + wp, *r2 = r1 + wp;
-            for (int64_t ox = 0; ox < g->ow; ox += 4) {
-                conv_v4f tap[9];
-                memcpy(&tap[0], r0 + ox, 16), memcpy(&tap[1], r0 + ox + 1, 16), memcpy(&tap[2], r0 + ox + 2, 16);
-                memcpy(&tap[3], r1 + ox, 16), memcpy(&tap[4], r1 + ox + 1, 16), memcpy(&tap[5], r1 + ox + 2, 16);
-                memcpy(&tap[6], r2 + ox, 16), memcpy(&tap[7], r2 + ox + 1, 16), memcpy(&tap[8], r2 + ox + 2, 16);
-                conv_v4f acc = vb;
-                for (int k = 0; k < 9; k++) acc += wv[k] * tap[k];
-                dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
-            }
-        }
-        return;
-    }
-    /* any other kernel (up to DW_TAPS_MAX taps): each tap's weight splatted once per channel */
+/* Any kernel (up to DW_TAPS_MAX taps) over a stride-1-column plane: each tap's weight
+ * splatted once per channel, two output vectors per tap. Its own function: folded into
+ * conv_depthwise_plane, GCC scheduled it 15% slower (5x5, PP-LCNet). */
+static __attribute__((noinline)) void dw_taps_s1(const conv_geom *g, const float *restrict w, conv_v4f vb,
+                                                 const float *restrict plane, int64_t wp, float *restrict y) {
     conv_v4f wv[DW_TAPS_MAX];
     for (int64_t k = 0; k < g->kh * g->kw; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};
     for (int64_t oy = 0; oy < g->oh; oy++) {
@@ -246,7 +245,7 @@ static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const
         for (; ox + 8 <= g->ow; ox += 8) { /* two vectors share each tap's weight */
             conv_v4f a0 = vb, a1 = vb;
             for (int64_t ki = 0; ki < g->kh; ki++) {
-                const float *row = plane + (oy + ki * g->dh) * wp + ox;
+                const float *row = plane + (oy * g->sh + ki * g->dh) * wp + ox;
                 for (int64_t kj = 0; kj < g->kw; kj++) {
                     conv_v4f x0, x1;
                     memcpy(&x0, row + kj * g->dw, sizeof x0);
@@ -261,12 +260,96 @@ static void conv_depthwise_s1(const conv_geom *g, const float *restrict x, const
         for (; ox < g->ow; ox += 4) {
             conv_v4f acc = vb;
             for (int64_t ki = 0; ki < g->kh; ki++) {
-                const float *row = plane + (oy + ki * g->dh) * wp + ox;
+                const float *row = plane + (oy * g->sh + ki * g->dh) * wp + ox;
                 for (int64_t kj = 0; kj < g->kw; kj++) {
                     conv_v4f xv;
                     memcpy(&xv, row + kj * g->dw, sizeof xv);
                     acc += wv[ki * g->kw + kj] * xv;
                 }
+            }
+            dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
+        }
+    }
+}
+
+static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
+                                 float *restrict y, float *restrict plane) {
+    dw_plane pl;
+    (void)dw_plane_shape(g, &pl); /* the caller checked it applies */
+    const int64_t S = pl.phases, wpp = pl.wpp, hp = pl.hp, row_floats = S * wpp;
+    memset(plane, 0, (size_t)(hp * row_floats) * sizeof(float));
+    for (int64_t iy = 0; iy < g->ih && iy + g->ph < hp; iy++) {
+        float *dst = plane + (iy + g->ph) * row_floats;
+        const float *src = x + iy * g->iw;
+        if (S == 1) {
+            const int64_t cols = g->iw < wpp - g->pw ? g->iw : wpp - g->pw; /* input columns inside */
+            if (cols > 0) memcpy(dst + g->pw, src, (size_t)cols * sizeof(float));
+        } else {
+            /* padded column c = ix + pw goes to phase c % 2, index c / 2 */
+            for (int64_t ph = 0; ph < 2; ph++) {
+                const int64_t ix0 = (ph - g->pw % 2 + 2) % 2, j0 = (ix0 + g->pw) / 2;
+                int64_t n = (g->iw - ix0 + 1) / 2;
+                if (n > wpp - j0) n = wpp - j0;
+                if (n <= 0) continue;
+                float *d = dst + ph * wpp + j0;
+                copy_stride2(d, src + ix0, n - 1); /* its vector loads stay inside the row */
+                d[n - 1] = src[ix0 + 2 * (n - 1)];
+            }
+        }
+    }
+    const conv_v4f vb = {bias, bias, bias, bias};
+    if (S == 1 && g->sh == 1 && g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1) { /* the common 3x3 */
+        conv_v4f wv[9];
+        for (int k = 0; k < 9; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            const float *r0 = plane + oy * wpp, *r1 = r0 + wpp, *r2 = r1 + wpp;
+            for (int64_t ox = 0; ox < g->ow; ox += 4) {
+                conv_v4f tap[9];
+                memcpy(&tap[0], r0 + ox, 16), memcpy(&tap[1], r0 + ox + 1, 16), memcpy(&tap[2], r0 + ox + 2, 16);
+                memcpy(&tap[3], r1 + ox, 16), memcpy(&tap[4], r1 + ox + 1, 16), memcpy(&tap[5], r1 + ox + 2, 16);
+                memcpy(&tap[6], r2 + ox, 16), memcpy(&tap[7], r2 + ox + 1, 16), memcpy(&tap[8], r2 + ox + 2, 16);
+                conv_v4f acc = vb;
+                for (int k = 0; k < 9; k++) acc += wv[k] * tap[k];
+                dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
+            }
+        }
+        return;
+    }
+    if (S == 1) {
+        dw_taps_s1(g, w, vb, plane, wpp, y);
+        return;
+    }
+    const int64_t taps = g->kh * g->kw;
+    conv_v4f wv[DW_TAPS_MAX];
+    for (int64_t k = 0; k < taps; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};
+    /* column stride 2: each tap's offset in the plane (phase row, then column) computed once */
+    int64_t off[DW_TAPS_MAX];
+    for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++) {
+            const int64_t c = kj * g->dw; /* padded column of output 0 */
+            off[ki * g->kw + kj] = ki * g->dh * row_floats + (c % S) * wpp + c / S;
+        }
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+        const float *base = plane + oy * g->sh * row_floats;
+        int64_t ox = 0;
+        for (; ox + 8 <= g->ow; ox += 8) { /* two vectors share each tap's weight */
+            conv_v4f a0 = vb, a1 = vb;
+            for (int64_t k = 0; k < taps; k++) {
+                conv_v4f x0, x1;
+                memcpy(&x0, base + off[k] + ox, sizeof x0);
+                memcpy(&x1, base + off[k] + ox + 4, sizeof x1);
+                a0 += wv[k] * x0;
+                a1 += wv[k] * x1;
+            }
+            memcpy(y + oy * g->ow + ox, &a0, sizeof a0);
+            memcpy(y + oy * g->ow + ox + 4, &a1, sizeof a1);
+        }
+        for (; ox < g->ow; ox += 4) {
+            conv_v4f acc = vb;
+            for (int64_t k = 0; k < taps; k++) {
+                conv_v4f xv;
+                memcpy(&xv, base + off[k] + ox, sizeof xv);
+                acc += wv[k] * xv;
             }
             dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
         }
@@ -556,7 +639,7 @@ static nrv_status conv_run(const nrv_op_args *a) {
                 if (depthwise) {
                     const int64_t plane = dw_plane_floats(&g);
                     if (plane > 0 && (uint64_t)plane * sizeof(float) <= need)
-                        conv_depthwise_s1(&g, xg, wg, bd ? bd[gi] : 0.0f, yg, col);
+                        conv_depthwise_plane(&g, xg, wg, bd ? bd[gi] : 0.0f, yg, col);
                     else
                         conv_direct_1ch(&g, xg, wg, bd ? bd[gi] : 0.0f, yg);
                 } else if (use_rows) {
