@@ -151,20 +151,20 @@ static void gemm_pack_a_kmajor(const nrv_x86_gemm_args *g, int64_t ir, int64_t m
  * a 6-row tile of which 4 rows are thrown away (measured 11% of a 32-channel conv).
  * kmajor: A(i, p) = a[p·MR + i]; else A(i, p) = a[i·lda + p]. first: the first KC block
  * (beta and bias apply). */
-static inline __attribute__((always_inline)) void gemm_micro(const int rows, int kmajor, int64_t kc,
+static inline __attribute__((always_inline)) void gemm_micro(const int rows, const int nv, int kmajor, int64_t kc,
                                                              const float *a, int64_t lda, const float *bp, float *c,
                                                              int64_t ldc, int64_t nr, float alpha, float beta,
                                                              int first, const float *bias) {
     vf acc[GEMM_MR][GEMM_NRV];
     for (int i = 0; i < rows; i++)
-        for (int v = 0; v < GEMM_NRV; v++) acc[i][v] = vzero();
+        for (int v = 0; v < nv; v++) acc[i][v] = vzero();
     if (kmajor) {
         for (int64_t p = 0; p < kc; p++, a += GEMM_MR, bp += GEMM_NR) {
             vf b[GEMM_NRV];
-            for (int v = 0; v < GEMM_NRV; v++) b[v] = vload(bp + v * VL);
+            for (int v = 0; v < nv; v++) b[v] = vload(bp + v * VL);
             for (int i = 0; i < rows; i++) {
                 const vf ai = vset1(a[i]);
-                for (int v = 0; v < GEMM_NRV; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
+                for (int v = 0; v < nv; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
             }
         }
     } else {
@@ -172,17 +172,17 @@ static inline __attribute__((always_inline)) void gemm_micro(const int rows, int
         for (int i = 0; i < rows; i++) ar[i] = a + i * lda;
         for (int64_t p = 0; p < kc; p++, bp += GEMM_NR) {
             vf b[GEMM_NRV];
-            for (int v = 0; v < GEMM_NRV; v++) b[v] = vload(bp + v * VL);
+            for (int v = 0; v < nv; v++) b[v] = vload(bp + v * VL);
             for (int i = 0; i < rows; i++) {
                 const vf ai = vset1(ar[i][p]);
-                for (int v = 0; v < GEMM_NRV; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
+                for (int v = 0; v < nv; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
             }
         }
     }
     const vf va = vset1(alpha), vb = vset1(beta);
     for (int i = 0; i < rows; i++) {
         float *ci = c + i * ldc;
-        for (int v = 0; v < GEMM_NRV; v++) {
+        for (int v = 0; v < nv; v++) {
             const int64_t c0 = v * VL;
             if (c0 >= nr) break;
             vf r = vmul(acc[i][v], va);
@@ -207,15 +207,36 @@ static inline __attribute__((always_inline)) void gemm_micro(const int rows, int
 }
 
 _Static_assert(GEMM_MR == 6, "gemm_micro_rows/kmajor instantiate the micro-kernel for 1..6 rows");
-#define GEMM_MICRO_CASES(KMAJOR, LDA)                                                                          \
+/* One micro-kernel call with rows and vectors of columns as constants: mr in 1..6 rows,
+ * nv = the vectors the tile's nr columns need (a last panel of 4 columns runs one vector
+ * per row, not NRV: convs at 7x7 or 14x14 positions wasted up to 30% on zero columns). */
+#define GEMM_MICRO_ROWS(NV, KMAJOR, LDA)                                                                       \
     switch (mr) {                                                                                              \
-    case 6: gemm_micro(6, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;               \
-    case 5: gemm_micro(5, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;               \
-    case 4: gemm_micro(4, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;               \
-    case 3: gemm_micro(3, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;               \
-    case 2: gemm_micro(2, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;               \
-    default: gemm_micro(1, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;              \
+    case 6: gemm_micro(6, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
+    case 5: gemm_micro(5, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
+    case 4: gemm_micro(4, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
+    case 3: gemm_micro(3, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
+    case 2: gemm_micro(2, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
+    default: gemm_micro(1, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;          \
     }
+#if GEMM_NRV == 4
+#define GEMM_MICRO_CASES(KMAJOR, LDA)                                                                          \
+    switch (nr > 2 * VL ? (nr > 3 * VL ? 4 : 3) : (nr > VL ? 2 : 1)) {                                         \
+    case 4: GEMM_MICRO_ROWS(4, KMAJOR, LDA) break;                                                             \
+    case 3: GEMM_MICRO_ROWS(3, KMAJOR, LDA) break;                                                             \
+    case 2: GEMM_MICRO_ROWS(2, KMAJOR, LDA) break;                                                             \
+    default: GEMM_MICRO_ROWS(1, KMAJOR, LDA) break;                                                            \
+    }
+#elif GEMM_NRV == 2
+#define GEMM_MICRO_CASES(KMAJOR, LDA)                                                                          \
+    if (nr > VL) {                                                                                             \
+        GEMM_MICRO_ROWS(2, KMAJOR, LDA)                                                                        \
+    } else {                                                                                                   \
+        GEMM_MICRO_ROWS(1, KMAJOR, LDA)                                                                        \
+    }
+#else
+#error "GEMM_NRV must be 2 or 4"
+#endif
 
 static void gemm_micro_rows(int64_t kc, const float *a, int64_t lda, int64_t mr, const float *bp, float *c,
                             int64_t ldc, int64_t nr, float alpha, float beta, int first, const float *bias) {
@@ -227,6 +248,7 @@ static void gemm_micro_kmajor(int64_t kc, const float *a, int64_t mr, const floa
     GEMM_MICRO_CASES(1, 0)
 }
 #undef GEMM_MICRO_CASES
+#undef GEMM_MICRO_ROWS
 
 /* Row tiles of an m-row block: ceil(m / MR) tiles whose sizes differ by at most one (each
  * <= MR), so no tile is a short remainder. Tile t is rows [tile_start(t), tile_start(t+1)). */
