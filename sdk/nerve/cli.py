@@ -258,7 +258,11 @@ def _cmd_cuda_select(args) -> int:
     if args.device == "all":
         targets = list(nerve_cuda.PRESETS)
     elif args.device is None:
-        targets = list(range(nerve_cuda.device_count())) or ["orin"]
+        targets = list(range(nerve_cuda.device_count()))
+        if not targets:
+            print(f"no CUDA device here ({nerve_cuda.unavailable_reason()}); showing the 'orin' preset "
+                  "(name another preset, or 'all')", file=sys.stderr)
+            targets = ["orin"]
     else:
         targets = [int(args.device) if args.device.isdigit() else args.device]
     selections = [nerve_cuda.select(t, force_cc=args.cc, memory=args.memory, in_features=args.in_features)
