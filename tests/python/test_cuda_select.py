@@ -135,3 +135,12 @@ def test_cli_cuda_select(capsys):
     assert "sm_70 (forced)" in text and "memory            zero_copy" in text
     assert cli_main(["cuda-select", "orin", "--cc", "6.0"]) == 1
     assert "below nerve's minimum" in capsys.readouterr().err
+
+
+def test_cli_cuda_select_without_a_device_says_so(capsys):
+    assert cli_main(["cuda-select"]) == 0
+    captured = capsys.readouterr()
+    if cuda.device_count() == 0:
+        assert "no CUDA device here" in captured.err and "Orin" in captured.out
+    else:
+        assert "sm_" in captured.out and not captured.err
