@@ -197,10 +197,15 @@ static nrv_status forward(const char *fn, nrv_status st) {
     return nrv_fail(st, "%s: %s", fn, msg);
 }
 
+/* NRV_OK when the backend is loaded; else NRV_ERR_UNSUPPORTED with the reason. */
+static nrv_status require_backend(const char *fn) {
+    return backend_loaded() ? NRV_OK : nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+}
+
 /* NRV_OK when the backend is loaded and `device` exists; else NRV_ERR_UNSUPPORTED (no
  * backend, no driver, no GPU) or NRV_ERR_INVALID_ARG (bad index), with the reason. */
 static nrv_status require_device(const char *fn, int device) {
-    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    NRV_TRY(require_backend(fn));
     int count = 0;
     if (backend.device_count(&count) != NRV_OK) return forward(fn, NRV_ERR_UNSUPPORTED);
     if (count == 0) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: the CUDA driver reports no device", fn);
@@ -472,13 +477,18 @@ nrv_status nrv_cuda_pool_create_streaming(int device, uint64_t chunk_size, uint6
                        name, out);
 }
 
-nrv_status nrv_cuda_buffer_retain(nrv_cuda_pool_t *pool, void *ptr) {
-    static const char fn[] = "nrv_cuda_buffer_retain";
+/* A reference more (retain) or one fewer (release) on a buffer of pool. */
+static nrv_status pool_reference(const char *fn, nrv_cuda_pool_t *pool, void *ptr, int retain) {
     NRV_REQUIRE_PTR(fn, pool);
     NRV_REQUIRE_PTR(fn, ptr);
-    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
-    const nrv_status st = backend.pool_retain((nrvc_pool *)pool, ptr);
+    NRV_TRY(require_backend(fn));
+    const nrv_status st = retain ? backend.pool_retain((nrvc_pool *)pool, ptr)
+                                 : backend.pool_release((nrvc_pool *)pool, ptr);
     return st == NRV_OK ? NRV_OK : forward(fn, st);
+}
+
+nrv_status nrv_cuda_buffer_retain(nrv_cuda_pool_t *pool, void *ptr) {
+    return pool_reference("nrv_cuda_buffer_retain", pool, ptr, 1);
 }
 
 int64_t nrv_cuda_buffer_refcount(const nrv_cuda_pool_t *pool, const void *ptr) {
@@ -489,7 +499,7 @@ int64_t nrv_cuda_buffer_refcount(const nrv_cuda_pool_t *pool, const void *ptr) {
 nrv_status nrv_cuda_pool_reset(nrv_cuda_pool_t *pool) {
     static const char fn[] = "nrv_cuda_pool_reset";
     NRV_REQUIRE_PTR(fn, pool);
-    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    NRV_TRY(require_backend(fn));
     const nrv_status st = backend.pool_reset((nrvc_pool *)pool);
     return st == NRV_OK ? NRV_OK : forward(fn, st);
 }
@@ -504,7 +514,7 @@ nrv_status nrv_cuda_pool_alloc(nrv_cuda_pool_t *pool, uint64_t size, void **out)
     NRV_REQUIRE_PTR(fn, pool);
     NRV_REQUIRE_PTR(fn, out);
     if (size == 0) return nrv_fail(NRV_ERR_INVALID_ARG, "%s: size is 0", fn);
-    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    NRV_TRY(require_backend(fn));
     void *p = NULL;
     const nrv_status st = backend.pool_alloc((nrvc_pool *)pool, size, &p);
     if (st != NRV_OK) return forward(fn, st);
@@ -513,19 +523,14 @@ nrv_status nrv_cuda_pool_alloc(nrv_cuda_pool_t *pool, uint64_t size, void **out)
 }
 
 nrv_status nrv_cuda_pool_release(nrv_cuda_pool_t *pool, void *ptr) {
-    static const char fn[] = "nrv_cuda_pool_release";
-    NRV_REQUIRE_PTR(fn, pool);
-    NRV_REQUIRE_PTR(fn, ptr);
-    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
-    const nrv_status st = backend.pool_release((nrvc_pool *)pool, ptr);
-    return st == NRV_OK ? NRV_OK : forward(fn, st);
+    return pool_reference("nrv_cuda_pool_release", pool, ptr, 0);
 }
 
 nrv_status nrv_cuda_pool_stats_get(const nrv_cuda_pool_t *pool, nrv_pool_stats *out) {
     static const char fn[] = "nrv_cuda_pool_stats_get";
     NRV_REQUIRE_PTR(fn, pool);
     NRV_REQUIRE_PTR(fn, out);
-    if (!backend_loaded()) return nrv_fail(NRV_ERR_UNSUPPORTED, "%s: %s", fn, backend_reason);
+    NRV_TRY(require_backend(fn));
     nrv_pool_stats s;
     const nrv_status st = backend.pool_stats((const nrvc_pool *)pool, &s);
     if (st != NRV_OK) return forward(fn, st);

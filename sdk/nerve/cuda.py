@@ -400,28 +400,36 @@ class _Call:
         self._bytes += (max(int(nbytes), 1) + _ALIGN - 1) // _ALIGN * _ALIGN
         return offset
 
+    @staticmethod
+    def _in_place(arr):
+        """The device pointer slot of a HostBuffer or device array; None for a host array."""
+        if isinstance(arr, HostBuffer):
+            return ("dev", arr.device_ptr)
+        if isinstance(arr, _DeviceArray):
+            return ("dev", arr.ptr)
+        return None
+
     def input(self, arr):
-        """A device pointer slot for ``arr`` (None -> NULL)."""
+        """A device pointer slot for ``arr`` (None -> NULL); a HostBuffer is synced to the device."""
         if arr is None:
             return None
         if isinstance(arr, HostBuffer):
             arr.to_device()
-            return ("dev", arr.device_ptr)
-        if isinstance(arr, _DeviceArray):
-            return ("dev", arr.ptr)
-        offset = self._reserve(arr.nbytes)
-        self._uploads.append((arr, offset))
-        return ("pool", offset)
+        slot = self._in_place(arr)
+        if slot is None:
+            slot = ("pool", self._reserve(arr.nbytes))
+            self._uploads.append((arr, slot[1]))
+        return slot
 
     def output(self, arr):
+        """A device pointer slot for the result; finish() brings it to a host array or HostBuffer."""
         if isinstance(arr, HostBuffer):
             self._host_outputs.append(arr)
-            return ("dev", arr.device_ptr)
-        if isinstance(arr, _DeviceArray):
-            return ("dev", arr.ptr)
-        offset = self._reserve(arr.nbytes)
-        self._downloads.append((arr, offset))
-        return ("pool", offset)
+        slot = self._in_place(arr)
+        if slot is None:
+            slot = ("pool", self._reserve(arr.nbytes))
+            self._downloads.append((arr, slot[1]))
+        return slot
 
     def __enter__(self):
         return self
@@ -460,23 +468,18 @@ class _Call:
 
 
 def _arg(value, name: str, op: str, dtypes, ndim=None):
-    """A HostBuffer or device array (checked), or a host array (checked by nerve's host rules)."""
-    if isinstance(value, HostBuffer):
-        if value.dtype not in [np.dtype(d) for d in dtypes] or (ndim is not None and len(value.shape) != ndim):
-            raise InputError(f"{op}: {name} is a HostBuffer of {value.dtype} {value.shape}, expected "
-                             f"{' or '.join(str(np.dtype(d)) for d in dtypes)}"
-                             + (f" with {ndim} dimension(s)" if ndim is not None else ""), code("NRV_ERR_DTYPE"))
-        return value
-    if _is_device_array(value):
-        arr = _DeviceArray(value, name, op)
-        if arr.dtype not in [np.dtype(d) for d in dtypes]:
-            raise InputError(f"{op}: {name} has dtype {arr.dtype}, expected "
-                             f"{' or '.join(str(np.dtype(d)) for d in dtypes)}", code("NRV_ERR_DTYPE"))
-        if ndim is not None and len(arr.shape) != ndim:
-            raise InputError(f"{op}: {name} must have {ndim} dimension(s), got shape {arr.shape}",
-                             code("NRV_ERR_SHAPE"))
-        return arr
-    return m.as_input(value, name, op, [np.dtype(d) for d in dtypes], ndim=ndim)
+    """A HostBuffer or device array (its dtype and rank checked), or a host array (checked
+    by nerve's host rules)."""
+    wanted = [np.dtype(d) for d in dtypes]
+    if not (isinstance(value, HostBuffer) or _is_device_array(value)):
+        return m.as_input(value, name, op, wanted, ndim=ndim)
+    arr = value if isinstance(value, HostBuffer) else _DeviceArray(value, name, op)
+    if arr.dtype not in wanted:
+        raise InputError(f"{op}: {name} has dtype {arr.dtype}, expected {' or '.join(str(d) for d in wanted)}",
+                         code("NRV_ERR_DTYPE"))
+    if ndim is not None and len(arr.shape) != ndim:
+        raise InputError(f"{op}: {name} must have {ndim} dimension(s), got shape {arr.shape}", code("NRV_ERR_SHAPE"))
+    return arr
 
 
 def _result(like, shape, dtype, out, op: str, dev: int):

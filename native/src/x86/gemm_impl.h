@@ -221,7 +221,7 @@ _Static_assert(GEMM_MR == 6, "gemm_micro_rows/kmajor instantiate the micro-kerne
     }
 #if GEMM_NRV == 4
 #define GEMM_MICRO_CASES(KMAJOR, LDA)                                                                          \
-    switch (nr > 2 * VL ? (nr > 3 * VL ? 4 : 3) : (nr > VL ? 2 : 1)) {                                         \
+    switch (nr >= GEMM_NR ? GEMM_NRV : (int)((nr + VL - 1) / VL)) {                                            \
     case 4: GEMM_MICRO_ROWS(4, KMAJOR, LDA) break;                                                             \
     case 3: GEMM_MICRO_ROWS(3, KMAJOR, LDA) break;                                                             \
     case 2: GEMM_MICRO_ROWS(2, KMAJOR, LDA) break;                                                             \
