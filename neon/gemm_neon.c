@@ -14,6 +14,7 @@
  */
 #include <arm_neon.h>
 #include <math.h>
+#include <string.h>
 
 #include "neon_kernels.h"
 
@@ -126,18 +127,28 @@ static inline void gemm_tile(int64_t kc, const float *ap, const float *bp, float
     }
 }
 
-void nrv_gemm_neon(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (k == 0) {
-        /* Empty product: the same expression as the reference with a zero sum, so NaN or
-         * infinite alpha behave identically; beta == 0 still never reads C. */
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) {
-                float *cij = &c[i * ldc + j];
-                *cij = beta == 0.0f ? alpha * 0.0f : alpha * 0.0f + beta * *cij;
+/* B's rows at offsets (implicit GEMM): dst[s·8·kc + p·8 + l] = b[row_off[p] + s·8 + l],
+ * zero for columns >= width. */
+static void pack_row_offsets(const float *b, const int64_t *row_off, int64_t width, int64_t kc, float *dst) {
+    for (int64_t s0 = 0; s0 < width; s0 += 8, dst += 8 * kc) {
+        const int64_t w = width - s0 < 8 ? width - s0 : 8;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *src = b + row_off[p] + s0;
+            if (w == 8) {
+                vst1q_f32(dst + p * 8, vld1q_f32(src));
+                vst1q_f32(dst + p * 8 + 4, vld1q_f32(src + 4));
+            } else {
+                for (int64_t l = 0; l < 8; l++) dst[p * 8 + l] = l < w ? src[l] : 0.0f;
             }
-        return;
+        }
     }
+}
+
+/* The blocked nest; B's rows come from b at row_off when given (implicit GEMM), else
+ * op(B) is b with ldb and trans_b. */
+static void gemm_blocked(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, const int64_t *row_off, float beta, float *c,
+                         int64_t ldc) {
     float apack[GEMM_MC * GEMM_KC] __attribute__((aligned(64)));
     float bpack[GEMM_KC * GEMM_NC] __attribute__((aligned(64)));
     for (int64_t jc = 0; jc < n; jc += GEMM_NC) {
@@ -145,7 +156,8 @@ void nrv_gemm_neon(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, fl
         for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
             const int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
             /* op(B)[p][j] is b[j·ldb + p] when transposed (contiguous along k), else b[p·ldb + j]. */
-            pack_slivers(trans_b ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, trans_b, nc, kc, bpack);
+            if (row_off) pack_row_offsets(b + jc, row_off + pc, nc, kc, bpack);
+            else pack_slivers(trans_b ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, trans_b, nc, kc, bpack);
             for (int64_t ic = 0; ic < m; ic += GEMM_MC) {
                 const int64_t mc = m - ic < GEMM_MC ? m - ic : GEMM_MC;
                 /* op(A)[i][p] is a[p·lda + i] when transposed, else a[i·lda + p] (contiguous along k). */
@@ -158,4 +170,28 @@ void nrv_gemm_neon(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, fl
             }
         }
     }
+}
+
+void nrv_gemm_neon(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (k == 0) {
+        /* Empty product: the same expression as the reference with a zero sum, so NaN or
+         * infinite alpha behave identically; beta == 0 still never reads C. */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float *cij = &c[i * ldc + j];
+                *cij = beta == 0.0f ? alpha * 0.0f : alpha * 0.0f + beta * *cij;
+            }
+        return;
+    }
+    gemm_blocked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
+}
+
+void nrv_gemm_implicit_neon(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                            const int64_t *b_row_off, float *c, int64_t ldc) {
+    if (k == 0) {
+        for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    gemm_blocked(0, 0, m, n, k, 1.0f, a, lda, b, 0, b_row_off, 0.0f, c, ldc);
 }

@@ -28,6 +28,8 @@ void nrv_layernorm_linear_neon(const float *x, int64_t rows, int64_t in, const f
 /* gemm_neon.c */
 void nrv_gemm_neon(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+void nrv_gemm_implicit_neon(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                            const int64_t *b_row_off, float *c, int64_t ldc);
 
 /* activation_neon.c */
 void nrv_relu_neon(const float *x, int64_t n, float *y);

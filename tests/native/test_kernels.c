@@ -589,6 +589,56 @@ static void test_gemm(void) {
     }
 }
 
+/* The selected variant's implicit GEMM (B's rows at offsets into one buffer: a conv over
+ * its padded plane) against a double reference: awkward m, n (whole and partial register
+ * tiles of every variant) and k (one and several depth blocks), rows of B overlapping at
+ * random offsets, the last one ending exactly at the buffer's end (ASan sees a read past
+ * it), C with padding canaries between rows. */
+static void test_gemm_implicit(void) {
+    static const int64_t cases[][3] = {{1, 1, 1},    {3, 13, 9},    {13, 64, 27},  {6, 65, 144},  {97, 127, 257},
+                                       {16, 100, 576}, {64, 200, 129}, {5, 17, 1},   {7, 1025, 33}, {33, 48, 0}};
+    const nrv_gemm_implicit_fn gemm = nrv_kernel_get_implicit(NRV_OP_GEMM).gemm_implicit;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t m = cases[t][0], n = cases[t][1], k = cases[t][2];
+        const int64_t lda = k + (int64_t)(t % 3), ldc = n + (int64_t)(t % 2) * 5;
+        const int64_t span = n + 3 * n / 2 + 7; /* rows start anywhere in [0, span - n] */
+        buf A = buf_in(m * lda, 0), B = buf_in(span, (int)(t % 2));
+        int64_t *off = xalloc((size_t)(k ? k : 1) * sizeof(int64_t));
+        nrv_test_fill(A.p, m * lda, -1.0f, 1.0f);
+        nrv_test_fill(B.p, span, -1.0f, 1.0f);
+        for (int64_t p = 0; p < k; p++) off[p] = (int64_t)(nrv_test_uniform(0.0f, 1.0f) * (float)(span - n));
+        if (k) off[k / 2] = span - n;
+        const int64_t c_len = (m - 1) * ldc + n;
+        buf C = buf_out(c_len, 0);
+        for (int64_t i = 0; i < c_len; i++) C.p[i] = NAN; /* write-only: NaN must not leak */
+        for (int64_t i = 0; i + 1 < m; i++)
+            for (int64_t j = n; j < ldc; j++) C.p[i * ldc + j] = u2f(CANARY);
+        gemm(m, n, k, A.p, lda, B.p, off, C.p, ldc);
+        double err = 0.0;
+        int64_t wi = 0, wj = 0;
+        int pad_broken = 0;
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++) {
+                double want = 0.0;
+                for (int64_t p = 0; p < k; p++) want += (double)A.p[i * lda + p] * (double)B.p[off[p] + j];
+                const double e = fabs((double)C.p[i * ldc + j] - want) / (dot_atol(k ? k : 1, 1.0, 1.0) + 1e-5 * fabs(want));
+                if (!(e <= err)) err = isnan(e) ? INFINITY : e, wi = i, wj = j;
+            }
+            if (i + 1 < m)
+                for (int64_t j = n; j < ldc; j++)
+                    if (f2u(C.p[i * ldc + j]) != CANARY) pad_broken = 1;
+        }
+        if (pad_broken || !guards_intact(&C)) err = INFINITY;
+        record(err, "implicit m=%lld n=%lld k=%lld lda=%lld ldc=%lld at [%lld,%lld]%s", (long long)m, (long long)n,
+               (long long)k, (long long)lda, (long long)ldc, (long long)wi, (long long)wj,
+               pad_broken ? " padding between rows of C written" : (guards_intact(&C) ? "" : " canary"));
+        free(off);
+        buf_free(&A);
+        buf_free(&B);
+        buf_free(&C);
+    }
+}
+
 /* ------------------------------------------------------------------ activations, softmax */
 
 /* Special inputs mixed into every activation case: signed zeros, subnormals, the
@@ -821,7 +871,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "layernorm")) test_layernorm();
     else if (!strcmp(op, "linear")) test_linear(0);
     else if (!strcmp(op, "layernorm_linear")) test_linear(1);
-    else if (!strcmp(op, "gemm")) test_gemm();
+    else if (!strcmp(op, "gemm")) test_gemm(), test_gemm_implicit();
     else if (!strcmp(op, "gelu")) test_activation(NRV_ACT_GELU, nrv_gelu_ref);
     else if (!strcmp(op, "gelu_tanh")) test_activation(NRV_ACT_GELU_TANH, nrv_gelu_tanh_ref);
     else if (!strcmp(op, "relu")) test_activation(NRV_ACT_RELU, nrv_relu_ref);

@@ -170,11 +170,25 @@ static int conv_setup(const conv_case *cc, int64_t xd[4], int64_t wd[4], int64_t
     return 3 + 4 * sr;
 }
 
+/* The scratch layout documented in op_conv.c (the direct path), exactly: row offsets
+ * (8·K, rounded up to 64), the stride phases of the padded input (cg·sh·sw·PH·PW floats),
+ * the row buffer (min(mg·PW·oh, max(196608, mg·PW)) floats) and the few-positions
+ * path's transposed im2col (K·min(P, 16) floats). */
 static size_t conv_scratch(const conv_case *cc, const int64_t *wd, const int64_t *yd) {
     if (conv_pointwise(cc)) return 0;
-    int64_t e = wd[1];
-    for (int i = 0; i < cc->sr; i++) e *= wd[2 + i] * yd[2 + i];
-    return (size_t)e * sizeof(float);
+    int64_t oh = 1, sh = 1, hn = 1, p = 1, k = wd[1], wn = 1, sw = 1;
+    for (int i = 0; i < cc->sr; i++) {
+        const int64_t n = (yd[2 + i] - 1) * cc->s[i] + (wd[2 + i] - 1) * cc->d[i] + 1;
+        if (i == cc->sr - 1) wn = n, sw = cc->s[i];
+        else hn = n, sh = cc->s[i], oh = yd[2 + i];
+        k *= wd[2 + i];
+        p *= yd[2 + i];
+    }
+    const int64_t phh = (hn + sh - 1) / sh, pww = (wn + sw - 1) / sw, mg = cc->m / cc->group;
+    const int64_t mpw = mg * pww, cap = mpw > 196608 ? mpw : 196608;
+    const int64_t rowbuf = mpw * oh < cap ? mpw * oh : cap;
+    const int64_t floats = wd[1] * sh * sw * phh * pww + rowbuf + k * (p < 16 ? p : 16);
+    return (size_t)((k * 8 + 63) / 64 * 64 + floats * 4);
 }
 
 static void conv_reference(const conv_case *cc, const float *x, const float *w, const float *b, float p0, float p1,

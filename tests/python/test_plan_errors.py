@@ -262,7 +262,7 @@ def test_bad_magic_is_a_model_error(plan_file, tmp_path, magic):
         session(tmp_path / "x.nrv")
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 4, 0xFFFFFFFF])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 5, 0xFFFFFFFF])
 def test_wrong_version_is_a_model_error(plan_file, tmp_path, version):
     data = bytearray(plan_file.read_bytes())
     struct.pack_into("<I", data, 8, version)

@@ -145,6 +145,16 @@ typedef void (*nrv_gemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int6
                             float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                             float beta, float *c, int64_t ldc);
 
+/* C[m, n] = A · B with A row-major [m, k] (lda) and B's rows runs of one buffer at
+ * arbitrary offsets: B(p, j) = b[b_row_off[p] + j]. C (ldc) is write-only. This is a
+ * convolution as an implicit GEMM: over an input plane padded (and split into stride
+ * phases) once, row p = one (channel, tap) pair is the plane shifted by that tap, so no
+ * im2col matrix is built and the kernel reads B straight from the plane (op_conv.c).
+ * Every b[b_row_off[p] + j], j < n, must be readable; nothing past it is read. Each gemm
+ * variant has one, as its variant's `implicit` entry: forcing a gemm variant forces both. */
+typedef void (*nrv_gemm_implicit_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                                     const int64_t *b_row_off, float *c, int64_t ldc);
+
 /* Element-wise y = f(x) over n floats; y may be x. */
 typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
 
@@ -180,6 +190,7 @@ typedef union nrv_kernel_fn {
     nrv_linear_fn linear;
     nrv_layernorm_linear_fn layernorm_linear;
     nrv_gemm_fn gemm;
+    nrv_gemm_implicit_fn gemm_implicit;
     nrv_unary_fn unary;
     nrv_softmax_fn softmax;
     nrv_linear_w8_fn linear_w8;
@@ -190,13 +201,15 @@ typedef union nrv_kernel_fn {
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
  * NERVE_DISABLE names ("avx2", "avx512", "neon", "dotprod", "ref"); `requires` is the
- * mask of nrv_cpu_feature bits it needs at run time. */
+ * mask of nrv_cpu_feature bits it needs at run time. `implicit`: a second entry point of
+ * the same implementation, chosen with it (gemm: gemm_implicit; unused by other ops). */
 typedef struct nrv_kernel_variant {
     nrv_op op;
     const char *name;
     const char *group;
     uint64_t requires;
     nrv_kernel_fn fn;
+    nrv_kernel_fn implicit;
 } nrv_kernel_variant;
 
 /* Each ISA module exports one table of its variants, terminated by an entry whose name
@@ -292,6 +305,8 @@ void nrv_layernorm_linear_ref(const float *x, int64_t rows, int64_t in, const fl
 void nrv_gemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                   int64_t ldc);
+void nrv_gemm_implicit_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                           const int64_t *b_row_off, float *c, int64_t ldc);
 void nrv_gelu_ref(const float *x, int64_t n, float *y);
 void nrv_gelu_tanh_ref(const float *x, int64_t n, float *y);
 void nrv_relu_ref(const float *x, int64_t n, float *y);
@@ -331,5 +346,7 @@ uint16_t nrv_float_to_half(float f);
 
 /* Looks up the kernel currently chosen for op (resolving the table on first use). */
 nrv_kernel_fn nrv_kernel_get(nrv_op op);
+/* The selected variant's `implicit` entry for op (gemm: gemm_implicit). */
+nrv_kernel_fn nrv_kernel_get_implicit(nrv_op op);
 
 #endif /* NERVE_KERNELS_H */

@@ -59,22 +59,8 @@ typedef struct conv_geom {
     int pointwise;
 } conv_geom;
 
-/* Scratch the compiler must reserve for a conv (bytes):
- *     pointwise (every kernel dim 1, strides 1, dilations 1, pads 0): 0
- *     otherwise: 4 * (C/group) * prod(kernel) * prod(out_spatial)
- * i.e. one im2col matrix, for one image and one group. Depthwise convs
- * (group == C == M) do not use it, but the same formula applies to them.
- * Returns 0 and sets *bytes, or -1 if the product overflows. */
-static int conv_scratch_bytes(const conv_geom *g, uint64_t *bytes) {
-    if (g->pointwise) {
-        *bytes = 0;
-        return 0;
-    }
-    uint64_t b;
-    if (nrv_mul_overflow((uint64_t)g->kdim, (uint64_t)g->p, &b) || nrv_mul_overflow(b, sizeof(float), &b)) return -1;
-    *bytes = b;
-    return 0;
-}
+/* Convs with at most this many output positions take the few-positions path (below). */
+#define CONV_ROWS_MAX_P 16
 
 /* Expected output extent floor((in + pb + pe - dil*(k-1) - 1) / stride) + 1; -1 when the
  * dilated kernel is larger than the padded input (or on overflow). */
@@ -102,61 +88,114 @@ static void copy_stride2(float *restrict dst, const float *restrict src, int64_t
     for (; i < n; i++) dst[i] = src[2 * i];
 }
 
-/* im2col of one image and one group, output rows oy0 <= oy < oy1 (a block of the matrix,
- * np = (oy1 - oy0)*ow positions wide): col[(c*kh + ki)*kw + kj][(oy - oy0)*ow + ox] =
- * x[c][oy*sh + ki*dh - ph][ox*sw + kj*dw - pw], 0 where that falls in the padding.
- * Rows along the output positions are contiguous runs of x when sw == 1 (memcpy). */
-static void conv_im2col(const conv_geom *g, const float *x, float *col, int64_t oy0, int64_t oy1) {
-    const int64_t ow = g->ow, iw = g->iw, np = (oy1 - oy0) * ow;
+/* The direct path: a convolution as an implicit GEMM (nrv_gemm_implicit_fn) over its
+ * input, padded and split into stride phases once, with no im2col matrix.
+ *
+ * Padded input row r, column t (r, t >= 0) is x[r - ph][t - pw], 0 outside x. Phase
+ * (a, b) of it (a < sh, b < sw) is the plane P_ab[r'][t'] = padded[r'·sh + a][t'·sw + b],
+ * PH x PW for every phase. Output (oy, ox) under tap (ki, kj) reads
+ *     padded[oy·sh + ki·dh][ox·sw + kj·dw] = P_ab[oy + ki·dh / sh][ox + kj·dw / sw],
+ *     a = ki·dh mod sh, b = kj·dw mod sw,
+ * so with GEMM column j = oy·PW + ox, B's row (c, ki, kj) is channel c's plane P_ab at
+ * offset (ki·dh / sh)·PW + kj·dw / sw: a run of one buffer, read in place by the GEMM.
+ * Columns with ox >= ow are junk (computed, then dropped): PW - ow = (kw-1)·dw / sw of
+ * every PW, 2 of 42 for a 3x3 conv at 40 wide. A GEMM block covers whole output rows;
+ * its product goes to a row buffer (row stride PW) and the epilogue writes y from it
+ * with the bias and activation, or straight into y when a block has no junk columns
+ * (PW == ow, or one output row: every 1-D conv).
+ *
+ * Scratch (conv_scratch_bytes; mirrored by the compiler, onnx_ops.py conv_scratch):
+ *   [row offsets: K int64, rounded up to 64 bytes]
+ *   [phases: cg·sh·sw·PH·PW floats]
+ *   [row buffer: min(mg·PW·oh, max(CONV_Y_BLOCK_FLOATS, mg·PW)) floats]
+ *   [transposed im2col of the few-positions path: K·min(P, 16) floats] */
+#define CONV_Y_BLOCK_FLOATS ((int64_t)196608) /* 768 KiB: a block of y stays in L2 */
+typedef struct conv_direct {
+    int64_t ph_rows, pw_cols; /* PH, PW */
+    int64_t plane;            /* PH * PW */
+    int64_t block_rows;       /* output rows per GEMM block */
+    int64_t rowbuf;           /* floats of the row buffer */
+} conv_direct;
+
+static void conv_direct_shape(const conv_geom *g, conv_direct *d) {
+    /* the padded extent the output reads: (o-1)·s + (k-1)·d + 1, then ceil over the stride */
+    const int64_t hn = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    const int64_t wn = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    d->ph_rows = (hn + g->sh - 1) / g->sh;
+    d->pw_cols = (wn + g->sw - 1) / g->sw;
+    d->plane = d->ph_rows * d->pw_cols;
+    const int64_t row_floats = (g->mg > 0 ? g->mg : 1) * d->pw_cols;
+    const int64_t rows = CONV_Y_BLOCK_FLOATS / row_floats;
+    d->block_rows = rows < 1 ? 1 : rows > g->oh ? g->oh : rows;
+    d->rowbuf = d->block_rows * row_floats;
+}
+
+/* Scratch bytes of the layout above; -1 on overflow. Bounded by the sizes of x, w and y
+ * (checked by conv_run before), but computed with checks as the compiler's plan is input. */
+static int conv_scratch_bytes(const conv_geom *g, uint64_t *bytes) {
+    if (g->pointwise) {
+        *bytes = 0;
+        return 0;
+    }
+    conv_direct d;
+    conv_direct_shape(g, &d);
+    uint64_t offs, phases, rowbuf, few, total;
+    const uint64_t p16 = (uint64_t)(g->p < CONV_ROWS_MAX_P ? g->p : CONV_ROWS_MAX_P);
+    const uint64_t mpw = (uint64_t)(g->mg > 0 ? g->mg : 1) * (uint64_t)d.pw_cols;
+    if (nrv_mul_overflow((uint64_t)g->kdim, 8, &offs) ||
+        nrv_mul_overflow((uint64_t)g->cg * (uint64_t)(g->sh * g->sw), (uint64_t)d.plane, &phases) ||
+        nrv_mul_overflow(mpw, (uint64_t)g->oh, &rowbuf) || nrv_mul_overflow((uint64_t)g->kdim, p16, &few))
+        return -1;
+    const uint64_t cap = mpw > (uint64_t)CONV_Y_BLOCK_FLOATS ? mpw : (uint64_t)CONV_Y_BLOCK_FLOATS;
+    if (rowbuf > cap) rowbuf = cap;
+    offs = (offs + 63) / 64 * 64;
+    if (__builtin_add_overflow(phases, rowbuf, &total) || __builtin_add_overflow(total, few, &total) ||
+        nrv_mul_overflow(total, sizeof(float), &total) || __builtin_add_overflow(total, offs, &total))
+        return -1;
+    *bytes = total;
+    return 0;
+}
+
+/* Fills the phase planes of one image's group (layout above). */
+static void conv_fill_phases(const conv_geom *g, const conv_direct *d, const float *x, float *phases) {
+    float *dst = phases;
     for (int64_t c = 0; c < g->cg; c++) {
         const float *xc = x + c * g->hw;
-        for (int64_t ki = 0; ki < g->kh; ki++) {
-            const int64_t offy = ki * g->dh - g->ph;
-            int64_t ylo, yhi;
-            nrv_valid_range(offy, g->sh, g->ih, g->oh, &ylo, &yhi);
-            ylo = ylo < oy0 ? oy0 : ylo > oy1 ? oy1 : ylo;
-            yhi = yhi > oy1 ? oy1 : yhi < ylo ? ylo : yhi;
-            for (int64_t kj = 0; kj < g->kw; kj++) {
-                float *row = col + ((c * g->kh + ki) * g->kw + kj) * np; /* output row oy at (oy - oy0)*ow */
-                const int64_t offx = kj * g->dw - g->pw;
-                int64_t xlo, xhi;
-                nrv_valid_range(offx, g->sw, iw, ow, &xlo, &xhi);
-                if (ylo > oy0) memset(row, 0, (size_t)((ylo - oy0) * ow) * sizeof(float));
-                if (yhi > ylo && xlo == 0 && xhi == ow && g->sw == 1 && ow == iw && g->sh == 1) {
-                    /* whole rows, consecutive in x too: one copy (every stride-1 1-D conv) */
-                    memcpy(row + (ylo - oy0) * ow, xc + (ylo + offy) * iw + offx,
-                           (size_t)((yhi - ylo) * ow) * sizeof(float));
-                } else {
-                    for (int64_t oy = ylo; oy < yhi; oy++) {
-                        float *dst = row + (oy - oy0) * ow;
-                        const float *xr = xc + (oy * g->sh + offy) * iw;
-                        if (xlo > 0) memset(dst, 0, (size_t)xlo * sizeof(float));
-                        if (g->sw == 1) {
-                            if (xhi > xlo) memcpy(dst + xlo, xr + (xlo + offx), (size_t)(xhi - xlo) * sizeof(float));
-                        } else if (g->sw == 2 && xhi > xlo && (xhi - 1) * 2 + offx + 1 < iw) {
-                            /* the last pair read stays inside the row: vector path */
-                            copy_stride2(dst + xlo, xr + (xlo * 2 + offx), xhi - xlo);
-                        } else {
-                            for (int64_t ox = xlo; ox < xhi; ox++) dst[ox] = xr[ox * g->sw + offx];
-                        }
-                        if (xhi < ow) memset(dst + xhi, 0, (size_t)(ow - xhi) * sizeof(float));
+        for (int64_t a = 0; a < g->sh; a++) {
+            int64_t rlo, rhi; /* phase rows inside x: 0 <= r·sh + a - ph < ih */
+            nrv_valid_range(a - g->ph, g->sh, g->ih, d->ph_rows, &rlo, &rhi);
+            for (int64_t b = 0; b < g->sw; b++, dst += d->plane) {
+                int64_t tlo, thi;
+                nrv_valid_range(b - g->pw, g->sw, g->iw, d->pw_cols, &tlo, &thi);
+                for (int64_t r = 0; r < d->ph_rows; r++) {
+                    float *row = dst + r * d->pw_cols;
+                    if (r < rlo || r >= rhi || tlo >= thi) {
+                        memset(row, 0, (size_t)d->pw_cols * sizeof(float));
+                        continue;
                     }
+                    const float *xr = xc + (r * g->sh + a - g->ph) * g->iw + (b - g->pw);
+                    memset(row, 0, (size_t)tlo * sizeof(float));
+                    if (g->sw == 1) memcpy(row + tlo, xr + tlo, (size_t)(thi - tlo) * sizeof(float));
+                    else if (g->sw == 2 && (thi - 1) * 2 + (b - g->pw) + 1 < g->iw) /* last pair inside the row */
+                        copy_stride2(row + tlo, xr + tlo * 2, thi - tlo);
+                    else
+                        for (int64_t t = tlo; t < thi; t++) row[t] = xr[t * g->sw];
+                    memset(row + thi, 0, (size_t)(d->pw_cols - thi) * sizeof(float));
                 }
-                if (yhi < oy1) memset(row + (yhi - oy0) * ow, 0, (size_t)((oy1 - yhi) * ow) * sizeof(float));
             }
         }
     }
 }
 
-/* Output rows per im2col block: the block (kdim x rows*ow floats) stays within
- * CONV_COL_BLOCK_BYTES, so the GEMM reads it from L2 right after im2col wrote it instead
- * of streaming a matrix 9x the input from memory (measured: M32 K288 x 10816 positions
- * 95 -> 130 GFLOP/s for the GEMM alone). */
-#define CONV_COL_BLOCK_BYTES ((int64_t)768 << 10)
-static int64_t conv_block_rows(const conv_geom *g) {
-    const int64_t row_bytes = g->kdim * g->ow * (int64_t)sizeof(float);
-    const int64_t rows = row_bytes > 0 ? CONV_COL_BLOCK_BYTES / row_bytes : g->oh;
-    return rows < 1 ? 1 : rows > g->oh ? g->oh : rows;
+/* B's row offsets into the phases: row (c, ki, kj) -> plane (c, a, b), shifted by the tap. */
+static void conv_row_offsets(const conv_geom *g, const conv_direct *d, int64_t *off) {
+    for (int64_t c = 0, p = 0; c < g->cg; c++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++, p++) {
+                const int64_t a = ki * g->dh % g->sh, b = kj * g->dw % g->sw;
+                off[p] = ((c * g->sh + a) * g->sw + b) * d->plane + ki * g->dh / g->sh * d->pw_cols +
+                         kj * g->dw / g->sw;
+            }
 }
 
 /* One input channel into one output channel (depthwise): y[oy][ox] = bias + sum over the
@@ -364,7 +403,6 @@ static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, co
  * per output position, in the same scratch) and run y_g^T[P, M/g] = rows · W_g^T + bias
  * through the dispatch op "linear" (a dot kernel streaming W once), transposing its
  * output into y through a stack block. */
-#define CONV_ROWS_MAX_P 16
 #define CONV_OUT_BLOCK 2048   /* floats of transposed output per linear call (8 KiB) */
 #define CONV_PW_ROWS_MAX 4096 /* a pointwise conv's x^T staged on the stack (16 KiB) */
 
@@ -493,39 +531,57 @@ static __attribute__((noinline)) void add_bias_rows(float *restrict y, const flo
     }
 }
 
-/* The GEMM path, cut into blocks of output channels (rows of W and of y) for the threads. */
+/* The GEMM paths (pointwise, direct), one block of output positions, cut into blocks of
+ * output channels (rows of W and of y) for the threads. */
 typedef struct conv_gemm_job {
-    const float *wg, *b;  /* A = W_g [mg, k]; B [k, np] with row stride ldb */
-    float *yg;            /* C: np columns of rows of stride ldc */
+    const float *wg;          /* A = W_g [mg, k] */
+    const float *b;           /* pointwise: x's block, rows of stride ldb; direct: the phase planes */
+    const int64_t *b_row_off; /* direct: B's row offsets into b (NULL: pointwise) */
+    float *c;                 /* the product: np columns per channel, rows of stride ldc */
+    float *yg;                /* the block's first output position in y's channel 0 */
     int64_t mg, np, k, ldb, ldc, pieces;
-    const float *bias;    /* [mg] added to each row after the product, or NULL */
-    const nrv_op_args *a; /* for the fused activation */
+    int64_t y_stride;         /* floats between y's channels (P) */
+    int64_t rows, ow, c_row;  /* c != y: the block's output rows, y's width, c's row stride (PW) */
+    const float *bias;        /* [mg] added to each output, or NULL */
+    const nrv_op_args *a;     /* for the fused activation */
     int64_t act;
     float p0, p1;
 } conv_gemm_job;
 
 /* One block of channels: the product, then bias and activation on the rows just written,
- * while they are still in cache (a separate pass over y each cost a trip to memory). */
+ * while they are still in cache (a separate pass over y each cost a trip to memory); the
+ * direct path's junk columns are dropped on the way from the row buffer to y. */
 static void conv_gemm_task(void *ctx, int64_t t) {
     const conv_gemm_job *j = ctx;
     const int64_t m0 = t * j->mg / j->pieces, mb = (t + 1) * j->mg / j->pieces - m0;
-    float *y = j->yg + m0 * j->ldc;
-    nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, j->np, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b, j->ldb, 0.0f, y,
-                                     j->ldc);
+    float *c = j->c + m0 * j->ldc;
+    if (j->b_row_off)
+        nrv_kernel_get_implicit(NRV_OP_GEMM).gemm_implicit(mb, j->np, j->k, j->wg + m0 * j->k, j->k, j->b,
+                                                           j->b_row_off, c, j->ldc);
+    else
+        nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, j->np, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b, j->ldb, 0.0f, c,
+                                         j->ldc);
+    const int compact = j->c != j->yg;
+    const int64_t count = compact ? j->rows * j->ow : j->np; /* outputs per channel in this block */
     for (int64_t m = 0; m < mb; m++) {
-        float *row = y + m * j->ldc;
-        if (j->bias) add_bias_rows(row, j->bias + m0 + m, 1, j->np);
-        (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, row, j->np); /* act checked by conv_run */
+        float *yr = j->yg + (m0 + m) * j->y_stride;
+        if (compact) {
+            const float *cr = c + m * j->ldc, bv = j->bias ? j->bias[m0 + m] : 0.0f;
+            for (int64_t r = 0; r < j->rows; r++)
+                for (int64_t ox = 0; ox < j->ow; ox++) yr[r * j->ow + ox] = cr[r * j->c_row + ox] + bv;
+        } else if (j->bias) {
+            add_bias_rows(yr, j->bias + m0 + m, 1, count);
+        }
+        (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, yr, count); /* act checked by conv_run */
     }
 }
 
-/* Output positions per GEMM block of a pointwise conv: the block of y (mg rows) stays in
- * L2 for the bias and activation (CONV_COL_BLOCK_BYTES, whole vectors). */
+/* Output positions per pointwise GEMM block: the block of y (mg rows) stays in L2 for the
+ * bias and activation (CONV_Y_BLOCK_FLOATS, whole 64-column panels). */
 static int64_t conv_block_positions(const conv_geom *g) {
-    const int64_t per = CONV_COL_BLOCK_BYTES / ((g->mg > 0 ? g->mg : 1) * (int64_t)sizeof(float)) / 64 * 64;
+    const int64_t per = CONV_Y_BLOCK_FLOATS / (g->mg > 0 ? g->mg : 1) / 64 * 64;
     return per < 64 ? 64 : per > g->p ? g->p : per;
 }
-
 
 /* conv: N-image, grouped, dilated, padded convolution over 1 or 2 spatial axes, with
  * bias and a fused activation.
@@ -541,13 +597,14 @@ static int64_t conv_block_positions(const conv_geom *g) {
  *   fattr (2): [p0, p1] activation parameters (LEAKY_RELU: alpha = p0; CLIP: [p0, p1];
  *              ignored otherwise), applied after the bias.
  *   scratch: conv_scratch_bytes above: 0 for a pointwise conv (every kernel dim 1, strides 1,
- *            dilations 1, pads 0), else 4 * (C/group) * prod(kernel) * prod(out_spatial)
- *            bytes (one im2col matrix). scratch_bytes below that fails with INVALID_ARG.
- * Per image and group: im2col into scratch, then one GEMM (dispatch op "gemm")
- * W_g[M/g, C/g*prod(kernel)] · col -> y; pointwise convs run the GEMM on x itself;
- * depthwise convs (group == C == M) take a direct loop (no im2col, no GEMM); convs with
- * at most CONV_ROWS_MAX_P = 16 output positions per image use the transposed im2col and
- * the dispatch op "linear" instead of the GEMM (same scratch; see conv_group_rows).
+ *            dilations 1, pads 0), else the direct path's layout (row offsets, stride
+ *            phases, row buffer, the few-positions path's rows). scratch_bytes below that
+ *            fails with INVALID_ARG.
+ * Per image and group: pointwise convs run the GEMM (dispatch op "gemm") on x itself;
+ * depthwise convs (group == C == M) take a direct loop (no GEMM); convs with at most
+ * CONV_ROWS_MAX_P = 16 output positions per image use the transposed im2col and the
+ * dispatch op "linear" (see conv_group_rows); the others are the implicit GEMM over the
+ * stride phases (conv_direct above, the gemm variant's `implicit` entry).
  * Not in place. */
 static nrv_status conv_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 3, 1, -1, 2));
@@ -615,9 +672,9 @@ static nrv_status conv_run(const nrv_op_args *a) {
     g.kdim = g.cg * g.kh * g.kw;
     g.p = g.oh * g.ow;
     g.hw = g.c > 0 ? g.ih * g.iw : 0;
-    uint64_t need;
+    uint64_t need = 0;
     if (conv_scratch_bytes(&g, &need) != 0 || need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
-        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %llu (K = %lld, P = %lld)", a->scratch_bytes, (unsigned long long)need,
                            (long long)g.kdim, (long long)g.p);
 
     const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
@@ -645,20 +702,37 @@ static nrv_status conv_run(const nrv_op_args *a) {
                 } else if (use_rows) {
                     conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg, a->pool);
                 } else {
-                    /* blocks of output positions: im2col (or x itself, pointwise), product,
-                     * bias and activation, each block while it is in cache */
-                    conv_gemm_job j = {.wg = wg, .mg = g.mg, .ldc = g.p, .pieces = conv_channel_pieces(&g, a->pool, 0),
-                                       .bias = bd ? bd + gi * g.mg : NULL, .a = a, .act = act, .p0 = p0, .p1 = p1};
-                    const int64_t step = g.pointwise ? conv_block_positions(&g) : conv_block_rows(&g) * g.ow;
-                    for (int64_t q0 = 0; q0 < g.p; q0 += step) {
-                        j.np = g.p - q0 < step ? g.p - q0 : step;
-                        j.yg = yg + q0;
-                        if (g.pointwise) {
+                    /* blocks of output positions: the product, bias and activation, each
+                     * block while it is in cache; pointwise convs read x itself as B */
+                    conv_gemm_job j = {.wg = wg, .mg = g.mg, .pieces = conv_channel_pieces(&g, a->pool, 0),
+                                       .y_stride = g.p, .bias = bd ? bd + gi * g.mg : NULL, .a = a, .act = act,
+                                       .p0 = p0, .p1 = p1};
+                    if (g.pointwise) {
+                        const int64_t step = conv_block_positions(&g);
+                        for (int64_t q0 = 0; q0 < g.p; q0 += step) {
+                            j.np = g.p - q0 < step ? g.p - q0 : step;
                             j.b = xg + q0, j.ldb = g.p, j.k = g.cg;
-                        } else {
-                            conv_im2col(&g, xg, col, q0 / g.ow, q0 / g.ow + j.np / g.ow);
-                            j.b = col, j.ldb = j.np, j.k = g.kdim;
+                            j.c = j.yg = yg + q0, j.ldc = g.p;
+                            nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
                         }
+                        continue;
+                    }
+                    conv_direct d;
+                    conv_direct_shape(&g, &d);
+                    int64_t *offs = a->scratch;
+                    float *phases = (float *)((char *)a->scratch + ((size_t)g.kdim * 8 + 63) / 64 * 64);
+                    float *rowbuf = phases + g.cg * g.sh * g.sw * d.plane;
+                    conv_row_offsets(&g, &d, offs);
+                    conv_fill_phases(&g, &d, xg, phases);
+                    j.b_row_off = offs, j.k = g.kdim, j.ow = g.ow, j.c_row = d.pw_cols;
+                    for (int64_t oy0 = 0; oy0 < g.oh; oy0 += d.block_rows) {
+                        j.rows = g.oh - oy0 < d.block_rows ? g.oh - oy0 : d.block_rows;
+                        j.np = (j.rows - 1) * d.pw_cols + g.ow;
+                        j.b = phases + oy0 * d.pw_cols;
+                        j.yg = yg + oy0 * g.ow;
+                        if (d.pw_cols == g.ow || j.rows == 1) /* no junk columns: straight into y */
+                            j.c = j.yg, j.ldc = g.p;
+                        else j.c = rowbuf, j.ldc = d.block_rows * d.pw_cols;
                         nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
                     }
                 }

@@ -37,7 +37,7 @@
 #include "plan_ops.h"
 
 #define NRV_PLAN_MAGIC "NRVPLAN"
-#define NRV_PLAN_VERSION 3u
+#define NRV_PLAN_VERSION 4u
 
 /* State pair flags. APPEND: the output is the input with rows appended along its sequence
  * axis (a KV cache): one buffer, stored sequence-major (see op "kv_append" in op_kv.c),

@@ -26,6 +26,8 @@
  * Stack: bpack KC·NC + apack MR·KC floats (+ layernorm statistics), under 48 KiB; the
  * gemm_ln_once frame (GEMM_LN_FLOATS + statistics) also under 48 KiB, never nested.
  */
+#include <string.h>
+
 #include "simd_math.h"
 #include "x86_kernels.h"
 
@@ -151,14 +153,29 @@ static void gemm_pack_a_kmajor(const nrv_x86_gemm_args *g, int64_t ir, int64_t m
  * a 6-row tile of which 4 rows are thrown away (measured 11% of a 32-channel conv).
  * kmajor: A(i, p) = a[p·MR + i]; else A(i, p) = a[i·lda + p]. first: the first KC block
  * (beta and bias apply). */
-static inline __attribute__((always_inline)) void gemm_micro(const int rows, const int nv, int kmajor, int64_t kc,
-                                                             const float *a, int64_t lda, const float *bp, float *c,
-                                                             int64_t ldc, int64_t nr, float alpha, float beta,
-                                                             int first, const float *bias) {
+enum { GEMM_A_ROWS = 0, GEMM_A_KMAJOR = 1, GEMM_B_OFFSETS = 2 }; /* gemm_micro's modes */
+static inline __attribute__((always_inline)) void gemm_micro(const int rows, const int nv, int mode, int64_t kc,
+                                                             const float *a, int64_t lda, const float *bp,
+                                                             const int64_t *boff, float *c, int64_t ldc, int64_t nr,
+                                                             float alpha, float beta, int first, const float *bias) {
     vf acc[GEMM_MR][GEMM_NRV];
     for (int i = 0; i < rows; i++)
         for (int v = 0; v < nv; v++) acc[i][v] = vzero();
-    if (kmajor) {
+    if (mode == GEMM_B_OFFSETS) {
+        /* implicit GEMM: B's row p is bp + boff[p], read in place (whole tiles only: a
+         * masked load here made GCC spill every accumulator each step) */
+        const float *ar[GEMM_MR];
+        for (int i = 0; i < rows; i++) ar[i] = a + i * lda;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *bq = bp + boff[p];
+            vf b[GEMM_NRV];
+            for (int v = 0; v < nv; v++) b[v] = vload(bq + v * VL);
+            for (int i = 0; i < rows; i++) {
+                const vf ai = vset1(ar[i][p]);
+                for (int v = 0; v < nv; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
+            }
+        }
+    } else if (mode == GEMM_A_KMAJOR) {
         for (int64_t p = 0; p < kc; p++, a += GEMM_MR, bp += GEMM_NR) {
             vf b[GEMM_NRV];
             for (int v = 0; v < nv; v++) b[v] = vload(bp + v * VL);
@@ -210,29 +227,29 @@ _Static_assert(GEMM_MR == 6, "gemm_micro_rows/kmajor instantiate the micro-kerne
 /* One micro-kernel call with rows and vectors of columns as constants: mr in 1..6 rows,
  * nv = the vectors the tile's nr columns need (a last panel of 4 columns runs one vector
  * per row, not NRV: convs at 7x7 or 14x14 positions wasted up to 30% on zero columns). */
-#define GEMM_MICRO_ROWS(NV, KMAJOR, LDA)                                                                       \
+#define GEMM_MICRO_ROWS(NV, MODE, LDA, BOFF)                                                                   \
     switch (mr) {                                                                                              \
-    case 6: gemm_micro(6, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
-    case 5: gemm_micro(5, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
-    case 4: gemm_micro(4, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
-    case 3: gemm_micro(3, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
-    case 2: gemm_micro(2, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;           \
-    default: gemm_micro(1, NV, KMAJOR, kc, a, LDA, bp, c, ldc, nr, alpha, beta, first, bias); break;          \
+    case 6: gemm_micro(6, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 5: gemm_micro(5, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 4: gemm_micro(4, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 3: gemm_micro(3, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 2: gemm_micro(2, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    default: gemm_micro(1, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;    \
     }
 #if GEMM_NRV == 4
-#define GEMM_MICRO_CASES(KMAJOR, LDA)                                                                          \
+#define GEMM_MICRO_CASES(MODE, LDA, BOFF)                                                                      \
     switch (nr >= GEMM_NR ? GEMM_NRV : (int)((nr + VL - 1) / VL)) {                                            \
-    case 4: GEMM_MICRO_ROWS(4, KMAJOR, LDA) break;                                                             \
-    case 3: GEMM_MICRO_ROWS(3, KMAJOR, LDA) break;                                                             \
-    case 2: GEMM_MICRO_ROWS(2, KMAJOR, LDA) break;                                                             \
-    default: GEMM_MICRO_ROWS(1, KMAJOR, LDA) break;                                                            \
+    case 4: GEMM_MICRO_ROWS(4, MODE, LDA, BOFF)   break;                                                       \
+    case 3: GEMM_MICRO_ROWS(3, MODE, LDA, BOFF)   break;                                                       \
+    case 2: GEMM_MICRO_ROWS(2, MODE, LDA, BOFF)   break;                                                       \
+    default: GEMM_MICRO_ROWS(1, MODE, LDA, BOFF)   break;                                                      \
     }
 #elif GEMM_NRV == 2
-#define GEMM_MICRO_CASES(KMAJOR, LDA)                                                                          \
+#define GEMM_MICRO_CASES(MODE, LDA, BOFF)                                                                      \
     if (nr > VL) {                                                                                             \
-        GEMM_MICRO_ROWS(2, KMAJOR, LDA)                                                                        \
+        GEMM_MICRO_ROWS(2, MODE, LDA, BOFF)                                                                    \
     } else {                                                                                                   \
-        GEMM_MICRO_ROWS(1, KMAJOR, LDA)                                                                        \
+        GEMM_MICRO_ROWS(1, MODE, LDA, BOFF)                                                                    \
     }
 #else
 #error "GEMM_NRV must be 2 or 4"
@@ -240,12 +257,21 @@ _Static_assert(GEMM_MR == 6, "gemm_micro_rows/kmajor instantiate the micro-kerne
 
 static void gemm_micro_rows(int64_t kc, const float *a, int64_t lda, int64_t mr, const float *bp, float *c,
                             int64_t ldc, int64_t nr, float alpha, float beta, int first, const float *bias) {
-    GEMM_MICRO_CASES(0, lda)
+    GEMM_MICRO_CASES(GEMM_A_ROWS, lda, NULL)
 }
 
 static void gemm_micro_kmajor(int64_t kc, const float *a, int64_t mr, const float *bp, float *c, int64_t ldc,
                               int64_t nr, float alpha, float beta, int first, const float *bias) {
-    GEMM_MICRO_CASES(1, 0)
+    GEMM_MICRO_CASES(GEMM_A_KMAJOR, 0, NULL)
+}
+
+/* A whole NR-column tile with B's rows at bp + boff[p] (implicit GEMM), A rows in place;
+ * alpha 1, beta 0, no bias. */
+static void gemm_micro_offsets(int64_t kc, const float *a, int64_t lda, int64_t mr, const float *bp,
+                               const int64_t *boff, float *c, int64_t ldc, int first) {
+    const float alpha = 1.0f, beta = 0.0f, *bias = NULL;
+    const int64_t nr = GEMM_NR;
+    GEMM_MICRO_ROWS(GEMM_NRV, GEMM_B_OFFSETS, lda, boff)
 }
 #undef GEMM_MICRO_CASES
 #undef GEMM_MICRO_ROWS
@@ -367,6 +393,44 @@ void X86FN(nrv_x86_gemm_driver)(const nrv_x86_gemm_args *g) {
     if (g->k == 0) gemm_scale_c(g);
     else if (g->ln_gamma && g->m <= GEMM_LN_ONCE_ROWS) gemm_ln_once(g);
     else gemm_blocked(g);
+}
+
+/* Implicit GEMM (nrv_gemm_implicit_fn): no packing at all. B's rows are read in place
+ * from their offsets, A's rows in place; panels of NC columns, depth blocks of KC, the
+ * row tiles of gemm_blocked. A convolution's B rows are one plane at shifted offsets, so
+ * a KC block of them spans a few KiB of the plane, which stays in L1 across the tiles. */
+void X86FN(nrv_gemm_implicit)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                              const int64_t *b_row_off, float *c, int64_t ldc) {
+    if (k == 0) {
+        for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    _Alignas(64) float tail[GEMM_KC * GEMM_NR]; /* the last, partial tile's B, packed */
+    const int64_t tiles = gemm_row_tiles(m);
+    for (int64_t jc = 0; jc < n; jc += GEMM_NC) {
+        const int64_t nc = n - jc < GEMM_NC ? n - jc : GEMM_NC;
+        const int64_t whole = nc / GEMM_NR * GEMM_NR, part = nc - whole;
+        for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
+            const int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
+            if (part)
+                for (int64_t p = 0; p < kc; p++) {
+                    const float *src = b + b_row_off[pc + p] + jc + whole;
+                    for (int64_t v = 0; v < GEMM_NRV; v++) {
+                        const int64_t c0 = v * VL;
+                        vstore(tail + p * GEMM_NR + c0, part > c0 ? vload_tail(src + c0, vtail_mask(part - c0 < VL ? part - c0 : VL)) : vzero());
+                    }
+                }
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t i0 = gemm_tile_start(m, tiles, t), mr = gemm_tile_start(m, tiles, t + 1) - i0;
+                const float *arow = a + i0 * lda + pc;
+                float *crow = c + i0 * ldc + jc;
+                for (int64_t jr = 0; jr < whole; jr += GEMM_NR)
+                    gemm_micro_offsets(kc, arow, lda, mr, b + jc + jr, b_row_off + pc, crow + jr, ldc, pc == 0);
+                if (part)
+                    gemm_micro_rows(kc, arow, lda, mr, tail, crow + whole, ldc, part, 1.0f, 0.0f, pc == 0, NULL);
+            }
+        }
+    }
 }
 
 void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,

@@ -32,6 +32,7 @@ typedef struct nrv_x86_gemm_args {
     const float *ln_gamma; /* [k]: normalise rows of A (NULL: plain GEMM) */
     const float *ln_beta;  /* [k], may be NULL */
     float ln_eps;
+    const int64_t *b_row_off; /* implicit GEMM: B(p, j) = b[b_row_off[p] + j] (ldb, trans_b unused) */
 } nrv_x86_gemm_args;
 
 /* Ops with variants in both ISAs (AVX-512 measured faster, see x86_table.c). */
@@ -47,6 +48,8 @@ typedef struct nrv_x86_gemm_args {
                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,     \
                         int64_t ldc);                                                                       \
     void nrv_x86_gemm_driver_##isa(const nrv_x86_gemm_args *args);                                          \
+    void nrv_gemm_implicit_##isa(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, \
+                                 const int64_t *b_row_off, float *c, int64_t ldc);                           \
     void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
     void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \

@@ -1155,6 +1155,27 @@ def _auto_pads(ctx: NodeCtx, spatial, kernel, strides, dil):
     raise ctx.fail(f"auto_pad {auto!r} is not supported")
 
 
+CONV_Y_BLOCK_FLOATS = 196608  # op_conv.c: a block of y that stays in L2
+
+
+def conv_scratch(cg: int, mg: int, kernel, strides, dil, out_sp) -> Dim:
+    """Scratch bytes of a non-pointwise conv: the layout documented in op_conv.c (the
+    direct path; conv_scratch_bytes there checks it): row offsets, the padded input's stride
+    phases, the row buffer, the few-positions path's transposed im2col. Every term grows
+    with the output size, so the reservation at the dims' bounds covers smaller runs."""
+    k = cg * int(np.prod(kernel))
+    if len(kernel) == 1:
+        kernel, strides, dil, out_sp = [1] + list(kernel), [1] + list(strides), [1] + list(dil), [1] + list(out_sp)
+    extent = [S.dim_ceildiv(S.dim_add(S.dim_mul(S.dim_sub(o, 1), s), (kk - 1) * d + 1), s)
+              for o, kk, s, d in zip(out_sp, kernel, strides, dil)]
+    phases = S.dim_mul(cg * strides[0] * strides[1], S.dim_mul(extent[0], extent[1]))
+    row = S.dim_mul(mg, extent[1])
+    rowbuf = S.dim_min(S.dim_mul(row, out_sp[0]), S.dim_max(CONV_Y_BLOCK_FLOATS, row))
+    few = S.dim_mul(k, S.dim_min(S.prod(out_sp), 16))
+    floats = S.dim_add(S.dim_add(phases, rowbuf), few)
+    return S.dim_add((k * 8 + 63) // 64 * 64, S.dim_mul(4, floats))
+
+
 @handler("Conv")
 def _conv(ctx: NodeCtx, ins):
     return [conv(ctx, ins[0], ins[1], ins[2] if len(ins) > 2 else None, ctx.out_name())]
@@ -1184,7 +1205,7 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
               zip(x.shape[2:], kernel, strides, dil, pb, pe)]
     shape = [x.shape[0], m] + out_sp
     pointwise = all(k == 1 for k in kernel) and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
-    scratch = 0 if pointwise else S.dim_mul(4 * int(w.shape[1]) * int(np.prod(kernel)), S.prod(out_sp))
+    scratch = 0 if pointwise else conv_scratch(int(w.shape[1]), m // group, kernel, strides, dil, out_sp)
     if bias is not None and bias.const is None:
         raise ctx.fail("the bias must be a constant")
     return ctx.b.emit("conv", [x, w, bias], [spec(name, np.float32, shape)],

@@ -13,7 +13,7 @@ import numpy as np
 from . import symbolic as S
 from .graph import Value
 from .onnx_import import NodeCtx, handler, np_dtype_of
-from .onnx_ops import conv_out_dim, norm_axis, spec
+from .onnx_ops import conv_out_dim, conv_scratch, norm_axis, spec
 
 
 def _static_float(ctx: NodeCtx, v: Value, what: str) -> float:
@@ -64,7 +64,8 @@ def _stft(ctx: NodeCtx, ins):
     x = b.alias(signal, [batch, 1, length], b.fresh(ctx.name))  # moves an axis of extent 1: same bytes
     frames = conv_out_dim(ctx, length, n, step, 1, 0, 0)
     y = b.emit("conv", [x, b.const(basis), None], [spec(b.fresh(ctx.name), np.float32, [batch, 2 * bins, frames])],
-               iattr=[1, 1, 0, step, 1, 0, 0], fattr=[0, 0], scratch_bytes=S.dim_mul(4 * n, frames), name=ctx.name)[0]
+               iattr=[1, 1, 0, step, 1, 0, 0], fattr=[0, 0],
+               scratch_bytes=conv_scratch(1, 2 * bins, [n], [step], [1], [frames]), name=ctx.name)[0]
     y = b.alias(y, [batch, 2, bins, frames], b.fresh(ctx.name))
     return b.emit("transpose", [y], [spec(ctx.out_name(), np.float32, [batch, frames, bins, 2])], iattr=[0, 3, 2, 1],
                   name=ctx.name)

@@ -18,7 +18,7 @@ from .graph import CompileError, Label, Program, dtype_code
 from .memplan import MemoryPlan, bytes_at_bounds, plan_memory
 
 MAGIC = b"NRVPLAN\0"
-VERSION = 3
+VERSION = 4
 HEADER_BYTES = 96
 
 
