@@ -186,27 +186,104 @@ def format_selection(sel: dict) -> str:
 #
 # Arguments are numpy arrays (staged through a nerve device pool: copied in, the result
 # copied back, returned as numpy) or device arrays exposing __cuda_array_interface__
-# (CuPy, PyTorch, Numba, nerve.cuda.DeviceArray: used in place, no copy; the result is a
-# CuPy array for CuPy input, else a DeviceArray, or the caller's ``out``). Every array is checked (dtype, shape, C order) before a pointer
+# (CuPy, PyTorch, Numba, nerve.cuda.DeviceArray) or DLPack from a CUDA device (JAX,
+# TensorFlow, any array-API library): used in place, no copy; the result is a CuPy array
+# for CuPy input, else a DeviceArray, or the caller's ``out``. Every array is checked (dtype, shape, C order) before a pointer
 # crosses into C, as nerve.ops does for host arrays.
 
 _ALIGN = 256
 _TYPESTRS = {"<f4": np.float32, "<f2": np.float16, "|i1": np.int8, "|u1": np.uint8, "<u2": np.uint16}
 
 
+# DLPack (dlpack.h, the legacy unversioned "dltensor" capsule every producer gives when the
+# consumer passes no max_version): the device types whose pointers a kernel can read, and
+# the element types nerve takes, as (type code, bits) -> numpy typestr.
+_DL_DEVICE_TYPES = {2: "CUDA", 13: "CUDA managed"}
+_DL_DTYPES = {(2, 32): "<f4", (2, 16): "<f2", (0, 8): "|i1", (1, 8): "|u1", (1, 16): "<u2"}
+_dlpack_ffi = None
+
+
+def _dlpack_cdef():
+    """A cffi FFI (ABI mode, no compiler) with the DLPack structs."""
+    global _dlpack_ffi
+    if _dlpack_ffi is None:
+        from cffi import FFI
+
+        f = FFI()
+        f.cdef("""
+            typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+            typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+            typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
+                             int64_t *shape; int64_t *strides; uint64_t byte_offset; } DLTensor;
+        """)
+        _dlpack_ffi = f
+    return _dlpack_ffi
+
+
+def _has_device_dlpack(obj) -> bool:
+    """obj exports DLPack from GPU memory (numpy and other host producers do not count)."""
+    if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
+        return False
+    try:
+        dev_type = int(obj.__dlpack_device__()[0])
+    except Exception:  # a producer that cannot say: not a device array nerve can use
+        return False
+    return dev_type in _DL_DEVICE_TYPES
+
+
+def _from_dlpack(obj, name: str, op: str, device_types: Dict[int, str] = _DL_DEVICE_TYPES):
+    """(pointer, shape, typestr, strides in bytes or None, capsule) of a DLPack
+    export from one of ``device_types``. The capsule is kept by the caller for the call's
+    duration: it keeps the producer's export alive, and its destructor (the capsule is
+    never renamed "used_dltensor") releases it."""
+    import ctypes
+
+    capsule = obj.__dlpack__()
+    f = _dlpack_cdef()
+    getptr = ctypes.pythonapi.PyCapsule_GetPointer
+    getptr.restype, getptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    try:
+        addr = getptr(capsule, b"dltensor")
+    except ValueError:
+        raise InputError(f"{op}: {name}.__dlpack__() gave no legacy 'dltensor' capsule", code("NRV_ERR_INVALID_ARG"))
+    t = f.cast("DLTensor *", addr)  # DLManagedTensor starts with its DLTensor
+    dev_type = int(t.device.device_type)
+    if dev_type not in device_types:
+        raise InputError(f"{op}: {name} is DLPack device type {dev_type}, not GPU memory "
+                         f"({', '.join(f'{k} {v}' for k, v in device_types.items())})", code("NRV_ERR_INVALID_ARG"))
+    typestr = _DL_DTYPES.get((int(t.dtype.code), int(t.dtype.bits)))
+    if typestr is None or int(t.dtype.lanes) != 1:
+        raise InputError(f"{op}: {name} has DLPack dtype (code {int(t.dtype.code)}, bits {int(t.dtype.bits)}, "
+                         f"lanes {int(t.dtype.lanes)}); nerve takes {', '.join(_TYPESTRS)}", code("NRV_ERR_DTYPE"))
+    ndim = int(t.ndim)
+    shape = tuple(int(t.shape[i]) for i in range(ndim))
+    item = np.dtype(typestr).itemsize
+    strides = None if t.strides == f.NULL else tuple(int(t.strides[i]) * item for i in range(ndim))
+    ptr = int(f.cast("uintptr_t", t.data)) + int(t.byte_offset)
+    return ptr, shape, typestr, strides, capsule
+
+
 class _DeviceArray:
-    """A checked view of a __cuda_array_interface__ object: pointer, shape, dtype."""
+    """A checked view of a device array: pointer, shape, dtype. From
+    ``__cuda_array_interface__`` (CuPy, PyTorch, Numba, nerve's own), else from DLPack
+    (``__dlpack__`` on a CUDA device: JAX, TensorFlow, any array-API library)."""
 
     def __init__(self, obj, name: str, op: str):
-        iface = obj.__cuda_array_interface__
-        dtype = _TYPESTRS.get(iface.get("typestr"))
-        if dtype is None:
-            raise InputError(f"{op}: {name} has device dtype {iface.get('typestr')!r}; nerve takes "
-                             f"{', '.join(_TYPESTRS)}", code("NRV_ERR_DTYPE"))
         self.obj = obj
+        self._capsule = None
+        if hasattr(obj, "__cuda_array_interface__"):
+            iface = obj.__cuda_array_interface__
+            typestr, shape, strides = iface.get("typestr"), iface["shape"], iface.get("strides")
+            ptr, readonly = int(iface["data"][0]), bool(iface["data"][1])
+        else:
+            ptr, shape, typestr, strides, self._capsule = _from_dlpack(obj, name, op)
+            readonly = False  # the legacy capsule has no read-only flag
+        dtype = _TYPESTRS.get(typestr)
+        if dtype is None:
+            raise InputError(f"{op}: {name} has device dtype {typestr!r}; nerve takes "
+                             f"{', '.join(_TYPESTRS)}", code("NRV_ERR_DTYPE"))
         self.dtype = np.dtype(dtype)
-        self.shape = tuple(int(d) for d in iface["shape"])
-        strides = iface.get("strides")
+        self.shape = tuple(int(d) for d in shape)
         if strides is not None:
             expect, step = [], self.dtype.itemsize
             for dim in reversed(self.shape):
@@ -215,8 +292,8 @@ class _DeviceArray:
             if tuple(strides) != tuple(reversed(expect)) and m.prod(self.shape) > 1:
                 raise InputError(f"{op}: {name} is not C-contiguous on the device (strides {strides}); "
                                  "make it contiguous first", code("NRV_ERR_INVALID_ARG"))
-        self.ptr = int(iface["data"][0])
-        self.readonly = bool(iface["data"][1])
+        self.ptr = ptr
+        self.readonly = readonly
 
 
 def _array_geometry(what: str, shape, dtype, device):
@@ -366,7 +443,7 @@ def bytes_copied() -> int:
 
 
 def _is_device_array(obj) -> bool:
-    return hasattr(obj, "__cuda_array_interface__")
+    return hasattr(obj, "__cuda_array_interface__") or _has_device_dlpack(obj)
 
 
 def device_index(device) -> int:
