@@ -181,6 +181,37 @@ def test_threads_give_identical_results(tmp_path):
         nerve.Session(conv, threads=0)
 
 
+@pytest.mark.parametrize("kernel,stride,size,channels", [
+    (3, 1, (1, 24, 37, 41), 20),   # direct path, output rows split across threads
+    (3, 2, (1, 16, 45, 38), 33),   # stride phases
+    (1, 1, (1, 40, 29, 31), 24),   # pointwise: 64-column panels split
+    (5, 3, (1, 8, 1, 700), 12),    # 1-D shaped (one output row): panels split
+    (3, 1, (1, 32, 10, 10), 48),   # few positions: channels split at 2 threads, rows at 3
+])
+def test_conv_paths_split_across_threads_give_identical_bits(tmp_path, rng, kernel, stride, size, channels):
+    """Convs big enough to be shared out (more than 64K MACs; most have fewer than 128
+    channels, which one thread did alone before) give the same bits at 1, 2 and 3 threads,
+    and match onnxruntime."""
+    c = size[1]
+    kh = 1 if size[2] == 1 else kernel
+    w = (rng.standard_normal((channels, c, kh, kernel)) / np.sqrt(c * kh * kernel)).astype(np.float32)
+    b = rng.standard_normal(channels).astype(np.float32)
+    pads = [kh // 2, kernel // 2] * 2
+    g = h.make_graph([h.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kh, kernel], strides=[1 if kh == 1 else stride, stride], pads=pads),
+                      h.make_node("Relu", ["c"], ["y"])], "conv",
+                     [h.make_tensor_value_info("x", T.FLOAT, list(size))], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [nh.from_array(w, "w"), nh.from_array(b, "b")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "conv.onnx"
+    onnx.save(m, path)
+    feeds = {"x": rng.standard_normal(size).astype(np.float32)}
+    outs = [nerve.Session(path, threads=t, cache=False).run(feeds)["y"] for t in (1, 2, 3)]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+    np.testing.assert_allclose(outs[0], ref_run(path, feeds)["y"], rtol=1e-4, atol=1e-4)
+
+
 def test_sessions_share_identical_weights(mlp, rng):
     """A second session of one plan loads no weights (the process-wide store shares them by
     SHA-256), keeps running after the first is freed, and gives the same results."""

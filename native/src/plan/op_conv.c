@@ -156,10 +156,11 @@ static int conv_scratch_bytes(const conv_geom *g, uint64_t *bytes) {
     return 0;
 }
 
-/* Fills the phase planes of one image's group (layout above). */
-static void conv_fill_phases(const conv_geom *g, const conv_direct *d, const float *x, float *phases) {
-    float *dst = phases;
-    for (int64_t c = 0; c < g->cg; c++) {
+/* Fills the phase planes of channels [c0, c1) of one image's group (layout above). */
+static void conv_fill_phases(const conv_geom *g, const conv_direct *d, const float *x, float *phases, int64_t c0,
+                             int64_t c1) {
+    float *dst = phases + c0 * g->sh * g->sw * d->plane;
+    for (int64_t c = c0; c < c1; c++) {
         const float *xc = x + c * g->hw;
         for (int64_t a = 0; a < g->sh; a++) {
             int64_t rlo, rhi; /* phase rows inside x: 0 <= r·sh + a - ph < ih */
@@ -185,6 +186,30 @@ static void conv_fill_phases(const conv_geom *g, const conv_direct *d, const flo
             }
         }
     }
+}
+
+/* The fill, in channel ranges for the threads (it runs before the product, which needs
+ * all of it). */
+typedef struct conv_fill_job {
+    const conv_geom *g;
+    const conv_direct *d;
+    const float *x;
+    float *phases;
+    int64_t pieces;
+} conv_fill_job;
+
+static void conv_fill_task(void *ctx, int64_t t) {
+    const conv_fill_job *j = ctx;
+    conv_fill_phases(j->g, j->d, j->x, j->phases, t * j->g->cg / j->pieces, (t + 1) * j->g->cg / j->pieces);
+}
+
+static void conv_fill_phases_parallel(const conv_geom *g, const conv_direct *d, const float *x, float *phases,
+                                      nrv_threadpool *pool) {
+    const int threads = nrv_threadpool_size(pool);
+    const int64_t floats = g->cg * g->sh * g->sw * d->plane;
+    conv_fill_job j = {g, d, x, phases, threads > 1 && floats >= (1 << 15) ? 2 * (int64_t)threads : 1};
+    if (j.pieces > g->cg) j.pieces = g->cg;
+    nrv_parallel_for(pool, j.pieces, conv_fill_task, &j);
 }
 
 /* B's row offsets into the phases: row (c, ki, kj) -> plane (c, a, b), shifted by the tap. */
@@ -531,8 +556,14 @@ static __attribute__((noinline)) void add_bias_rows(float *restrict y, const flo
     }
 }
 
-/* The GEMM paths (pointwise, direct), one block of output positions, cut into blocks of
- * output channels (rows of W and of y) for the threads. */
+/* The GEMM paths (pointwise, direct) for one block of output positions, cut into pieces
+ * for the threads (conv_gemm_split): ranges of whole output rows (direct path, blocks of
+ * several rows) or of 64-column panels, each piece a full-height GEMM sharing W; or, when
+ * the block has too few positions for that (a 10 x 10 output), ranges of channels.
+ * Channels were the only split before, at no fewer than 64 per piece, which left convs
+ * of fewer than 128 channels on one thread (most of YOLOv8n). Per output the arithmetic
+ * does not depend on the piece, so results are bit-identical for any thread count. */
+enum { CONV_SPLIT_ROWS, CONV_SPLIT_PANELS, CONV_SPLIT_CHANNELS };
 typedef struct conv_gemm_job {
     const float *wg;          /* A = W_g [mg, k] */
     const float *b;           /* pointwise: x's block, rows of stride ldb; direct: the phase planes */
@@ -540,39 +571,74 @@ typedef struct conv_gemm_job {
     float *c;                 /* the product: np columns per channel, rows of stride ldc */
     float *yg;                /* the block's first output position in y's channel 0 */
     int64_t mg, np, k, ldb, ldc, pieces;
+    int split;                /* CONV_SPLIT_*: what the pieces are ranges of */
     int64_t y_stride;         /* floats between y's channels (P) */
-    int64_t rows, ow, c_row;  /* c != y: the block's output rows, y's width, c's row stride (PW) */
+    int64_t rows, ow, c_row;  /* the block's output rows, y's width, c's row stride (PW) */
     const float *bias;        /* [mg] added to each output, or NULL */
     const nrv_op_args *a;     /* for the fused activation */
     int64_t act;
     float p0, p1;
 } conv_gemm_job;
 
-/* One block of channels: the product, then bias and activation on the rows just written,
- * while they are still in cache (a separate pass over y each cost a trip to memory); the
- * direct path's junk columns are dropped on the way from the row buffer to y. */
+/* One piece: the product, then bias and activation on the outputs just written, while
+ * they are still in cache (a separate pass over y each cost a trip to memory); the direct
+ * path's junk columns are dropped on the way from the row buffer to y. */
 static void conv_gemm_task(void *ctx, int64_t t) {
     const conv_gemm_job *j = ctx;
-    const int64_t m0 = t * j->mg / j->pieces, mb = (t + 1) * j->mg / j->pieces - m0;
-    float *c = j->c + m0 * j->ldc;
+    int64_t col0 = 0, ncols = j->np, y0 = 0, rows = j->rows, m0 = 0, mb = j->mg;
+    if (j->split == CONV_SPLIT_ROWS) {
+        const int64_t r0 = t * j->rows / j->pieces, r1 = (t + 1) * j->rows / j->pieces;
+        rows = r1 - r0;
+        col0 = r0 * j->c_row, ncols = rows > 0 ? (rows - 1) * j->c_row + j->ow : 0, y0 = r0 * j->ow;
+    } else if (j->split == CONV_SPLIT_PANELS) {
+        const int64_t panels = (j->np + 63) / 64, p1 = (t + 1) * panels / j->pieces;
+        col0 = t * panels / j->pieces * 64;
+        ncols = (p1 * 64 < j->np ? p1 * 64 : j->np) - col0, y0 = col0;
+    } else {
+        m0 = t * j->mg / j->pieces, mb = (t + 1) * j->mg / j->pieces - m0;
+    }
+    if (ncols <= 0 || mb <= 0) return;
+    float *c = j->c + m0 * j->ldc + col0;
     if (j->b_row_off)
-        nrv_kernel_get_implicit(NRV_OP_GEMM).gemm_implicit(mb, j->np, j->k, j->wg + m0 * j->k, j->k, j->b,
+        nrv_kernel_get_implicit(NRV_OP_GEMM).gemm_implicit(mb, ncols, j->k, j->wg + m0 * j->k, j->k, j->b + col0,
                                                            j->b_row_off, c, j->ldc);
     else
-        nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, j->np, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b, j->ldb, 0.0f, c,
-                                         j->ldc);
+        nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mb, ncols, j->k, 1.0f, j->wg + m0 * j->k, j->k, j->b + col0, j->ldb,
+                                         0.0f, c, j->ldc);
     const int compact = j->c != j->yg;
-    const int64_t count = compact ? j->rows * j->ow : j->np; /* outputs per channel in this block */
-    for (int64_t m = 0; m < mb; m++) {
-        float *yr = j->yg + (m0 + m) * j->y_stride;
+    const int64_t count = compact ? rows * j->ow : ncols; /* outputs per channel in this piece */
+    for (int64_t m = m0; m < m0 + mb; m++) {
+        float *yr = j->yg + y0 + m * j->y_stride;
         if (compact) {
-            const float *cr = c + m * j->ldc, bv = j->bias ? j->bias[m0 + m] : 0.0f;
-            for (int64_t r = 0; r < j->rows; r++)
+            const float *cr = c + (m - m0) * j->ldc, bv = j->bias ? j->bias[m] : 0.0f;
+            for (int64_t r = 0; r < rows; r++)
                 for (int64_t ox = 0; ox < j->ow; ox++) yr[r * j->ow + ox] = cr[r * j->c_row + ox] + bv;
         } else if (j->bias) {
-            add_bias_rows(yr, j->bias + m0 + m, 1, count);
+            add_bias_rows(yr, j->bias + m, 1, count);
         }
         (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, yr, count); /* act checked by conv_run */
+    }
+}
+
+/* How a block of a GEMM path is shared out (sets j->split and j->pieces): two pieces per
+ * thread (some balance), one when the block is too small to share. Positions are split
+ * while each piece keeps at least two 64-column panels; else channels, in pieces of at
+ * least 12 (two register tiles), as a split into a few columns would run mostly partial
+ * tiles. */
+static void conv_gemm_split(conv_gemm_job *j, nrv_threadpool *pool, int split_rows) {
+    const int threads = nrv_threadpool_size(pool);
+    j->split = split_rows ? CONV_SPLIT_ROWS : CONV_SPLIT_PANELS;
+    j->pieces = 1;
+    if (threads <= 1 || j->mg * j->k * j->np < (1 << 16)) return;
+    const int64_t want = 2 * (int64_t)threads;
+    const int64_t units = split_rows ? j->rows : (j->np + 63) / 64;
+    if (j->np >= 128 * want || (j->mg < 12 * want && units >= want)) {
+        j->pieces = want < units ? want : units;
+    } else if (j->mg >= 12 * 2) {
+        j->split = CONV_SPLIT_CHANNELS;
+        j->pieces = want < j->mg / 12 ? want : j->mg / 12;
+    } else {
+        j->pieces = want < units ? want : units;
     }
 }
 
@@ -704,15 +770,16 @@ static nrv_status conv_run(const nrv_op_args *a) {
                 } else {
                     /* blocks of output positions: the product, bias and activation, each
                      * block while it is in cache; pointwise convs read x itself as B */
-                    conv_gemm_job j = {.wg = wg, .mg = g.mg, .pieces = conv_channel_pieces(&g, a->pool, 0),
-                                       .y_stride = g.p, .bias = bd ? bd + gi * g.mg : NULL, .a = a, .act = act,
-                                       .p0 = p0, .p1 = p1};
+                    conv_gemm_job j = {.wg = wg, .mg = g.mg, .y_stride = g.p, .bias = bd ? bd + gi * g.mg : NULL,
+                                       .a = a, .act = act, .p0 = p0, .p1 = p1};
                     if (g.pointwise) {
                         const int64_t step = conv_block_positions(&g);
                         for (int64_t q0 = 0; q0 < g.p; q0 += step) {
                             j.np = g.p - q0 < step ? g.p - q0 : step;
                             j.b = xg + q0, j.ldb = g.p, j.k = g.cg;
                             j.c = j.yg = yg + q0, j.ldc = g.p;
+                            j.rows = 1;
+                            conv_gemm_split(&j, a->pool, 0);
                             nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
                         }
                         continue;
@@ -723,7 +790,7 @@ static nrv_status conv_run(const nrv_op_args *a) {
                     float *phases = (float *)((char *)a->scratch + ((size_t)g.kdim * 8 + 63) / 64 * 64);
                     float *rowbuf = phases + g.cg * g.sh * g.sw * d.plane;
                     conv_row_offsets(&g, &d, offs);
-                    conv_fill_phases(&g, &d, xg, phases);
+                    conv_fill_phases_parallel(&g, &d, xg, phases, a->pool);
                     j.b_row_off = offs, j.k = g.kdim, j.ow = g.ow, j.c_row = d.pw_cols;
                     for (int64_t oy0 = 0; oy0 < g.oh; oy0 += d.block_rows) {
                         j.rows = g.oh - oy0 < d.block_rows ? g.oh - oy0 : d.block_rows;
@@ -733,6 +800,7 @@ static nrv_status conv_run(const nrv_op_args *a) {
                         if (d.pw_cols == g.ow || j.rows == 1) /* no junk columns: straight into y */
                             j.c = j.yg, j.ldc = g.p;
                         else j.c = rowbuf, j.ldc = d.block_rows * d.pw_cols;
+                        conv_gemm_split(&j, a->pool, j.rows > 1);
                         nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
                     }
                 }
