@@ -125,6 +125,35 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
 DEFINE_UNARY_INT(int64_t, unary_i64)
 DEFINE_UNARY_INT(int32_t, unary_i32)
 
+/* Elements per piece below which an elementwise op is not shared out: these ops move
+ * bytes, and handing a piece to a worker costs microseconds. */
+#define ELEMENTWISE_PIECE_MIN ((int64_t)1 << 16)
+
+/* Pieces for n elements in `units` separable parts (rows), two per thread at most. */
+static int64_t elementwise_pieces(nrv_threadpool *pool, int64_t n, int64_t units) {
+    const int threads = nrv_threadpool_size(pool);
+    if (threads <= 1 || n < 2 * ELEMENTWISE_PIECE_MIN) return 1;
+    int64_t pieces = 2 * (int64_t)threads;
+    if (pieces > n / ELEMENTWISE_PIECE_MIN) pieces = n / ELEMENTWISE_PIECE_MIN;
+    if (units > 1 && pieces > units) pieces = units;
+    return pieces;
+}
+
+/* Float unary ops shared out in ranges of elements (the code checked by the caller). */
+typedef struct unary_job {
+    const nrv_op_args *a;
+    int64_t code;
+    const float *x;
+    float *y;
+    int64_t n, pieces;
+} unary_job;
+
+static void unary_task(void *ctx, int64_t t) {
+    const unary_job *j = ctx;
+    const int64_t i0 = t * j->n / j->pieces, i1 = (t + 1) * j->n / j->pieces;
+    (void)unary_f32(j->a, j->code, j->a->fattr[0], j->a->fattr[1], j->x + i0, j->y + i0, i1 - i0);
+}
+
 /* "unary": in[0] x, out[0] y, same dtype and numel (in place ok).
  * iattr [code]; fattr [p0, p1] (LEAKY_RELU: alpha; HARD_SIGMOID: alpha, beta; CLIP: min, max).
  * Codes (unary_code above): 0 neg, 1 abs, 2 exp, 3 log, 4 sqrt, 5 sin, 6 cos, 7 erf, 8 tanh,
@@ -142,7 +171,12 @@ static nrv_status run_unary(const nrv_op_args *a) {
     const int64_t code = a->iattr[0], n = x->numel;
     if (n == 0) return NRV_OK;
     switch (x->dtype) {
-    case NRV_F32: return unary_f32(a, code, a->fattr[0], a->fattr[1], x->data, y->data, n);
+    case NRV_F32: {
+        NRV_TRY(unary_f32(a, code, a->fattr[0], a->fattr[1], x->data, y->data, 0)); /* the code is valid */
+        unary_job j = {a, code, x->data, y->data, n, elementwise_pieces(a->pool, n, 0)};
+        nrv_parallel_for(a->pool, j.pieces, unary_task, &j);
+        return NRV_OK;
+    }
     case NRV_I64: return unary_i64(a, code, x->data, y->data, n);
     case NRV_I32: return unary_i32(a, code, x->data, y->data, n);
     case NRV_BOOL: {
@@ -239,17 +273,22 @@ static nrv_status bcast_plan(const nrv_op_args *a, const nrv_tview *x, const nrv
 
 typedef void (*inner_fn)(const void *pa, int64_t sa, const void *pb, int64_t sb, void *pz, int64_t n);
 
-/* Walks the outer axes of bc (odometer) calling inner on the innermost one. Element sizes
- * of a/b (ea) and z (ez) in bytes. */
-static void bcast_run(const bcast *bc, const void *a, const void *b, void *z, size_t ea, size_t ez, inner_fn inner) {
+/* Walks outer rows [o0, o1) of bc (an odometer over the outer axes) calling inner on the
+ * innermost axis. Element sizes of a/b (ea) and z (ez) in bytes. */
+static void bcast_rows(const bcast *bc, const void *a, const void *b, void *z, size_t ea, size_t ez, inner_fn inner,
+                       int64_t o0, int64_t o1) {
     const int last = bc->rank - 1;
     const int64_t n = bc->dims[last];
     int64_t idx[NRV_PLAN_MAX_RANK] = {0};
     const char *pa = a, *pb = b;
-    char *pz = z;
-    int64_t outer = 1;
-    for (int i = 0; i < last; i++) outer *= bc->dims[i];
-    for (int64_t o = 0; o < outer; o++) {
+    char *pz = (char *)z + (size_t)(o0 * n) * ez;
+    for (int64_t ax = last - 1, rest = o0; ax >= 0; ax--) { /* the odometer at row o0 */
+        idx[ax] = rest % bc->dims[ax];
+        rest /= bc->dims[ax];
+        pa += (ptrdiff_t)(idx[ax] * bc->sa[ax] * (int64_t)ea);
+        pb += (ptrdiff_t)(idx[ax] * bc->sb[ax] * (int64_t)ea);
+    }
+    for (int64_t o = o0; o < o1; o++) {
         inner(pa, bc->sa[last], pb, bc->sb[last], pz, n);
         pz += (size_t)n * ez;
         /* advance the odometer over axes [0, last) */
@@ -262,6 +301,39 @@ static void bcast_run(const bcast *bc, const void *a, const void *b, void *z, si
             idx[ax] = 0;
         }
     }
+}
+
+/* Shared out: outer rows in ranges, or with one outer row, the innermost axis in ranges. */
+typedef struct bcast_job {
+    const bcast *bc;
+    const void *a, *b;
+    void *z;
+    size_t ea, ez;
+    inner_fn inner;
+    int64_t outer, pieces;
+} bcast_job;
+
+static void bcast_task(void *ctx, int64_t t) {
+    const bcast_job *j = ctx;
+    if (j->outer > 1) {
+        bcast_rows(j->bc, j->a, j->b, j->z, j->ea, j->ez, j->inner, t * j->outer / j->pieces,
+                   (t + 1) * j->outer / j->pieces);
+        return;
+    }
+    const int last = j->bc->rank - 1;
+    const int64_t n = j->bc->dims[last], i0 = t * n / j->pieces, i1 = (t + 1) * n / j->pieces;
+    j->inner((const char *)j->a + (size_t)(i0 * j->bc->sa[last]) * j->ea, j->bc->sa[last],
+             (const char *)j->b + (size_t)(i0 * j->bc->sb[last]) * j->ea, j->bc->sb[last],
+             (char *)j->z + (size_t)i0 * j->ez, i1 - i0);
+}
+
+static void bcast_run(const bcast *bc, const void *a, const void *b, void *z, size_t ea, size_t ez, inner_fn inner,
+                      int64_t numel, nrv_threadpool *pool) {
+    int64_t outer = 1;
+    for (int i = 0; i < bc->rank - 1; i++) outer *= bc->dims[i];
+    bcast_job j = {bc, a, b, z, ea, ez, inner, outer, elementwise_pieces(pool, numel, outer)};
+    if (j.pieces <= 1) bcast_rows(bc, a, b, z, ea, ez, inner, 0, outer);
+    else nrv_parallel_for(pool, j.pieces, bcast_task, &j);
 }
 
 /* One inner loop per (code, dtype): z[i] = EXPR(x = a[i*sa], y = b[i*sb]) with sa, sb in
@@ -396,7 +468,7 @@ static nrv_status run_binary(const nrv_op_args *a) {
     if ((x->dtype == NRV_I64 || x->dtype == NRV_I32) && (code == B_DIV || code == B_MOD || code == B_FMOD))
         NRV_TRY(check_int_divisor(a, y));
     const size_t ea = nrv_dtype_size((nrv_dtype)x->dtype), ez = nrv_dtype_size(zt);
-    bcast_run(&bc, x->data, y->data, z->data, ea, ez, inner);
+    bcast_run(&bc, x->data, y->data, z->data, ea, ez, inner, z->numel, a->pool);
     return NRV_OK;
 }
 
