@@ -171,7 +171,8 @@ static int conv_setup(const conv_case *cc, int64_t xd[4], int64_t wd[4], int64_t
 }
 
 /* The scratch layout documented in op_conv.c (the direct path), exactly: row offsets
- * (8·K, rounded up to 64), the stride phases of the padded input (cg·sh·sw·PH·PW floats),
+ * (8·K, rounded up to 64), the stride phases of the padded input (cg·sh·sw·PH·PW floats;
+ * a depthwise conv 8 planes, CONV_DW_PLANES),
  * the row buffer (min(mg·PW·oh, max(196608, mg·PW)) floats) and the few-positions
  * path's transposed im2col (K·min(P, 16) floats). */
 static size_t conv_scratch(const conv_case *cc, const int64_t *wd, const int64_t *yd) {
@@ -187,7 +188,8 @@ static size_t conv_scratch(const conv_case *cc, const int64_t *wd, const int64_t
     const int64_t phh = (hn + sh - 1) / sh, pww = (wn + sw - 1) / sw, mg = cc->m / cc->group;
     const int64_t mpw = mg * pww, cap = mpw > 196608 ? mpw : 196608;
     const int64_t rowbuf = mpw * oh < cap ? mpw * oh : cap;
-    const int64_t floats = wd[1] * sh * sw * phh * pww + rowbuf + k * (p < 16 ? p : 16);
+    const int64_t planes = wd[1] == 1 && mg == 1 ? 8 : wd[1]; /* depthwise: CONV_DW_PLANES */
+    const int64_t floats = planes * sh * sw * phh * pww + rowbuf + k * (p < 16 ? p : 16);
     return (size_t)((k * 8 + 63) / 64 * 64 + floats * 4);
 }
 

@@ -187,17 +187,22 @@ def test_threads_give_identical_results(tmp_path):
     (1, 1, (1, 40, 29, 31), 24),   # pointwise: 64-column panels split
     (5, 3, (1, 8, 1, 700), 12),    # 1-D shaped (one output row): panels split
     (3, 1, (1, 32, 10, 10), 48),   # few positions: channels split at 2 threads, rows at 3
+    (3, 1, (1, 48, 30, 33), "dw"), # depthwise: channel ranges, each thread its own plane
+    (5, 2, (1, 40, 31, 28), "dw"), # depthwise, stride 2 (two-phase plane)
 ])
 def test_conv_paths_split_across_threads_give_identical_bits(tmp_path, rng, kernel, stride, size, channels):
     """Convs big enough to be shared out (more than 64K MACs; most have fewer than 128
     channels, which one thread did alone before) give the same bits at 1, 2 and 3 threads,
     and match onnxruntime."""
     c = size[1]
+    group = c if channels == "dw" else 1
+    channels = c if channels == "dw" else channels
     kh = 1 if size[2] == 1 else kernel
-    w = (rng.standard_normal((channels, c, kh, kernel)) / np.sqrt(c * kh * kernel)).astype(np.float32)
+    w = (rng.standard_normal((channels, c // group, kh, kernel)) / np.sqrt(c // group * kh * kernel)).astype(np.float32)
     b = rng.standard_normal(channels).astype(np.float32)
     pads = [kh // 2, kernel // 2] * 2
-    g = h.make_graph([h.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kh, kernel], strides=[1 if kh == 1 else stride, stride], pads=pads),
+    g = h.make_graph([h.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kh, kernel], group=group,
+                                  strides=[1 if kh == 1 else stride, stride], pads=pads),
                       h.make_node("Relu", ["c"], ["y"])], "conv",
                      [h.make_tensor_value_info("x", T.FLOAT, list(size))], [h.make_tensor_value_info("y", T.FLOAT, None)],
                      [nh.from_array(w, "w"), nh.from_array(b, "b")])

@@ -106,10 +106,12 @@ static void copy_stride2(float *restrict dst, const float *restrict src, int64_t
  *
  * Scratch (conv_scratch_bytes; mirrored by the compiler, onnx_ops.py conv_scratch):
  *   [row offsets: K int64, rounded up to 64 bytes]
- *   [phases: cg·sh·sw·PH·PW floats]
+ *   [phases: cg·sh·sw·PH·PW floats; a depthwise conv (cg = mg = 1): CONV_DW_PLANES·sh·sw·PH·PW,
+ *    room for the threads' per-channel planes (conv_dw_task)]
  *   [row buffer: min(mg·PW·oh, max(CONV_Y_BLOCK_FLOATS, mg·PW)) floats]
  *   [transposed im2col of the few-positions path: K·min(P, 16) floats] */
 #define CONV_Y_BLOCK_FLOATS ((int64_t)196608) /* 768 KiB: a block of y stays in L2 */
+#define CONV_DW_PLANES 8                      /* depthwise: planes reserved for the threads */
 typedef struct conv_direct {
     int64_t ph_rows, pw_cols; /* PH, PW */
     int64_t plane;            /* PH * PW */
@@ -142,8 +144,9 @@ static int conv_scratch_bytes(const conv_geom *g, uint64_t *bytes) {
     uint64_t offs, phases, rowbuf, few, total;
     const uint64_t p16 = (uint64_t)(g->p < CONV_ROWS_MAX_P ? g->p : CONV_ROWS_MAX_P);
     const uint64_t mpw = (uint64_t)(g->mg > 0 ? g->mg : 1) * (uint64_t)d.pw_cols;
+    const uint64_t planes = g->cg == 1 && g->mg == 1 ? CONV_DW_PLANES : (uint64_t)g->cg;
     if (nrv_mul_overflow((uint64_t)g->kdim, 8, &offs) ||
-        nrv_mul_overflow((uint64_t)g->cg * (uint64_t)(g->sh * g->sw), (uint64_t)d.plane, &phases) ||
+        nrv_mul_overflow(planes * (uint64_t)(g->sh * g->sw), (uint64_t)d.plane, &phases) ||
         nrv_mul_overflow(mpw, (uint64_t)g->oh, &rowbuf) || nrv_mul_overflow((uint64_t)g->kdim, p16, &few))
         return -1;
     const uint64_t cap = mpw > (uint64_t)CONV_Y_BLOCK_FLOATS ? mpw : (uint64_t)CONV_Y_BLOCK_FLOATS;
@@ -338,7 +341,7 @@ static __attribute__((noinline)) void dw_taps_s1(const conv_geom *g, const float
 
 static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
                                  float *restrict y, float *restrict plane) {
-    dw_plane pl;
+    dw_plane pl = {0};
     (void)dw_plane_shape(g, &pl); /* the caller checked it applies */
     const int64_t S = pl.phases, wpp = pl.wpp, hp = pl.hp, row_floats = S * wpp;
     memset(plane, 0, (size_t)(hp * row_floats) * sizeof(float));
@@ -418,6 +421,47 @@ static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, co
             dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
         }
     }
+}
+
+/* Depthwise convs, one image: channel ranges for the threads, each piece with its own
+ * plane buffer (`planes` holds `pieces` of them; plane_floats 0: the direct loop, which
+ * needs none), the activation run on each channel while it is in cache. Channels were
+ * done one after another on the calling thread before. */
+typedef struct conv_dw_job {
+    const conv_geom *g;
+    const float *x, *w, *bias;
+    float *y, *planes;
+    int64_t plane_floats, pieces;
+    const nrv_op_args *a;
+    int64_t act;
+    float p0, p1;
+} conv_dw_job;
+
+static void conv_dw_task(void *ctx, int64_t t) {
+    const conv_dw_job *j = ctx;
+    const conv_geom *g = j->g;
+    for (int64_t c = t * g->c / j->pieces; c < (t + 1) * g->c / j->pieces; c++) {
+        const float *xc = j->x + c * g->hw, *wc = j->w + c * g->kdim;
+        const float bias = j->bias ? j->bias[c] : 0.0f;
+        float *yc = j->y + c * g->p;
+        if (j->plane_floats) conv_depthwise_plane(g, xc, wc, bias, yc, j->planes + t * j->plane_floats);
+        else conv_direct_1ch(g, xc, wc, bias, yc);
+        (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, yc, g->p); /* act checked by conv_run */
+    }
+}
+
+/* One image of a depthwise conv: as many pieces as planes fit in the scratch given (the
+ * compiler reserves CONV_DW_PLANES), up to two per thread. */
+static void conv_depthwise(const conv_geom *g, const nrv_op_args *a, const float *x, const float *w,
+                           const float *bias, float *y, int64_t act, float p0, float p1) {
+    const int64_t plane = dw_plane_floats(g);
+    const int64_t fit = plane > 0 ? (int64_t)(a->scratch_bytes / ((size_t)plane * sizeof(float))) : 0;
+    const int threads = nrv_threadpool_size(a->pool);
+    int64_t pieces = threads > 1 && g->c * g->p * g->kdim >= (1 << 16) ? 2 * (int64_t)threads : 1;
+    if (pieces > g->c) pieces = g->c;
+    if (fit > 0 && pieces > fit) pieces = fit;
+    conv_dw_job j = {g, x, w, bias, y, a->scratch, fit > 0 ? plane : 0, pieces, a, act, p0, p1};
+    nrv_parallel_for(a->pool, pieces, conv_dw_task, &j);
 }
 
 /* ---- few output positions (P = prod(out_spatial) <= CONV_ROWS_MAX_P)
@@ -748,24 +792,20 @@ static nrv_status conv_run(const nrv_op_args *a) {
     const float p0 = a->fattr[0], p1 = a->fattr[1];
     const int depthwise = g.cg == 1 && g.mg == 1;
     const int use_rows = !depthwise && conv_use_rows(&g);
-    const int bias_done = depthwise || use_rows; /* those paths add the bias themselves */
-    const int gemm_finishes = !depthwise && !use_rows && g.cg > 0;
+    const int bias_done = use_rows;                   /* that path adds the bias itself */
+    const int finished = depthwise || (!use_rows && g.cg > 0); /* bias and activation done in the path */
     for (int64_t n = 0; n < g.n; n++) {
         float *yn = yd + n * g.m * g.p;
         if (g.cg == 0) {
             memset(yn, 0, (size_t)(g.m * g.p) * sizeof(float)); /* no input channel: bias only */
+        } else if (depthwise) {
+            conv_depthwise(&g, a, xd + n * g.c * g.hw, wd, bd, yn, act, p0, p1);
         } else {
             for (int64_t gi = 0; gi < g.group; gi++) {
                 const float *xg = xd + (n * g.c + gi * g.cg) * g.hw;
                 const float *wg = wd + gi * g.mg * g.kdim;
                 float *yg = yn + gi * g.mg * g.p;
-                if (depthwise) {
-                    const int64_t plane = dw_plane_floats(&g);
-                    if (plane > 0 && (uint64_t)plane * sizeof(float) <= need)
-                        conv_depthwise_plane(&g, xg, wg, bd ? bd[gi] : 0.0f, yg, col);
-                    else
-                        conv_direct_1ch(&g, xg, wg, bd ? bd[gi] : 0.0f, yg);
-                } else if (use_rows) {
+                if (use_rows) {
                     conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg, a->pool);
                 } else {
                     /* blocks of output positions: the product, bias and activation, each
@@ -806,7 +846,7 @@ static nrv_status conv_run(const nrv_op_args *a) {
                 }
             }
         }
-        if (!gemm_finishes) { /* the GEMM path added bias and activation block by block */
+        if (!finished) { /* the GEMM and depthwise paths added bias and activation as they went */
             if (bd && !bias_done) add_bias_rows(yn, bd, g.m, g.p);
             NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yn, g.m * g.p));
         }
