@@ -243,6 +243,29 @@ def test_elementwise_ops_split_across_threads_give_identical_bits(tmp_path, rng,
     np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("node", [
+    h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]),
+    h.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    h.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear"),
+    h.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest"),
+])
+def test_pool_and_resize_split_across_threads_give_identical_bits(tmp_path, rng, node):
+    """Pooling (by plane) and resize (each pass by its outer rows) are shared out across
+    threads: the same bits at 1, 2 and 3 threads, and onnxruntime's values."""
+    g = h.make_graph([node], "op", [h.make_tensor_value_info("x", T.FLOAT, [1, 24, 37, 45])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")] if node.op_type == "Resize" else [])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "op.onnx"
+    onnx.save(m, path)
+    feeds = {"x": rng.standard_normal((1, 24, 37, 45)).astype(np.float32)}
+    outs = [nerve.Session(path, threads=t, cache=False).run(feeds)["y"] for t in (1, 2, 3)]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+    np.testing.assert_allclose(outs[0], ref_run(path, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
 def test_sessions_share_identical_weights(mlp, rng):
     """A second session of one plan loads no weights (the process-wide store shares them by
     SHA-256), keeps running after the first is freed, and gives the same results."""

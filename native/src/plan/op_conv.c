@@ -856,6 +856,58 @@ static nrv_status conv_run(const nrv_op_args *a) {
 
 /* ================================================================== pool */
 
+/* Pooling shared out across threads in ranges of (image, channel) planes. */
+typedef struct pool_job {
+    const float *x;
+    float *y;
+    int64_t ih, iw, oh, ow, kh, kw, kind, cip, planes, pieces;
+    int64_t s[2], d[2], pb[2], pe[2];
+} pool_job;
+
+static void pool_task(void *ctx, int64_t t) {
+    const pool_job *job = ctx;
+    const int64_t ih = job->ih, iw = job->iw, oh = job->oh, ow = job->ow, kh = job->kh, kw = job->kw;
+    const int64_t kind = job->kind, cip = job->cip;
+    const int64_t *s_ = job->s, *d_ = job->d, *pb_ = job->pb, *pe_ = job->pe;
+    for (int64_t pl = t * job->planes / job->pieces; pl < (t + 1) * job->planes / job->pieces; pl++) {
+        const float *xp = job->x + pl * ih * iw;
+        float *yp = job->y + pl * oh * ow;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t y0 = oy * s_[0] - pb_[0];
+            int64_t jlo, jhi;
+            nrv_valid_range(y0, d_[0], ih, kh, &jlo, &jhi);
+            const int64_t npad_h = count_below(y0, d_[0], ih + pe_[0], kh);
+            for (int64_t ox = 0; ox < ow; ox++) {
+                const int64_t x0 = ox * s_[1] - pb_[1];
+                int64_t ilo, ihi;
+                nrv_valid_range(x0, d_[1], iw, kw, &ilo, &ihi);
+                float r;
+                if (kind == 0) {
+                    float mx = -FLT_MAX;
+                    for (int64_t j = jlo; j < jhi; j++) {
+                        const float *xr = xp + (y0 + j * d_[0]) * iw;
+                        for (int64_t i = ilo; i < ihi; i++) {
+                            const float v = xr[x0 + i * d_[1]];
+                            mx = v > mx ? v : mx;
+                        }
+                    }
+                    r = mx;
+                } else {
+                    float sum = 0.0f;
+                    for (int64_t j = jlo; j < jhi; j++) {
+                        const float *xr = xp + (y0 + j * d_[0]) * iw;
+                        for (int64_t i = ilo; i < ihi; i++) sum += xr[x0 + i * d_[1]];
+                    }
+                    const int64_t cnt = cip ? npad_h * count_below(x0, d_[1], iw + pe_[1], kw)
+                                            : (jhi - jlo) * (ihi - ilo);
+                    r = cnt > 0 ? sum / (float)cnt : 0.0f;
+                }
+                yp[oy * ow + ox] = r;
+            }
+        }
+    }
+}
+
 /* pool: max or average pooling over 1 or 2 spatial axes.
  *   in[0]  x f32 [N, C, *spatial]         sr = 1 or 2 spatial axes
  *   out[0] y f32 [N, C, *out_spatial]     out_spatial computed by the compiler (ceil_mode
@@ -926,47 +978,15 @@ static nrv_status pool_run(const nrv_op_args *a) {
         in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
     }
     if (y->numel == 0) return NRV_OK;
-    const int64_t ih = in_[0], iw = in_[1], oh = o_[0], ow = o_[1], kh = k_[0], kw = k_[1];
+    pool_job j = {.x = x->data, .y = y->data, .ih = in_[0], .iw = in_[1], .oh = o_[0], .ow = o_[1], .kh = k_[0],
+                  .kw = k_[1], .kind = kind, .cip = cip};
+    for (int i = 0; i < 2; i++) j.s[i] = s_[i], j.d[i] = d_[i], j.pb[i] = pb_[i], j.pe[i] = pe_[i];
     const int64_t planes = x->dims[0] * x->dims[1];
-    const float *xd = x->data;
-    float *yd = y->data;
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *xp = xd + pl * ih * iw;
-        float *yp = yd + pl * oh * ow;
-        for (int64_t oy = 0; oy < oh; oy++) {
-            const int64_t y0 = oy * s_[0] - pb_[0];
-            int64_t jlo, jhi;
-            nrv_valid_range(y0, d_[0], ih, kh, &jlo, &jhi);
-            const int64_t npad_h = count_below(y0, d_[0], ih + pe_[0], kh);
-            for (int64_t ox = 0; ox < ow; ox++) {
-                const int64_t x0 = ox * s_[1] - pb_[1];
-                int64_t ilo, ihi;
-                nrv_valid_range(x0, d_[1], iw, kw, &ilo, &ihi);
-                float r;
-                if (kind == 0) {
-                    float mx = -FLT_MAX;
-                    for (int64_t j = jlo; j < jhi; j++) {
-                        const float *xr = xp + (y0 + j * d_[0]) * iw;
-                        for (int64_t i = ilo; i < ihi; i++) {
-                            const float v = xr[x0 + i * d_[1]];
-                            mx = v > mx ? v : mx;
-                        }
-                    }
-                    r = mx;
-                } else {
-                    float sum = 0.0f;
-                    for (int64_t j = jlo; j < jhi; j++) {
-                        const float *xr = xp + (y0 + j * d_[0]) * iw;
-                        for (int64_t i = ilo; i < ihi; i++) sum += xr[x0 + i * d_[1]];
-                    }
-                    const int64_t cnt = cip ? npad_h * count_below(x0, d_[1], iw + pe_[1], kw)
-                                            : (jhi - jlo) * (ihi - ilo);
-                    r = cnt > 0 ? sum / (float)cnt : 0.0f;
-                }
-                yp[oy * ow + ox] = r;
-            }
-        }
-    }
+    const int threads = nrv_threadpool_size(a->pool);
+    j.planes = planes;
+    j.pieces = threads > 1 && y->numel * j.kh * j.kw >= (1 << 16) ? 2 * (int64_t)threads : 1;
+    if (j.pieces > planes) j.pieces = planes;
+    nrv_parallel_for(a->pool, j.pieces, pool_task, &j);
     return NRV_OK;
 }
 

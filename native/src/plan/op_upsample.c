@@ -309,6 +309,22 @@ static void resize_pass(const resize_tap *t, int taps, const float *src, float *
     }
 }
 
+/* One pass shared out across threads in ranges of its outer rows (independent blocks). */
+typedef struct resize_job {
+    const resize_tap *t;
+    int taps;
+    const float *src;
+    float *dst;
+    int64_t outer, len_in, len_out, inner, pieces;
+} resize_job;
+
+static void resize_task(void *ctx, int64_t i) {
+    const resize_job *j = ctx;
+    const int64_t b0 = i * j->outer / j->pieces, b1 = (i + 1) * j->outer / j->pieces;
+    resize_pass(j->t, j->taps, j->src + b0 * j->len_in * j->inner, j->dst + b0 * j->len_out * j->inner, b1 - b0,
+                j->len_in, j->len_out, j->inner);
+}
+
 /* Which axes a resize passes over and where its scratch goes. */
 typedef struct resize_layout {
     uint8_t resized[NRV_PLAN_MAX_RANK]; /* the axes that change: output extent or scale not 1 */
@@ -420,7 +436,10 @@ static nrv_status resize_run(const nrv_op_args *a) {
         const int64_t outer = nrv_dims_product(shape, 0, i), inner = nrv_dims_product(shape, i + 1, x->rank);
         shape[i] = len_out;
         float *dst = i == last ? (float *)y->data : (float *)inter;
-        resize_pass(table, taps, src, dst, outer, len_in, len_out, inner);
+        resize_job j = {table, taps, src, dst, outer, len_in, len_out, inner, 1};
+        const int64_t want = 2 * (int64_t)nrv_threadpool_size(a->pool);
+        if (want > 2 && outer * len_out * inner * taps >= (1 << 16)) j.pieces = outer < want ? outer : want;
+        nrv_parallel_for(a->pool, j.pieces, resize_task, &j);
         if (i != last) {
             const uint64_t n = (uint64_t)nrv_dims_product(shape, 0, x->rank) * sizeof(float);
             inter += (n + 63) & ~(uint64_t)63;
