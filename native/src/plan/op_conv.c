@@ -864,14 +864,54 @@ typedef struct pool_job {
     int64_t s[2], d[2], pb[2], pe[2];
 } pool_job;
 
+/* Max pooling of one plane as two 1-D passes (max is separable): each input row's maxima
+ * over the column windows into rowmax[ih][ow], then the row windows over those; kh + kw
+ * compares per output instead of kh·kw (an SPP 13x13 pool: 26 for 169). NaN is skipped
+ * and an empty window gives -FLT_MAX, as in the direct loop, so the bits are the same. */
+#define POOL_ROWMAX_FLOATS 4096 /* the row maxima on the stack (16 KiB) */
+static void max_pool_separable(const pool_job *job, const float *xp, float *yp) {
+    float rowmax[POOL_ROWMAX_FLOATS];
+    const int64_t ih = job->ih, iw = job->iw, oh = job->oh, ow = job->ow;
+    for (int64_t ox = 0; ox < ow; ox++) {
+        const int64_t x0 = ox * job->s[1] - job->pb[1];
+        int64_t ilo, ihi;
+        nrv_valid_range(x0, job->d[1], iw, job->kw, &ilo, &ihi);
+        for (int64_t r = 0; r < ih; r++) {
+            const float *xr = xp + r * iw;
+            float mx = -FLT_MAX;
+            for (int64_t i = ilo; i < ihi; i++) {
+                const float v = xr[x0 + i * job->d[1]];
+                mx = v > mx ? v : mx;
+            }
+            rowmax[r * ow + ox] = mx;
+        }
+    }
+    for (int64_t oy = 0; oy < oh; oy++) {
+        const int64_t y0 = oy * job->s[0] - job->pb[0];
+        int64_t jlo, jhi;
+        nrv_valid_range(y0, job->d[0], ih, job->kh, &jlo, &jhi);
+        float *yr = yp + oy * ow;
+        for (int64_t ox = 0; ox < ow; ox++) yr[ox] = -FLT_MAX;
+        for (int64_t j = jlo; j < jhi; j++) {
+            const float *mr = rowmax + (y0 + j * job->d[0]) * ow;
+            for (int64_t ox = 0; ox < ow; ox++) yr[ox] = mr[ox] > yr[ox] ? mr[ox] : yr[ox];
+        }
+    }
+}
+
 static void pool_task(void *ctx, int64_t t) {
     const pool_job *job = ctx;
     const int64_t ih = job->ih, iw = job->iw, oh = job->oh, ow = job->ow, kh = job->kh, kw = job->kw;
     const int64_t kind = job->kind, cip = job->cip;
     const int64_t *s_ = job->s, *d_ = job->d, *pb_ = job->pb, *pe_ = job->pe;
+    const int separable = kind == 0 && kh > 1 && kw > 1 && ih * ow <= POOL_ROWMAX_FLOATS;
     for (int64_t pl = t * job->planes / job->pieces; pl < (t + 1) * job->planes / job->pieces; pl++) {
         const float *xp = job->x + pl * ih * iw;
         float *yp = job->y + pl * oh * ow;
+        if (separable) {
+            max_pool_separable(job, xp, yp);
+            continue;
+        }
         for (int64_t oy = 0; oy < oh; oy++) {
             const int64_t y0 = oy * s_[0] - pb_[0];
             int64_t jlo, jhi;
