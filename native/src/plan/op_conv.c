@@ -208,10 +208,7 @@ static void conv_fill_task(void *ctx, int64_t t) {
 
 static void conv_fill_phases_parallel(const conv_geom *g, const conv_direct *d, const float *x, float *phases,
                                       nrv_threadpool *pool) {
-    const int threads = nrv_threadpool_size(pool);
-    const int64_t floats = g->cg * g->sh * g->sw * d->plane;
-    conv_fill_job j = {g, d, x, phases, threads > 1 && floats >= (1 << 15) ? 2 * (int64_t)threads : 1};
-    if (j.pieces > g->cg) j.pieces = g->cg;
+    conv_fill_job j = {g, d, x, phases, nrv_plan_pieces(pool, g->cg * g->sh * g->sw * d->plane, 1 << 15, g->cg)};
     nrv_parallel_for(pool, j.pieces, conv_fill_task, &j);
 }
 
@@ -456,10 +453,7 @@ static void conv_depthwise(const conv_geom *g, const nrv_op_args *a, const float
                            const float *bias, float *y, int64_t act, float p0, float p1) {
     const int64_t plane = dw_plane_floats(g);
     const int64_t fit = plane > 0 ? (int64_t)(a->scratch_bytes / ((size_t)plane * sizeof(float))) : 0;
-    const int threads = nrv_threadpool_size(a->pool);
-    int64_t pieces = threads > 1 && g->c * g->p * g->kdim >= (1 << 16) ? 2 * (int64_t)threads : 1;
-    if (pieces > g->c) pieces = g->c;
-    if (fit > 0 && pieces > fit) pieces = fit;
+    const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, fit > 0 && fit < g->c ? fit : g->c);
     conv_dw_job j = {g, x, w, bias, y, a->scratch, fit > 0 ? plane : 0, pieces, a, act, p0, p1};
     nrv_parallel_for(a->pool, pieces, conv_dw_task, &j);
 }
@@ -1022,10 +1016,8 @@ static nrv_status pool_run(const nrv_op_args *a) {
                   .kw = k_[1], .kind = kind, .cip = cip};
     for (int i = 0; i < 2; i++) j.s[i] = s_[i], j.d[i] = d_[i], j.pb[i] = pb_[i], j.pe[i] = pe_[i];
     const int64_t planes = x->dims[0] * x->dims[1];
-    const int threads = nrv_threadpool_size(a->pool);
     j.planes = planes;
-    j.pieces = threads > 1 && y->numel * j.kh * j.kw >= (1 << 16) ? 2 * (int64_t)threads : 1;
-    if (j.pieces > planes) j.pieces = planes;
+    j.pieces = nrv_plan_pieces(a->pool, y->numel * j.kh * j.kw, 1 << 16, planes);
     nrv_parallel_for(a->pool, j.pieces, pool_task, &j);
     return NRV_OK;
 }

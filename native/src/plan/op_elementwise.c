@@ -129,14 +129,11 @@ DEFINE_UNARY_INT(int32_t, unary_i32)
  * bytes, and handing a piece to a worker costs microseconds. */
 #define ELEMENTWISE_PIECE_MIN ((int64_t)1 << 16)
 
-/* Pieces for n elements in `units` separable parts (rows), two per thread at most. */
-static int64_t elementwise_pieces(nrv_threadpool *pool, int64_t n, int64_t units) {
-    const int threads = nrv_threadpool_size(pool);
-    if (threads <= 1 || n < 2 * ELEMENTWISE_PIECE_MIN) return 1;
-    int64_t pieces = 2 * (int64_t)threads;
-    if (pieces > n / ELEMENTWISE_PIECE_MIN) pieces = n / ELEMENTWISE_PIECE_MIN;
-    if (units > 1 && pieces > units) pieces = units;
-    return pieces;
+/* Pieces for n elements in `rows` separable rows (<= 1: one row, cut anywhere), each at
+ * least ELEMENTWISE_PIECE_MIN elements. */
+static int64_t elementwise_pieces(nrv_threadpool *pool, int64_t n, int64_t rows) {
+    const int64_t units = n / ELEMENTWISE_PIECE_MIN;
+    return nrv_plan_pieces(pool, n, 2 * ELEMENTWISE_PIECE_MIN, rows > 1 && rows < units ? rows : units);
 }
 
 /* Float unary ops shared out in ranges of elements (the code checked by the caller). */

@@ -436,9 +436,8 @@ static nrv_status resize_run(const nrv_op_args *a) {
         const int64_t outer = nrv_dims_product(shape, 0, i), inner = nrv_dims_product(shape, i + 1, x->rank);
         shape[i] = len_out;
         float *dst = i == last ? (float *)y->data : (float *)inter;
-        resize_job j = {table, taps, src, dst, outer, len_in, len_out, inner, 1};
-        const int64_t want = 2 * (int64_t)nrv_threadpool_size(a->pool);
-        if (want > 2 && outer * len_out * inner * taps >= (1 << 16)) j.pieces = outer < want ? outer : want;
+        resize_job j = {table, taps, src, dst, outer, len_in, len_out, inner,
+                        nrv_plan_pieces(a->pool, outer * len_out * inner * taps, 1 << 16, outer)};
         nrv_parallel_for(a->pool, j.pieces, resize_task, &j);
         if (i != last) {
             const uint64_t n = (uint64_t)nrv_dims_product(shape, 0, x->rank) * sizeof(float);

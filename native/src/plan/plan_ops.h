@@ -77,6 +77,11 @@ void nrv_threadpool_free(nrv_threadpool *pool);
  * 0 = do not split (op_linalg.c). */
 int64_t nrv_plan_output_pieces(int threads, int64_t rows, int64_t n, int64_t tile_floats);
 
+/* How many pieces to share a data-parallel op out in: 1 without a pool or below min_work
+ * (work and min_work in the op's own unit: MACs, elements), else two per thread (some
+ * balance) but at most `units`, the separable parts (planes, rows, channels). */
+int64_t nrv_plan_pieces(const nrv_threadpool *pool, int64_t work, int64_t min_work, int64_t units);
+
 typedef struct nrv_op_args {
     const char *type;  /* op type string, e.g. "conv" */
     const char *name;  /* ONNX node name(s) it came from, for error messages */
