@@ -188,8 +188,8 @@ def format_selection(sel: dict) -> str:
 # copied back, returned as numpy) or device arrays exposing __cuda_array_interface__
 # (CuPy, PyTorch, Numba, nerve.cuda.DeviceArray) or DLPack from a CUDA device (JAX,
 # TensorFlow, any array-API library): used in place, no copy; the result is a CuPy array
-# for CuPy input, else a DeviceArray, or the caller's ``out``. Every array is checked (dtype, shape, C order) before a pointer
-# crosses into C, as nerve.ops does for host arrays.
+# for CuPy input, else a DeviceArray, or the caller's ``out``. Every array is checked
+# (dtype, shape, C order) before a pointer crosses into C, as nerve.ops does for host arrays.
 
 _ALIGN = 256
 _TYPESTRS = {"<f4": np.float32, "<f2": np.float16, "|i1": np.int8, "|u1": np.uint8, "<u2": np.uint16}

@@ -621,7 +621,8 @@ static void test_gemm_implicit(void) {
             for (int64_t j = 0; j < n; j++) {
                 double want = 0.0;
                 for (int64_t p = 0; p < k; p++) want += (double)A.p[i * lda + p] * (double)B.p[off[p] + j];
-                const double e = fabs((double)C.p[i * ldc + j] - want) / (dot_atol(k ? k : 1, 1.0, 1.0) + 1e-5 * fabs(want));
+                const double tol = dot_atol(k ? k : 1, 1.0, 1.0) + 1e-5 * fabs(want);
+                const double e = fabs((double)C.p[i * ldc + j] - want) / tol;
                 if (!(e <= err)) err = isnan(e) ? INFINITY : e, wi = i, wj = j;
             }
             if (i + 1 < m)

@@ -204,7 +204,8 @@ def test_conv_paths_split_across_threads_give_identical_bits(tmp_path, rng, kern
     g = h.make_graph([h.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kh, kernel], group=group,
                                   strides=[1 if kh == 1 else stride, stride], pads=pads),
                       h.make_node("Relu", ["c"], ["y"])], "conv",
-                     [h.make_tensor_value_info("x", T.FLOAT, list(size))], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [h.make_tensor_value_info("x", T.FLOAT, list(size))],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
                      [nh.from_array(w, "w"), nh.from_array(b, "b")])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8

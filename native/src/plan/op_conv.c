@@ -177,13 +177,14 @@ static void conv_fill_phases(const conv_geom *g, const conv_direct *d, const flo
                         memset(row, 0, (size_t)d->pw_cols * sizeof(float));
                         continue;
                     }
-                    const float *xr = xc + (r * g->sh + a - g->ph) * g->iw + (b - g->pw);
+                    const float *xr = xc + (r * g->sh + a - g->ph) * g->iw; /* x's row; column t·sw + off */
+                    const int64_t off = b - g->pw;
                     memset(row, 0, (size_t)tlo * sizeof(float));
-                    if (g->sw == 1) memcpy(row + tlo, xr + tlo, (size_t)(thi - tlo) * sizeof(float));
-                    else if (g->sw == 2 && (thi - 1) * 2 + (b - g->pw) + 1 < g->iw) /* last pair inside the row */
-                        copy_stride2(row + tlo, xr + tlo * 2, thi - tlo);
+                    if (g->sw == 1) memcpy(row + tlo, xr + tlo + off, (size_t)(thi - tlo) * sizeof(float));
+                    else if (g->sw == 2 && (thi - 1) * 2 + off + 1 < g->iw) /* last pair inside the row */
+                        copy_stride2(row + tlo, xr + tlo * 2 + off, thi - tlo);
                     else
-                        for (int64_t t = tlo; t < thi; t++) row[t] = xr[t * g->sw];
+                        for (int64_t t = tlo; t < thi; t++) row[t] = xr[t * g->sw + off];
                     memset(row + thi, 0, (size_t)(d->pw_cols - thi) * sizeof(float));
                 }
             }
@@ -453,7 +454,8 @@ static void conv_depthwise(const conv_geom *g, const nrv_op_args *a, const float
                            const float *bias, float *y, int64_t act, float p0, float p1) {
     const int64_t plane = dw_plane_floats(g);
     const int64_t fit = plane > 0 ? (int64_t)(a->scratch_bytes / ((size_t)plane * sizeof(float))) : 0;
-    const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, fit > 0 && fit < g->c ? fit : g->c);
+    const int64_t units = fit > 0 && fit < g->c ? fit : g->c;
+    const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, units);
     conv_dw_job j = {g, x, w, bias, y, a->scratch, fit > 0 ? plane : 0, pieces, a, act, p0, p1};
     nrv_parallel_for(a->pool, pieces, conv_dw_task, &j);
 }
@@ -778,7 +780,8 @@ static nrv_status conv_run(const nrv_op_args *a) {
     g.hw = g.c > 0 ? g.ih * g.iw : 0;
     uint64_t need = 0;
     if (conv_scratch_bytes(&g, &need) != 0 || need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
-        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %llu (K = %lld, P = %lld)", a->scratch_bytes, (unsigned long long)need,
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %llu (K = %lld, P = %lld)",
+                           a->scratch_bytes, (unsigned long long)need,
                            (long long)g.kdim, (long long)g.p);
 
     const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;

@@ -23,6 +23,10 @@
  * depth slices outer, x normalised once per call into a stack block, W packed NR columns
  * at a time), so x is not normalised again for every column panel.
  *
+ * The implicit GEMM (nrv_gemm_implicit_<isa>, a convolution over its padded input) has
+ * no packing: its B rows are runs of one buffer at offsets, read in place by the
+ * micro-kernel's GEMM_B_OFFSETS mode; only a last partial tile is packed (into `tail`).
+ *
  * Stack: bpack KC·NC + apack MR·KC floats (+ layernorm statistics), under 48 KiB; the
  * gemm_ln_once frame (GEMM_LN_FLOATS + statistics) also under 48 KiB, never nested.
  */
@@ -151,7 +155,9 @@ static void gemm_pack_a_kmajor(const nrv_x86_gemm_args *g, int64_t ir, int64_t m
  * (1..MR) is a compile-time constant at every call (gemm_micro_rows/kmajor switch on it),
  * so a short tile computes only its rows: an M of 32 is tiles 6,6,5,5,5,5, not five 6s and
  * a 6-row tile of which 4 rows are thrown away (measured 11% of a 32-channel conv).
- * kmajor: A(i, p) = a[p·MR + i]; else A(i, p) = a[i·lda + p]. first: the first KC block
+ * mode (a constant at every call): GEMM_A_ROWS: A(i, p) = a[i·lda + p], B packed in bp;
+ * GEMM_A_KMAJOR: A(i, p) = a[p·MR + i], B packed; GEMM_B_OFFSETS: A as GEMM_A_ROWS, B's
+ * row p read in place at bp + boff[p] (the implicit GEMM). first: the first KC block
  * (beta and bias apply). */
 enum { GEMM_A_ROWS = 0, GEMM_A_KMAJOR = 1, GEMM_B_OFFSETS = 2 }; /* gemm_micro's modes */
 static inline __attribute__((always_inline)) void gemm_micro(const int rows, const int nv, int mode, int64_t kc,
@@ -229,20 +235,20 @@ _Static_assert(GEMM_MR == 6, "gemm_micro_rows/kmajor instantiate the micro-kerne
  * per row, not NRV: convs at 7x7 or 14x14 positions wasted up to 30% on zero columns). */
 #define GEMM_MICRO_ROWS(NV, MODE, LDA, BOFF)                                                                   \
     switch (mr) {                                                                                              \
-    case 6: gemm_micro(6, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 5: gemm_micro(5, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 4: gemm_micro(4, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 3: gemm_micro(3, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 2: gemm_micro(2, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    default: gemm_micro(1, NV, MODE,   kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;    \
+    case 6: gemm_micro(6, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 5: gemm_micro(5, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 4: gemm_micro(4, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 3: gemm_micro(3, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 2: gemm_micro(2, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
+    default: gemm_micro(1, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;    \
     }
 #if GEMM_NRV == 4
 #define GEMM_MICRO_CASES(MODE, LDA, BOFF)                                                                      \
     switch (nr >= GEMM_NR ? GEMM_NRV : (int)((nr + VL - 1) / VL)) {                                            \
-    case 4: GEMM_MICRO_ROWS(4, MODE, LDA, BOFF)   break;                                                       \
-    case 3: GEMM_MICRO_ROWS(3, MODE, LDA, BOFF)   break;                                                       \
-    case 2: GEMM_MICRO_ROWS(2, MODE, LDA, BOFF)   break;                                                       \
-    default: GEMM_MICRO_ROWS(1, MODE, LDA, BOFF)   break;                                                      \
+    case 4: GEMM_MICRO_ROWS(4, MODE, LDA, BOFF) break;                                                       \
+    case 3: GEMM_MICRO_ROWS(3, MODE, LDA, BOFF) break;                                                       \
+    case 2: GEMM_MICRO_ROWS(2, MODE, LDA, BOFF) break;                                                       \
+    default: GEMM_MICRO_ROWS(1, MODE, LDA, BOFF) break;                                                      \
     }
 #elif GEMM_NRV == 2
 #define GEMM_MICRO_CASES(MODE, LDA, BOFF)                                                                      \
@@ -412,12 +418,12 @@ void X86FN(nrv_gemm_implicit)(int64_t m, int64_t n, int64_t k, const float *a, i
         const int64_t whole = nc / GEMM_NR * GEMM_NR, part = nc - whole;
         for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
             const int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
-            if (part)
+            if (part) /* the partial tile's B, packed and zero-padded: nothing past n is read */
                 for (int64_t p = 0; p < kc; p++) {
                     const float *src = b + b_row_off[pc + p] + jc + whole;
-                    for (int64_t v = 0; v < GEMM_NRV; v++) {
-                        const int64_t c0 = v * VL;
-                        vstore(tail + p * GEMM_NR + c0, part > c0 ? vload_tail(src + c0, vtail_mask(part - c0 < VL ? part - c0 : VL)) : vzero());
+                    for (int64_t c0 = 0; c0 < GEMM_NR; c0 += VL) {
+                        const int64_t cols = part - c0 < VL ? part - c0 : VL;
+                        vstore(tail + p * GEMM_NR + c0, cols > 0 ? vload_tail(src + c0, vtail_mask(cols)) : vzero());
                     }
                 }
             for (int64_t t = 0; t < tiles; t++) {
