@@ -666,19 +666,15 @@ static void conv_gemm_task(void *ctx, int64_t t) {
  * least 12 (two register tiles), as a split into a few columns would run mostly partial
  * tiles. */
 static void conv_gemm_split(conv_gemm_job *j, nrv_threadpool *pool, int split_rows) {
-    const int threads = nrv_threadpool_size(pool);
-    j->split = split_rows ? CONV_SPLIT_ROWS : CONV_SPLIT_PANELS;
-    j->pieces = 1;
-    if (threads <= 1 || j->mg * j->k * j->np < (1 << 16)) return;
-    const int64_t want = 2 * (int64_t)threads;
+    const int64_t work = j->mg * j->k * j->np, want = 2 * (int64_t)nrv_threadpool_size(pool);
     const int64_t units = split_rows ? j->rows : (j->np + 63) / 64;
-    if (j->np >= 128 * want || (j->mg < 12 * want && units >= want)) {
-        j->pieces = want < units ? want : units;
-    } else if (j->mg >= 12 * 2) {
+    const int few_positions = j->np < 128 * want && (j->mg >= 12 * want || units < want);
+    j->split = split_rows ? CONV_SPLIT_ROWS : CONV_SPLIT_PANELS;
+    if (few_positions && j->mg >= 12 * 2) {
         j->split = CONV_SPLIT_CHANNELS;
-        j->pieces = want < j->mg / 12 ? want : j->mg / 12;
+        j->pieces = nrv_plan_pieces(pool, work, 1 << 16, j->mg / 12);
     } else {
-        j->pieces = want < units ? want : units;
+        j->pieces = nrv_plan_pieces(pool, work, 1 << 16, units);
     }
 }
 

@@ -329,8 +329,7 @@ static void bcast_run(const bcast *bc, const void *a, const void *b, void *z, si
     int64_t outer = 1;
     for (int i = 0; i < bc->rank - 1; i++) outer *= bc->dims[i];
     bcast_job j = {bc, a, b, z, ea, ez, inner, outer, elementwise_pieces(pool, numel, outer)};
-    if (j.pieces <= 1) bcast_rows(bc, a, b, z, ea, ez, inner, 0, outer);
-    else nrv_parallel_for(pool, j.pieces, bcast_task, &j);
+    nrv_parallel_for(pool, j.pieces, bcast_task, &j);
 }
 
 /* One inner loop per (code, dtype): z[i] = EXPR(x = a[i*sa], y = b[i*sb]) with sa, sb in

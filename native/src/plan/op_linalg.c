@@ -254,12 +254,6 @@ static void linear_task(void *ctx, int64_t t) {
 /* Pieces of n outputs for `threads` threads: each at least NRV_LINEAR_SPLIT_MIN_OUT wide
  * (kernels.h: the kernel's path, hence its rounding, then does not depend on the piece) and
  * with rows x piece fitting tile_floats; 0 if no such split exists. */
-int64_t nrv_plan_pieces(const nrv_threadpool *pool, int64_t work, int64_t min_work, int64_t units) {
-    const int threads = nrv_threadpool_size(pool);
-    if (threads <= 1 || work < min_work || units <= 1) return 1;
-    return 2 * (int64_t)threads < units ? 2 * (int64_t)threads : units;
-}
-
 int64_t nrv_plan_output_pieces(int threads, int64_t rows, int64_t n, int64_t tile_floats) {
     int64_t pieces = 2 * (int64_t)threads; /* two per thread: some balance */
     if (pieces > n / NRV_LINEAR_SPLIT_MIN_OUT) pieces = n / NRV_LINEAR_SPLIT_MIN_OUT;
@@ -268,6 +262,13 @@ int64_t nrv_plan_output_pieces(int threads, int64_t rows, int64_t n, int64_t til
         pieces++;
     }
     return pieces >= 2 ? pieces : 0;
+}
+
+/* Two pieces per thread, at most `units` (plan_ops.h). */
+int64_t nrv_plan_pieces(const nrv_threadpool *pool, int64_t work, int64_t min_work, int64_t units) {
+    const int threads = nrv_threadpool_size(pool);
+    if (threads <= 1 || work < min_work || units <= 1) return 1;
+    return 2 * (int64_t)threads < units ? 2 * (int64_t)threads : units;
 }
 
 static void linear_maybe_parallel(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w,
