@@ -40,6 +40,7 @@ from .errors import (
     NativeError,
     NerveError,
     OutOfMemoryError,
+    UnboundDimsError,
 )
 from .memory import memory_report
 from .session import MemoryBudget, Plan, Session, compile
@@ -67,6 +68,7 @@ __all__ = [
     "NerveError",
     "InputError",
     "ModelError",
+    "UnboundDimsError",
     "DeviceError",
     "OutOfMemoryError",
     "NativeError",

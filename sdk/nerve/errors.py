@@ -11,6 +11,7 @@ Hierarchy::
     NerveError                      base of everything nerve raises
     +-- InputError (ValueError)     NRV_ERR_INVALID_ARG, INDEX, SHAPE, DTYPE, OVERFLOW
     +-- ModelError                  NRV_ERR_FORMAT, NRV_ERR_IO
+    |   +-- UnboundDimsError        compiling needs bounds for the model's symbolic dims
     +-- DeviceError                 NRV_ERR_DEVICE
     +-- OutOfMemoryError (MemoryError)  NRV_ERR_OUT_OF_MEMORY
     +-- NativeError                 anything else (STATE, UNSUPPORTED, INTERNAL, unknown)
@@ -26,6 +27,7 @@ __all__ = [
     "NerveError",
     "InputError",
     "ModelError",
+    "UnboundDimsError",
     "DeviceError",
     "OutOfMemoryError",
     "NativeError",
@@ -78,6 +80,17 @@ class InputError(NerveError, ValueError):
 
 class ModelError(NerveError):
     """A model or data file could not be read, or is corrupted / of the wrong version."""
+
+
+class UnboundDimsError(ModelError):
+    """The model has symbolic dimensions with no bound given (``dims=``). ``dims``: their
+    names; ``inputs``: the model's inputs as [{"name", "shape": [int | dim name]}];
+    ``outputs``: its output names. A :class:`nerve.Session` catches it and binds the dims
+    from its first run's feeds."""
+
+    def __init__(self, message: str, dims, inputs=(), outputs=()):
+        super().__init__(message)
+        self.dims, self.inputs, self.outputs = list(dims), list(inputs), list(outputs)
 
 
 class DeviceError(NerveError):

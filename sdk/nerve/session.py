@@ -24,7 +24,7 @@ import numpy as np
 
 from ._native import check, ffi, lib, to_str
 from . import precision as precision_scheme
-from .errors import InputError, ModelError
+from .errors import InputError, ModelError, UnboundDimsError
 
 __all__ = ["Session", "Plan", "compile", "run_program_once", "cache_dir", "MemoryBudget", "Reservation"]
 
@@ -434,7 +434,9 @@ class Session:
 
     ``model``: an ``.onnx`` file (compiled on load; cached) or a ``.nrv`` plan, or a
     :class:`Plan`. ``dims``/``state``/``constants``/``outputs``: see :func:`compile` (ignored
-    for a ready plan).
+    for a ready plan). Symbolic dims ``dims`` leaves unbound are bound by the first run's
+    feeds (the plan is compiled then; :meth:`run` says when it recompiles); ``log=`` and
+    ``budget=`` need every bound up front.
     ``device="cpu"``; ``precision`` one of :mod:`nerve.precision` (see :func:`compile`); ``threads`` is the
     number of threads for the big ops (1: the goals are measured at one thread).
     ``log``: a JSON-lines provenance log (see :mod:`nerve.provenance`); ``nerve replay LOG``
@@ -464,22 +466,53 @@ class Session:
         self.threads = threads
         self.precision = precision
         self._compile_args: Optional[dict] = None  # what set_precision recompiles from
-        if isinstance(model, Plan):
-            self.plan = model
-        elif str(model).endswith(".nrv"):
-            self.plan = Plan.load(model)
-        else:
-            self._compile_args = dict(model=model, dims=dims, state=state, fuse=fuse, cache=cache,
-                                      constants=constants, outputs=outputs)
-            self.plan = compile(precision=precision, **self._compile_args)
+        # symbolic dims the caller gave no bound for: bound from the feeds of the first run,
+        # and raised when a later stateless run feeds more (see run())
+        self._dims_from_feeds: List[str] = []
+        self._specs: Optional[List[dict]] = None  # the model's inputs as declared, for those dims
+        self._memory_limit = None
         self.memory_choice: Optional[dict] = None  # what memory_limit chose, and why
+        plan: Optional[Plan] = None
+        if isinstance(model, Plan):
+            plan = model
+        elif str(model).endswith(".nrv"):
+            plan = Plan.load(model)
+        else:
+            self._compile_args = dict(model=model, dims=dict(dims or {}), state=state, fuse=fuse, cache=cache,
+                                      constants=constants, outputs=outputs)
+            try:
+                plan = compile(precision=precision, **self._compile_args)
+            except UnboundDimsError as exc:
+                if log is not None or budget is not None:
+                    raise UnboundDimsError(f"{exc.message} (log= and budget= need the plan when the session "
+                                           "is made)", exc.dims, exc.inputs, exc.outputs) from None
+                self._dims_from_feeds, self._specs = exc.dims, exc.inputs
+                self.input_names = [s["name"] for s in exc.inputs]
+                self.output_names = exc.outputs
         if memory_limit is not None:
             if self._compile_args is None:
                 raise InputError("memory_limit needs the model file: a compiled plan holds one precision")
-            self.plan, self.memory_choice = _fit_memory(self.plan, self._compile_args, precision,
-                                                        _parse_bytes(memory_limit, "memory_limit"))
-        self._native = self._new_native(self.plan)
-        self._by_precision = {precision: (self.plan, self._native)}
+            self._memory_limit = _parse_bytes(memory_limit, "memory_limit")
+        if plan is not None:
+            self._use_plan(plan)
+        self._log = None
+        if log is not None:
+            from .provenance import RunLog
+
+            self._log = RunLog(log, self)
+        self.on_memory_change = on_memory_change
+        self.budget = budget
+        if budget is not None:
+            budget._attach(self, priority)
+
+    def _use_plan(self, plan: Plan) -> None:
+        """Loads plan (fitted to memory_limit first) as the session's only plan and sets up its
+        inputs and outputs."""
+        if self._memory_limit is not None:
+            plan, self.memory_choice = _fit_memory(plan, self._compile_args, self.precision, self._memory_limit)
+        self.plan = plan
+        self._native = self._new_native(plan)
+        self._by_precision = {self.precision: (plan, self._native)}
         self._inputs = self._native.io(False)
         self._outputs = self._native.io(True)
         self.input_names = [i["name"] for i in self._inputs]
@@ -496,15 +529,44 @@ class Session:
         self._fed_shapes: List[Optional[tuple]] = [None] * len(self._inputs)
         for i, info in enumerate(self._inputs):
             self._feeds_c[i].dtype = _CODE_OF_DTYPE[info["dtype"]]  # a feed of another dtype is refused
-        self._log = None
-        if log is not None:
-            from .provenance import RunLog
 
-            self._log = RunLog(log, self)
-        self.on_memory_change = on_memory_change
-        self.budget = budget
-        if budget is not None:
-            budget._attach(self, priority)
+    # attributes a session made without bounds for its symbolic dims gets at its first run
+    _PLAN_ATTRS = frozenset({"plan", "_native", "_by_precision", "_inputs", "_outputs", "_input_index",
+                             "_feeds_c", "_outs_c", "_returned", "_state_inputs", "_input_plan", "_fed_shapes"})
+
+    def __getattr__(self, name: str):
+        # only called for attributes not set: before the first run of a session whose dims
+        # are bound by its feeds, everything that needs the plan ends here
+        if name in Session._PLAN_ATTRS and self.__dict__.get("_dims_from_feeds"):
+            raise self._unbound_error()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _unbound_error(self) -> InputError:
+        return InputError(f"the model's symbolic dims {self.__dict__['_dims_from_feeds']} are bound by the first "
+                          "run's feeds and the plan is compiled then: run() first, or give dims=")
+
+    def _bind_dims(self, feeds: Mapping[str, np.ndarray]) -> bool:
+        """Compiles the plan for the symbolic dims the caller left unbound, each at least the
+        size the feeds have (the first run; later, a stateless run that feeds more). Returns
+        False when the bounds would not change."""
+        from .modeltools import dims_from_feeds
+
+        unknown = [k for k in feeds if k not in self.input_names]
+        if unknown:
+            raise InputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}")
+        fed = dims_from_feeds(self._specs, {k: np.asarray(v) for k, v in feeds.items()}, {})
+        dims = dict(self._compile_args["dims"])
+        missing = [d for d in self._dims_from_feeds if d not in fed and d not in dims]
+        if missing:
+            raise InputError(f"the model's symbolic dims {missing} are bound by the feeds, but no fed input has "
+                             f"them (inputs: { {s['name']: s['shape'] for s in self._specs} }); feed those inputs, or give dims=")
+        for d in self._dims_from_feeds:
+            dims[d] = max(dims.get(d, 0), fed.get(d, 0))
+        if "plan" in self.__dict__ and dims == self._compile_args["dims"]:
+            return False
+        self._compile_args["dims"] = dims
+        self._use_plan(compile(precision=self.precision, **self._compile_args))
+        return True
 
     # ---- memory pressure
 
@@ -526,6 +588,8 @@ class Session:
         plan changed. OutOfMemoryError when even INT4 weights do not fit (nothing changes)."""
         if self._compile_args is None:
             raise InputError("set_memory_limit needs the session's model file: a compiled plan holds one precision")
+        if "plan" not in self.__dict__:
+            raise self._unbound_error()
         base = compile(precision=self.precision, **self._compile_args)
         plan, choice = _fit_memory(base, self._compile_args, self.precision, _parse_bytes(limit, "limit"))
         changed = plan.data != self.plan.data
@@ -567,6 +631,9 @@ class Session:
         precision_scheme.parse(precision)
         if precision == self.precision:
             return
+        if "plan" not in self.__dict__:  # dims bound by the first run: it compiles at this precision
+            self.precision = precision
+            return
         if precision not in self._by_precision:
             if self._compile_args is None:
                 raise InputError("set_precision needs the session's model file: this session was made from a "
@@ -601,9 +668,21 @@ class Session:
     def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Runs the plan on feeds (name -> array, exactly the input's dtype) and returns
         {output name: array}. Inputs bound to a state may be omitted after the first run:
-        they then read what the previous run wrote (its state output is not returned)."""
+        they then read what the previous run wrote (its state output is not returned).
+        A session made without bounds for the model's symbolic dims compiles its plan at the
+        first run, for the feeds' sizes; a later run that feeds more recompiles it for the
+        larger sizes, unless the session carries state (then the first sizes are the bounds)."""
+        if self._dims_from_feeds and "plan" not in self.__dict__:
+            self._bind_dims(feeds)
         keep = self._bind(feeds)
-        _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
+        try:
+            _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
+        except InputError as exc:
+            if (exc.status_name != "NRV_ERR_SHAPE" or not self._dims_from_feeds or self._state_inputs
+                    or not self._bind_dims(feeds)):
+                raise
+            keep = self._bind(feeds)
+            _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
         del keep  # the feeds had to live through the run
         outs_c = self._outs_c
         result = {self.output_names[i]: _copy_out(outs_c[i]) for i in self._returned}

@@ -69,6 +69,67 @@ def test_session_api_and_parity(mlp):
         s.run({"x": np.zeros((11, 13), np.float32)})
 
 
+def test_dims_left_unbound_are_bound_by_the_first_run(mlp, rng):
+    """No dims= for a model with symbolic dims: the session compiles at its first run for the
+    feeds' sizes, and recompiles only when a later run feeds more; dims the caller bounded
+    stay hard bounds, and nerve.compile still asks for them (UnboundDimsError names them)."""
+    with pytest.raises(nerve.UnboundDimsError, match="dims=") as err:
+        nerve.compile(mlp, cache=False)
+    assert err.value.dims == ["n"] and isinstance(err.value, nerve.ModelError)
+    s = nerve.Session(mlp, cache=False)
+    assert s.input_names == ["x"] and s.output_names == ["y", "s"]
+    for before_the_first_run in (s.ops, s.memory_report, lambda: s.inputs, lambda: s.set_memory_limit("1MB")):
+        with pytest.raises(nerve.InputError, match="first run"):
+            before_the_first_run()
+    s.set_precision("int8")  # taken by the first run's compile
+    x = rng.standard_normal((5, 13)).astype(np.float32)
+    out = s.run({"x": x})
+    assert s.inputs[0]["bounds"] == {"n": 5} and "linear_w8a8" in [op["type"] for op in s.ops()]
+    s.set_precision("fp32")
+    bound = 5
+    for n in (5, 2, 0, 9, 3, 9):
+        x = rng.standard_normal((n, 13)).astype(np.float32)
+        before = s.plan.hash
+        out, ref = s.run({"x": x}), ref_run(mlp, {"x": x})
+        np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["s"], ref["s"], rtol=1e-5, atol=1e-4)
+        assert (s.plan.hash != before) == (n > bound), n  # recompiled only for a larger feed
+        bound = max(bound, n)
+    assert s.inputs[0]["bounds"] == {"n": 9}
+    with pytest.raises(nerve.InputError, match="rank 3"):
+        s.run({"x": np.zeros((9, 13, 1), np.float32)})
+    with pytest.raises(nerve.InputError, match="axis 1"):  # a fixed dim is not a bound to grow
+        s.run({"x": np.zeros((9, 14), np.float32)})
+
+    fresh = nerve.Session(mlp, cache=False)
+    with pytest.raises(nerve.InputError, match="unknown input"):
+        fresh.run({"z": x})
+    with pytest.raises(nerve.InputError, match=r"\['n'\] are bound by the feeds, but no fed input"):
+        fresh.run({})
+    # a bound the caller gave is a hard bound
+    bounded = nerve.Session(mlp, dims={"n": 4}, cache=False)
+    with pytest.raises(nerve.InputError, match="beyond the bound 4"):
+        bounded.run({"x": np.zeros((5, 13), np.float32)})
+
+
+def test_state_carrying_session_keeps_its_first_bounds(tmp_path, rng):
+    """A session that carries state between runs binds its dims at the first run and keeps
+    them: recompiling would drop the state, so a larger feed is an error, as with dims=."""
+    g = h.make_graph([h.make_node("Add", ["h_in", "x"], ["h_out"]), h.make_node("Relu", ["h_out"], ["y"])], "acc",
+                     [h.make_tensor_value_info("x", T.FLOAT, ["n", 3]), h.make_tensor_value_info("h_in", T.FLOAT, ["n", 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["n", 3]), h.make_tensor_value_info("h_out", T.FLOAT, ["n", 3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "acc.onnx"
+    onnx.save(m, path)
+    s = nerve.Session(path, state={"h_out": "h_in"}, cache=False)
+    x1, x2 = (rng.standard_normal((4, 3)).astype(np.float32) for _ in range(2))
+    s.run({"x": x1, "h_in": np.zeros((4, 3), np.float32)})
+    np.testing.assert_array_equal(s.run({"x": x2})["y"], np.maximum(x1 + x2, 0))
+    with pytest.raises(nerve.InputError, match="beyond the bound 4"):
+        s.run({"x": np.zeros((5, 3), np.float32), "h_in": np.zeros((5, 3), np.float32)})
+
+
 def test_plan_save_load_and_cache(mlp, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("NERVE_PLAN_CACHE", "1")
@@ -386,8 +447,12 @@ def test_anonymous_dims_are_one_symbol_each(tmp_path, rng):
     x = rng.standard_normal((2, 5, 7)).astype(np.float32)
     z = rng.standard_normal((7, 3)).astype(np.float32)
     np.testing.assert_allclose(s.run({"x": x, "z": z})["y"], ref_run(p, {"x": x, "z": z})["y"], rtol=1e-5, atol=1e-5)
-    with pytest.raises(nerve.ModelError, match="x_dim2"):
-        nerve.Session(p, dims={"x_dim0": 2, "z_dim0": 7, "n": 3})
+    with pytest.raises(nerve.UnboundDimsError, match="x_dim2"):
+        nerve.compile(p, dims={"x_dim0": 2, "z_dim0": 7, "n": 3})
+    # without dims= the session binds each anonymous dim from its own input's feed
+    lazy = nerve.Session(p, cache=False)
+    np.testing.assert_array_equal(lazy.run({"x": x, "z": z})["y"], s.run({"x": x, "z": z})["y"])
+    assert lazy.inputs[0]["bounds"] == {"x_dim0": 2, "x_dim2": 7}
 
 
 @pytest.mark.parametrize("threads", [1, 2])

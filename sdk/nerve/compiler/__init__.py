@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from ..errors import ModelError
-from .graph import CompileError
+from ..errors import ModelError, UnboundDimsError
+from .graph import CompileError, UnboundDims
 
 __all__ = ["compile_onnx", "compile_program", "CompileError"]
 
@@ -63,6 +63,8 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
             from .kv_append import append_kv_caches
 
             append_kv_caches(prog)
+    except UnboundDims as exc:
+        raise UnboundDimsError(str(exc), exc.missing, exc.inputs, exc.outputs) from None
     except CompileError as exc:
         raise ModelError(str(exc)) from None
     return prog

@@ -45,6 +45,16 @@ class CompileError(Exception):
     Converted to :class:`nerve.ModelError` at the API boundary."""
 
 
+class UnboundDims(CompileError):
+    """Symbolic dimensions without a bound (``missing``: their names; ``inputs``: the graph's
+    inputs as [{"name", "shape": [int | dim name]}]; ``outputs``: the output names kept);
+    becomes :class:`nerve.UnboundDimsError`."""
+
+    def __init__(self, message: str, missing, inputs, outputs):
+        super().__init__(message)
+        self.missing, self.inputs, self.outputs = list(missing), list(inputs), list(outputs)
+
+
 def dtype_code(dt) -> int:
     dt = np.dtype(dt)
     if dt not in NRV_DTYPES:

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import symbolic as S
 from .builder import Builder
-from .graph import CompileError, Program, Value
+from .graph import CompileError, Program, UnboundDims, Value
 
 _HANDLERS: Dict[str, Callable] = {}
 # ops of other domains (e.g. "com.microsoft" MatMulNBits): (domain, op type) -> handler
@@ -277,8 +277,12 @@ class Importer:
         missing = sorted(n for n in self.symbols if n not in self.dims)
         if missing:
             shapes = {v.name: [str(d) for d in v.shape] for v in inputs if not v.static}
-            raise CompileError(f"the model has symbolic dimensions {missing} (inputs: {shapes}); give each an upper "
-                               f"bound, e.g. dims={{{', '.join(repr(m) + ': N' for m in missing)}}}")
+            declared = [{"name": v.name, "shape": [int(d) if S.is_static(d) else str(d) for d in v.shape]}
+                        for v in inputs]
+            kept = [vi.name for vi in g.output if keep_outputs is None or vi.name in set(keep_outputs)]
+            raise UnboundDims(f"the model has symbolic dimensions {missing} (inputs: {shapes}); give each an upper "
+                              f"bound, e.g. dims={{{', '.join(repr(m) + ': N' for m in missing)}}}", missing,
+                              declared, kept)
         for n in self.symbols:
             if not 0 <= int(self.dims[n]) < 2 ** 62:
                 raise CompileError(f"bound of dimension '{n}' must be in [0, 2**62), got {self.dims[n]}")
