@@ -244,13 +244,71 @@ def models():
     ]
 
 
+class HFWrapper(nn.Module):
+    """A Hugging Face transformers model called with keyword inputs, returning one tensor (its
+    logits or last hidden state) so the ONNX graph has one plainly named output."""
+
+    def __init__(self, model, keys, output):
+        super().__init__()
+        self.model, self.keys, self.output = model, keys, output
+
+    def forward(self, x0, x1=None, x2=None):  # positional, as the exporter passes them
+        return getattr(self.model(**dict(zip(self.keys, (x0, x1, x2)))), self.output)
+
+
+def hf_models():
+    """Tiny random-weight configs of Hugging Face architectures (no download: built from their
+    config classes), as the dynamo exporter writes them: attention masks become GatherND on
+    Range-built indices, rotary embeddings, RMSNorm, relative position buckets (T5), a conv
+    feature encoder (wav2vec2). Needs `pip install transformers`; skipped without it."""
+    try:
+        import transformers as T
+    except ImportError:
+        print("transformers is not installed: the hf_* models are not exported")
+        return []
+    torch.manual_seed(0)  # the weights are drawn when the models are built
+    seq, tgt = torch.export.Dim("seq", min=2, max=32), torch.export.Dim("tgt", min=2, max=32)
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    ids = torch.randint(0, 97, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.int64)
+    text = {"input_ids": {1: seq}, "attention_mask": {1: seq}}
+
+    def wrap(model, keys, output):
+        return HFWrapper(model.eval(), keys, output)
+
+    llama = T.LlamaConfig(vocab_size=97, num_key_value_heads=2, use_cache=False, **small)
+    t5 = T.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, use_cache=False)
+    w2v = T.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                           conv_dim=(16, 16, 16), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                           num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+    audio = torch.export.Dim("samples", min=400, max=4000)
+    return [
+        ("hf_bert", wrap(T.BertModel(T.BertConfig(vocab_size=97, **small)), ["input_ids", "attention_mask"],
+                         "last_hidden_state"), (ids, mask), ["input_ids", "attention_mask"], ["hidden"], text,
+         {"seq": 32}, "dynamo"),
+        ("hf_llama", wrap(T.LlamaForCausalLM(llama), ["input_ids", "attention_mask"], "logits"), (ids, mask),
+         ["input_ids", "attention_mask"], ["logits"], text, {"seq": 32}, "dynamo"),
+        ("hf_t5", wrap(T.T5ForConditionalGeneration(t5), ["input_ids", "attention_mask", "decoder_input_ids"],
+                       "logits"), (ids, mask, torch.randint(0, 97, (2, 5))),
+         ["input_ids", "attention_mask", "decoder_input_ids"], ["logits"], {**text, "decoder_input_ids": {1: tgt}},
+         {"seq": 32, "tgt": 32}, "dynamo"),
+        ("hf_wav2vec2", wrap(T.Wav2Vec2Model(w2v), ["input_values"], "last_hidden_state"), (torch.randn(1, 2000),),
+         ["input_values"], ["hidden"], {"input_values": {1: audio}}, {"samples": 4000}, "dynamo"),
+    ]
+
+
+# the integer inputs of the hf_* models, as INT_INPUTS
+INT_INPUTS.update({"input_ids": {"high": 97}, "decoder_input_ids": {"high": 97}, "attention_mask": {"mask": True}})
+
+
 def export(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = {}
-    for name, module, args, in_names, out_names, dyn, bounds, exporter in models():
+    for name, module, args, in_names, out_names, dyn, bounds, exporter in models() + hf_models():
         torch.manual_seed(0)
         for p in module.parameters():
-            nn.init.normal_(p, std=0.3 if p.dim() > 1 else 0.1)
+            if not name.startswith("hf_"):  # those keep their architecture's own initialisation
+                nn.init.normal_(p, std=0.3 if p.dim() > 1 else 0.1)
         for m in module.modules():  # BatchNorm statistics that are not the identity
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.uniform_(-0.2, 0.2)
@@ -259,7 +317,7 @@ def export(out_dir: Path) -> None:
         path = out_dir / f"{name}.onnx"
         with torch.no_grad():
             if exporter == "dynamo":
-                shapes = None if dyn is None else {k: v for k, v in dyn.items()}
+                shapes = None if dyn is None else tuple(dyn.get(n) for n in in_names)
                 prog = torch.onnx.export(module, args, dynamo=True, input_names=in_names, output_names=out_names,
                                          dynamic_shapes=shapes, optimize=True)
                 prog.save(str(path))
@@ -276,6 +334,9 @@ def export(out_dir: Path) -> None:
             if not a.dtype.is_floating_point:
                 inputs[n].update(INT_INPUTS[n])
         manifest[name] = {"inputs": inputs, "outputs": out_names, "dims": bounds, "exporter": exporter}
+        least = max([getattr(d, "min", 2) for axes in (dyn or {}).values() for d in axes.values()] or [2])
+        if least > 2:  # the smallest size the model takes (wav2vec2's conv stack needs 400 samples)
+            manifest[name]["min"] = least
         print(f"{name}: {path.stat().st_size / 1e3:.0f} kB ({exporter})")
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
 

@@ -1,4 +1,4 @@
-/* test_plan_index.c — gather_elements, scatter_elements, scatter_nd, cumsum, topk
+/* test_plan_index.c — gather_elements, gather_nd, scatter_elements, scatter_nd, cumsum, topk
  * (op_index.c) on exactly sized buffers (an ASan build catches any access past them) against
  * naive references, at random awkward shapes; bad indices must fail with NRV_ERR_INDEX and
  * leave the output untouched. (Parity with onnxruntime: tests/python/test_onnx_ops.py.)
@@ -70,6 +70,53 @@ static void test_gather_scatter_elements(void) {
         NRV_EXPECT_STATUS(run1("scatter_elements", sins, 3, &z, sia, 2), NRV_ERR_INDEX);
         NRV_EXPECT(untouched(&y) && untouched(&z), "a failed gather/scatter wrote its output");
         freev(&x), freev(&ind), freev(&y), freev(&upd), freev(&z);
+    }
+}
+
+/* gather_nd with batch_dims 0-1 and 1-2 index columns over [d0, d1, d2] data, against a
+ * naive loop; a bad index fails and writes nothing. */
+static void test_gather_nd(void) {
+    for (int rep = 0; rep < 40; rep++) {
+        const int64_t xd[3] = {rand_in(1, 4), rand_in(1, 6), rand_in(1, 5)}, n = rand_in(1, 7);
+        const int b = (int)rnd(2), q = 1 + (int)rnd(2); /* b + q <= 3 */
+        /* indices [d0 if b, n, q]; y [d0 if b, n] + data dims after b + q */
+        int64_t idd[3], yd[4];
+        int ir = 0, yr = 0;
+        if (b) idd[ir++] = xd[0];
+        idd[ir++] = n;
+        idd[ir++] = q;
+        for (int d = 0; d < ir - 1; d++) yd[yr++] = idd[d];
+        for (int d = b + q; d < 3; d++) yd[yr++] = xd[d];
+        nrv_tview x = mk(NRV_F32, 3, xd), ind = mk(NRV_I64, ir, idd), y = mk(NRV_F32, yr, yd);
+        fill_f32(&x);
+        int64_t *iv = ind.data;
+        for (int64_t i = 0; i < ind.numel; i++) {
+            const int64_t dim = xd[b + i % q];
+            iv[i] = rand_in(-dim, dim - 1);
+        }
+        const nrv_tview *ins[2] = {&x, &ind};
+        const int64_t ia[1] = {b};
+        NRV_EXPECT_STATUS(run1("gather_nd", ins, 2, &y, ia, 1), NRV_OK);
+        const int64_t slice = nrv_dims_product(xd, b + q, 3), batches = b ? xd[0] : 1;
+        int bad = 0;
+        for (int64_t bi = 0; bi < batches; bi++)
+            for (int64_t t = 0; t < n; t++) {
+                int64_t c[3] = {bi, 0, 0};
+                for (int d = 0; d < q; d++) {
+                    const int64_t v = iv[(bi * n + t) * q + d];
+                    c[b + d] = v < 0 ? v + xd[b + d] : v;
+                }
+                const int64_t base = (c[0] * xd[1] + c[1]) * xd[2] + c[2];
+                for (int64_t j = 0; j < slice; j++)
+                    bad += ((float *)y.data)[(bi * n + t) * slice + j] != ((float *)x.data)[base + j];
+            }
+        NRV_EXPECT(bad == 0, "gather_nd (batch_dims %d, q %d): %d wrong", b, q, bad);
+        const int64_t at = rnd(ind.numel);
+        iv[at] = rnd(2) ? xd[b + at % q] : -xd[b + at % q] - 1;
+        memset(y.data, SENTINEL, nbytes(&y));
+        NRV_EXPECT_STATUS(run1("gather_nd", ins, 2, &y, ia, 1), NRV_ERR_INDEX);
+        NRV_EXPECT(untouched(&y), "a failed gather_nd wrote y");
+        freev(&x), freev(&ind), freev(&y);
     }
 }
 
@@ -167,6 +214,7 @@ static void test_topk(void) {
 
 int main(void) {
     test_gather_scatter_elements();
+    test_gather_nd();
     test_scatter_nd();
     test_cumsum();
     test_topk();

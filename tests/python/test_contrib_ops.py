@@ -1,6 +1,6 @@
 """onnxruntime's com.microsoft ops and the ONNX integer ops (MatMulInteger, ConvInteger) in saved models (compiler/onnx_ops_contrib.py and the
 dynamic-quantization handlers of onnx_ops_quant.py), and the index ops real exports carry
-(GatherND, NonZero on shape arithmetic, IsNaN); each against onnxruntime on fresh inputs.
+(GatherND on constant and run-time indices, NonZero on shape arithmetic, IsNaN); each against onnxruntime on fresh inputs.
 
 Tolerances:
   * float ops: 1e-5 of the output's largest magnitude (fp32 summation order differs);
@@ -342,16 +342,66 @@ def test_gather_nd_constant_indices(tmp_path, rng, r):
     np.testing.assert_array_equal(session(tmp_path, m, {}).run({"x": x})["y"], ort_run(m, {"x": x})["y"])
 
 
-def test_gather_nd_out_of_range_and_runtime_indices_are_refused(tmp_path):
+def test_gather_nd_constant_indices_out_of_range_are_a_model_error(tmp_path):
     m = make_model([h.make_node("GatherND", ["x", "i"], ["y"], name="gnd_bad")],
                    [("x", T.FLOAT, [4, 2])], [("y", T.FLOAT)], {"i": np.array([[1], [4]], np.int64)})
     with pytest.raises(nerve.ModelError, match=r"gnd_bad.*index tuple 1 has 4 on axis 0 of size 4"):
         session(tmp_path, m, {})
+
+
+@pytest.mark.parametrize("data_shape, ind_shape, batch_dims, dtype", [
+    ((4, 2), (3, 1), 0, F32),                 # rows
+    ((5, 7, 3), (2, 6, 2), 0, F32),           # pairs: [6] slices of 3
+    ((3, 4, 5), (3, 4, 3), 0, np.int64),      # single elements
+    ((2, 5, 6), (2, 4, 1), 1, F32),           # per batch: rows of each batch's own [5, 6]
+    ((3, 4, 5, 2), (3, 4, 2, 1), 2, F32),     # two batch axes
+    ((2, 9), (2, 1), 1, np.int64),            # per batch, one element each
+])
+def test_gather_nd_runtime_indices(tmp_path, rng, data_shape, ind_shape, batch_dims, dtype):
+    """Indices fed at run time (negative ones too), batch_dims 0-2, against onnxruntime."""
+    b, q = batch_dims, ind_shape[-1]
+    axes = data_shape[b:b + q]
+    idx = np.stack([rng.integers(-d, d, ind_shape[:-1]) for d in axes], axis=-1).astype(np.int64)
+    m = make_model([h.make_node("GatherND", ["x", "i"], ["y"], name="gnd", batch_dims=b)],
+                   [("x", T.INT64 if dtype == np.int64 else T.FLOAT, data_shape), ("i", T.INT64, ind_shape)],
+                   [("y", T.INT64 if dtype == np.int64 else T.FLOAT)], {})
+    x = (rng.integers(-99, 99, data_shape) if dtype == np.int64 else rng.standard_normal(data_shape)).astype(dtype)
+    sess = session(tmp_path, m, {})
+    assert [op["type"] for op in sess.ops()] == ["gather_nd"]
+    np.testing.assert_array_equal(sess.run({"x": x, "i": idx})["y"], ort_run(m, {"x": x, "i": idx})["y"])
+
+
+def test_gather_nd_runtime_index_out_of_range_is_an_input_error(tmp_path, rng):
     m = make_model([h.make_node("GatherND", ["x", "i"], ["y"], name="gnd_rt")],
                    [("x", T.FLOAT, [4, 2]), ("i", T.INT64, [3, 1])], [("y", T.FLOAT)], {})
-    (tmp_path / "b").mkdir()
-    with pytest.raises(nerve.ModelError, match=r"gnd_rt.*run time"):
-        session(tmp_path / "b", m, {})
+    sess = session(tmp_path, m, {})
+    x = rng.standard_normal((4, 2)).astype(F32)
+    with pytest.raises(nerve.InputError, match=r"gnd_rt.*indices\[2\] = -5 is outside \[-4, 4\) \(axis 0"):
+        sess.run({"x": x, "i": np.array([[1], [0], [-5]], np.int64)})
+    np.testing.assert_array_equal(sess.run({"x": x, "i": np.array([[3], [-4], [0]], np.int64)})["y"], x[[3, 0, 0]])
+
+
+def test_gather_nd_attention_mask_pattern(tmp_path, rng):
+    """What torch's dynamo exporter writes for mask[batch_arange[:, None], kv_arange[None, :]]:
+    the index pairs built by Range/Unsqueeze/Expand/Concat over the symbolic sizes."""
+    nodes = [h.make_node("Shape", ["mask"], ["s"]),
+             h.make_node("Gather", ["s", "zero"], ["nb"], axis=0), h.make_node("Gather", ["s", "one"], ["ns"], axis=0),
+             h.make_node("Range", ["zero", "nb", "one"], ["rb"]), h.make_node("Range", ["zero", "ns", "one"], ["rs"]),
+             h.make_node("Unsqueeze", ["rb", "ax1"], ["rb2"]), h.make_node("Unsqueeze", ["rs", "ax0"], ["rs2"]),
+             h.make_node("Concat", ["nb1", "ns1"], ["full"], axis=0),
+             h.make_node("Unsqueeze", ["nb", "ax0"], ["nb1"]), h.make_node("Unsqueeze", ["ns", "ax0"], ["ns1"]),
+             h.make_node("Expand", ["rb2", "full"], ["eb"]), h.make_node("Expand", ["rs2", "full"], ["es"]),
+             h.make_node("Unsqueeze", ["eb", "axm"], ["ib"]), h.make_node("Unsqueeze", ["es", "axm"], ["is"]),
+             h.make_node("Concat", ["ib", "is"], ["ind"], axis=-1),
+             h.make_node("Cast", ["mask"], ["mb"], to=T.BOOL), h.make_node("GatherND", ["mb", "ind"], ["y"])]
+    nodes = [nodes[i] for i in (0, 1, 2, 3, 4, 5, 6, 8, 9, 7, 10, 11, 12, 13, 14, 15, 16)]  # topological
+    m = make_model(nodes, [("mask", T.INT64, [2, "seq"])], [("y", T.BOOL)],
+                   {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "ax0": np.array([0], np.int64),
+                    "ax1": np.array([1], np.int64), "axm": np.array([-1], np.int64)})
+    sess = session(tmp_path, m, {"seq": 12})
+    for n in (12, 5, 1):
+        mask = (rng.random((2, n)) < 0.7).astype(np.int64)
+        np.testing.assert_array_equal(sess.run({"mask": mask})["y"], ort_run(m, {"mask": mask})["y"])
 
 
 def test_nonzero_on_shape_arithmetic_folds(tmp_path, rng):

@@ -1,6 +1,6 @@
 /* op_index.c — plan ops that address elements by computed indices or positions (see
- * plan_ops.h for the contract): gather_elements, scatter_elements, scatter_nd (ONNX's
- * GatherElements, ScatterElements, ScatterND), cumsum, topk.
+ * plan_ops.h for the contract): gather_elements, gather_nd, scatter_elements, scatter_nd
+ * (ONNX's GatherElements, GatherND, ScatterElements, ScatterND), cumsum, topk.
  *
  * Every index is checked before anything is written: one outside its axis is
  * NRV_ERR_INDEX naming its flat position and value, and the output is left as it was.
@@ -162,6 +162,67 @@ static nrv_status scatter_elements_run(const nrv_op_args *a) {
         scatter_one((nrv_dtype)x->dtype, (char *)y->data + (size_t)elements_offset(i, ind->dims, ind->rank, st, ax, v) * esz,
                     (const char *)upd->data + (size_t)i * esz, a->iattr[1], esz);
     }
+    return NRV_OK;
+}
+
+/* gather_nd (ONNX GatherND, run-time indices: e.g. the attention-mask lookups torch's
+ * dynamo exporter writes): with b = batch_dims and q = indices' last dim, each index tuple
+ * indices[B, t, :] picks the slice data[B, tuple] (B: the b leading axes both share).
+ *   in[0] data (any dtype, rank r); in[1] indices (i64/i32, rank >= b + 1, dims[:b] equal to
+ *   data's, last dim q with b + q <= r); out[0] y, data's dtype, dims indices.dims[:-1] +
+ *   data.dims[b + q:]. iattr [batch_dims]. */
+static nrv_status gather_nd_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "data"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    const nrv_tview *x = a->in[0], *ind = a->in[1];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_index_dtype(a, ind));
+    if (y->dtype != x->dtype) return nrv_op_fail(a, NRV_ERR_DTYPE, "y's dtype differs from data's");
+    const int64_t b = a->iattr[0];
+    if (b < 0 || b >= ind->rank || b >= x->rank)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "batch_dims %lld must be below the ranks of indices (%d) and "
+                           "data (%d)", (long long)b, (int)ind->rank, (int)x->rank);
+    const int64_t q = ind->dims[ind->rank - 1];
+    if (q < 1 || b + q > x->rank)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "indices' last dim %lld must be in [1, %lld] (data's rank less "
+                           "batch_dims)", (long long)q, (long long)(x->rank - b));
+    int ok = y->rank == ind->rank - 1 + x->rank - b - q;
+    for (int d = 0; ok && d < b; d++) ok = ind->dims[d] == x->dims[d];
+    for (int d = 0; ok && d < y->rank; d++)
+        ok = y->dims[d] == (d < ind->rank - 1 ? ind->dims[d] : x->dims[b + q + d - (ind->rank - 1)]);
+    if (!ok) {
+        char b1[128], b2[128], b3[128];
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "indices %s and data %s (batch_dims %lld) do not give y %s",
+                           nrv_op_fmt_dims(b1, sizeof b1, ind), nrv_op_fmt_dims(b2, sizeof b2, x), (long long)b,
+                           nrv_op_fmt_dims(b3, sizeof b3, y));
+    }
+    for (int64_t i = 0; i < ind->numel; i++) { /* all checked before anything is written */
+        const int d = (int)(b + i % q);
+        const int64_t v = nrv_index_at(ind, i), dim = x->dims[d];
+        if (v < -dim || v >= dim)
+            return nrv_op_fail(a, NRV_ERR_INDEX, "indices[%lld] = %lld is outside [%lld, %lld) (axis %d of data)",
+                               (long long)i, (long long)v, (long long)-dim, (long long)dim, d);
+    }
+    int64_t st[NRV_PLAN_MAX_RANK];
+    nrv_strides_of(x, st);
+    const size_t esz = nrv_dtype_size((nrv_dtype)x->dtype);
+    const int64_t batches = nrv_dims_product(x->dims, 0, (int)b), slice = nrv_dims_product(x->dims, (int)(b + q), x->rank);
+    const int64_t tuples = ind->numel / q / (batches ? batches : 1), batch_stride = b ? st[b - 1] : 0;
+    char *dst = y->data;
+    for (int64_t bi = 0; bi < batches; bi++)
+        for (int64_t t = 0; t < tuples; t++) {
+            const int64_t first = (bi * tuples + t) * q;
+            int64_t off = bi * batch_stride;
+            for (int64_t d = 0; d < q; d++) {
+                int64_t v = nrv_index_at(ind, first + d);
+                if (v < 0) v += x->dims[b + d];
+                off += v * st[b + d];
+            }
+            memcpy(dst, (const char *)x->data + (size_t)off * esz, (size_t)slice * esz);
+            dst += (size_t)slice * esz;
+        }
     return NRV_OK;
 }
 
@@ -365,6 +426,7 @@ static nrv_status topk_run(const nrv_op_args *a) {
 
 const nrv_op_def nrv_plan_ops_index[] = {
     {"gather_elements", gather_elements_run, NULL},
+    {"gather_nd", gather_nd_run, NULL},
     {"scatter_elements", scatter_elements_run, NULL},
     {"scatter_nd", scatter_nd_run, NULL},
     {"cumsum", cumsum_run, NULL},

@@ -529,22 +529,29 @@ def _gather(ctx: NodeCtx, ins):
 
 @handler("GatherND")
 def _gather_nd(ctx: NodeCtx, ins):
-    """GatherND with constant indices (batch_dims 0): the index tuples over data's first r
-    axes are linearised at compile time and the whole op is one Gather on a view of data
-    with those axes flattened (they must be static)."""
+    """GatherND. Constant indices with batch_dims 0 over static axes are linearised at compile
+    time into one Gather on a view of data with those axes flattened; any other indices (the
+    attention-mask lookups torch's dynamo exporter writes, built from Range over symbolic
+    sizes) run as gather_nd, which checks every index at run time."""
     data, idx = ins
-    if ctx.attr("batch_dims", 0):
-        raise ctx.fail("batch_dims > 0 is not supported")
-    if idx.dtype != np.int64:
+    b = int(ctx.attr("batch_dims", 0))
+    if idx.dtype not in (np.int64, np.int32):
         raise ctx.fail(f"indices must be int64, got {idx.dtype}")
-    if idx.rank < 1 or not S.is_static(idx.shape[-1]) or not 1 <= int(idx.shape[-1]) <= data.rank:
-        raise ctx.fail(f"the last axis of indices ({list(idx.shape)}) must be a static 1..{data.rank}")
+    if not 0 <= b < min(idx.rank, data.rank):
+        raise ctx.fail(f"batch_dims {b} must be below the ranks of indices ({idx.rank}) and data ({data.rank})")
+    if not S.is_static(idx.shape[-1]) or not 1 <= int(idx.shape[-1]) <= data.rank - b:
+        raise ctx.fail(f"the last axis of indices ({list(idx.shape)}) must be a static 1..{data.rank - b}")
     r = int(idx.shape[-1])
+    shape = list(idx.shape[:-1]) + list(data.shape[b + r:])
     lead = data.shape[:r]
     known = ctx.b.known_values(idx)
-    if known is None or not all(S.is_static(d) for d in list(lead) + list(idx.shape)) \
+    if b or known is None or not all(S.is_static(d) for d in list(lead) + list(idx.shape)) \
             or not all(S.is_static(v) for v in known):
-        raise ctx.fail("indices known only at run time (or over symbolic axes) are not supported")
+        for k in range(b):  # symbolic ones are checked at run time
+            if S.is_static(idx.shape[k]) and S.is_static(data.shape[k]) and int(idx.shape[k]) != int(data.shape[k]):
+                raise ctx.fail(f"batch axis {k}: indices have {idx.shape[k]}, data {data.shape[k]}")
+        return ctx.b.emit("gather_nd", [data, idx], [spec(ctx.out_name(), data.dtype, shape)], iattr=[b],
+                          name=ctx.name)
     lead = [int(d) for d in lead]
     tuples = np.array([int(v) for v in known], dtype=np.int64).reshape(-1, r)
     for j, n in enumerate(lead):
@@ -556,7 +563,6 @@ def _gather_nd(ctx: NodeCtx, ins):
     strides = np.cumprod([1] + lead[::-1])[:-1][::-1].astype(np.int64)
     lin = ctx.b.const((tuples @ strides).reshape([int(d) for d in idx.shape[:-1]]), ctx.b.fresh(ctx.name + ".rows"))
     flat = ctx.b.alias(data, [int(np.prod(lead))] + list(data.shape[r:]), ctx.b.fresh(ctx.name))
-    shape = list(idx.shape[:-1]) + list(data.shape[r:])
     return ctx.b.emit("gather", [flat, lin], [spec(ctx.out_name(), data.dtype, shape)], iattr=[0], name=ctx.name)
 
 
