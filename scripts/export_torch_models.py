@@ -294,6 +294,10 @@ def hf_models():
          {"seq": 32, "tgt": 32}, "dynamo"),
         ("hf_wav2vec2", wrap(T.Wav2Vec2Model(w2v), ["input_values"], "last_hidden_state"), (torch.randn(1, 2000),),
          ["input_values"], ["hidden"], {"input_values": {1: audio}}, {"samples": 4000}, "dynamo"),
+        # model.half(): float16 weights, inputs and outputs
+        ("hf_vit_fp16", wrap(T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **small)).half(), ["pixel_values"],
+                             "last_hidden_state"), (torch.randn(1, 3, 32, 32).half(),), ["pixel_values"], ["hidden"],
+         None, {}, "dynamo"),
     ]
 
 

@@ -105,6 +105,16 @@ def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
     return p if p and any(ch.isalnum() for ch in p) else f"{input_name}_dim{k}"
 
 
+# ops that take float16 inputs as they are; every other op reads them widened to float32
+_FLOAT16_NATIVE = frozenset({"Cast", "CastLike", "Shape", "Size"})
+
+
+def onnx_float16() -> int:
+    import onnx
+
+    return onnx.TensorProto.FLOAT16
+
+
 class Importer:
     def __init__(self, model, model_dir: Path, dims: Mapping[str, int], fold: bool = True):
         self.model = model
@@ -122,6 +132,7 @@ class Importer:
         # tensors of the If branches folded in (condition known at compile time): always
         # computed, so they may be asked for as outputs (calibration taps, debugging)
         self.branch_values: Dict[str, Value] = {}
+        self.widened: Dict[int, Value] = {}  # uid of a float16 value -> it as float32 (as_float32)
 
     # ---- tensors
     def load_initializer(self, tensor) -> np.ndarray:
@@ -229,10 +240,27 @@ class Importer:
                     raise ctx.fail(f"input '{name}' is not defined before the node")
                 else:
                     ins.append(scope[name])
+            if node.op_type not in _FLOAT16_NATIVE:
+                ins = [self.as_float32(v) if v is not None and v.dtype == np.float16 else v for v in ins]
             outs = fn(ctx, ins)
             for name, v in zip(node.output, outs):
                 if name:
                     scope[name] = v
+
+    def as_float32(self, v: Value) -> Value:
+        """v (float16) as float32, once per value: nerve computes float16 graphs (fp16 exports,
+        onnxconverter-common's conversions) in float32 — every op reads its float16 inputs
+        widened (exactly), a Cast to float16 still rounds, and outputs declared float16 are
+        cast back (import_model). A constant is widened at compile time."""
+        got = self.widened.get(v.uid)
+        if got is None:
+            if v.const is not None:
+                got = self.b.const(np.asarray(v.const, np.float32), self.b.fresh(v.name + ".f32"))
+            else:
+                got = self.b.emit("cast", [v], [(self.b.fresh(v.name + ".f32"), np.dtype(np.float32), v.shape)],
+                                  name=v.name + ".f32")[0]
+            self.widened[v.uid] = got
+        return got
 
     def _constant_input(self, vi, value) -> Value:
         """A graph input fixed at compile time: folded like an initializer (an If on it is
@@ -299,6 +327,9 @@ class Importer:
             v = scope.get(vi.name, self.branch_values.get(vi.name))
             if v is None:
                 raise CompileError(f"graph output '{vi.name}' is not computed by any node")
+            if v.dtype == np.float32 and vi.type.tensor_type.elem_type == onnx_float16():
+                v = self.b.emit("cast", [v], [(self.b.fresh(vi.name), np.dtype(np.float16), v.shape)],
+                                name=vi.name)[0]  # computed in float32 (as_float32), declared float16
             v = self.b.materialize(v)
             if v.name != vi.name or v in outputs:
                 v = self.b.alias(v, v.shape, vi.name)  # its own name, same bytes
