@@ -84,7 +84,7 @@ class ModelError(NerveError):
 
 class UnboundDimsError(ModelError):
     """The model has symbolic dimensions with no bound given (``dims=``). ``dims``: their
-    names; ``inputs``: the model's inputs as [{"name", "shape": [int | dim name]}];
+    names; ``inputs``: the model's inputs as [{"name", "dtype", "shape": [int | dim name]}];
     ``outputs``: its output names. A :class:`nerve.Session` catches it and binds the dims
     from its first run's feeds."""
 

@@ -654,7 +654,14 @@ class Session:
 
     @property
     def inputs(self) -> List[dict]:
-        """Name, dtype, shape (ints, or the name of a symbolic dim) and bounds of each input."""
+        """Name, dtype, shape (ints, or the name of a symbolic dim) and bounds of each input
+        (before the first run of a session whose dims its feeds bind: the bounds given, and
+        state_partner None)."""
+        if "plan" not in self.__dict__ and self._specs is not None:
+            given = self._compile_args["dims"]
+            return [{"name": s["name"], "dtype": s["dtype"], "shape": list(s["shape"]),
+                     "bounds": {d: given[d] for d in s["shape"] if isinstance(d, str) and d in given},
+                     "state_partner": None} for s in self._specs]
         return [dict(i) for i in self._inputs]
 
     @property

@@ -78,7 +78,8 @@ def test_dims_left_unbound_are_bound_by_the_first_run(mlp, rng):
     assert err.value.dims == ["n"] and isinstance(err.value, nerve.ModelError)
     s = nerve.Session(mlp, cache=False)
     assert s.input_names == ["x"] and s.output_names == ["y", "s"]
-    for before_the_first_run in (s.ops, s.memory_report, lambda: s.inputs, lambda: s.set_memory_limit("1MB")):
+    assert s.inputs == [{"name": "x", "dtype": np.float32, "shape": ["n", 13], "bounds": {}, "state_partner": None}]
+    for before_the_first_run in (s.ops, s.memory_report, lambda: s.outputs, lambda: s.set_memory_limit("1MB")):
         with pytest.raises(nerve.InputError, match="first run"):
             before_the_first_run()
     s.set_precision("int8")  # taken by the first run's compile

@@ -47,7 +47,7 @@ class CompileError(Exception):
 
 class UnboundDims(CompileError):
     """Symbolic dimensions without a bound (``missing``: their names; ``inputs``: the graph's
-    inputs as [{"name", "shape": [int | dim name]}]; ``outputs``: the output names kept);
+    inputs as [{"name", "dtype", "shape": [int | dim name]}]; ``outputs``: the output names kept);
     becomes :class:`nerve.UnboundDimsError`."""
 
     def __init__(self, message: str, missing, inputs, outputs):

@@ -305,8 +305,8 @@ class Importer:
         missing = sorted(n for n in self.symbols if n not in self.dims)
         if missing:
             shapes = {v.name: [str(d) for d in v.shape] for v in inputs if not v.static}
-            declared = [{"name": v.name, "shape": [int(d) if S.is_static(d) else str(d) for d in v.shape]}
-                        for v in inputs]
+            declared = [{"name": v.name, "dtype": v.dtype, "shape": [int(d) if S.is_static(d) else str(d)
+                                                                     for d in v.shape]} for v in inputs]
             kept = [vi.name for vi in g.output if keep_outputs is None or vi.name in set(keep_outputs)]
             raise UnboundDims(f"the model has symbolic dimensions {missing} (inputs: {shapes}); give each an upper "
                               f"bound, e.g. dims={{{', '.join(repr(m) + ': N' for m in missing)}}}", missing,
