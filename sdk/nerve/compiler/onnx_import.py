@@ -9,6 +9,7 @@ without a handler, or an attribute a handler does not support, fails the compile
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
@@ -57,6 +58,14 @@ class NodeCtx:
 
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
+
+    def call(self, op_type: str, ins: Sequence[Optional[Value]], n_out: int = 1, **attrs) -> List[Value]:
+        """Runs op_type's handler as part of this node (a composite op spelt out in ONNX terms):
+        same node name and opset, the given attributes, fresh output names."""
+        sub = copy.copy(self)
+        sub.op_type, sub.attrs = op_type, attrs
+        sub.outputs = [self.b.fresh(f"{self.name}.{op_type}") for _ in range(n_out)]
+        return list(_HANDLERS[op_type](sub, list(ins)))
 
     def fail(self, reason: str) -> CompileError:
         return CompileError(f"node '{self.name}' ({self.op_type}): {reason}")
