@@ -1,0 +1,126 @@
+"""Handlers for ONNX ops that are short compositions of others (each spelt out through
+``NodeCtx.call``, so the passes fuse and place the parts as usual): CastLike, EyeLike, Swish,
+Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import symbolic as S
+from .graph import Value
+from .onnx_import import NodeCtx, handler
+from .onnx_ops import _UNARY, binary, norm_axis, unary
+
+F32 = np.dtype(np.float32)
+
+
+def _onnx_type(dtype) -> int:
+    from onnx import helper
+
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+def _i64(ctx: NodeCtx, values) -> Value:
+    return ctx.b.const(np.array(values, np.int64), ctx.b.fresh(ctx.name + ".c"))
+
+
+def _f32(ctx: NodeCtx, value: float) -> Value:
+    return ctx.b.const(np.array(value, F32), ctx.b.fresh(ctx.name + ".c"))
+
+
+@handler("CastLike")
+def _cast_like(ctx: NodeCtx, ins):
+    return ctx.call("Cast", [ins[0]], to=_onnx_type(ins[1].dtype))
+
+
+@handler("EyeLike")
+def _eye_like(ctx: NodeCtx, ins):
+    x = ins[0]
+    if x.rank != 2 or not all(S.is_static(d) for d in x.shape):
+        raise ctx.fail(f"the input must be 2-D with sizes known when the model is compiled, got {list(x.shape)}")
+    dtype = x.dtype
+    if ctx.attr("dtype") is not None:
+        from onnx import helper
+
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(ctx.attr("dtype"))))
+    eye = np.eye(int(x.shape[0]), int(x.shape[1]), int(ctx.attr("k", 0)), dtype=dtype)
+    return [ctx.b.const(eye, ctx.out_name())]
+
+
+@handler("Swish")
+def _swish(ctx: NodeCtx, ins):
+    """x · sigmoid(alpha · x)."""
+    x = ins[0]
+    alpha = float(ctx.attr("alpha", 1.0))
+    t = binary(ctx, "Mul", x, _f32(ctx, alpha), ctx.b.fresh(ctx.name)) if alpha != 1.0 else x
+    return [binary(ctx, "Mul", x, unary(ctx, _UNARY["Sigmoid"], t, ctx.b.fresh(ctx.name)), ctx.out_name())]
+
+
+@handler("Hardmax")
+def _hardmax(ctx: NodeCtx, ins):
+    """1 at the first largest value along axis, 0 elsewhere."""
+    x = ins[0]
+    if ctx.opset < 13:
+        raise ctx.fail("Hardmax before opset 13 (over a flattened block) is not supported")
+    axis = norm_axis(ctx, int(ctx.attr("axis", -1)), x.rank)
+    best = ctx.call("ArgMax", [x], axis=axis, keepdims=1)[0]
+    n = ctx.b.from_known([x.shape[axis]], np.int64, [], ctx.b.fresh(ctx.name + ".n"))
+    idx = ctx.call("Range", [_i64(ctx, 0), n, _i64(ctx, 1)])[0]
+    idx = ctx.call("Reshape", [idx, _i64(ctx, [-1] + [1] * (x.rank - 1 - axis))])[0]
+    hit = ctx.call("Equal", [best, idx])[0]
+    return ctx.call("Cast", [hit], to=_onnx_type(x.dtype))
+
+
+def _reduce(ctx: NodeCtx, op: str, x: Value, axes, keepdims: int = 1, **attrs) -> Value:
+    """op (ReduceSum, ReduceMean, ...) of x over axes (a list, or None for all), with the axes
+    passed as the model's opset wants them (an input from opset 18, 13 for ReduceSum)."""
+    as_input = ctx.opset >= 18 or (op == "ReduceSum" and ctx.opset >= 13)
+    if axes is None:
+        return ctx.call(op, [x], keepdims=keepdims, **attrs)[0]
+    if as_input:
+        return ctx.call(op, [x, _i64(ctx, list(axes))], keepdims=keepdims, **attrs)[0]
+    return ctx.call(op, [x], keepdims=keepdims, axes=list(axes), **attrs)[0]
+
+
+@handler("ReduceLogSum")
+def _reduce_log_sum(ctx: NodeCtx, ins):
+    if ctx.opset >= 18:
+        axes = ctx.known(ins[1], "axes") if len(ins) > 1 and ins[1] is not None else None
+    else:
+        axes = ctx.attr("axes")
+    if axes is not None and not all(S.is_static(a) for a in axes):
+        raise ctx.fail("axes must be known when the model is compiled")
+    axes = [int(a) for a in axes] if axes else None
+    if axes is None and ctx.attr("noop_with_empty_axes", 0):
+        return [unary(ctx, _UNARY["Log"], ins[0], ctx.out_name())]
+    total = _reduce(ctx, "ReduceSum", ins[0], axes, ctx.attr("keepdims", 1))
+    return [unary(ctx, _UNARY["Log"], total, ctx.out_name())]
+
+
+@handler("GlobalLpPool")
+def _global_lp_pool(ctx: NodeCtx, ins):
+    """(Σ |x|^p)^(1/p) over the spatial axes, kept as extents 1."""
+    x = ins[0]
+    p = int(ctx.attr("p", 2))
+    if p < 1:
+        raise ctx.fail(f"p = {p} must be >= 1")
+    axes = list(range(2, x.rank))
+    if p in (1, 2):
+        return [_reduce(ctx, "ReduceL1" if p == 1 else "ReduceL2", x, axes)]
+    powered = ctx.call("Pow", [unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name)), _f32(ctx, p)])[0]
+    return ctx.call("Pow", [_reduce(ctx, "ReduceSum", powered, axes), _f32(ctx, 1.0 / p)])
+
+
+@handler("MeanVarianceNormalization")
+def _mean_variance_normalization(ctx: NodeCtx, ins):
+    """(x - E[x]) / (sqrt(E[(x - E[x])²]) + 1e-9) over axes (default 0, 2, 3), as ONNX's function
+    body with its epsilon (the variance taken from the centred values)."""
+    x = ins[0]
+    axes = [norm_axis(ctx, int(a), x.rank) for a in ctx.attr("axes", [0, 2, 3])]
+    mean = _reduce(ctx, "ReduceMean", x, axes)
+    centred = binary(ctx, "Sub", x, mean, ctx.b.fresh(ctx.name + ".centred"))
+    var = _reduce(ctx, "ReduceMean", binary(ctx, "Mul", centred, centred, ctx.b.fresh(ctx.name)), axes)
+    std = binary(ctx, "Add", unary(ctx, _UNARY["Sqrt"], var, ctx.b.fresh(ctx.name)), _f32(ctx, 1e-9),
+                 ctx.b.fresh(ctx.name + ".std"))
+    return [binary(ctx, "Div", centred, std, ctx.out_name())]

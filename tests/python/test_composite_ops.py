@@ -1,0 +1,83 @@
+"""ONNX ops nerve spells out in other ops (onnx_ops_composite.py): CastLike, EyeLike, Swish,
+Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization — against onnxruntime, or onnx's
+reference implementation where onnxruntime lacks the op, on fresh random inputs at opsets
+before and after their axes became inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx.reference import ReferenceEvaluator
+
+import nerve
+from helpers import ort_run
+
+F32 = np.float32
+
+
+def _check(tmp_path, node, inputs, feeds, opset, out_type=T.FLOAT, inits=None, dims=None, peer="ort"):
+    g = h.make_graph([node], "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                     [h.make_tensor_value_info("y", out_type, None)],
+                     [onnx.numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8 if opset < 21 else 10
+    onnx.save(m, tmp_path / "m.onnx")
+    got = nerve.Session(tmp_path / "m.onnx", dims=dims, cache=False).run(feeds)["y"]
+    want = ort_run(m, feeds)["y"] if peer == "ort" else ReferenceEvaluator(m).run(None, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    return got
+
+
+def test_cast_like(tmp_path, rng):
+    x = (rng.standard_normal((3, 7)) * 50).astype(F32)
+    got = _check(tmp_path, h.make_node("CastLike", ["x", "t"], ["y"]), [("x", T.FLOAT, [3, 7])], {"x": x}, 17,
+                 out_type=T.INT32, inits={"t": np.zeros(1, np.int32)})
+    assert got.dtype == np.int32
+
+
+@pytest.mark.parametrize("k", [0, 2, -1])
+def test_eye_like(tmp_path, rng, k):
+    _check(tmp_path, h.make_node("EyeLike", ["x"], ["y"], k=k), [("x", T.FLOAT, [4, 6])],
+           {"x": rng.standard_normal((4, 6)).astype(F32)}, 17)
+
+
+def test_swish(tmp_path, rng):
+    x = rng.standard_normal((5, 33)).astype(F32) * 4
+    _check(tmp_path, h.make_node("Swish", ["x"], ["y"], alpha=1.7), [("x", T.FLOAT, [5, 33])], {"x": x}, 24,
+           peer="reference")
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_hardmax(tmp_path, rng, axis):
+    x = rng.integers(-3, 3, (4, 5, 6)).astype(F32)  # ties: the first largest wins
+    _check(tmp_path, h.make_node("Hardmax", ["x"], ["y"], axis=axis), [("x", T.FLOAT, [4, 5, 6])], {"x": x}, 13)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_log_sum(tmp_path, rng, opset, keepdims):
+    x = rng.random((3, 4, 5)).astype(F32) + 0.1
+    if opset >= 18:
+        node = h.make_node("ReduceLogSum", ["x", "axes"], ["y"], keepdims=keepdims)
+        inits = {"axes": np.array([0, 2], np.int64)}
+    else:
+        node, inits = h.make_node("ReduceLogSum", ["x"], ["y"], keepdims=keepdims, axes=[0, 2]), None
+    _check(tmp_path, node, [("x", T.FLOAT, [3, 4, 5])], {"x": x}, opset, inits=inits)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool(tmp_path, rng, p):
+    x = rng.standard_normal((2, 3, 5, 7)).astype(F32)
+    _check(tmp_path, h.make_node("GlobalLpPool", ["x"], ["y"], p=p), [("x", T.FLOAT, [2, 3, "h", 7])], {"x": x}, 17,
+           dims={"h": 9})
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_mean_variance_normalization(tmp_path, rng, opset):
+    x = (rng.standard_normal((2, 3, 4, 5)) * 3 + 1).astype(F32)
+    _check(tmp_path, h.make_node("MeanVarianceNormalization", ["x"], ["y"]), [("x", T.FLOAT, [2, 3, 4, 5])],
+           {"x": x}, opset)
