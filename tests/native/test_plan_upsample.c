@@ -1,10 +1,12 @@
-/* test_plan_upsample.c — conv_transpose and resize (op_upsample.c).
+/* test_plan_upsample.c — conv_transpose, resize and grid_sample (op_upsample.c).
  *
  * conv_transpose against a naive double-precision scatter (every x·w added where it lands),
  * at random awkward geometries, under every runnable "gemm" variant. resize against
  * properties that do not restate its formulas: nearest at integer scales repeats every
  * element, linear with aligned corners at 2n-1 keeps the inputs and averages neighbours,
- * cubic and linear reproduce a constant. Scratch is allocated to exactly what the op asks
+ * cubic and linear reproduce a constant. grid_sample at the pixel centres reproduces x in
+ * every mode, a constant stays constant, and NaN, infinite and huge grid values read
+ * nothing outside x in any mode and padding. Scratch is allocated to exactly what the op asks
  * (an ASan build catches any access past it); failed calls must leave the output untouched.
  */
 #include <math.h>
@@ -284,9 +286,55 @@ static void test_resize(void) {
     freev(&x), freev(&y);
 }
 
+/* ------------------------------------------------------------------ grid_sample */
+
+static void test_grid_sample(void) {
+    for (int rep = 0; rep < 36; rep++) {
+        const int mode = rep % 3, padding = (rep / 3) % 3, align = (rep / 9) % 2;
+        const int64_t n = rand_in(1, 2), c = rand_in(1, 3), h = rand_in(1, 6), w = rand_in(1, 7);
+        const int64_t xd[4] = {n, c, h, w}, gd[4] = {n, h, w, 2}, yd[4] = {n, c, h, w};
+        nrv_tview x = mk(NRV_F32, 4, xd), g = mk(NRV_F32, 4, gd), y = mk(NRV_F32, 4, yd);
+        nrv_test_fill(x.data, x.numel, -2, 2);
+        /* the grid of pixel centres: every mode gives x back */
+        float *gv = g.data;
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < h; i++)
+                for (int64_t j = 0; j < w; j++) {
+                    float *p = gv + ((b * h + i) * w + j) * 2;
+                    p[0] = align ? (w > 1 ? 2.0f * (float)j / (float)(w - 1) - 1 : 0.0f) : (2.0f * (float)j + 1) / (float)w - 1;
+                    p[1] = align ? (h > 1 ? 2.0f * (float)i / (float)(h - 1) - 1 : 0.0f) : (2.0f * (float)i + 1) / (float)h - 1;
+                }
+        const nrv_tview *ins[2] = {&x, &g};
+        const int64_t ia[3] = {mode, padding, align};
+        NRV_EXPECT_STATUS(run("grid_sample", ins, 2, &y, ia, 3, NULL, 0, 0), NRV_OK);
+        double worst = 0;
+        for (int64_t i = 0; i < x.numel; i++) worst = fmax(worst, fabs(((float *)y.data)[i] - ((float *)x.data)[i]));
+        NRV_EXPECT(worst < 1e-4, "grid_sample mode %d padding %d align %d: centres off by %g", mode, padding, align,
+                   worst);
+        /* hostile grid values: NaN, infinities, huge; nothing read outside x (ASan), finite out */
+        const float bad[6] = {NAN, INFINITY, -INFINITY, 3e38f, -3e38f, 1e7f};
+        for (int64_t i = 0; i < g.numel; i++) gv[i] = bad[rnd(6)];
+        NRV_EXPECT_STATUS(run("grid_sample", ins, 2, &y, ia, 3, NULL, 0, 0), NRV_OK);
+        int nonfinite = 0;
+        for (int64_t i = 0; i < y.numel; i++) nonfinite += !isfinite(((float *)y.data)[i]);
+        NRV_EXPECT(nonfinite == 0, "grid_sample mode %d padding %d: %d non-finite outputs", mode, padding, nonfinite);
+        freev(&x), freev(&g), freev(&y);
+    }
+    /* a grid of the wrong batch: NRV_ERR_SHAPE, y untouched */
+    const int64_t xd[4] = {2, 1, 3, 3}, gd[4] = {1, 2, 2, 2}, yd[4] = {2, 1, 2, 2};
+    nrv_tview x = mk(NRV_F32, 4, xd), g = mk(NRV_F32, 4, gd), y = mk(NRV_F32, 4, yd);
+    memset(y.data, SENTINEL, nbytes(&y));
+    const nrv_tview *ins[2] = {&x, &g};
+    const int64_t ia[3] = {0, 0, 0};
+    NRV_EXPECT_STATUS(run("grid_sample", ins, 2, &y, ia, 3, NULL, 0, 0), NRV_ERR_SHAPE);
+    NRV_EXPECT(untouched(&y), "a failed grid_sample wrote y");
+    freev(&x), freev(&g), freev(&y);
+}
+
 int main(void) {
     NRV_EXPECT(nrv_plan_op_find("conv_transpose") && nrv_plan_op_find("resize"), "upsample ops not registered");
     test_conv_transpose();
     test_resize();
+    test_grid_sample();
     return nrv_test_summary("test_plan_upsample");
 }

@@ -1,5 +1,6 @@
-/* op_upsample.c — plan ops that make a tensor larger (see plan_ops.h for the contract):
- *   conv_transpose (ONNX ConvTranspose), resize (ONNX Resize / Upsample).
+/* op_upsample.c — plan ops that make a tensor larger or resample it (see plan_ops.h for the
+ * contract): conv_transpose (ONNX ConvTranspose), resize (ONNX Resize / Upsample),
+ * grid_sample (ONNX GridSample).
  *
  * conv_transpose is the adjoint of conv: one GEMM per image and group (Wᵀ·x, every input
  * position times every kernel tap) into a column matrix, then a col2im that adds each
@@ -448,8 +449,152 @@ static nrv_status resize_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ================================================================== grid_sample */
+
+enum { GS_LINEAR = 0, GS_NEAREST = 1, GS_CUBIC = 2 };
+enum { GS_ZEROS = 0, GS_BORDER = 1, GS_REFLECTION = 2 };
+
+/* A coordinate reflected by the near border until it lies in [lo, hi] (as onnxruntime and
+ * PyTorch do); a non-finite one goes to lo. */
+static double gs_reflect(double v, double lo, double hi) {
+    if (!isfinite(v)) return lo;
+    const double range = hi - lo;
+    if (range <= 0) return lo;
+    if (v < lo) {
+        const double dx = lo - v, n = floor(dx / range), r = dx - n * range;
+        return fmod(n, 2.0) == 0 ? lo + r : hi - r;
+    }
+    if (v > hi) {
+        const double dx = v - hi, n = floor(dx / range), r = dx - n * range;
+        return fmod(n, 2.0) == 0 ? hi - r : lo + r;
+    }
+    return v;
+}
+
+/* The pixel index of tap i on an axis of extent d, or -1 when it reads zero padding. */
+static int64_t gs_tap(int64_t i, int64_t d, int padding, double lo, double hi) {
+    if (i >= 0 && i < d) return i;
+    if (padding == GS_ZEROS) return -1;
+    if (padding == GS_BORDER) return i < 0 ? 0 : d - 1;
+    int64_t r = (int64_t)gs_reflect((double)i, lo, hi);
+    return r < 0 ? 0 : r >= d ? d - 1 : r;
+}
+
+/* Keys' cubic convolution weights (A = -0.75) for the 4 taps around fraction t. */
+static void gs_cubic_weights(double t, double w[4]) {
+    const double A = -0.75;
+    const double x0 = t + 1, x1 = t, x2 = 1 - t, x3 = 2 - t;
+    w[0] = ((A * x0 - 5 * A) * x0 + 8 * A) * x0 - 4 * A;
+    w[1] = ((A + 2) * x1 - (A + 3)) * x1 * x1 + 1;
+    w[2] = ((A + 2) * x2 - (A + 3)) * x2 * x2 + 1;
+    w[3] = ((A * x3 - 5 * A) * x3 + 8 * A) * x3 - 4 * A;
+}
+
+/* The taps (index or -1, weight) of one axis for denormalised coordinate v: 1 (nearest),
+ * 2 (linear) or 4 (cubic). The coordinate is first brought inside the borders (border,
+ * reflection; cubic with border clamps only its taps, as onnxruntime and PyTorch do) or, for
+ * zeros, limited to where every tap is outside anyway, so the integer conversions stay
+ * defined for any input (NaN and infinities included). */
+static int gs_axis_taps(double v, int64_t d, int mode, int padding, int align, int64_t *idx, double *w) {
+    const double lo = align ? 0.0 : -0.5, hi = align ? (double)d - 1 : (double)d - 0.5;
+    if (mode == GS_NEAREST) v = nearbyint(v); /* half to even, as onnxruntime */
+    if (isnan(v)) v = padding == GS_ZEROS ? -4.0 : 0.0;
+    if (!(v >= lo && v <= hi)) {
+        if (padding == GS_BORDER && mode != GS_CUBIC) v = v < 0 ? 0.0 : (double)d - 1;
+        else if (padding == GS_REFLECTION) v = gs_reflect(v, lo, hi);
+        else if (!(v >= -4.0 && v <= (double)d + 3)) v = -4.0; /* zeros: far outside (NaN too) */
+    }
+    if (v < -4.0) v = -4.0; /* finite from here on */
+    if (v > (double)d + 3) v = (double)d + 3;
+    if (mode == GS_NEAREST) {
+        idx[0] = gs_tap((int64_t)v, d, padding, lo, hi);
+        w[0] = 1.0;
+        return 1;
+    }
+    const double f = floor(v), t = v - f;
+    const int64_t i0 = (int64_t)f;
+    if (mode == GS_LINEAR) {
+        idx[0] = gs_tap(i0, d, padding, lo, hi);
+        idx[1] = gs_tap(i0 + 1, d, padding, lo, hi);
+        w[0] = 1.0 - t;
+        w[1] = t;
+        return 2;
+    }
+    gs_cubic_weights(t, w);
+    for (int k = 0; k < 4; k++) idx[k] = gs_tap(i0 - 1 + k, d, padding, lo, hi);
+    return 4;
+}
+
+/* grid_sample (ONNX GridSample, 2 spatial axes): y[n, c, i, j] samples x[n, c] at the point
+ * grid[n, i, j] = (x, y) in [-1, 1] (align_corners: the corner pixels' centres; else their
+ * outer edges), interpolating with mode and reading outside through padding.
+ *   in[0] x (f32 [N, C, H, W]); in[1] grid (f32 [N, Ho, Wo, 2]); out[0] y (f32 [N, C, Ho, Wo]).
+ *   iattr [mode (0 linear, 1 nearest, 2 cubic), padding (0 zeros, 1 border, 2 reflection),
+ *   align_corners]. Taps and weights are computed once per output point, for every channel. */
+static nrv_status grid_sample_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 3, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "input x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "grid"));
+    const nrv_tview *x = a->in[0], *grid = a->in[1];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "output"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, grid, "grid", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    const int64_t mode = a->iattr[0], padding = a->iattr[1], align = a->iattr[2];
+    if (mode < GS_LINEAR || mode > GS_CUBIC || padding < GS_ZEROS || padding > GS_REFLECTION || (align & ~1))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "mode %lld, padding %lld, align_corners %lld out of range",
+                           (long long)mode, (long long)padding, (long long)align);
+    if (x->rank != 4 || grid->rank != 4 || y->rank != 4 || grid->dims[3] != 2 || grid->dims[0] != x->dims[0] ||
+        y->dims[0] != x->dims[0] || y->dims[1] != x->dims[1] || y->dims[2] != grid->dims[1] ||
+        y->dims[3] != grid->dims[2]) {
+        char b1[128], b2[128], b3[128];
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x %s, grid %s, y %s: expected [N, C, H, W], [N, Ho, Wo, 2], "
+                           "[N, C, Ho, Wo]", nrv_op_fmt_dims(b1, sizeof b1, x), nrv_op_fmt_dims(b2, sizeof b2, grid),
+                           nrv_op_fmt_dims(b3, sizeof b3, y));
+    }
+    const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+    const int64_t P = grid->dims[1] * grid->dims[2], plane = H * W;
+    const float *xs = x->data, *gs = grid->data;
+    float *ys = y->data;
+    if (plane == 0) { /* nothing to read: every sample is padding (zeros) */
+        memset(ys, 0, (size_t)y->numel * sizeof(float));
+        return NRV_OK;
+    }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t p = 0; p < P; p++) {
+            const float *g = gs + (n * P + p) * 2;
+            const double gx = g[0], gy = g[1];
+            const double vx = align ? (gx + 1) / 2 * (double)(W - 1) : ((gx + 1) * (double)W - 1) / 2;
+            const double vy = align ? (gy + 1) / 2 * (double)(H - 1) : ((gy + 1) * (double)H - 1) / 2;
+            int64_t ix[4], iy[4];
+            double wx[4], wy[4];
+            const int kx = gs_axis_taps(vx, W, (int)mode, (int)padding, (int)align, ix, wx);
+            const int ky = gs_axis_taps(vy, H, (int)mode, (int)padding, (int)align, iy, wy);
+            int64_t off[16];
+            float wt[16];
+            int taps = 0;
+            for (int u = 0; u < ky; u++)
+                for (int v = 0; v < kx; v++)
+                    if (iy[u] >= 0 && ix[v] >= 0) {
+                        off[taps] = iy[u] * W + ix[v];
+                        wt[taps++] = (float)(wy[u] * wx[v]);
+                    }
+            const float *xn = xs + n * C * plane;
+            float *yn = ys + n * C * P + p;
+            for (int64_t c = 0; c < C; c++) {
+                const float *xc = xn + c * plane;
+                float acc = 0.0f;
+                for (int k = 0; k < taps; k++) acc += wt[k] * xc[off[k]];
+                yn[c * P] = acc;
+            }
+        }
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_upsample[] = {
     {"conv_transpose", conv_transpose_run, "gemm"},
     {"resize", resize_run, NULL},
+    {"grid_sample", grid_sample_run, NULL},
     {NULL, NULL, NULL},
 };

@@ -605,6 +605,32 @@ def _resize_scratch(in_shape, out_shape, resized) -> Dim:
     return total
 
 
+_GRID_MODES = {"bilinear": 0, "linear": 0, "nearest": 1, "bicubic": 2, "cubic": 2}
+_GRID_PADDING = {"zeros": 0, "border": 1, "reflection": 2}
+
+
+@handler("GridSample")
+def _grid_sample(ctx: NodeCtx, ins):
+    """GridSample over 2 spatial axes (x [N, C, H, W], grid [N, Ho, Wo, 2]): one grid_sample op
+    (op_upsample.c), onnxruntime's coordinates, rounding and padding."""
+    x, grid = ins[0], ins[1]
+    mode, padding = ctx.attr("mode", "bilinear" if ctx.opset < 20 else "linear"), ctx.attr("padding_mode", "zeros")
+    if mode not in _GRID_MODES or padding not in _GRID_PADDING:
+        raise ctx.fail(f"mode {mode!r} / padding_mode {padding!r} not supported "
+                       f"({sorted(_GRID_MODES)} / {sorted(_GRID_PADDING)})")
+    if x.dtype != np.float32 or grid.dtype != np.float32:
+        raise ctx.fail(f"GridSample of {x.dtype} by a {grid.dtype} grid is not supported (float32)")
+    if x.rank != 4 or grid.rank != 4:
+        raise ctx.fail(f"only 2 spatial axes are supported (x [N, C, H, W], grid [N, Ho, Wo, 2]), got x "
+                       f"{list(x.shape)} and grid {list(grid.shape)}")
+    if S.is_static(grid.shape[3]) and int(grid.shape[3]) != 2:
+        raise ctx.fail(f"the grid's last axis must be 2 (x, y), got {grid.shape[3]}")
+    shape = [x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]]
+    return ctx.b.emit("grid_sample", [x, grid], [spec(ctx.out_name(), np.float32, shape)],
+                      iattr=[_GRID_MODES[mode], _GRID_PADDING[padding], int(ctx.attr("align_corners", 0))],
+                      name=ctx.name)
+
+
 @handler("Resize", "Upsample")
 def _resize(ctx: NodeCtx, ins):
     """Resize (opsets 10-19) and Upsample: nearest, linear and cubic over any axes, every
