@@ -1,5 +1,6 @@
 """ONNX ops nerve spells out in other ops (onnx_ops_composite.py): CastLike, EyeLike, Swish,
-Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization — against onnxruntime, or onnx's
+Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization, AffineGrid (and it feeding
+GridSample, a spatial transformer) — against onnxruntime, or onnx's
 reference implementation where onnxruntime lacks the op, on fresh random inputs at opsets
 before and after their axes became inputs."""
 
@@ -81,3 +82,24 @@ def test_mean_variance_normalization(tmp_path, rng, opset):
     x = (rng.standard_normal((2, 3, 4, 5)) * 3 + 1).astype(F32)
     _check(tmp_path, h.make_node("MeanVarianceNormalization", ["x"], ["y"]), [("x", T.FLOAT, [2, 3, 4, 5])],
            {"x": x}, opset)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_into_grid_sample(tmp_path, rng, align):
+    """A spatial transformer: AffineGrid from theta, then GridSample of x at that grid."""
+    nodes = [h.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+             h.make_node("GridSample", ["x", "grid"], ["y"], align_corners=align)]
+    g = h.make_graph(nodes, "stn", [h.make_tensor_value_info("theta", T.FLOAT, [2, 2, 3]),
+                                    h.make_tensor_value_info("x", T.FLOAT, [2, 3, 6, 7])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("grid", T.FLOAT, None)],
+                     [onnx.numpy_helper.from_array(np.array([2, 3, 5, 9], np.int64), "size")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
+    m.ir_version = 9
+    onnx.save(m, tmp_path / "m.onnx")
+    theta = (np.eye(2, 3)[None] + rng.standard_normal((2, 2, 3)) * 0.3).astype(F32)
+    feeds = {"theta": theta, "x": rng.standard_normal((2, 3, 6, 7)).astype(F32)}
+    got = nerve.Session(tmp_path / "m.onnx", cache=False).run(feeds)
+    want = ort_run(m, feeds)
+    for k in ("grid", "y"):
+        assert got[k].shape == want[k].shape
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=k)

@@ -1,6 +1,6 @@
 """Handlers for ONNX ops that are short compositions of others (each spelt out through
 ``NodeCtx.call``, so the passes fuse and place the parts as usual): CastLike, EyeLike, Swish,
-Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization.
+Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization, AffineGrid.
 """
 
 from __future__ import annotations
@@ -124,3 +124,30 @@ def _mean_variance_normalization(ctx: NodeCtx, ins):
     std = binary(ctx, "Add", unary(ctx, _UNARY["Sqrt"], var, ctx.b.fresh(ctx.name)), _f32(ctx, 1e-9),
                  ctx.b.fresh(ctx.name + ".std"))
     return [binary(ctx, "Div", centred, std, ctx.out_name())]
+
+
+@handler("AffineGrid")
+def _affine_grid(ctx: NodeCtx, ins):
+    """2-D AffineGrid: the sampling grid [N, H, W, 2] of theta [N, 2, 3] over the pixel centres
+    (align_corners: the corner pixels) of an H x W image in [-1, 1] — GridSample's input in a
+    spatial transformer. The base grid is a constant (size known when compiling); the rest
+    is one batched MatMul by thetaᵀ."""
+    theta = ins[0]
+    size = ctx.known(ins[1], "size")
+    if len(size) != 4 or theta.rank != 3:
+        raise ctx.fail(f"only the 2-D form is supported (theta [N, 2, 3], size [N, C, H, W]), got size {size}")
+    if not all(S.is_static(d) for d in size[2:]):
+        raise ctx.fail("the grid's H and W must be known when the model is compiled")
+    n, h, w = size[0], int(size[2]), int(size[3])
+
+    def axis(k: int) -> np.ndarray:
+        if ctx.attr("align_corners", 0):
+            return np.linspace(-1.0, 1.0, k) if k > 1 else np.zeros(1)
+        return (2.0 * np.arange(k) + 1.0) / k - 1.0
+
+    ys, xs = np.meshgrid(axis(h), axis(w), indexing="ij")
+    base = np.stack([xs, ys, np.ones_like(xs)], axis=-1).reshape(h * w, 3).astype(F32)
+    theta_t = ctx.call("Transpose", [theta], perm=[0, 2, 1])[0]  # [N, 3, 2]
+    flat = ctx.call("MatMul", [ctx.b.const(base, ctx.b.fresh(ctx.name + ".base")), theta_t])[0]  # [N, H·W, 2]
+    shape = ctx.b.from_known([n, h, w, 2], np.int64, [4], ctx.b.fresh(ctx.name + ".shape"))
+    return ctx.call("Reshape", [flat, shape])
