@@ -560,3 +560,103 @@ def _qlinear_matmul(ctx: NodeCtx, ins):
     x = _activation(ctx, a, a_scale, a_zp)
     y = _product(ctx, x, w, w_scale, w_zp, None, ctx.b.fresh(ctx.name))
     return [_quantize(ctx, y, y_scale, y_zp, 0, np.dtype(y_zp.dtype), ctx.out_name())]
+
+
+# ---------------------------------------------------------------- QOperator format
+# onnxruntime's static quantization in its QOperator format (and the ONNX model zoo's int8
+# models) write quantized ops with the scales and zero points as inputs. Each is computed as
+# its definition reads: dequantize the inputs, the float op (the node's attributes), quantize
+# the result; onnxruntime's integer arithmetic rounds differently, so a value may land one
+# quantization step away from its output.
+
+
+def _dequantized(ctx: NodeCtx, x: Value, scale: Value, zp: Optional[Value], what: str) -> Value:
+    if x.dtype not in (np.int8, np.uint8):
+        raise ctx.fail(f"{what} of {x.dtype} is not supported (int8, uint8)")
+    if scale.rank > 0 and S.prod(scale.shape) != 1:
+        raise ctx.fail(f"a per-channel {what} scale (shape {list(scale.shape)}) is not supported here")
+    return _dequantize_runtime(ctx, x, scale, zp, 0, ctx.b.fresh(f"{ctx.name}.{what}"))
+
+
+def _requantized(ctx: NodeCtx, y: Value, scale: Value, zp: Optional[Value]) -> Value:
+    return _quantize(ctx, y, scale, zp, 0, np.dtype(zp.dtype) if zp is not None else np.dtype(np.uint8),
+                     ctx.out_name())
+
+
+@handler("QLinearConv")
+def _qlinear_conv(ctx: NodeCtx, ins):
+    """y = quantize(conv(dequantize(x), dequantize(w)) + B·x_scale·w_scale): W constant with a
+    per-tensor or per-output-channel scale/zero point, B (int32) optional."""
+    from .onnx_ops import conv
+
+    x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = ins[:8]
+    bias = _opt(ins, 8)
+    if w.dtype not in (np.int8, np.uint8) or w.const is None or w_scale.const is None or \
+            (w_zp is not None and w_zp.const is None):
+        raise ctx.fail("the weights, their scale and zero point must be int8/uint8 constants")
+    xf = _dequantized(ctx, x, x_scale, x_zp, "x")
+    wf = _dequantize_const(ctx, w, w_scale, w_zp, 0, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
+    b = None
+    if bias is not None:
+        if bias.const is None or x_scale.const is None:
+            raise ctx.fail("the bias and x_scale must be constants")
+        per_channel = np.broadcast_to(np.asarray(w_scale.const, np.float64).reshape(-1), (int(w.shape[0]),))
+        b = ctx.b.const((bias.const.astype(np.float64) * float(np.asarray(x_scale.const).reshape(-1)[0])
+                         * per_channel).astype(F32), ctx.b.fresh(ctx.name + ".bias"))
+    return [_requantized(ctx, conv(ctx, xf, wf, b, ctx.b.fresh(ctx.name)), y_scale, y_zp)]
+
+
+def _qlinear_elementwise(ctx: NodeCtx, ins, float_op: str, **attrs):
+    """com.microsoft QLinear{Add,Mul}: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
+    a = _dequantized(ctx, ins[0], ins[1], _opt(ins, 2), "A")
+    b = _dequantized(ctx, ins[3], ins[4], _opt(ins, 5), "B")
+    return [_requantized(ctx, ctx.call(float_op, [a, b], **attrs)[0], ins[6], _opt(ins, 7))]
+
+
+@handler("QLinearAdd", domain="com.microsoft")
+def _qlinear_add(ctx: NodeCtx, ins):
+    return _qlinear_elementwise(ctx, ins, "Add")
+
+
+@handler("QLinearMul", domain="com.microsoft")
+def _qlinear_mul(ctx: NodeCtx, ins):
+    return _qlinear_elementwise(ctx, ins, "Mul")
+
+
+def _qlinear_unary(ctx: NodeCtx, ins, float_op: str, **attrs):
+    """(X, X_scale, X_zp, Y_scale, Y_zp) around one float op with the node's attributes."""
+    x = _dequantized(ctx, ins[0], ins[1], _opt(ins, 2), "X")
+    return [_requantized(ctx, ctx.call(float_op, [x], **attrs)[0], ins[3], _opt(ins, 4))]
+
+
+@handler("QLinearSigmoid", domain="com.microsoft")
+def _qlinear_sigmoid(ctx: NodeCtx, ins):
+    return _qlinear_unary(ctx, ins, "Sigmoid")
+
+
+@handler("QLinearLeakyRelu", domain="com.microsoft")
+def _qlinear_leaky_relu(ctx: NodeCtx, ins):
+    return _qlinear_unary(ctx, ins, "LeakyRelu", alpha=float(ctx.attr("alpha", 0.01)))
+
+
+@handler("QLinearGlobalAveragePool", domain="com.microsoft")
+def _qlinear_global_average_pool(ctx: NodeCtx, ins):
+    if ctx.attr("channels_last", 0):
+        raise ctx.fail("channels_last is not supported")
+    return _qlinear_unary(ctx, ins, "GlobalAveragePool")
+
+
+@handler("QLinearAveragePool", domain="com.microsoft")
+def _qlinear_average_pool(ctx: NodeCtx, ins):
+    if ctx.attr("channels_last", 0):
+        raise ctx.fail("channels_last is not supported")
+    return _qlinear_unary(ctx, ins, "AveragePool", **{k: v for k, v in ctx.attrs.items() if k != "channels_last"})
+
+
+@handler("QLinearConcat", domain="com.microsoft")
+def _qlinear_concat(ctx: NodeCtx, ins):
+    """(Y_scale, Y_zp, then (X, X_scale, X_zp) per input; axis)."""
+    if (len(ins) - 2) % 3 or len(ins) < 5:
+        raise ctx.fail(f"expected Y_scale, Y_zero_point and triplets of inputs, got {len(ins)} inputs")
+    parts = [_dequantized(ctx, ins[i], ins[i + 1], ins[i + 2], f"X{(i - 2) // 3}") for i in range(2, len(ins), 3)]
+    return [_requantized(ctx, ctx.call("Concat", parts, axis=int(ctx.attr("axis")))[0], ins[0], ins[1])]
