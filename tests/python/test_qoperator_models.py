@@ -1,6 +1,6 @@
 """Models in onnxruntime's QOperator format (what `quantize_static(...,
 quant_format=QuantFormat.QOperator)` writes, and the ONNX model zoo's int8 models): QLinearConv
-and QLinearMatMul, com.microsoft QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
+and QLinearMatMul, com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
 QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool. A small CNN is built in float,
 quantized by onnxruntime's own tool on random calibration images (per tensor and per
 channel), and run by nerve and onnxruntime on fresh images: nerve computes each op as its
@@ -47,9 +47,11 @@ def _float_cnn(rng, path):
         h.make_node("GlobalAveragePool", ["ap"], ["gap"]),
         h.make_node("Flatten", ["gap"], ["f"]),
         h.make_node("MatMul", ["f", w("wf", 12, 5)], ["y"]),
+        h.make_node("Gemm", ["f", w("wg", 7, 12), w("bg", 7)], ["z"], transB=1),  # a Linear as torch exports it
     ]
     g = h.make_graph(nodes, "cnn", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 17, 15])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [1, 5])], inits)
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 5]), h.make_tensor_value_info("z", T.FLOAT, [1, 7])],
+                     inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
     m.ir_version = 8
     onnx.save(m, path)
@@ -72,7 +74,7 @@ def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
                                  activation_type=quantization.QuantType.QUInt8,
                                  weight_type=quantization.QuantType.QInt8)
     kinds = collections.Counter(n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node)
-    for op in ("QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+    for op in ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
                "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool"):
         assert kinds[op] >= 1, (op, kinds)
     so = ort.SessionOptions()
@@ -80,11 +82,15 @@ def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
     ref = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"])
     f32 = ort.InferenceSession(str(tmp_path / "f32.onnx"), so, providers=["CPUExecutionProvider"])
     sess = nerve.Session(tmp_path / "q.onnx", cache=False)
-    # the output's quantization step: the scale of the last QLinearMatMul's output
+    # the outputs' quantization steps: the scales of the heads' outputs
     m = onnx.load(tmp_path / "q.onnx")
     inits = {t.name: nh.to_array(t) for t in m.graph.initializer}
-    step = float(inits[next(n for n in m.graph.node if n.op_type == "QLinearMatMul").input[6]])
+    steps = {"y": float(inits[next(n for n in m.graph.node if n.op_type == "QLinearMatMul").input[6]]),
+             "z": float(inits[next(n for n in m.graph.node if n.op_type == "QGemm").input[7]])}
     for x in images[12:]:
-        got, want = sess.run({"x": x})["y"], ref.run(None, {"x": x})[0]
-        assert np.abs(got - want).max() <= 3 * step + 1e-6, (np.abs(got - want).max(), step)
-        assert np.abs(got - f32.run(None, {"x": x})[0]).max() < 0.25  # still the float model's answer
+        got = sess.run({"x": x})
+        want = dict(zip(["y", "z"], ref.run(["y", "z"], {"x": x})))
+        exact = dict(zip(["y", "z"], f32.run(["y", "z"], {"x": x})))
+        for k, step in steps.items():
+            assert np.abs(got[k] - want[k]).max() <= 3 * step + 1e-6, (k, np.abs(got[k] - want[k]).max(), step)
+            assert np.abs(got[k] - exact[k]).max() < 0.25, k  # still the float model's answer

@@ -660,3 +660,32 @@ def _qlinear_concat(ctx: NodeCtx, ins):
         raise ctx.fail(f"expected Y_scale, Y_zero_point and triplets of inputs, got {len(ins)} inputs")
     parts = [_dequantized(ctx, ins[i], ins[i + 1], ins[i + 2], f"X{(i - 2) // 3}") for i in range(2, len(ins), 3)]
     return [_requantized(ctx, ctx.call("Concat", parts, axis=int(ctx.attr("axis")))[0], ins[0], ins[1])]
+
+
+@handler("QGemm", domain="com.microsoft")
+def _qgemm(ctx: NodeCtx, ins):
+    """(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?): alpha·dequantize(A)·
+    dequantize(B) (transA/transB) + C·a_scale·b_scale (C int32), quantized when y_scale is
+    given, else float. B constant, per tensor or per output column."""
+    ctx.require_attrs(("alpha", "transA", "transB"))
+    a, a_scale, a_zp, w, w_scale, w_zp = ins[:6]
+    c, y_scale, y_zp = _opt(ins, 6), _opt(ins, 7), _opt(ins, 8)
+    tb = int(ctx.attr("transB", 0))
+    if w.dtype not in (np.int8, np.uint8) or w.const is None or w_scale.const is None or \
+            (w_zp is not None and w_zp.const is None) or w.rank != 2:
+        raise ctx.fail("B, its scale and zero point must be int8/uint8 constants (B a matrix)")
+    af = _dequantized(ctx, a, a_scale, a_zp, "A")
+    wf = _dequantize_const(ctx, w, w_scale, w_zp, 0 if tb else 1, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
+    gemm_in = [af, wf]
+    if c is not None:
+        if c.const is None or a_scale.const is None:
+            raise ctx.fail("C and a_scale must be constants")
+        n = int(w.shape[0] if tb else w.shape[1])
+        col_scale = np.broadcast_to(np.asarray(w_scale.const, np.float64).reshape(-1), (n,))
+        cf = c.const.astype(np.float64) * float(np.asarray(a_scale.const).reshape(-1)[0]) * col_scale
+        gemm_in.append(ctx.b.const(cf.astype(F32), ctx.b.fresh(ctx.name + ".bias")))
+    y = ctx.call("Gemm", gemm_in, alpha=float(ctx.attr("alpha", 1.0)), transA=int(ctx.attr("transA", 0)),
+                 transB=tb)[0]
+    if y_scale is None:
+        return [ctx.b.alias(y, y.shape, ctx.out_name())]
+    return [_requantized(ctx, y, y_scale, y_zp)]
