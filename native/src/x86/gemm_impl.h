@@ -282,6 +282,14 @@ static void gemm_micro_offsets(int64_t kc, const float *a, int64_t lda, int64_t 
 #undef GEMM_MICRO_CASES
 #undef GEMM_MICRO_ROWS
 
+/* Prefetches (into L2) the rows x kc block of A at a (row stride lda) that the next row tile
+ * reads in place: a weight matrix streamed from memory is read as short row pieces far
+ * apart (KC floats of each of MR rows), which the hardware prefetchers do not follow. */
+static inline void gemm_prefetch_a(const float *a, int64_t lda, int64_t rows, int64_t kc) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t q = 0; q < kc; q += 16) __builtin_prefetch(a + i * lda + q, 0, 2);
+}
+
 /* Row tiles of an m-row block: ceil(m / MR) tiles whose sizes differ by at most one (each
  * <= MR), so no tile is a short remainder. Tile t is rows [tile_start(t), tile_start(t+1)). */
 static inline int64_t gemm_row_tiles(int64_t m) { return (m + GEMM_MR - 1) / GEMM_MR; }
@@ -384,6 +392,9 @@ static __attribute__((noinline)) void gemm_blocked(const nrv_x86_gemm_args *g) {
                                               g->beta, first, bias ? bias + jr : NULL);
                     } else {
                         const float *arow = g->a + i0 * g->lda + pc;
+                        if (t + 1 < tiles)
+                            gemm_prefetch_a(arow + mr * g->lda, g->lda, gemm_tile_start(mlen, tiles, t + 2) - ir - mr,
+                                            kc);
                         for (int64_t jr = 0; jr < nc; jr += GEMM_NR)
                             gemm_micro_rows(kc, arow, g->lda, mr, bpack + jr * kc, crow + jr, g->ldc, nc - jr,
                                             g->alpha, g->beta, first, bias ? bias + jr : NULL);
@@ -430,6 +441,8 @@ void X86FN(nrv_gemm_implicit)(int64_t m, int64_t n, int64_t k, const float *a, i
                 const int64_t i0 = gemm_tile_start(m, tiles, t), mr = gemm_tile_start(m, tiles, t + 1) - i0;
                 const float *arow = a + i0 * lda + pc;
                 float *crow = c + i0 * ldc + jc;
+                if (t + 1 < tiles)
+                    gemm_prefetch_a(arow + mr * lda, lda, gemm_tile_start(m, tiles, t + 2) - i0 - mr, kc);
                 for (int64_t jr = 0; jr < whole; jr += GEMM_NR)
                     gemm_micro_offsets(kc, arow, lda, mr, b + jc + jr, b_row_off + pc, crow + jr, ldc, pc == 0);
                 if (part)
