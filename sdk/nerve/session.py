@@ -685,8 +685,11 @@ class Session:
         try:
             _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
         except InputError as exc:
-            if (exc.status_name != "NRV_ERR_SHAPE" or not self._dims_from_feeds or self._state_inputs
-                    or not self._bind_dims(feeds)):
+            if exc.status_name == "NRV_ERR_SHAPE" and self._dims_from_feeds and self._state_inputs:
+                raise InputError(f"{exc.message}; this session carries state, so the first run's feeds bound its "
+                                 f"dims {self._dims_from_feeds} for good: give dims= with the largest sizes it will "
+                                 "see (a KV cache: the longest context)", exc.status, exc.status_name) from None
+            if exc.status_name != "NRV_ERR_SHAPE" or not self._dims_from_feeds or not self._bind_dims(feeds):
                 raise
             keep = self._bind(feeds)
             _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
