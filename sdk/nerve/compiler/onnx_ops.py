@@ -321,19 +321,19 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
     shape = broadcast_shapes(ctx, a.shape, b.shape)
     out_dtype = np.dtype(bool) if op in _COMPARE else a.dtype
     ka, kb = ctx.b.known_values(a), ctx.b.known_values(b)
-    if ka is not None and kb is not None and a.dtype.kind in "iub" and len(shape) <= 1 and a.rank <= 1 and b.rank <= 1:
-        n = shape[0] if shape else 1
-        if S.is_static(n):
-            n = int(n)
-            xs = ka * n if len(ka) == 1 else ka
-            ys = kb * n if len(kb) == 1 else kb
-            fmod = ctx.attr("fmod", 0) if op == "Mod" else 0
-            vals = [_known_binary(op, x, y, fmod) for x, y in zip(xs, ys)]
-            if all(v is not None for v in vals):
-                if out_dtype == np.bool_:
-                    vals = [int(bool(v)) if S.is_static(v) else v for v in vals]
-                if all(S.is_static(v) for v in vals) or out_dtype != np.bool_:
-                    return ctx.b.from_known(vals, out_dtype, shape, name)
+    static = all(S.is_static(d) for d in list(a.shape) + list(b.shape) + list(shape))
+    if ka is not None and kb is not None and a.dtype.kind in "iub" and static and \
+            int(np.prod([int(d) for d in shape])) <= 64:
+        # shape arithmetic on dims (any broadcast of a few elements): computed on the dims
+        xs, ys = np.broadcast_arrays(np.array(ka + [None], dtype=object)[:-1].reshape([int(d) for d in a.shape]),
+                                     np.array(kb + [None], dtype=object)[:-1].reshape([int(d) for d in b.shape]))
+        fmod = ctx.attr("fmod", 0) if op == "Mod" else 0
+        vals = [_known_binary(op, x, y, fmod) for x, y in zip(xs.reshape(-1), ys.reshape(-1))]
+        if all(v is not None for v in vals):
+            if out_dtype == np.bool_:
+                vals = [int(bool(v)) if S.is_static(v) else v for v in vals]
+            if all(S.is_static(v) for v in vals) or out_dtype != np.bool_:
+                return ctx.b.from_known(vals, out_dtype, shape, name)
     if op == "Pow" and b.const is not None and b.const.size == 1 and a.dtype == np.float32:
         e = float(b.const.reshape(-1)[0])
         if e in (2.0, 0.5, 1.0) and list(shape) == list(a.shape):

@@ -160,9 +160,43 @@ def dim_ceildiv(a: Dim, b: Dim) -> Dim:
     return dim_mul(-1, dim_floordiv(dim_mul(-1, a), b))
 
 
+def _atom_nonneg(a: Atom) -> bool:
+    """Whether an atom is >= 0 for every binding: a symbol (a size), and min, max, floor
+    division and modulo of such values (by a positive divisor)."""
+    if a[0] == "s":
+        return True
+    x, y = a[1], a[2]
+    if a[0] == "min":
+        return _sign(x) == 1 and _sign(y) == 1
+    if a[0] == "max":
+        return _sign(x) == 1 or _sign(y) == 1
+    if a[0] in ("floordiv", "mod"):
+        return _sign(x) == 1 and is_static(y) and int(y) > 0
+    return False
+
+
+def _sign(d: Dim) -> int:
+    """1 if d >= 0 for every binding of its symbols (sizes, all >= 0), -1 if d <= 0, 0 when
+    unknown: a polynomial over non-negative atoms whose coefficients share a sign."""
+    if is_static(d):
+        return 1 if int(d) >= 0 else -1
+    coeffs = []
+    for mono, c in d.terms.items():
+        if not all(_atom_nonneg(a) for a in mono):
+            return 0
+        coeffs.append(c)
+    if all(c >= 0 for c in coeffs):
+        return 1
+    if all(c <= 0 for c in coeffs):
+        return -1
+    return 0
+
+
 def dim_mod(a: Dim, b: Dim) -> Dim:
     if is_static(a) and is_static(b):
         return int(a) % int(b)
+    if a == b or (is_static(b) and int(b) in (1, -1)) or (is_static(a) and int(a) == 0):
+        return 0
     return _opaque("mod", a, b)
 
 
@@ -171,6 +205,9 @@ def dim_min(a: Dim, b: Dim) -> Dim:
         return min(int(a), int(b))
     if a == b:
         return a
+    order = _sign(dim_sub(a, b))  # sizes are >= 0: min(s + 3, s) = s, min(0, s) = 0
+    if order:
+        return b if order > 0 else a
     return _opaque("min", *sorted((a, b), key=repr))
 
 
@@ -179,6 +216,9 @@ def dim_max(a: Dim, b: Dim) -> Dim:
         return max(int(a), int(b))
     if a == b:
         return a
+    order = _sign(dim_sub(a, b))
+    if order:
+        return a if order > 0 else b
     return _opaque("max", *sorted((a, b), key=repr))
 
 
