@@ -41,13 +41,9 @@ static nrv_status check_elements_dims(const nrv_op_args *a, const nrv_tview *dat
  *   in[0] data (any dtype, rank r >= 1); in[1] indices (i64/i32, rank r, dims <= data's off
  *   the axis); out[0] y, data's dtype, indices' dims. iattr [axis]. */
 static nrv_status gather_elements_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "data"));
-    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
-    const nrv_tview *x = a->in[0], *ind = a->in[1];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(nrv_op_index_dtype(a, ind));
+    const nrv_tview *x, *ind;
+    nrv_tview *y;
+    NRV_TRY(nrv_op_gather_operands(a, &x, &ind, &y));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     NRV_TRY(check_elements_dims(a, x, ind, ax));
@@ -172,13 +168,9 @@ static nrv_status scatter_elements_run(const nrv_op_args *a) {
  *   data's, last dim q with b + q <= r); out[0] y, data's dtype, dims indices.dims[:-1] +
  *   data.dims[b + q:]. iattr [batch_dims]. */
 static nrv_status gather_nd_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "data"));
-    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
-    const nrv_tview *x = a->in[0], *ind = a->in[1];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(nrv_op_index_dtype(a, ind));
+    const nrv_tview *x, *ind;
+    nrv_tview *y;
+    NRV_TRY(nrv_op_gather_operands(a, &x, &ind, &y));
     if (y->dtype != x->dtype) return nrv_op_fail(a, NRV_ERR_DTYPE, "y's dtype differs from data's");
     const int64_t b = a->iattr[0];
     if (b < 0 || b >= ind->rank || b >= x->rank)

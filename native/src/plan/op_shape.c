@@ -459,14 +459,10 @@ static nrv_status op_slice(const nrv_op_args *a) {
  *  A negative index counts from the end; one outside [-dim, dim) is NRV_ERR_INDEX naming its
  *  flat position and value, checked for all indices before anything is written. */
 static nrv_status op_gather(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "data"));
-    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
-    const nrv_tview *x = a->in[0], *ind = a->in[1];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    const nrv_tview *x, *ind;
+    nrv_tview *y;
+    NRV_TRY(nrv_op_gather_operands(a, &x, &ind, &y));
     NRV_TRY(same_dtype(a, y, "y", x, "data"));
-    NRV_TRY(nrv_op_index_dtype(a, ind));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     const int r = x->rank, q = ind->rank;

@@ -137,6 +137,11 @@ nrv_status nrv_op_fail(const nrv_op_args *a, nrv_status st, const char *fmt, ...
 /* An index tensor's dtype: NRV_ERR_DTYPE unless I64 or I32. */
 nrv_status nrv_op_index_dtype(const nrv_op_args *a, const nrv_tview *ind);
 
+/* The operands of the gather family (gather, gather_elements, gather_nd), checked: in[0]
+ * data, in[1] indices (I64/I32), out[0] y, one integer attribute. */
+nrv_status nrv_op_gather_operands(const nrv_op_args *a, const nrv_tview **data, const nrv_tview **ind,
+                                  nrv_tview **y);
+
 /* Every index of ind (I64/I32) within [-dim, dim), checked before anything is written:
  * NRV_ERR_INDEX naming the first one outside, its flat position and value, and `where`
  * (what the indices address). */

@@ -236,6 +236,17 @@ nrv_status nrv_op_index_dtype(const nrv_op_args *a, const nrv_tview *ind) {
     return NRV_OK;
 }
 
+nrv_status nrv_op_gather_operands(const nrv_op_args *a, const nrv_tview **data, const nrv_tview **ind,
+                                  nrv_tview **y) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "data"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    NRV_TRY(nrv_op_check_view(a, a->out[0], "y"));
+    NRV_TRY(nrv_op_index_dtype(a, a->in[1]));
+    *data = a->in[0], *ind = a->in[1], *y = a->out[0];
+    return NRV_OK;
+}
+
 nrv_status nrv_op_check_indices(const nrv_op_args *a, const nrv_tview *ind, int64_t dim, const char *where) {
     for (int64_t i = 0; i < ind->numel; i++) {
         const int64_t v = nrv_index_at(ind, i);
