@@ -541,6 +541,11 @@ class Session:
             raise self._unbound_error()
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    @property
+    def _planned(self) -> bool:
+        """False until the first run of a session whose feeds bind its dims."""
+        return "plan" in self.__dict__
+
     def _unbound_error(self) -> InputError:
         return InputError(f"the model's symbolic dims {self.__dict__['_dims_from_feeds']} are bound by the first "
                           "run's feeds and the plan is compiled then: run() first, or give dims=")
@@ -558,11 +563,12 @@ class Session:
         dims = dict(self._compile_args["dims"])
         missing = [d for d in self._dims_from_feeds if d not in fed and d not in dims]
         if missing:
+            declared = {s["name"]: s["shape"] for s in self._specs}
             raise InputError(f"the model's symbolic dims {missing} are bound by the feeds, but no fed input has "
-                             f"them (inputs: { {s['name']: s['shape'] for s in self._specs} }); feed those inputs, or give dims=")
+                             f"them (inputs: {declared}); feed those inputs, or give dims=")
         for d in self._dims_from_feeds:
             dims[d] = max(dims.get(d, 0), fed.get(d, 0))
-        if "plan" in self.__dict__ and dims == self._compile_args["dims"]:
+        if self._planned and dims == self._compile_args["dims"]:
             return False
         self._compile_args["dims"] = dims
         self._use_plan(compile(precision=self.precision, **self._compile_args))
@@ -588,7 +594,7 @@ class Session:
         plan changed. OutOfMemoryError when even INT4 weights do not fit (nothing changes)."""
         if self._compile_args is None:
             raise InputError("set_memory_limit needs the session's model file: a compiled plan holds one precision")
-        if "plan" not in self.__dict__:
+        if not self._planned:
             raise self._unbound_error()
         base = compile(precision=self.precision, **self._compile_args)
         plan, choice = _fit_memory(base, self._compile_args, self.precision, _parse_bytes(limit, "limit"))
@@ -631,7 +637,7 @@ class Session:
         precision_scheme.parse(precision)
         if precision == self.precision:
             return
-        if "plan" not in self.__dict__:  # dims bound by the first run: it compiles at this precision
+        if not self._planned:  # dims bound by the first run: it compiles at this precision
             self.precision = precision
             return
         if precision not in self._by_precision:
@@ -657,7 +663,7 @@ class Session:
         """Name, dtype, shape (ints, or the name of a symbolic dim) and bounds of each input
         (before the first run of a session whose dims its feeds bind: the bounds given, and
         state_partner None)."""
-        if "plan" not in self.__dict__ and self._specs is not None:
+        if not self._planned and self._specs is not None:
             given = self._compile_args["dims"]
             return [{"name": s["name"], "dtype": s["dtype"], "shape": list(s["shape"]),
                      "bounds": {d: given[d] for d in s["shape"] if isinstance(d, str) and d in given},
@@ -679,17 +685,18 @@ class Session:
         A session made without bounds for the model's symbolic dims compiles its plan at the
         first run, for the feeds' sizes; a later run that feeds more recompiles it for the
         larger sizes, unless the session carries state (then the first sizes are the bounds)."""
-        if self._dims_from_feeds and "plan" not in self.__dict__:
+        if self._dims_from_feeds and not self._planned:
             self._bind_dims(feeds)
         keep = self._bind(feeds)
         try:
             _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
         except InputError as exc:
-            if exc.status_name == "NRV_ERR_SHAPE" and self._dims_from_feeds and self._state_inputs:
+            beyond = exc.status_name == "NRV_ERR_SHAPE" and "beyond the bound" in exc.message
+            if beyond and self._dims_from_feeds and self._state_inputs:
                 raise InputError(f"{exc.message}; this session carries state, so the first run's feeds bound its "
                                  f"dims {self._dims_from_feeds} for good: give dims= with the largest sizes it will "
                                  "see (a KV cache: the longest context)", exc.status, exc.status_name) from None
-            if exc.status_name != "NRV_ERR_SHAPE" or not self._dims_from_feeds or not self._bind_dims(feeds):
+            if not beyond or not self._dims_from_feeds or not self._bind_dims(feeds):
                 raise
             keep = self._bind(feeds)
             _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
