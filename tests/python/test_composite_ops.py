@@ -1,5 +1,5 @@
 """ONNX ops nerve spells out in other ops (onnx_ops_composite.py): CastLike, EyeLike, Swish,
-Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization, AffineGrid (and it feeding
+Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid (and it feeding
 GridSample, a spatial transformer) — against onnxruntime, or onnx's
 reference implementation where onnxruntime lacks the op, on fresh random inputs at opsets
 before and after their axes became inputs."""
@@ -75,6 +75,14 @@ def test_global_lp_pool(tmp_path, rng, p):
     x = rng.standard_normal((2, 3, 5, 7)).astype(F32)
     _check(tmp_path, h.make_node("GlobalLpPool", ["x"], ["y"], p=p), [("x", T.FLOAT, [2, 3, "h", 7])], {"x": x}, 17,
            dims={"h": 9})
+
+
+@pytest.mark.parametrize("p, attrs", [(2, dict(kernel_shape=[3, 3])),
+                                      (1, dict(kernel_shape=[2, 3], strides=[2, 1], pads=[1, 0, 1, 2])),
+                                      (3, dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER"))])
+def test_lp_pool(tmp_path, rng, p, attrs):
+    x = rng.standard_normal((2, 3, 7, 8)).astype(F32)
+    _check(tmp_path, h.make_node("LpPool", ["x"], ["y"], p=p, **attrs), [("x", T.FLOAT, [2, 3, 7, 8])], {"x": x}, 18)
 
 
 @pytest.mark.parametrize("opset", [13, 18])

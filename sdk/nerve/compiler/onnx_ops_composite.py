@@ -1,6 +1,6 @@
 """Handlers for ONNX ops that are short compositions of others (each spelt out through
 ``NodeCtx.call``, so the passes fuse and place the parts as usual): CastLike, EyeLike, Swish,
-Hardmax, ReduceLogSum, GlobalLpPool, MeanVarianceNormalization, AffineGrid.
+Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid.
 """
 
 from __future__ import annotations
@@ -110,6 +110,25 @@ def _global_lp_pool(ctx: NodeCtx, ins):
         return [_reduce(ctx, "ReduceL1" if p == 1 else "ReduceL2", x, axes)]
     powered = ctx.call("Pow", [unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name)), _f32(ctx, p)])[0]
     return ctx.call("Pow", [_reduce(ctx, "ReduceSum", powered, axes), _f32(ctx, 1.0 / p)])
+
+
+@handler("LpPool")
+def _lp_pool(ctx: NodeCtx, ins):
+    """(Σ over each window of |x|^p)^(1/p): an average pool of |x|^p counting the padding (a
+    zero there, as LpPool pads), times the window size."""
+    x = ins[0]
+    ctx.require_attrs(["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides", "p"])
+    p = int(ctx.attr("p", 2))
+    if p < 1:
+        raise ctx.fail(f"p = {p} must be >= 1")
+    kernel = [int(k) for k in ctx.attr("kernel_shape") or []]
+    powered = unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name))
+    if p != 1:
+        powered = ctx.call("Pow", [powered, _f32(ctx, p)])[0]
+    attrs = {k: v for k, v in ctx.attrs.items() if k != "p"}
+    mean = ctx.call("AveragePool", [powered], count_include_pad=1, **attrs)[0]
+    total = binary(ctx, "Mul", mean, _f32(ctx, float(np.prod(kernel))), ctx.b.fresh(ctx.name + ".sum"))
+    return [total] if p == 1 else ctx.call("Pow", [total, _f32(ctx, 1.0 / p)])
 
 
 @handler("MeanVarianceNormalization")
