@@ -317,7 +317,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="fewer/smaller measurements (smoke test)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.add_argument("--vs", metavar="PEER", help="also time PEER on the same inputs (onnxruntime)")
-    bench.add_argument("--dim", action="append", metavar="NAME=N", help="size of a symbolic dimension")
+    bench.add_argument("--dim", action="append", metavar="NAME=N",
+                       help="size of a symbolic dimension (default: 1 for a batch or leading axis, 64 for an "
+                            "image's height and width, 16 otherwise)")
     bench.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     bench.add_argument("--threads", type=int, default=1, help="threads for both runtimes (default 1)")
     bench.add_argument("--state", action="append", metavar="OUTPUT=INPUT",

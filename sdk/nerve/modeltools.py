@@ -91,9 +91,14 @@ def example_feeds(specs: List[dict], dims: Mapping[str, int], files: Mapping[str
                                 "sr": np.array(16000, np.int64)}[s["name"]]
             continue
         shape = []
-        for d in s["shape"]:
+        image = len(s["shape"]) == 4 and s["shape"][1] in (1, 3, 4)  # [N, C, H, W] with a known C
+        for k, d in enumerate(s["shape"]):
             if isinstance(d, str):
-                shape.append(int(dims.get(d, 1 if "batch" in d.lower() else 16)))
+                # a batch 1; an image's height and width 64 (strided backbones want a multiple of
+                # 32); any other size 16
+                leading = k == 0 and len(s["shape"]) >= 2
+                default = 1 if "batch" in d.lower() or leading else 64 if image and k >= 2 else 16
+                shape.append(int(dims.get(d, default)))
             else:
                 shape.append(int(d))
         dt = np.dtype(s["dtype"])
@@ -170,7 +175,12 @@ def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[
         peer = ort_session(model_path, threads)
         names = [o.name for o in peer.get_outputs()]
         runners["onnxruntime"] = lambda: peer.run(None, feeds)
-        peer_out = dict(zip(names, peer.run(None, feeds)))
+        try:
+            peer_out = dict(zip(names, peer.run(None, feeds)))
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own kinds
+            shapes = {k: list(v.shape) for k, v in feeds.items()}
+            raise InputError(f"onnxruntime cannot run the model on these feeds {shapes} ({str(exc)[:300]}); "
+                             "pick sizes the model takes with --dim NAME=N or --input NAME=x.npy") from None
         import onnxruntime
 
         result["onnxruntime_version"] = onnxruntime.__version__

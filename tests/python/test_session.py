@@ -184,6 +184,26 @@ def test_cli_plan_run_bench(mlp, tmp_path, capsys):
     assert r["ratio"] > 0 and r["nerve"]["median_us"] > 0 and max(r["max_abs_diff"].values()) < 1e-4
 
 
+def test_cli_example_feeds_default_sizes_and_peer_failures(mlp, tmp_path):
+    """`nerve bench MODEL` without feeds: a batch or leading axis 1, an image's height and width
+    64 (strided backbones want a multiple of 32), any other symbolic size 16; a peer that
+    cannot run the feeds is an InputError naming the shapes and what to pass."""
+    from nerve.modeltools import bench_model, example_feeds
+
+    specs = [{"name": "images", "dtype": np.float32, "shape": ["batch", 3, "height", "width"]},
+             {"name": "ids", "dtype": np.int64, "shape": ["b", "seq"]},
+             {"name": "signal", "dtype": np.float32, "shape": ["n"]}]
+    feeds = example_feeds(specs, {"seq": 5}, {})
+    assert {k: v.shape for k, v in feeds.items()} == {"images": (1, 3, 64, 64), "ids": (1, 5), "signal": (16,)}
+    g = h.make_graph([h.make_node("Reshape", ["x", "shape"], ["y"])], "r", [h.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], [nh.from_array(np.array([-1, 4], np.int64), "shape")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "r.onnx")
+    with pytest.raises(nerve.InputError, match=r"onnxruntime cannot run the model on these feeds \{'x': \[6\]\}.*--dim"):
+        bench_model(str(tmp_path / "r.onnx"), {"x": np.zeros(6, np.float32)}, {"n": 6}, "onnxruntime", seconds=0.1)
+
+
 def test_bert_encoder_parity_and_fusion(tmp_path):
     path = tiny_bert.build(str(tmp_path / "bert.onnx"))
     feeds = tiny_bert.example_feeds(batch=2, seq=16)
