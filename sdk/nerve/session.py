@@ -113,12 +113,14 @@ def _options_key(options: Mapping) -> str:
     return json.dumps({k: options[k] for k in sorted(options)}, sort_keys=True, default=_json_key_part)
 
 
-def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]] = None,
+def compile(model: Union[str, os.PathLike, bytes, "onnx.ModelProto"], *, dims: Optional[Mapping[str, int]] = None,
             state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
             constants: Optional[Mapping[str, object]] = None,
             outputs: Optional[Sequence[str]] = None, precision: str = "fp32",
             layers: Optional[Mapping[str, str]] = None, hessians: Optional[Mapping[str, np.ndarray]] = None) -> Plan:
-    """Compiles an ONNX model (``.onnx``, or ONNX Runtime's ``.ort``) into a :class:`Plan`.
+    """Compiles an ONNX model (``.onnx``, or ONNX Runtime's ``.ort``; a path, or the model in
+    memory as an ``onnx.ModelProto`` or its bytes — then without external data) into a
+    :class:`Plan`.
 
     dims: upper bounds of the model's symbolic dimensions (``{"sequence": 576}``); memory is
     planned for them and each run may use any size up to them.
@@ -143,11 +145,16 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
                          "from nerve.quant.LinearTaps, or nerve.asr.calibrate for speech models)")
     from .compiler import compile_onnx, passes  # the compiler imports onnx: only when compiling
 
-    path = Path(model)
-    try:
-        model_bytes = path.read_bytes()
-    except OSError as exc:
-        raise ModelError(f"cannot read model {path}: {exc}") from exc
+    if _in_memory(model):  # onnx.ModelProto or its serialized bytes: no folder for external data
+        model_bytes = bytes(model) if isinstance(model, (bytes, bytearray, memoryview)) else model.SerializeToString()
+        path, model_dir = Path("<in-memory model>"), None
+    else:
+        path = Path(model)
+        model_dir = path.parent
+        try:
+            model_bytes = path.read_bytes()
+        except OSError as exc:
+            raise ModelError(f"cannot read model {path}: {exc}") from exc
     options = {"dims": dict(dims or {}), "state": dict(state or {}), "fuse": bool(fuse), "precision": precision,
                "w8": os.environ.get("NERVE_W8", "1").strip() != "0",  # passes.select_linear_w8
                "w8a8": os.environ.get("NERVE_W8A8", "0").strip() == "1",  # passes.select_linear_w8a8
@@ -172,7 +179,7 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
     if model_bytes[4:8] == b"ORTM":  # ONNX Runtime's flatbuffer format: read into ONNX first
         from .compiler.ort_format import load_ort
         onnx_bytes = load_ort(model_bytes).SerializeToString()
-    data = compile_onnx(onnx_bytes, path.parent, hessians=hessians,
+    data = compile_onnx(onnx_bytes, model_dir, hessians=hessians,
                         **{k: v for k, v in options.items() if k not in ("w8", "w8a8", "w8a8_conv", "hessians_sha256")})
     plan = Plan(data, str(path))
     if use_cache:
@@ -182,6 +189,11 @@ def compile(model: Union[str, os.PathLike], *, dims: Optional[Mapping[str, int]]
         except OSError:
             pass  # a read-only cache is not an error
     return plan
+
+
+def _in_memory(model) -> bool:
+    """An ONNX model given in memory (onnx.ModelProto, or its bytes) rather than a path."""
+    return isinstance(model, (bytes, bytearray, memoryview)) or hasattr(model, "SerializeToString")
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30}
@@ -432,8 +444,8 @@ def run_program_once(prog) -> List[np.ndarray]:
 class Session:
     """A model loaded for inference.
 
-    ``model``: an ``.onnx`` file (compiled on load; cached) or a ``.nrv`` plan, or a
-    :class:`Plan`. ``dims``/``state``/``constants``/``outputs``: see :func:`compile` (ignored
+    ``model``: an ``.onnx`` file (compiled on load; cached), an ``onnx.ModelProto`` or its
+    bytes, a ``.nrv`` plan, or a :class:`Plan`. ``dims``/``state``/``constants``/``outputs``: see :func:`compile` (ignored
     for a ready plan). Symbolic dims ``dims`` leaves unbound are bound by the first run's
     feeds (the plan is compiled then; :meth:`run` says when it recompiles); ``log=`` and
     ``budget=`` need every bound up front.
@@ -451,7 +463,7 @@ class Session:
     choice; :meth:`set_memory_limit` / :meth:`step_down` do it on request.
     """
 
-    def __init__(self, model: Union[str, os.PathLike, Plan], device: str = "cpu", precision: str = "fp32",
+    def __init__(self, model: Union[str, os.PathLike, bytes, "onnx.ModelProto", Plan], device: str = "cpu", precision: str = "fp32",
                  threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
                  constants: Optional[Mapping[str, object]] = None, outputs: Optional[Sequence[str]] = None,
@@ -475,7 +487,7 @@ class Session:
         plan: Optional[Plan] = None
         if isinstance(model, Plan):
             plan = model
-        elif str(model).endswith(".nrv"):
+        elif not _in_memory(model) and str(model).endswith(".nrv"):
             plan = Plan.load(model)
         else:
             self._compile_args = dict(model=model, dims=dict(dims or {}), state=state, fuse=fuse, cache=cache,

@@ -131,6 +131,23 @@ def test_state_carrying_session_keeps_its_first_bounds(tmp_path, rng):
         s.run({"x": np.zeros((5, 3), np.float32), "h_in": np.zeros((5, 3), np.float32)})
 
 
+def test_models_in_memory(mlp, tmp_path, rng):
+    """An onnx.ModelProto or its bytes compile as the file does (same plan); external data
+    cannot be named from memory: a ModelError saying to use the path."""
+    m = onnx.load(mlp)
+    x = rng.standard_normal((3, 13)).astype(np.float32)
+    want = nerve.Session(mlp, dims={"n": 4}, cache=False).run({"x": x})
+    for model in (m, m.SerializeToString()):
+        got = nerve.Session(model, dims={"n": 4}, cache=False).run({"x": x})
+        np.testing.assert_array_equal(got["y"], want["y"])
+    assert nerve.compile(m, dims={"n": 4}, cache=False).hash == nerve.compile(mlp, dims={"n": 4}, cache=False).hash
+    assert nerve.Session(m, cache=False).run({"x": x})["s"].shape == (3,)  # dims bound by the feeds
+    onnx.save(m, tmp_path / "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.bin", size_threshold=0)
+    with pytest.raises(nerve.ModelError, match="in-memory model cannot name: compile the model from its .onnx path"):
+        nerve.compile(onnx.load(tmp_path / "ext.onnx", load_external_data=False), dims={"n": 4}, cache=False)
+
+
 def test_plan_save_load_and_cache(mlp, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("NERVE_PLAN_CACHE", "1")

@@ -59,7 +59,8 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
 
     model = _load_model(model_bytes)
     try:
-        prog = Importer(model, Path(model_dir), dims or {}).import_model(state or {}, constants, outputs)
+        prog = Importer(model, Path(model_dir) if model_dir is not None else None,
+                        dims or {}).import_model(state or {}, constants, outputs)
         passes.optimize(prog, fuse=fuse, precision=precision, layers=layers, hessians=hessians)
         if fuse:
             from .kv_append import append_kv_caches

@@ -125,9 +125,9 @@ def onnx_float16() -> int:
 
 
 class Importer:
-    def __init__(self, model, model_dir: Path, dims: Mapping[str, int], fold: bool = True):
+    def __init__(self, model, model_dir: Optional[Path], dims: Mapping[str, int], fold: bool = True):
         self.model = model
-        self.model_dir = Path(model_dir)
+        self.model_dir = Path(model_dir) if model_dir is not None else None  # None: an in-memory model
         self.dims = dict(dims)
         self.b = Builder(fold=fold)
         self.opset = 1
@@ -162,6 +162,9 @@ class Importer:
 
         info = {e.key: e.value for e in tensor.external_data}
         loc = info.get("location", "")
+        if self.model_dir is None:
+            raise CompileError(f"initializer '{tensor.name}': its data is in an external file ({loc!r}), which an "
+                               "in-memory model cannot name: compile the model from its .onnx path")
         if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
             raise CompileError(f"initializer '{tensor.name}': external data location {loc!r} must be a relative path")
         base = self.model_dir.resolve()
