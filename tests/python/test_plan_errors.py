@@ -131,6 +131,23 @@ def test_sequence_input_is_a_model_error(tmp_path):
         session(save(m, tmp_path / "m.onnx"))
 
 
+@pytest.mark.parametrize("op, inputs, why", [
+    ("NonMaxSuppression", ["boxes", "scores"], "size depends on the data"),
+    ("RandomNormalLike", ["boxes"], "random ops are not supported"),
+    ("SplitToSequence", ["boxes"], "sequence and optional values are not supported"),
+    ("Det", ["boxes"], "operator not supported by nerve"),
+])
+def test_unsupported_ops_say_why(tmp_path, op, inputs, why):
+    g = h.make_graph([h.make_node(op, inputs, ["y"], name="the_node")], "g",
+                     [h.make_tensor_value_info("boxes", T.FLOAT, [1, 4, 4]),
+                      h.make_tensor_value_info("scores", T.FLOAT, [1, 1, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    with pytest.raises(nerve.ModelError, match=f"the_node.*{op}.*{why}"):
+        session(save(m, tmp_path / "m.onnx"))
+
+
 def test_symbolic_dims_without_bounds_is_a_model_error(tmp_path, mlp_model):
     with pytest.raises(nerve.UnboundDimsError, match=r"'n'"):
         nerve.compile(save(mlp_model, tmp_path / "m.onnx"), cache=False)

@@ -114,6 +114,30 @@ def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
     return p if p and any(ch.isalnum() for ch in p) else f"{input_name}_dim{k}"
 
 
+# Why the ops nerve has no handler for are missing, for the message a user gets.
+_DATA_SIZED = ("NonMaxSuppression", "Unique", "Compress")
+_UNSUPPORTED_WHY = {
+    **{op: "its output's size depends on the data, which a plan planned in advance cannot hold (run it "
+           "outside the model, e.g. NMS in numpy after the detector's outputs)" for op in _DATA_SIZED},
+    **{op: "loops are not supported (If is: export with the loop unrolled, or run it outside)"
+       for op in ("Loop", "Scan")},
+    **{op: "sequence and optional values are not supported (tensors only)"
+       for op in ("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
+                  "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
+                  "OptionalGetElement", "OptionalHasElement")},
+    **{op: "random ops are not supported (a plan is deterministic; feed the noise as an input)"
+       for op in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
+                  "Multinomial")},
+    **{op: "string ops are not supported" for op in ("StringNormalizer", "StringConcat", "StringSplit",
+                                                     "RegexFullMatch", "TfIdfVectorizer")},
+}
+
+
+def _unsupported_reason(op_type: str) -> str:
+    why = _UNSUPPORTED_WHY.get(op_type)
+    return f": {why}" if why else ""
+
+
 # ops that take float16 inputs as they are; every other op reads them widened to float32
 _FLOAT16_NATIVE = frozenset({"Cast", "CastLike", "Shape", "Size"})
 
@@ -243,7 +267,7 @@ class Importer:
             else:
                 fn = _HANDLERS.get(node.op_type)
             if fn is None:
-                raise ctx.fail("operator not supported by nerve")
+                raise ctx.fail(f"operator not supported by nerve{_unsupported_reason(node.op_type)}")
             ins = []
             for name in node.input:
                 if not name:
