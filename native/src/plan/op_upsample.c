@@ -492,9 +492,9 @@ static void gs_cubic_weights(double t, double w[4]) {
 
 /* The taps (index or -1, weight) of one axis for denormalised coordinate v: 1 (nearest),
  * 2 (linear) or 4 (cubic). The coordinate is first brought inside the borders (border,
- * reflection; cubic with border clamps only its taps, as onnxruntime and PyTorch do) or, for
- * zeros, limited to where every tap is outside anyway, so the integer conversions stay
- * defined for any input (NaN and infinities included). */
+ * reflection; cubic with border clamps only its taps, as onnxruntime and PyTorch do), then
+ * limited to [-4, d + 3]: beyond, every tap reads the padding or the border either way, and
+ * the integer conversions stay defined for any input (NaN and infinities included). */
 static int gs_axis_taps(double v, int64_t d, int mode, int padding, int align, int64_t *idx, double *w) {
     const double lo = align ? 0.0 : -0.5, hi = align ? (double)d - 1 : (double)d - 0.5;
     if (mode == GS_NEAREST) v = nearbyint(v); /* half to even, as onnxruntime */
@@ -502,9 +502,8 @@ static int gs_axis_taps(double v, int64_t d, int mode, int padding, int align, i
     if (!(v >= lo && v <= hi)) {
         if (padding == GS_BORDER && mode != GS_CUBIC) v = v < 0 ? 0.0 : (double)d - 1;
         else if (padding == GS_REFLECTION) v = gs_reflect(v, lo, hi);
-        else if (!(v >= -4.0 && v <= (double)d + 3)) v = -4.0; /* zeros: far outside (NaN too) */
     }
-    if (v < -4.0) v = -4.0; /* finite from here on */
+    if (v < -4.0) v = -4.0;
     if (v > (double)d + 3) v = (double)d + 3;
     if (mode == GS_NEAREST) {
         idx[0] = gs_tap((int64_t)v, d, padding, lo, hi);
