@@ -18,13 +18,16 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from ._native import check, ffi, lib, to_str
 from . import precision as precision_scheme
 from .errors import InputError, ModelError, UnboundDimsError
+
+if TYPE_CHECKING:  # annotations only: the runtime never imports onnx
+    import onnx
 
 __all__ = ["Session", "Plan", "compile", "run_program_once", "cache_dir", "MemoryBudget", "Reservation"]
 

@@ -59,6 +59,16 @@ class NodeCtx:
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
 
+    def const(self, values, dtype=np.int64) -> Value:
+        """A small constant of this node (axes, a shape: int64; a scale) for the ops it is spelt
+        out in."""
+        return self.b.const(np.array(values, dtype), self.b.fresh(self.name + ".c"))
+
+    def arange(self, n) -> Value:
+        """0, 1, ..., n - 1 (int64) for an extent n, symbolic or not: a run-time Range."""
+        extent = self.b.from_known([n], np.int64, [], self.b.fresh(self.name + ".n"))
+        return self.call("Range", [self.const(0), extent, self.const(1)])[0]
+
     def call(self, op_type: str, ins: Sequence[Optional[Value]], n_out: int = 1, **attrs) -> List[Value]:
         """Runs op_type's handler as part of this node (a composite op spelt out in ONNX terms):
         same node name and opset, the given attributes, fresh output names."""
@@ -115,10 +125,10 @@ def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
 
 
 # Why the ops nerve has no handler for are missing, for the message a user gets.
-_DATA_SIZED = ("NonMaxSuppression", "Unique", "Compress")
 _UNSUPPORTED_WHY = {
     **{op: "its output's size depends on the data, which a plan planned in advance cannot hold (run it "
-           "outside the model, e.g. NMS in numpy after the detector's outputs)" for op in _DATA_SIZED},
+           "outside the model, e.g. NMS in numpy after the detector's outputs)"
+       for op in ("NonMaxSuppression", "Unique", "Compress")},
     **{op: "loops are not supported (If is: export with the loop unrolled, or run it outside)"
        for op in ("Loop", "Scan")},
     **{op: "sequence and optional values are not supported (tensors only)"
@@ -140,12 +150,6 @@ def _unsupported_reason(op_type: str) -> str:
 
 # ops that take float16 inputs as they are; every other op reads them widened to float32
 _FLOAT16_NATIVE = frozenset({"Cast", "CastLike", "Shape", "Size"})
-
-
-def onnx_float16() -> int:
-    import onnx
-
-    return onnx.TensorProto.FLOAT16
 
 
 class Importer:
@@ -363,7 +367,7 @@ class Importer:
             v = scope.get(vi.name, self.branch_values.get(vi.name))
             if v is None:
                 raise CompileError(f"graph output '{vi.name}' is not computed by any node")
-            if v.dtype == np.float32 and vi.type.tensor_type.elem_type == onnx_float16():
+            if v.dtype == np.float32 and np_dtype_of(vi.type.tensor_type.elem_type) == np.float16:
                 v = self.b.emit("cast", [v], [(self.b.fresh(vi.name), np.dtype(np.float16), v.shape)],
                                 name=vi.name)[0]  # computed in float32 (as_float32), declared float16
             v = self.b.materialize(v)

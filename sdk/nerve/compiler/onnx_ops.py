@@ -307,6 +307,13 @@ def _known_binary(op: str, x: Dim, y: Dim, fmod: int = 0) -> Optional[Dim]:
     return _known_compare(op, x, y)
 
 
+def _dims_array(values, shape) -> np.ndarray:
+    """Known values (ints and Exprs) as an object array of a static shape, each kept as it is."""
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr.reshape([int(d) for d in shape])
+
+
 def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
     """Emits (or computes at compile time) one broadcasting binary op."""
     if a.dtype != b.dtype:
@@ -325,8 +332,7 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
     if ka is not None and kb is not None and a.dtype.kind in "iub" and static and \
             int(np.prod([int(d) for d in shape])) <= 64:
         # shape arithmetic on dims (any broadcast of a few elements): computed on the dims
-        xs, ys = np.broadcast_arrays(np.array(ka + [None], dtype=object)[:-1].reshape([int(d) for d in a.shape]),
-                                     np.array(kb + [None], dtype=object)[:-1].reshape([int(d) for d in b.shape]))
+        xs, ys = np.broadcast_arrays(_dims_array(ka, a.shape), _dims_array(kb, b.shape))
         fmod = ctx.attr("fmod", 0) if op == "Mod" else 0
         vals = [_known_binary(op, x, y, fmod) for x, y in zip(xs.reshape(-1), ys.reshape(-1))]
         if all(v is not None for v in vals):
@@ -536,7 +542,7 @@ def _gather_nd(ctx: NodeCtx, ins):
     data, idx = ins
     b = int(ctx.attr("batch_dims", 0))
     if idx.dtype not in (np.int64, np.int32):
-        raise ctx.fail(f"indices must be int64, got {idx.dtype}")
+        raise ctx.fail(f"indices must be int64 or int32, got {idx.dtype}")
     if not 0 <= b < min(idx.rank, data.rank):
         raise ctx.fail(f"batch_dims {b} must be below the ranks of indices ({idx.rank}) and data ({data.rank})")
     if not S.is_static(idx.shape[-1]) or not 1 <= int(idx.shape[-1]) <= data.rank - b:

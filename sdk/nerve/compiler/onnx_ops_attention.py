@@ -21,16 +21,8 @@ from .onnx_ops import _UNARY, binary, norm_axis, spec, transpose, unary
 F32 = np.dtype(np.float32)
 
 
-def _i64(ctx: NodeCtx, values) -> Value:
-    return ctx.b.const(np.array(values, np.int64), ctx.b.fresh(ctx.name + ".c"))
-
-
-def _f32(ctx: NodeCtx, value: float) -> Value:
-    return ctx.b.const(np.array(value, F32), ctx.b.fresh(ctx.name + ".c"))
-
-
 def _slice_last(ctx: NodeCtx, x: Value, start: int, end: int, step: int = 1) -> Value:
-    return ctx.call("Slice", [x, _i64(ctx, [start]), _i64(ctx, [end]), _i64(ctx, [-1]), _i64(ctx, [step])])[0]
+    return ctx.call("Slice", [x, ctx.const([start]), ctx.const([end]), ctx.const([-1]), ctx.const([step])])[0]
 
 
 def _float_input(ctx: NodeCtx, v: Optional[Value], what: str) -> Optional[Value]:
@@ -50,7 +42,7 @@ def _rms_normalization(ctx: NodeCtx, ins):
     shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
     ms = ctx.b.emit("reduce", [sq], [spec(ctx.b.fresh(ctx.name + ".ms"), F32, shape)],
                     iattr=[1, len(axes)] + axes, name=ctx.name)[0]  # 1: mean
-    ms = binary(ctx, "Add", ms, _f32(ctx, float(ctx.attr("epsilon", 1e-5))), ctx.b.fresh(ctx.name))
+    ms = binary(ctx, "Add", ms, ctx.const(float(ctx.attr("epsilon", 1e-5)), F32), ctx.b.fresh(ctx.name))
     rms = unary(ctx, _UNARY["Sqrt"], ms, ctx.b.fresh(ctx.name + ".rms"))
     normed = binary(ctx, "Div", x, rms, ctx.b.fresh(ctx.name + ".normed"))
     return [binary(ctx, "Mul", normed, scale, ctx.out_name())]
@@ -71,7 +63,7 @@ def _rotary_embedding(ctx: NodeCtx, ins):
         heads = int(ctx.attr("num_heads", 0))
         if heads <= 0:
             raise ctx.fail("a 3-D input needs num_heads")
-        xs = ctx.call("Reshape", [x, _i64(ctx, [0, 0, heads, -1])])[0]
+        xs = ctx.call("Reshape", [x, ctx.const([0, 0, heads, -1])])[0]
     else:
         raise ctx.fail(f"X must be 3-D or 4-D, got {list(x.shape)}")
     head = xs.shape[3]
@@ -87,7 +79,7 @@ def _rotary_embedding(ctx: NodeCtx, ins):
     for c in (cos, sin):
         if c.rank != 3 or not S.is_static(c.shape[-1]) or int(c.shape[-1]) != half:
             raise ctx.fail(f"the cos/sin caches must be [batch, seq, {half}] (after position_ids), got {list(c.shape)}")
-    cos4, sin4 = (ctx.call("Unsqueeze", [c, _i64(ctx, [2])])[0] for c in (cos, sin))  # [B, S, 1, half]
+    cos4, sin4 = (ctx.call("Unsqueeze", [c, ctx.const([2])])[0] for c in (cos, sin))  # [B, S, 1, half]
     x_rot = _slice_last(ctx, xs, 0, rot) if rot < head else xs
     if ctx.attr("interleaved", 0):
         x1, x2 = _slice_last(ctx, x_rot, 0, rot, 2), _slice_last(ctx, x_rot, 1, rot, 2)
@@ -99,8 +91,8 @@ def _rotary_embedding(ctx: NodeCtx, ins):
     imag = binary(ctx, "Add", binary(ctx, "Mul", x1, sin4, fresh("xs")), binary(ctx, "Mul", x2, cos4, fresh("yc")),
                   fresh("imag"))
     if ctx.attr("interleaved", 0):  # (real, imag) pairs back in place: stack on a new last axis
-        pairs = ctx.call("Concat", [ctx.call("Unsqueeze", [v, _i64(ctx, [-1])])[0] for v in (real, imag)], axis=-1)[0]
-        rotated = ctx.call("Reshape", [pairs, _i64(ctx, [0, 0, 0, rot])])[0]
+        pairs = ctx.call("Concat", [ctx.call("Unsqueeze", [v, ctx.const([-1])])[0] for v in (real, imag)], axis=-1)[0]
+        rotated = ctx.call("Reshape", [pairs, ctx.const([0, 0, 0, rot])])[0]
     else:
         rotated = ctx.call("Concat", [real, imag], axis=-1)[0]
     if rot < head:
@@ -116,7 +108,7 @@ def _heads_first(ctx: NodeCtx, v: Value, heads: int, what: str) -> Value:
         return v
     if v.rank != 3 or heads <= 0:
         raise ctx.fail(f"{what} must be 4-D, or 3-D with q_num_heads/kv_num_heads, got {list(v.shape)}")
-    split = ctx.call("Reshape", [v, _i64(ctx, [0, 0, heads, -1])])[0]
+    split = ctx.call("Reshape", [v, ctx.const([0, 0, heads, -1])])[0]
     return transpose(ctx, split, [0, 2, 1, 3], ctx.b.fresh(f"{ctx.name}.{what}"))
 
 
@@ -154,23 +146,24 @@ def _attention(ctx: NodeCtx, ins):
     if hq != hkv:  # grouped-query attention: each K/V head serves hq/hkv query heads
         group = hq // hkv
         def repeat(x: Value) -> Value:
-            x5 = ctx.call("Unsqueeze", [x, _i64(ctx, [2])])[0]
-            x5 = ctx.call("Expand", [x5, _i64(ctx, [1, 1, group, 1, 1])])[0]
-            return ctx.call("Reshape", [x5, _i64(ctx, [0, hq, -1, x.shape[3] if S.is_static(x.shape[3]) else -1])])[0]
+            x5 = ctx.call("Unsqueeze", [x, ctx.const([2])])[0]
+            x5 = ctx.call("Expand", [x5, ctx.const([1, 1, group, 1, 1])])[0]
+            return ctx.call("Reshape", [x5, ctx.const([0, hq, -1, x.shape[3] if S.is_static(x.shape[3]) else -1])])[0]
         kh, vh = repeat(kh), repeat(vh)
     scale = ctx.attr("scale")
     scale = 1.0 / math.sqrt(dh) if scale is None else float(scale)
-    qs = binary(ctx, "Mul", qh, _f32(ctx, scale), fresh("q_scaled")) if scale != 1.0 else qh
+    qs = binary(ctx, "Mul", qh, ctx.const(scale, F32), fresh("q_scaled")) if scale != 1.0 else qh
     kt = transpose(ctx, kh, [0, 1, 3, 2], fresh("kT"))
     scores = ctx.call("MatMul", [qs, kt])[0]  # [B, Hq, Sq, T]
     mode = int(ctx.attr("qk_matmul_output_mode", 0))
     taps = {0: scores}
     softcap = float(ctx.attr("softcap", 0.0))
     if softcap > 0:
-        t = unary(ctx, _UNARY["Tanh"], binary(ctx, "Div", scores, _f32(ctx, softcap), fresh("capped")), fresh("tanh"))
-        scores = binary(ctx, "Mul", t, _f32(ctx, softcap), fresh("softcap"))
+        capped = binary(ctx, "Div", scores, ctx.const(softcap, F32), fresh("capped"))
+        t = unary(ctx, _UNARY["Tanh"], capped, fresh("tanh"))
+        scores = binary(ctx, "Mul", t, ctx.const(softcap, F32), fresh("softcap"))
     taps[1] = scores
-    neg_inf = _f32(ctx, -np.inf)
+    neg_inf = ctx.const(-np.inf, F32)
     can_empty = False  # may a row lose every key (then its weights are zeros, not NaN)?
     if mask is not None:
         if mask.dtype == np.bool_:
@@ -182,18 +175,17 @@ def _attention(ctx: NodeCtx, ins):
     if ctx.attr("is_causal", 0) or left >= 0 or right >= 0:
         sq, total = qh.shape[2], kh.shape[2]
         past = past_k.shape[2] if past_k is not None else 0
-        rows = ctx.call("Unsqueeze", [ctx.call("Range", [_i64(ctx, 0), ctx.b.from_known([sq], np.int64, [], fresh("sq")),
-                                                         _i64(ctx, 1)])[0], _i64(ctx, [1])])[0]
-        cols = ctx.call("Range", [_i64(ctx, 0), ctx.b.from_known([total], np.int64, [], fresh("t")), _i64(ctx, 1)])[0]
+        rows = ctx.call("Unsqueeze", [ctx.arange(sq), ctx.const([1])])[0]  # [Sq, 1]
+        cols = ctx.arange(total)
         at = binary(ctx, "Add", rows, ctx.b.from_known([past], np.int64, [], fresh("past")), fresh("at"))  # [Sq, 1]
         allowed = None
         bounds = []
         if ctx.attr("is_causal", 0):
             bounds.append(("LessOrEqual", cols, at))
         if right >= 0:
-            bounds.append(("LessOrEqual", cols, binary(ctx, "Add", at, _i64(ctx, right), fresh("right"))))
+            bounds.append(("LessOrEqual", cols, binary(ctx, "Add", at, ctx.const(right), fresh("right"))))
         if left >= 0:
-            bounds.append(("GreaterOrEqual", cols, binary(ctx, "Sub", at, _i64(ctx, left), fresh("left"))))
+            bounds.append(("GreaterOrEqual", cols, binary(ctx, "Sub", at, ctx.const(left), fresh("left"))))
         for op, a, b in bounds:
             ok = ctx.call(op, [a, b])[0]
             allowed = ok if allowed is None else ctx.call("And", [allowed, ok])[0]
@@ -202,12 +194,12 @@ def _attention(ctx: NodeCtx, ins):
     taps[2] = scores
     probs = ctx.call("Softmax", [scores], axis=-1)[0]
     if can_empty:  # a row of -inf gives NaN weights: the operator defines them as zeros
-        probs = ctx.call("Where", [ctx.call("IsNaN", [probs])[0], _f32(ctx, 0.0), probs])[0]
+        probs = ctx.call("Where", [ctx.call("IsNaN", [probs])[0], ctx.const(0.0, F32), probs])[0]
     taps[3] = probs
     y = ctx.call("MatMul", [probs, vh])[0]  # [B, Hq, Sq, Dv]
     if three_d:
         y = transpose(ctx, y, [0, 2, 1, 3], fresh("bshd"))
-        y = ctx.call("Reshape", [y, _i64(ctx, [0, 0, -1])])[0]
+        y = ctx.call("Reshape", [y, ctx.const([0, 0, -1])])[0]
     outs[0] = ctx.b.alias(y, y.shape, ctx.out_name(0))
     if len(ctx.outputs) > 3 and ctx.outputs[3]:
         if mode not in taps:

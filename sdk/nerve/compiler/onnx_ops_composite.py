@@ -21,14 +21,6 @@ def _onnx_type(dtype) -> int:
     return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
-def _i64(ctx: NodeCtx, values) -> Value:
-    return ctx.b.const(np.array(values, np.int64), ctx.b.fresh(ctx.name + ".c"))
-
-
-def _f32(ctx: NodeCtx, value: float) -> Value:
-    return ctx.b.const(np.array(value, F32), ctx.b.fresh(ctx.name + ".c"))
-
-
 @handler("CastLike")
 def _cast_like(ctx: NodeCtx, ins):
     return ctx.call("Cast", [ins[0]], to=_onnx_type(ins[1].dtype))
@@ -53,7 +45,7 @@ def _swish(ctx: NodeCtx, ins):
     """x · sigmoid(alpha · x)."""
     x = ins[0]
     alpha = float(ctx.attr("alpha", 1.0))
-    t = binary(ctx, "Mul", x, _f32(ctx, alpha), ctx.b.fresh(ctx.name)) if alpha != 1.0 else x
+    t = binary(ctx, "Mul", x, ctx.const(alpha, F32), ctx.b.fresh(ctx.name)) if alpha != 1.0 else x
     return [binary(ctx, "Mul", x, unary(ctx, _UNARY["Sigmoid"], t, ctx.b.fresh(ctx.name)), ctx.out_name())]
 
 
@@ -65,9 +57,7 @@ def _hardmax(ctx: NodeCtx, ins):
         raise ctx.fail("Hardmax before opset 13 (over a flattened block) is not supported")
     axis = norm_axis(ctx, int(ctx.attr("axis", -1)), x.rank)
     best = ctx.call("ArgMax", [x], axis=axis, keepdims=1)[0]
-    n = ctx.b.from_known([x.shape[axis]], np.int64, [], ctx.b.fresh(ctx.name + ".n"))
-    idx = ctx.call("Range", [_i64(ctx, 0), n, _i64(ctx, 1)])[0]
-    idx = ctx.call("Reshape", [idx, _i64(ctx, [-1] + [1] * (x.rank - 1 - axis))])[0]
+    idx = ctx.call("Reshape", [ctx.arange(x.shape[axis]), ctx.const([-1] + [1] * (x.rank - 1 - axis))])[0]
     hit = ctx.call("Equal", [best, idx])[0]
     return ctx.call("Cast", [hit], to=_onnx_type(x.dtype))
 
@@ -79,7 +69,7 @@ def _reduce(ctx: NodeCtx, op: str, x: Value, axes, keepdims: int = 1, **attrs) -
     if axes is None:
         return ctx.call(op, [x], keepdims=keepdims, **attrs)[0]
     if as_input:
-        return ctx.call(op, [x, _i64(ctx, list(axes))], keepdims=keepdims, **attrs)[0]
+        return ctx.call(op, [x, ctx.const(list(axes))], keepdims=keepdims, **attrs)[0]
     return ctx.call(op, [x], keepdims=keepdims, axes=list(axes), **attrs)[0]
 
 
@@ -108,8 +98,8 @@ def _global_lp_pool(ctx: NodeCtx, ins):
     axes = list(range(2, x.rank))
     if p in (1, 2):
         return [_reduce(ctx, "ReduceL1" if p == 1 else "ReduceL2", x, axes)]
-    powered = ctx.call("Pow", [unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name)), _f32(ctx, p)])[0]
-    return ctx.call("Pow", [_reduce(ctx, "ReduceSum", powered, axes), _f32(ctx, 1.0 / p)])
+    powered = ctx.call("Pow", [unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name)), ctx.const(p, F32)])[0]
+    return ctx.call("Pow", [_reduce(ctx, "ReduceSum", powered, axes), ctx.const(1.0 / p, F32)])
 
 
 @handler("LpPool")
@@ -124,11 +114,11 @@ def _lp_pool(ctx: NodeCtx, ins):
     kernel = [int(k) for k in ctx.attr("kernel_shape") or []]
     powered = unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name))
     if p != 1:
-        powered = ctx.call("Pow", [powered, _f32(ctx, p)])[0]
+        powered = ctx.call("Pow", [powered, ctx.const(p, F32)])[0]
     attrs = {k: v for k, v in ctx.attrs.items() if k != "p"}
     mean = ctx.call("AveragePool", [powered], count_include_pad=1, **attrs)[0]
-    total = binary(ctx, "Mul", mean, _f32(ctx, float(np.prod(kernel))), ctx.b.fresh(ctx.name + ".sum"))
-    return [total] if p == 1 else ctx.call("Pow", [total, _f32(ctx, 1.0 / p)])
+    total = binary(ctx, "Mul", mean, ctx.const(float(np.prod(kernel)), F32), ctx.b.fresh(ctx.name + ".sum"))
+    return [total] if p == 1 else ctx.call("Pow", [total, ctx.const(1.0 / p, F32)])
 
 
 @handler("MeanVarianceNormalization")
@@ -140,7 +130,7 @@ def _mean_variance_normalization(ctx: NodeCtx, ins):
     mean = _reduce(ctx, "ReduceMean", x, axes)
     centred = binary(ctx, "Sub", x, mean, ctx.b.fresh(ctx.name + ".centred"))
     var = _reduce(ctx, "ReduceMean", binary(ctx, "Mul", centred, centred, ctx.b.fresh(ctx.name)), axes)
-    std = binary(ctx, "Add", unary(ctx, _UNARY["Sqrt"], var, ctx.b.fresh(ctx.name)), _f32(ctx, 1e-9),
+    std = binary(ctx, "Add", unary(ctx, _UNARY["Sqrt"], var, ctx.b.fresh(ctx.name)), ctx.const(1e-9, F32),
                  ctx.b.fresh(ctx.name + ".std"))
     return [binary(ctx, "Div", centred, std, ctx.out_name())]
 
