@@ -93,4 +93,6 @@ def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
         exact = dict(zip(["y", "z"], f32.run(["y", "z"], {"x": x})))
         for k, step in steps.items():
             assert np.abs(got[k] - want[k]).max() <= 3 * step + 1e-6, (k, np.abs(got[k] - want[k]).max(), step)
-            assert np.abs(got[k] - exact[k]).max() < 0.25, k  # still the float model's answer
+            # still the float model's answer: 8-bit rounding of this small random CNN moves its
+            # outputs by 2-23% of their scale (25 seeds; onnxruntime's by exactly as much)
+            assert np.abs(got[k] - exact[k]).max() < 0.5 * np.abs(exact[k]).max(), k
