@@ -410,17 +410,18 @@ def _dynamic_quantize_linear(ctx: NodeCtx, ins):
     return [y, scale, zp]
 
 
-def _activation(ctx: NodeCtx, a: Value, scale: Value, zp: Optional[Value]) -> Value:
-    """The float activations behind a quantized input: the DynamicQuantizeLinear input it was
-    made from (when scale and zero point are that node's), else (a − zp)·scale at run time."""
+def _activation(ctx: NodeCtx, a: Value, scale: Value, zp: Optional[Value], what: str = "A") -> Value:
+    """The float activations behind a quantized input (`what` names it in errors): the
+    DynamicQuantizeLinear input it was made from (when scale and zero point are that node's),
+    else (a − zp)·scale at run time, per tensor."""
     known = ctx.imp.dynamic_quant.get(a.uid)
     if known is not None and known[1] is scale and known[2] is zp:
         return known[0]
     if a.dtype not in (np.int8, np.uint8):
-        raise ctx.fail(f"A of {a.dtype} is not supported (int8, uint8)")
+        raise ctx.fail(f"{what} of {a.dtype} is not supported (int8, uint8)")
     if scale.rank > 0 and S.prod(scale.shape) != 1:
-        raise ctx.fail(f"a per-row A scale (shape {list(scale.shape)}) is not supported: per tensor only")
-    return _dequantize_runtime(ctx, a, scale, zp, 0, ctx.b.fresh(ctx.name + ".a"))
+        raise ctx.fail(f"a per-row {what} scale (shape {list(scale.shape)}) is not supported: per tensor only")
+    return _dequantize_runtime(ctx, a, scale, zp, 0, ctx.b.fresh(f"{ctx.name}.{what}"))
 
 
 def _product(ctx: NodeCtx, x: Value, w: Value, scale: Value, zp: Optional[Value], bias: Optional[Value],
@@ -570,12 +571,13 @@ def _qlinear_matmul(ctx: NodeCtx, ins):
 # quantization step away from its output.
 
 
-def _dequantized(ctx: NodeCtx, x: Value, scale: Value, zp: Optional[Value], what: str) -> Value:
-    if x.dtype not in (np.int8, np.uint8):
-        raise ctx.fail(f"{what} of {x.dtype} is not supported (int8, uint8)")
-    if scale.rank > 0 and S.prod(scale.shape) != 1:
-        raise ctx.fail(f"a per-channel {what} scale (shape {list(scale.shape)}) is not supported here")
-    return _dequantize_runtime(ctx, x, scale, zp, 0, ctx.b.fresh(f"{ctx.name}.{what}"))
+def _bias_of_int32(ctx: NodeCtx, bias: Value, x_scale: Value, w_scale: Value, n: int) -> Value:
+    """The float bias of an int32 one quantized at x_scale·w_scale (per tensor or per output)."""
+    if bias.const is None or x_scale.const is None:
+        raise ctx.fail("the int32 bias and the input's scale must be constants")
+    per_output = np.broadcast_to(np.asarray(w_scale.const, np.float64).reshape(-1), (n,))
+    b = bias.const.astype(np.float64) * float(np.asarray(x_scale.const).reshape(-1)[0]) * per_output
+    return ctx.b.const(b.astype(F32), ctx.b.fresh(ctx.name + ".bias"))
 
 
 def _requantized(ctx: NodeCtx, y: Value, scale: Value, zp: Optional[Value]) -> Value:
@@ -594,22 +596,16 @@ def _qlinear_conv(ctx: NodeCtx, ins):
     if w.dtype not in (np.int8, np.uint8) or w.const is None or w_scale.const is None or \
             (w_zp is not None and w_zp.const is None):
         raise ctx.fail("the weights, their scale and zero point must be int8/uint8 constants")
-    xf = _dequantized(ctx, x, x_scale, x_zp, "x")
+    xf = _activation(ctx, x, x_scale, x_zp, "x")
     wf = _dequantize_const(ctx, w, w_scale, w_zp, 0, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
-    b = None
-    if bias is not None:
-        if bias.const is None or x_scale.const is None:
-            raise ctx.fail("the bias and x_scale must be constants")
-        per_channel = np.broadcast_to(np.asarray(w_scale.const, np.float64).reshape(-1), (int(w.shape[0]),))
-        b = ctx.b.const((bias.const.astype(np.float64) * float(np.asarray(x_scale.const).reshape(-1)[0])
-                         * per_channel).astype(F32), ctx.b.fresh(ctx.name + ".bias"))
+    b = _bias_of_int32(ctx, bias, x_scale, w_scale, int(w.shape[0])) if bias is not None else None
     return [_requantized(ctx, conv(ctx, xf, wf, b, ctx.b.fresh(ctx.name)), y_scale, y_zp)]
 
 
 def _qlinear_elementwise(ctx: NodeCtx, ins, float_op: str, **attrs):
     """com.microsoft QLinear{Add,Mul}: (A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp)."""
-    a = _dequantized(ctx, ins[0], ins[1], _opt(ins, 2), "A")
-    b = _dequantized(ctx, ins[3], ins[4], _opt(ins, 5), "B")
+    a = _activation(ctx, ins[0], ins[1], _opt(ins, 2), "A")
+    b = _activation(ctx, ins[3], ins[4], _opt(ins, 5), "B")
     return [_requantized(ctx, ctx.call(float_op, [a, b], **attrs)[0], ins[6], _opt(ins, 7))]
 
 
@@ -625,7 +621,7 @@ def _qlinear_mul(ctx: NodeCtx, ins):
 
 def _qlinear_unary(ctx: NodeCtx, ins, float_op: str, **attrs):
     """(X, X_scale, X_zp, Y_scale, Y_zp) around one float op with the node's attributes."""
-    x = _dequantized(ctx, ins[0], ins[1], _opt(ins, 2), "X")
+    x = _activation(ctx, ins[0], ins[1], _opt(ins, 2), "X")
     return [_requantized(ctx, ctx.call(float_op, [x], **attrs)[0], ins[3], _opt(ins, 4))]
 
 
@@ -658,7 +654,7 @@ def _qlinear_concat(ctx: NodeCtx, ins):
     """(Y_scale, Y_zp, then (X, X_scale, X_zp) per input; axis)."""
     if (len(ins) - 2) % 3 or len(ins) < 5:
         raise ctx.fail(f"expected Y_scale, Y_zero_point and triplets of inputs, got {len(ins)} inputs")
-    parts = [_dequantized(ctx, ins[i], ins[i + 1], ins[i + 2], f"X{(i - 2) // 3}") for i in range(2, len(ins), 3)]
+    parts = [_activation(ctx, ins[i], ins[i + 1], ins[i + 2], f"X{(i - 2) // 3}") for i in range(2, len(ins), 3)]
     return [_requantized(ctx, ctx.call("Concat", parts, axis=int(ctx.attr("axis")))[0], ins[0], ins[1])]
 
 
@@ -674,16 +670,11 @@ def _qgemm(ctx: NodeCtx, ins):
     if w.dtype not in (np.int8, np.uint8) or w.const is None or w_scale.const is None or \
             (w_zp is not None and w_zp.const is None) or w.rank != 2:
         raise ctx.fail("B, its scale and zero point must be int8/uint8 constants (B a matrix)")
-    af = _dequantized(ctx, a, a_scale, a_zp, "A")
+    af = _activation(ctx, a, a_scale, a_zp)
     wf = _dequantize_const(ctx, w, w_scale, w_zp, 0 if tb else 1, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
     gemm_in = [af, wf]
     if c is not None:
-        if c.const is None or a_scale.const is None:
-            raise ctx.fail("C and a_scale must be constants")
-        n = int(w.shape[0] if tb else w.shape[1])
-        col_scale = np.broadcast_to(np.asarray(w_scale.const, np.float64).reshape(-1), (n,))
-        cf = c.const.astype(np.float64) * float(np.asarray(a_scale.const).reshape(-1)[0]) * col_scale
-        gemm_in.append(ctx.b.const(cf.astype(F32), ctx.b.fresh(ctx.name + ".bias")))
+        gemm_in.append(_bias_of_int32(ctx, c, a_scale, w_scale, int(w.shape[0] if tb else w.shape[1])))
     y = ctx.call("Gemm", gemm_in, alpha=float(ctx.attr("alpha", 1.0)), transA=int(ctx.attr("transA", 0)),
                  transB=tb)[0]
     if y_scale is None:
