@@ -448,8 +448,8 @@ class Session:
     """A model loaded for inference.
 
     ``model``: an ``.onnx`` file (compiled on load; cached), an ``onnx.ModelProto`` or its
-    bytes, a ``.nrv`` plan, or a :class:`Plan`. ``dims``/``state``/``constants``/``outputs``: see :func:`compile` (ignored
-    for a ready plan). Symbolic dims ``dims`` leaves unbound are bound by the first run's
+    bytes, a ``.nrv`` plan, or a :class:`Plan`. ``dims``/``state``/``constants``/``outputs``:
+    see :func:`compile` (ignored for a ready plan). Symbolic dims ``dims`` leaves unbound are bound by the first run's
     feeds (the plan is compiled then; :meth:`run` says when it recompiles); ``log=`` and
     ``budget=`` need every bound up front.
     ``device="cpu"``; ``precision`` one of :mod:`nerve.precision` (see :func:`compile`); ``threads`` is the
@@ -466,7 +466,8 @@ class Session:
     choice; :meth:`set_memory_limit` / :meth:`step_down` do it on request.
     """
 
-    def __init__(self, model: Union[str, os.PathLike, bytes, "onnx.ModelProto", Plan], device: str = "cpu", precision: str = "fp32",
+    def __init__(self, model: Union[str, os.PathLike, bytes, "onnx.ModelProto", Plan], device: str = "cpu",
+                 precision: str = "fp32",
                  threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
                  constants: Optional[Mapping[str, object]] = None, outputs: Optional[Sequence[str]] = None,
