@@ -195,3 +195,109 @@ void nrv_gemm_implicit_neon(int64_t m, int64_t n, int64_t k, const float *a, int
     }
     gemm_blocked(0, 0, m, n, k, 1.0f, a, lda, b, 0, b_row_off, 0.0f, c, ldc);
 }
+
+/* ---------------------------------------------------------------- weight panels */
+
+/* nrv_gemm_panels (kernels.h): output channels as the vector lanes, the weight streamed
+ * from its panels (packed once at compile time) in aligned vectors, each position's input
+ * value broadcast from its own base pointer. Per block of PANEL_NP positions and panel of
+ * 64 channels: depth blocks of PANEL_KC, micro-tiles of 6 positions x 16 channels (24
+ * accumulators + 4 weight vectors of 32 q registers) over each 16-channel sub-panel; the
+ * products gather in ct [positions][64] and go to y transposed 4 x 4, with the bias. The
+ * x86 version (x86/gemm_impl.h) is the same nest. */
+#define PANEL_MR 6
+#define PANEL_KC 128
+#define PANEL_NP 120 /* ct: 120 x 64 floats (30 KiB) on the stack */
+
+static inline __attribute__((always_inline)) void panel_micro(const int rows, int64_t kc, const float *const *base,
+                                                              const int64_t *koff, const float *bp, int64_t ldb,
+                                                              float *ct, int first) {
+    float32x4_t acc[PANEL_MR][4];
+    for (int i = 0; i < rows; i++)
+        for (int v = 0; v < 4; v++) acc[i][v] = vdupq_n_f32(0.0f);
+    for (int64_t p = 0; p < kc; p++, bp += ldb) {
+        const float32x4_t b0 = vld1q_f32(bp), b1 = vld1q_f32(bp + 4), b2 = vld1q_f32(bp + 8), b3 = vld1q_f32(bp + 12);
+        const int64_t o = koff[p];
+        for (int i = 0; i < rows; i++) {
+            const float32x4_t ai = vdupq_n_f32(base[i][o]);
+            acc[i][0] = vfmaq_f32(acc[i][0], ai, b0);
+            acc[i][1] = vfmaq_f32(acc[i][1], ai, b1);
+            acc[i][2] = vfmaq_f32(acc[i][2], ai, b2);
+            acc[i][3] = vfmaq_f32(acc[i][3], ai, b3);
+        }
+    }
+    for (int i = 0; i < rows; i++)
+        for (int v = 0; v < 4; v++) {
+            float *c = ct + i * 64 + v * 4;
+            vst1q_f32(c, first ? acc[i][v] : vaddq_f32(acc[i][v], vld1q_f32(c)));
+        }
+}
+
+static void panel_tile(int rows, int64_t kc, const float *const *base, const int64_t *koff, const float *bp,
+                       int64_t ldb, float *ct, int first) {
+    switch (rows) {
+    case 6: panel_micro(6, kc, base, koff, bp, ldb, ct, first); break;
+    case 5: panel_micro(5, kc, base, koff, bp, ldb, ct, first); break;
+    case 4: panel_micro(4, kc, base, koff, bp, ldb, ct, first); break;
+    case 3: panel_micro(3, kc, base, koff, bp, ldb, ct, first); break;
+    case 2: panel_micro(2, kc, base, koff, bp, ldb, ct, first); break;
+    default: panel_micro(1, kc, base, koff, bp, ldb, ct, first); break;
+    }
+}
+
+void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
+                          const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy) {
+    if (k == 0) {
+        for (int64_t j = 0; j < m; j++)
+            for (int64_t i = 0; i < np; i++) y[j * ldy + i] = bias ? bias[j] : 0.0f;
+        return;
+    }
+    _Static_assert(NRV_PANEL_COLS == 64 && NRV_PANEL_ALIGN == 16, "ct rows of 64, sub-panels of 16");
+    float ct[PANEL_NP * 64] __attribute__((aligned(64)));
+    const float *base[PANEL_NP];
+    for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
+        const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
+        int64_t row = (q0 + b0) / ow, col = (q0 + b0) % ow;
+        for (int64_t i = 0; i < nb; i++) {
+            base[i] = x + row * pw + col;
+            if (++col == ow) col = 0, row++;
+        }
+        const int64_t tiles = (nb + PANEL_MR - 1) / PANEL_MR;
+        for (int64_t j0 = 0; j0 < m; j0 += 64) {
+            const int64_t width = nrv_panel_width(m, j0 / 64);
+            const float *panel = wp + j0 * k;
+            for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
+                const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;
+                for (int64_t s0 = 0; s0 < width; s0 += 16)
+                    for (int64_t t = 0; t < tiles; t++) {
+                        const int64_t i0 = t * nb / tiles, i1 = (t + 1) * nb / tiles;
+                        panel_tile((int)(i1 - i0), kc, base + i0, k_off + pc, panel + pc * width + s0, width,
+                                   ct + i0 * 64 + s0, pc == 0);
+                    }
+            }
+            const int64_t mc = m - j0 < 64 ? m - j0 : 64;
+            for (int64_t c4 = 0; c4 < mc; c4 += 4) {
+                const int64_t cols = mc - c4 < 4 ? mc - c4 : 4;
+                float bv[4];
+                for (int64_t t = 0; t < 4; t++) bv[t] = bias && t < cols ? bias[j0 + c4 + t] : 0.0f;
+                int64_t i = 0;
+                for (; i + 4 <= nb; i += 4) {
+                    const float32x4_t r0 = vld1q_f32(ct + i * 64 + c4), r1 = vld1q_f32(ct + (i + 1) * 64 + c4);
+                    const float32x4_t r2 = vld1q_f32(ct + (i + 2) * 64 + c4), r3 = vld1q_f32(ct + (i + 3) * 64 + c4);
+                    const float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+                    const float64x2_t t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+                    const float64x2_t t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+                    const float64x2_t t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+                    const float32x4_t c[4] = {vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)),
+                                              vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)),
+                                              vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)),
+                                              vreinterpretq_f32_f64(vtrn2q_f64(t1, t3))};
+                    for (int64_t t = 0; t < cols; t++)
+                        vst1q_f32(y + (j0 + c4 + t) * ldy + b0 + i, vaddq_f32(c[t], vdupq_n_f32(bv[t])));
+                }
+                for (; i < nb; i++)
+                    for (int64_t t = 0; t < cols; t++) y[(j0 + c4 + t) * ldy + b0 + i] = ct[i * 64 + c4 + t] + bv[t];
+            }
+        }
+    }
+}

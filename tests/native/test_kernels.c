@@ -640,6 +640,74 @@ static void test_gemm_implicit(void) {
     }
 }
 
+/* The selected variant's panel GEMM (a conv with its weight in panels, kernels.h) against
+ * a double reference: W packed by nrv_panels_pack (the one packer), m across whole and
+ * partial panels (1, 3, 13, 64, 97, 127, 257), k across depth blocks, positions in rows
+ * of ow out of pw (junk columns never read into y), starting mid-row (q0), y with padding
+ * canaries between its rows, and the same outputs bit for bit when the positions are
+ * split in two calls (the thread split). */
+static void test_gemm_panels(void) {
+    static const int64_t cases[][4] = {/* m, k, np, ow */ {1, 1, 1, 1},     {3, 9, 13, 5},    {13, 27, 100, 7},
+                                       {64, 144, 49, 7},  {97, 257, 130, 11}, {127, 129, 6, 3}, {257, 576, 241, 56},
+                                       {16, 0, 5, 4},     {65, 33, 1025, 40}};
+    const nrv_gemm_panels_fn panels = nrv_kernel_get_panels(NRV_OP_GEMM).gemm_panels;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t m = cases[t][0], k = cases[t][1], np = cases[t][2], ow = cases[t][3];
+        const int64_t pw = ow + 2 + (int64_t)(t % 3), q0 = (int64_t)(t % 4), ldy = np + (int64_t)(t % 2) * 3;
+        const int64_t rows = (q0 + np + ow - 1) / ow, span = rows * pw + 3 * pw;
+        buf W = buf_in(m * k, 0), X = buf_in(span, (int)(t % 2)), B = buf_in(m, 0);
+        int64_t *off = xalloc((size_t)(k ? k : 1) * sizeof(int64_t));
+        nrv_test_fill(W.p, m * k, -1.0f, 1.0f);
+        nrv_test_fill(X.p, span, -1.0f, 1.0f);
+        nrv_test_fill(B.p, m, -1.0f, 1.0f);
+        for (int64_t p = 0; p < k; p++) off[p] = (int64_t)(nrv_test_uniform(0.0f, 1.0f) * (float)(3 * pw - 1));
+        const int64_t qlast = q0 + np - 1;
+        if (k) off[k / 2] = span - 1 - (qlast / ow * pw + qlast % ow); /* the last position reads the last float */
+        const int64_t pf = nrv_panels_floats(m, k);
+        float *wp = NULL;
+        if (posix_memalign((void **)&wp, 64, (size_t)(pf ? pf : 1) * sizeof(float)) != 0) abort();
+        nrv_panels_pack(W.p, m, k, wp);
+        const int64_t y_len = (m - 1) * ldy + np;
+        buf Y = buf_out(y_len, 0), Y2 = buf_out(y_len, 0);
+        for (int64_t i = 0; i < y_len; i++) Y.p[i] = Y2.p[i] = u2f(CANARY);
+        const float *bias = t % 3 == 1 ? NULL : B.p;
+        panels(np, m, k, X.p, q0, ow, pw, off, wp, bias, Y.p, ldy);
+        const int64_t half = np / 2; /* the same positions in two calls */
+        panels(half, m, k, X.p, q0, ow, pw, off, wp, bias, Y2.p, ldy);
+        panels(np - half, m, k, X.p, q0 + half, ow, pw, off, wp, bias, Y2.p + half, ldy);
+        double err = 0.0;
+        int64_t wi = 0, wj = 0;
+        int pad_broken = 0, split_differs = 0;
+        for (int64_t j = 0; j < m; j++) {
+            for (int64_t i = 0; i < np; i++) {
+                const int64_t q = q0 + i;
+                const float *base = X.p + q / ow * pw + q % ow;
+                double want = bias ? (double)bias[j] : 0.0;
+                for (int64_t p = 0; p < k; p++) want += (double)W.p[j * k + p] * (double)base[off[p]];
+                const double tol = dot_atol(k ? k : 1, 1.0, 1.0) + 1e-5 * fabs(want);
+                const double e = fabs((double)Y.p[j * ldy + i] - want) / tol;
+                if (!(e <= err)) err = isnan(e) ? INFINITY : e, wi = j, wj = i;
+                if (f2u(Y.p[j * ldy + i]) != f2u(Y2.p[j * ldy + i])) split_differs = 1;
+            }
+            if (j + 1 < m)
+                for (int64_t i = np; i < ldy; i++)
+                    if (f2u(Y.p[j * ldy + i]) != CANARY) pad_broken = 1;
+        }
+        if (pad_broken || split_differs || !guards_intact(&Y) || !guards_intact(&Y2)) err = INFINITY;
+        record(err, "panels m=%lld k=%lld np=%lld ow=%lld pw=%lld q0=%lld at [%lld,%lld]%s%s", (long long)m,
+               (long long)k, (long long)np, (long long)ow, (long long)pw, (long long)q0, (long long)wi, (long long)wj,
+               pad_broken ? " padding between rows of y written" : (guards_intact(&Y) ? "" : " canary"),
+               split_differs ? " split into two calls gave other bits" : "");
+        free(wp);
+        free(off);
+        buf_free(&W);
+        buf_free(&X);
+        buf_free(&B);
+        buf_free(&Y);
+        buf_free(&Y2);
+    }
+}
+
 /* ------------------------------------------------------------------ activations, softmax */
 
 /* Special inputs mixed into every activation case: signed zeros, subnormals, the
@@ -872,7 +940,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "layernorm")) test_layernorm();
     else if (!strcmp(op, "linear")) test_linear(0);
     else if (!strcmp(op, "layernorm_linear")) test_linear(1);
-    else if (!strcmp(op, "gemm")) test_gemm(), test_gemm_implicit();
+    else if (!strcmp(op, "gemm")) test_gemm(), test_gemm_implicit(), test_gemm_panels();
     else if (!strcmp(op, "gelu")) test_activation(NRV_ACT_GELU, nrv_gelu_ref);
     else if (!strcmp(op, "gelu_tanh")) test_activation(NRV_ACT_GELU_TANH, nrv_gelu_tanh_ref);
     else if (!strcmp(op, "relu")) test_activation(NRV_ACT_RELU, nrv_relu_ref);

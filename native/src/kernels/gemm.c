@@ -27,3 +27,27 @@ void nrv_gemm_implicit_ref(int64_t m, int64_t n, int64_t k, const float *a, int6
             c[i * ldc + j] = acc;
         }
 }
+
+void nrv_panels_pack(const float *w, int64_t m, int64_t k, float *out) {
+    for (int64_t t = 0; t * NRV_PANEL_COLS < m; t++) {
+        const int64_t width = nrv_panel_width(m, t), j0 = t * NRV_PANEL_COLS;
+        float *panel = out + j0 * k;
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t jj = 0; jj < width; jj++) panel[p * width + jj] = j0 + jj < m ? w[(j0 + jj) * k + p] : 0.0f;
+    }
+}
+
+void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
+                         const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy) {
+    for (int64_t i = 0; i < np; i++) {
+        const int64_t q = q0 + i;
+        const float *base = x + q / ow * pw + q % ow;
+        for (int64_t j = 0; j < m; j++) {
+            const int64_t t = j / NRV_PANEL_COLS, width = nrv_panel_width(m, t);
+            const float *col = wp + t * NRV_PANEL_COLS * k + (j - t * NRV_PANEL_COLS);
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; p++) acc += base[k_off[p]] * col[p * width];
+            y[j * ldy + i] = (bias ? bias[j] : 0.0f) + acc;
+        }
+    }
+}

@@ -155,6 +155,42 @@ typedef void (*nrv_gemm_fn)(int trans_a, int trans_b, int64_t m, int64_t n, int6
 typedef void (*nrv_gemm_implicit_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                                      const int64_t *b_row_off, float *c, int64_t ldc);
 
+/* Weight panels: a weight W [m, k] (row-major; a conv's [M, C/group·kh·kw] per group)
+ * stored once, at compile time (plan op "pack_conv"), in the layout the panel kernels
+ * stream: panels of NRV_PANEL_COLS rows of W, panel t holding rows [64t, 64t + w_t),
+ * w_t = min(64, m - 64t rounded up to 16), as k-major [k][w_t] floats (rows past m are
+ * zeros). Panel t starts at float t·64·k. Every variant reads this one layout (AVX-512 as
+ * 4 vectors of 16, AVX2 and NEON as sub-panels of 16 columns). */
+#define NRV_PANEL_COLS 64
+#define NRV_PANEL_ALIGN 16
+static inline int64_t nrv_panel_width(int64_t m, int64_t t) {
+    const int64_t left = m - t * NRV_PANEL_COLS;
+    const int64_t w = (left + NRV_PANEL_ALIGN - 1) / NRV_PANEL_ALIGN * NRV_PANEL_ALIGN;
+    return w < NRV_PANEL_COLS ? w : NRV_PANEL_COLS;
+}
+/* Floats of W [m, k] as panels (m, k >= 0 and m·k representable: the caller checks). */
+static inline int64_t nrv_panels_floats(int64_t m, int64_t k) {
+    if (m <= 0) return 0;
+    const int64_t last = (m - 1) / NRV_PANEL_COLS;
+    return (last * NRV_PANEL_COLS + nrv_panel_width(m, last)) * k;
+}
+/* Writes W [m, k] as panels into out (nrv_panels_floats(m, k) floats). */
+void nrv_panels_pack(const float *w, int64_t m, int64_t k, float *out);
+
+/* The product of a weight in panels with positions of an input read through offsets (a
+ * convolution, op "conv_packed"; output channels are the vector lanes, so every weight
+ * load is a whole aligned vector of the panel and each input value is broadcast):
+ *   for i < np, position q = q0 + i, base(i) = x + (q / ow)·pw + q mod ow,
+ *   y[j·ldy + i] = bias[j] (0 when bias is NULL) + Σ_{p<k} base(i)[k_off[p]] · W(j, p),  j < m.
+ * For a conv, x is the padded input split into stride phases (rows pw apart; q runs over
+ * the ow output columns of each row, so no junk column is computed) and k_off[p] the
+ * (channel, tap) offset into it; a pointwise conv has ow = pw = P, k_off[c] = c·P.
+ * wp: panels of W (above), 64-byte aligned. Each output's sum is taken in the same order
+ * whatever q0 and np are, so splitting the positions among threads changes no bit. */
+typedef void (*nrv_gemm_panels_fn)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow,
+                                   int64_t pw, const int64_t *k_off, const float *wp, const float *bias, float *y,
+                                   int64_t ldy);
+
 /* Element-wise y = f(x) over n floats; y may be x. */
 typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
 
@@ -191,6 +227,7 @@ typedef union nrv_kernel_fn {
     nrv_layernorm_linear_fn layernorm_linear;
     nrv_gemm_fn gemm;
     nrv_gemm_implicit_fn gemm_implicit;
+    nrv_gemm_panels_fn gemm_panels;
     nrv_unary_fn unary;
     nrv_softmax_fn softmax;
     nrv_linear_w8_fn linear_w8;
@@ -201,8 +238,9 @@ typedef union nrv_kernel_fn {
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
  * NERVE_DISABLE names ("avx2", "avx512", "neon", "dotprod", "ref"); `requires` is the
- * mask of nrv_cpu_feature bits it needs at run time. `implicit`: a second entry point of
- * the same implementation, chosen with it (gemm: gemm_implicit; unused by other ops). */
+ * mask of nrv_cpu_feature bits it needs at run time. `implicit` and `panels`: further entry
+ * points of the same implementation, chosen with it (gemm: gemm_implicit and gemm_panels;
+ * unused by other ops). */
 typedef struct nrv_kernel_variant {
     nrv_op op;
     const char *name;
@@ -210,6 +248,7 @@ typedef struct nrv_kernel_variant {
     uint64_t requires;
     nrv_kernel_fn fn;
     nrv_kernel_fn implicit;
+    nrv_kernel_fn panels;
 } nrv_kernel_variant;
 
 /* Each ISA module exports one table of its variants, terminated by an entry whose name
@@ -307,6 +346,8 @@ void nrv_gemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, flo
                   int64_t ldc);
 void nrv_gemm_implicit_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                            const int64_t *b_row_off, float *c, int64_t ldc);
+void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
+                         const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy);
 void nrv_gelu_ref(const float *x, int64_t n, float *y);
 void nrv_gelu_tanh_ref(const float *x, int64_t n, float *y);
 void nrv_relu_ref(const float *x, int64_t n, float *y);
@@ -348,5 +389,7 @@ uint16_t nrv_float_to_half(float f);
 nrv_kernel_fn nrv_kernel_get(nrv_op op);
 /* The selected variant's `implicit` entry for op (gemm: gemm_implicit). */
 nrv_kernel_fn nrv_kernel_get_implicit(nrv_op op);
+/* The selected variant's `panels` entry for op (gemm: gemm_panels). */
+nrv_kernel_fn nrv_kernel_get_panels(nrv_op op);
 
 #endif /* NERVE_KERNELS_H */

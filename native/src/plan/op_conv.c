@@ -1,5 +1,6 @@
 /* op_conv.c — plan ops of the conv family (see plan_ops.h for the contract):
- *   conv, conv_w8a8, rdft, pool, global_pool, channel_affine, instancenorm, pad.
+ *   conv, conv_packed (+ pack_conv), conv_w8a8, rdft, pool, global_pool, channel_affine,
+ *   instancenorm, pad.
  *
  * Spatial ops accept one or two spatial axes. A 1-D problem is run as a 2-D one whose
  * height is 1 (kernel 1, stride 1, dilation 1, no padding along it), so every loop below
@@ -109,7 +110,9 @@ static void copy_stride2(float *restrict dst, const float *restrict src, int64_t
  *   [phases: cg·sh·sw·PH·PW floats; a depthwise conv (cg = mg = 1): CONV_DW_PLANES·sh·sw·PH·PW,
  *    room for the threads' per-channel planes (conv_dw_task)]
  *   [row buffer: min(mg·PW·oh, max(CONV_Y_BLOCK_FLOATS, mg·PW)) floats]
- *   [transposed im2col of the few-positions path: K·min(P, 16) floats] */
+ *   [transposed im2col of the few-positions path: K·min(P, 16) floats]
+ * conv_packed (weight panels, conv_panels_group): the row offsets, then the phases unless
+ * the conv is pointwise (then the offsets are c·P into x itself); nothing else. */
 #define CONV_Y_BLOCK_FLOATS ((int64_t)196608) /* 768 KiB: a block of y stays in L2 */
 #define CONV_DW_PLANES 8                      /* depthwise: planes reserved for the threads */
 typedef struct conv_direct {
@@ -134,7 +137,18 @@ static void conv_direct_shape(const conv_geom *g, conv_direct *d) {
 
 /* Scratch bytes of the layout above; -1 on overflow. Bounded by the sizes of x, w and y
  * (checked by conv_run before), but computed with checks as the compiler's plan is input. */
-static int conv_scratch_bytes(const conv_geom *g, uint64_t *bytes) {
+static int conv_scratch_bytes(const conv_geom *g, int packed, uint64_t *bytes) {
+    if (packed) { /* conv_packed: the row offsets, then the phases unless pointwise */
+        conv_direct d;
+        conv_direct_shape(g, &d);
+        uint64_t offs, phases = 0;
+        if (nrv_mul_overflow((uint64_t)g->kdim, 8, &offs) ||
+            (!g->pointwise && (nrv_mul_overflow((uint64_t)(g->cg * g->sh * g->sw), (uint64_t)d.plane, &phases) ||
+                               nrv_mul_overflow(phases, sizeof(float), &phases))))
+            return -1;
+        offs = (offs + 63) / 64 * 64;
+        return __builtin_add_overflow(offs, phases, bytes) ? -1 : 0;
+    }
     if (g->pointwise) {
         *bytes = 0;
         return 0;
@@ -678,6 +692,94 @@ static void conv_gemm_split(conv_gemm_job *j, nrv_threadpool *pool, int split_ro
     }
 }
 
+/* ---- conv_packed: the weight as panels (kernels.h, nrv_gemm_panels_fn), packed once at
+ * compile time; the kernel streams them with output channels as the vector lanes and
+ * writes y directly (no junk columns, no row buffer). */
+
+/* conv_packed's operands: x and y as conv's, the weight panels f32 of rank 1. */
+static nrv_status conv_packed_operands(const nrv_op_args *a, int64_t sr, const nrv_tview **x, const nrv_tview **w,
+                                       const nrv_tview **b, nrv_tview **y) {
+    NRV_TRY(nrv_op_check_in(a, 0, "input x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "weight panels"));
+    *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL, *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, *y, "output"));
+    NRV_TRY(nrv_op_expect_dtype(a, *x, "input x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, *w, "weight panels", NRV_F32));
+    if (*b) NRV_TRY(nrv_op_expect_dtype(a, *b, "bias", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, *y, "output", NRV_F32));
+    const int rank = (int)(2 + sr);
+    if ((*x)->rank != rank || (*y)->rank != rank || (*w)->rank != 1)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, weight panels %d, y %d; expected %d, 1, %d", (int)(*x)->rank,
+                           (int)(*w)->rank, (int)(*y)->rank, rank, rank);
+    return NRV_OK;
+}
+
+/* The panels hold group · nrv_panels_floats(M/group, K) floats (K = C/group·kh·kw, the
+ * kernel dims from iattr, each <= ATTR_MAX: checked products), and are 64-byte aligned
+ * (the kernels load whole aligned vectors). */
+static nrv_status conv_check_panels(const nrv_op_args *a, const conv_geom *g, const nrv_tview *w) {
+    int64_t taps = 0, kdim = 0, bound, want = -1;
+    const int ok = !__builtin_mul_overflow(g->kh, g->kw, &taps) && !__builtin_mul_overflow(g->cg, taps, &kdim) &&
+                   !__builtin_mul_overflow(g->mg + NRV_PANEL_ALIGN, kdim, &bound) && /* >= the panels' floats */
+                   !__builtin_mul_overflow(nrv_panels_floats(g->mg, kdim), g->group, &want);
+    if (!ok || w->numel != want)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "weight panels have %lld floats, expected %lld for M %lld, K %lld, group %lld",
+                           (long long)w->numel, (long long)want, (long long)g->m, (long long)kdim, (long long)g->group);
+    if ((uintptr_t)w->data % 64 != 0)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "weight panels are not 64-byte aligned");
+    return NRV_OK;
+}
+
+typedef struct conv_panels_job {
+    const conv_geom *g;
+    const float *x;       /* the phases (or x itself, pointwise) */
+    const int64_t *k_off; /* (channel, tap) -> offset into x */
+    const float *wp, *bias;
+    float *yg;
+    int64_t ow, pw, pieces, act;
+    const nrv_op_args *a;
+    float p0, p1;
+} conv_panels_job;
+
+/* One piece: a range of output positions, every channel, then the activation on the
+ * outputs just written. The kernel sums each output in the same order in any piece. */
+#define CONV_PANELS_CHUNK 240 /* positions per kernel call: the activation finds them in cache */
+static void conv_panels_task(void *ctx, int64_t t) {
+    const conv_panels_job *j = ctx;
+    const nrv_gemm_panels_fn kernel = nrv_kernel_get_panels(NRV_OP_GEMM).gemm_panels;
+    const int64_t p = j->g->p, end = (t + 1) * p / j->pieces;
+    for (int64_t q0 = t * p / j->pieces; q0 < end; q0 += CONV_PANELS_CHUNK) {
+        const int64_t np = end - q0 < CONV_PANELS_CHUNK ? end - q0 : CONV_PANELS_CHUNK;
+        kernel(np, j->g->mg, j->g->kdim, j->x, q0, j->ow, j->pw, j->k_off, j->wp, j->bias, j->yg + q0, p);
+        if (j->act != NRV_PLAN_ACT_NONE)
+            for (int64_t m = 0; m < j->g->mg; m++)
+                (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, j->yg + m * p + q0, np); /* act checked */
+    }
+}
+
+/* One image's group through the panel kernel: pointwise convs read x itself (row offsets
+ * c·P), others its stride phases (filled here, as the implicit GEMM's). Positions are
+ * shared out in ranges of at least 48. */
+static void conv_panels_group(const conv_geom *g, const nrv_op_args *a, const float *xg, const float *wp,
+                              const float *bias, float *yg, int64_t act, float p0, float p1) {
+    int64_t *offs = a->scratch;
+    conv_panels_job j = {.g = g, .k_off = offs, .wp = wp, .bias = bias, .yg = yg, .act = act, .a = a, .p0 = p0,
+                         .p1 = p1};
+    if (g->pointwise) {
+        for (int64_t c = 0; c < g->cg; c++) offs[c] = c * g->p;
+        j.x = xg, j.ow = j.pw = g->p;
+    } else {
+        conv_direct d;
+        conv_direct_shape(g, &d);
+        float *phases = (float *)((char *)a->scratch + ((size_t)g->kdim * 8 + 63) / 64 * 64);
+        conv_row_offsets(g, &d, offs);
+        conv_fill_phases_parallel(g, &d, xg, phases, a->pool);
+        j.x = phases, j.ow = g->ow, j.pw = d.pw_cols;
+    }
+    j.pieces = nrv_plan_pieces(a->pool, g->mg * g->kdim * g->p, 1 << 16, (g->p + 47) / 48);
+    nrv_parallel_for(a->pool, j.pieces, conv_panels_task, &j);
+}
+
 /* Output positions per pointwise GEMM block: the block of y (mg rows) stays in L2 for the
  * bias and activation (CONV_Y_BLOCK_FLOATS, whole 64-column panels). */
 static int64_t conv_block_positions(const conv_geom *g) {
@@ -707,19 +809,28 @@ static int64_t conv_block_positions(const conv_geom *g) {
  * CONV_ROWS_MAX_P = 16 output positions per image use the transposed im2col and the
  * dispatch op "linear" (see conv_group_rows); the others are the implicit GEMM over the
  * stride phases (conv_direct above, the gemm variant's `implicit` entry).
- * Not in place. */
-static nrv_status conv_run(const nrv_op_args *a) {
+ * Not in place.
+ *
+ * conv_packed: the same convolution with the weight as panels (op pack_conv, kernels.h),
+ *   in[1] f32 [group · nrv_panels_floats(M/group, C/group·Πkernel)], 64-byte aligned;
+ *   iattr (4 + 5*sr): conv's, then [M, kernel[sr]]; scratch: conv_scratch_bytes (packed).
+ *   Every image and group runs the gemm variant's `panels` entry (conv_panels_group). */
+static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
     NRV_TRY(nrv_op_expect(a, 2, 3, 1, -1, 2));
     int64_t sr;
-    NRV_TRY(nrv_op_spatial_rank(a, 3, 4, &sr));
+    NRV_TRY(nrv_op_spatial_rank(a, packed ? 4 : 3, packed ? 5 : 4, &sr));
     const nrv_tview *x, *w, *b;
     nrv_tview *y;
-    NRV_TRY(nrv_op_conv_operands(a, sr, &x, &w, &b, &y));
+    if (packed)
+        NRV_TRY(conv_packed_operands(a, sr, &x, &w, &b, &y));
+    else
+        NRV_TRY(nrv_op_conv_operands(a, sr, &x, &w, &b, &y));
+    const int64_t *wdims = packed ? a->iattr + 3 + 4 * sr : w->dims; /* [M, (C/group,) kernel...] */
 
     conv_geom g;
     g.n = x->dims[0];
     g.c = x->dims[1];
-    g.m = w->dims[0];
+    g.m = wdims[0];
     g.group = a->iattr[1];
     const int64_t act = a->iattr[2];
     NRV_TRY(check_act(a, act));
@@ -728,7 +839,7 @@ static nrv_status conv_run(const nrv_op_args *a) {
                            (long long)g.group, (long long)g.c, (long long)g.m);
     g.cg = g.c / g.group;
     g.mg = g.m / g.group;
-    if (w->dims[1] != g.cg)
+    if (!packed && w->dims[1] != g.cg)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "weight has %lld input channels, expected C/group = %lld/%lld",
                            (long long)w->dims[1], (long long)g.c, (long long)g.group);
     if (y->dims[0] != g.n || y->dims[1] != g.m)
@@ -749,7 +860,7 @@ static nrv_status conv_run(const nrv_op_args *a) {
         NRV_TRY(check_attr(a, "dilations", i, d, 1));
         NRV_TRY(check_attr(a, "pads_begin", i, pb, 0));
         NRV_TRY(check_attr(a, "pads_end", i, pe, 0));
-        const int64_t k = w->dims[2 + i];
+        const int64_t k = wdims[packed ? 1 + i : 2 + i];
         if (k < 1) return nrv_op_fail(a, NRV_ERR_SHAPE, "kernel dim %d is %lld, expected > 0", i, (long long)k);
         const int64_t want = conv_out_extent(x->dims[2 + i], k, s, d, pb, pe);
         if (want < 0)
@@ -769,13 +880,15 @@ static nrv_status conv_run(const nrv_op_args *a) {
     }
     g.ih = in_[0], g.iw = in_[1], g.kh = k_[0], g.kw = k_[1], g.oh = o_[0], g.ow = o_[1];
     g.sh = s_[0], g.sw = s_[1], g.dh = d_[0], g.dw = d_[1], g.ph = pb_[0], g.pw = pb_[1];
+    if (packed) NRV_TRY(conv_check_panels(a, &g, w)); /* bounds K = C/group·kh·kw by the panels' size */
     if (y->numel == 0) return NRV_OK;
-    /* N, M >= 1 from here, so these products are bounded by numel of w, y and x */
+    /* N, M >= 1 from here, so these products are bounded by numel of w (or its panels), y and x */
     g.kdim = g.cg * g.kh * g.kw;
     g.p = g.oh * g.ow;
     g.hw = g.c > 0 ? g.ih * g.iw : 0;
     uint64_t need = 0;
-    if (conv_scratch_bytes(&g, &need) != 0 || need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
+    if (conv_scratch_bytes(&g, packed, &need) != 0 || need > (uint64_t)a->scratch_bytes ||
+        (need > 0 && !a->scratch))
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %llu (K = %lld, P = %lld)",
                            a->scratch_bytes, (unsigned long long)need,
                            (long long)g.kdim, (long long)g.p);
@@ -783,6 +896,22 @@ static nrv_status conv_run(const nrv_op_args *a) {
     const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
     float *yd = y->data, *col = a->scratch;
     const float p0 = a->fattr[0], p1 = a->fattr[1];
+    if (packed) {
+        const int64_t per_group = nrv_panels_floats(g.mg, g.kdim);
+        for (int64_t n = 0; n < g.n; n++)
+            for (int64_t gi = 0; gi < g.group; gi++) {
+                float *yg = yd + (n * g.m + gi * g.mg) * g.p;
+                if (g.cg == 0) { /* no input channel: the bias alone */
+                    for (int64_t m = 0; m < g.mg; m++)
+                        for (int64_t q = 0; q < g.p; q++) yg[m * g.p + q] = bd ? bd[gi * g.mg + m] : 0.0f;
+                    NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yg, g.mg * g.p));
+                    continue;
+                }
+                conv_panels_group(&g, a, xd + (n * g.c + gi * g.cg) * g.hw, wd + gi * per_group,
+                                  bd ? bd + gi * g.mg : NULL, yg, act, p0, p1);
+            }
+        return NRV_OK;
+    }
     const int depthwise = g.cg == 1 && g.mg == 1;
     const int use_rows = !depthwise && conv_use_rows(&g);
     const int bias_done = use_rows;                   /* that path adds the bias itself */
@@ -844,6 +973,38 @@ static nrv_status conv_run(const nrv_op_args *a) {
             NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yn, g.m * g.p));
         }
     }
+    return NRV_OK;
+}
+
+static nrv_status conv_run(const nrv_op_args *a) { return conv_run_impl(a, 0); }
+static nrv_status conv_packed_run(const nrv_op_args *a) { return conv_run_impl(a, 1); }
+
+/* ---- pack_conv: a conv weight as panels (run once, at compile time, by the compiler's
+ * select_conv_panels; the layout is kernels.h's, written by nrv_panels_pack).
+ *   in[0] w f32 [M, C/group, *kernel] (rank 3 or 4); iattr (1): [group], group >= 1 divides M
+ *   out[0] f32 [group · nrv_panels_floats(M/group, C/group·Πkernel)]: group g's panels at
+ *          g · nrv_panels_floats(...) */
+static nrv_status pack_conv_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "weight"));
+    const nrv_tview *w = a->in[0];
+    nrv_tview *out = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, out, "output"));
+    NRV_TRY(nrv_op_expect_dtype(a, w, "weight", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, out, "output", NRV_F32));
+    const int64_t group = a->iattr[0];
+    if (w->rank < 3 || w->rank > 4)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "weight has rank %d, expected 3 or 4", (int)w->rank);
+    if (group < 1 || group > ATTR_MAX || w->dims[0] % group != 0)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide M = %lld", (long long)group,
+                           (long long)w->dims[0]);
+    const int64_t mg = w->dims[0] / group, k = mg > 0 ? w->numel / w->dims[0] : 0;
+    const int64_t per_group = nrv_panels_floats(mg, k); /* <= numel + 15·k·group: no overflow */
+    if (out->rank != 1 || out->dims[0] != group * per_group)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output has %lld floats, expected %lld", (long long)out->numel,
+                           (long long)(group * per_group));
+    for (int64_t gi = 0; gi < group; gi++)
+        nrv_panels_pack((const float *)w->data + gi * mg * k, mg, k, (float *)out->data + gi * per_group);
     return NRV_OK;
 }
 
@@ -1505,6 +1666,8 @@ static nrv_status rdft_run(const nrv_op_args *a) {
 
 const nrv_op_def nrv_plan_ops_conv[] = {
     {"conv", conv_run, "gemm"},
+    {"conv_packed", conv_packed_run, "gemm"},
+    {"pack_conv", pack_conv_run, NULL},
     {"conv_w8a8", conv_w8a8_run, "linear_w8a8"},
     {"rdft", rdft_run, NULL},
     {"pool", pool_run, NULL},

@@ -458,3 +458,130 @@ void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
                                  .a = a, .lda = lda, .b = b, .ldb = ldb, .beta = beta, .c = c, .ldc = ldc};
     X86FN(nrv_x86_gemm_driver)(&g);
 }
+
+/* ---------------------------------------------------------------- weight panels */
+
+/* nrv_gemm_panels (kernels.h): a conv with its weight in panels, output channels as the
+ * vector lanes. Per block of PANEL_NP positions: for each panel of 64 channels, depth
+ * blocks of PANEL_KC (the panel's KC x 64 floats, 32 KiB, stay in L1 while every row tile
+ * of positions passes over them), a micro-tile of PANEL_MR positions x PANEL_SUB channels
+ * in registers, each position's input value broadcast from its own base pointer (so a
+ * tile never crosses into junk columns); the block's products gather in ct [positions][64]
+ * and go to y transposed, 8 x 8 at a time, with the bias. Against the implicit GEMM (W as
+ * the broadcast side, read in place from rows 4.6 KiB apart; the plane as unaligned
+ * vector loads, junk columns computed) this streams W once in order and loads it aligned:
+ * bench/RESULTS.md, stop 23. */
+#define PANEL_MR 6
+#if VL == 8
+#define PANEL_NRV 2 /* 12 accumulators + 2 weight vectors + a broadcast of 16 ymm */
+#else
+#define PANEL_NRV 4 /* 24 accumulators + 4 weight vectors + broadcasts of 32 zmm */
+#endif
+#define PANEL_SUB (PANEL_NRV * VL) /* channels per micro-tile: 16 (AVX2) or 64 */
+#define PANEL_KC 128
+#define PANEL_NP 120 /* positions per block: ct is PANEL_NP x 64 floats (30 KiB) on the stack */
+_Static_assert(NRV_PANEL_ALIGN % VL == 0 && NRV_PANEL_COLS % PANEL_SUB == 0, "panel widths are whole micro-tiles");
+_Static_assert(PANEL_NP % 8 == 0, "the epilogue transposes 8 positions at a time");
+_Static_assert((PANEL_NP * NRV_PANEL_COLS) * 4 + PANEL_NP * 8 <= 48 * 1024, "panel kernel stack under 48 KiB");
+
+static inline __attribute__((always_inline)) void panel_micro(const int rows, const int nv, int64_t kc,
+                                                              const float *const *base, const int64_t *koff,
+                                                              const float *bp, int64_t ldb, float *ct, int first) {
+    vf acc[PANEL_MR][PANEL_NRV];
+    for (int i = 0; i < rows; i++)
+        for (int v = 0; v < nv; v++) acc[i][v] = vzero();
+    for (int64_t p = 0; p < kc; p++, bp += ldb) {
+        vf b[PANEL_NRV];
+        for (int v = 0; v < nv; v++) b[v] = vload(bp + v * VL);
+        const int64_t o = koff[p];
+        for (int i = 0; i < rows; i++) {
+            const vf ai = vset1(base[i][o]);
+            for (int v = 0; v < nv; v++) acc[i][v] = vfmadd(ai, b[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < rows; i++)
+        for (int v = 0; v < nv; v++) {
+            float *c = ct + i * NRV_PANEL_COLS + v * VL;
+            vstore(c, first ? acc[i][v] : vadd(acc[i][v], vload(c)));
+        }
+}
+
+#define PANEL_ROWS(NV)                                                                            \
+    switch (rows) {                                                                               \
+    case 6: panel_micro(6, NV, kc, base, koff, bp, ldb, ct, first); break;                       \
+    case 5: panel_micro(5, NV, kc, base, koff, bp, ldb, ct, first); break;                       \
+    case 4: panel_micro(4, NV, kc, base, koff, bp, ldb, ct, first); break;                       \
+    case 3: panel_micro(3, NV, kc, base, koff, bp, ldb, ct, first); break;                       \
+    case 2: panel_micro(2, NV, kc, base, koff, bp, ldb, ct, first); break;                       \
+    default: panel_micro(1, NV, kc, base, koff, bp, ldb, ct, first); break;                      \
+    }
+_Static_assert(PANEL_MR == 6, "panel_tile instantiates the micro-kernel for 1..6 positions");
+/* One micro-tile with its positions (1..6) and vectors of channels (1..PANEL_NRV) as constants. */
+static void panel_tile(int rows, int nv, int64_t kc, const float *const *base, const int64_t *koff, const float *bp,
+                       int64_t ldb, float *ct, int first) {
+#if PANEL_NRV == 4
+    switch (nv) {
+    case 4: PANEL_ROWS(4) break;
+    case 3: PANEL_ROWS(3) break;
+    case 2: PANEL_ROWS(2) break;
+    default: PANEL_ROWS(1) break;
+    }
+#else
+    (void)nv;
+    PANEL_ROWS(PANEL_NRV)
+#endif
+}
+#undef PANEL_ROWS
+
+void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
+                            const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy) {
+    if (k == 0) {
+        for (int64_t j = 0; j < m; j++)
+            for (int64_t i = 0; i < np; i++) y[j * ldy + i] = bias ? bias[j] : 0.0f;
+        return;
+    }
+    _Alignas(64) float ct[PANEL_NP * NRV_PANEL_COLS];
+    const float *base[PANEL_NP];
+    for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
+        const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
+        int64_t row = (q0 + b0) / ow, col = (q0 + b0) % ow;
+        for (int64_t i = 0; i < nb; i++) {
+            base[i] = x + row * pw + col;
+            if (++col == ow) col = 0, row++;
+        }
+        const int64_t tiles = gemm_row_tiles(nb);
+        for (int64_t j0 = 0; j0 < m; j0 += NRV_PANEL_COLS) {
+            const int64_t width = nrv_panel_width(m, j0 / NRV_PANEL_COLS);
+            const float *panel = wp + j0 * k;
+            for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
+                const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;
+                for (int64_t s0 = 0; s0 < width; s0 += PANEL_SUB) {
+                    const int nv = (int)((width - s0) / VL < PANEL_NRV ? (width - s0) / VL : PANEL_NRV);
+                    for (int64_t t = 0; t < tiles; t++) {
+                        const int64_t i0 = gemm_tile_start(nb, tiles, t), i1 = gemm_tile_start(nb, tiles, t + 1);
+                        panel_tile((int)(i1 - i0), nv, kc, base + i0, k_off + pc, panel + pc * width + s0, width,
+                                   ct + i0 * NRV_PANEL_COLS + s0, pc == 0);
+                    }
+                }
+            }
+            /* ct [positions][channels] -> y [channels][positions], with the bias */
+            const int64_t mc = m - j0 < NRV_PANEL_COLS ? m - j0 : NRV_PANEL_COLS;
+            for (int64_t c8 = 0; c8 < mc; c8 += 8) {
+                const int64_t cols = mc - c8 < 8 ? mc - c8 : 8;
+                float bv[8];
+                for (int64_t t = 0; t < 8; t++) bv[t] = bias && t < cols ? bias[j0 + c8 + t] : 0.0f;
+                int64_t i = 0;
+                for (; i + 8 <= nb; i += 8) {
+                    __m256 r[8];
+                    for (int t = 0; t < 8; t++) r[t] = _mm256_load_ps(ct + (i + t) * NRV_PANEL_COLS + c8);
+                    nrv_x86_transpose8(r);
+                    for (int64_t t = 0; t < cols; t++)
+                        _mm256_storeu_ps(y + (j0 + c8 + t) * ldy + b0 + i, _mm256_add_ps(r[t], _mm256_set1_ps(bv[t])));
+                }
+                for (; i < nb; i++)
+                    for (int64_t t = 0; t < cols; t++)
+                        y[(j0 + c8 + t) * ldy + b0 + i] = ct[i * NRV_PANEL_COLS + c8 + t] + bv[t];
+            }
+        }
+    }
+}

@@ -50,6 +50,9 @@ typedef struct nrv_x86_gemm_args {
     void nrv_x86_gemm_driver_##isa(const nrv_x86_gemm_args *args);                                          \
     void nrv_gemm_implicit_##isa(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, \
                                  const int64_t *b_row_off, float *c, int64_t ldc);                           \
+    void nrv_gemm_panels_##isa(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow,       \
+                               int64_t pw, const int64_t *k_off, const float *wp, const float *bias, float *y, \
+                               int64_t ldy);                                                                 \
     void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
     void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \

@@ -1171,19 +1171,25 @@ CONV_Y_BLOCK_FLOATS = 196608  # op_conv.c: a block of y that stays in L2
 CONV_DW_PLANES = 8  # op_conv.c: a depthwise conv's planes, one per thread's piece
 
 
-def conv_scratch(cg: int, mg: int, kernel, strides, dil, out_sp) -> Dim:
+def conv_scratch(cg: int, mg: int, kernel, strides, dil, out_sp, packed: bool = False,
+                 pointwise: bool = False) -> Dim:
     """Scratch bytes of a non-pointwise conv: the layout documented in op_conv.c (the
     direct path; conv_scratch_bytes there checks it): row offsets, the padded input's stride
     phases (a depthwise conv: CONV_DW_PLANES of them, the threads' planes), the row buffer,
     the few-positions path's transposed im2col. Every term grows
-    with the output size, so the reservation at the dims' bounds covers smaller runs."""
+    with the output size, so the reservation at the dims' bounds covers smaller runs.
+    packed (op conv_packed): the row offsets and, unless pointwise, the phases only."""
     k = cg * int(np.prod(kernel))
+    if packed and pointwise:
+        return (k * 8 + 63) // 64 * 64
     if len(kernel) == 1:
         kernel, strides, dil, out_sp = [1] + list(kernel), [1] + list(strides), [1] + list(dil), [1] + list(out_sp)
     extent = [S.dim_ceildiv(S.dim_add(S.dim_mul(S.dim_sub(o, 1), s), (kk - 1) * d + 1), s)
               for o, kk, s, d in zip(out_sp, kernel, strides, dil)]
     planes = CONV_DW_PLANES if cg == 1 and mg == 1 else cg
     phases = S.dim_mul(planes * strides[0] * strides[1], S.dim_mul(extent[0], extent[1]))
+    if packed:
+        return S.dim_add((k * 8 + 63) // 64 * 64, S.dim_mul(4, phases))
     row = S.dim_mul(mg, extent[1])
     rowbuf = S.dim_min(S.dim_mul(row, out_sp[0]), S.dim_max(CONV_Y_BLOCK_FLOATS, row))
     few = S.dim_mul(k, S.dim_min(S.prod(out_sp), 16))

@@ -61,7 +61,7 @@ CONTROL = {"if", "jump", "label"}
 U_SILU = 42
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7, 25: 8, U_SILU: 9}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
-_ACT_SLOT = {"conv": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
+_ACT_SLOT = {"conv": (2, 0), "conv_packed": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
              "linear_w8a8": (0, 0),
              "linear_w4a32": (0, 0), "linear_w4a8": (0, 0), "linear_f16": (0, 0), "matmul": (0, 0),
              "layernorm_linear": (0, 1)}
@@ -764,6 +764,90 @@ def select_linear_w8a8(prog: Program, convs: Optional[bool] = None, linears: boo
     return changed
 
 
+PANEL_COLS, PANEL_ALIGN = 64, 16  # kernels.h NRV_PANEL_COLS, NRV_PANEL_ALIGN
+CONV_PANELS_MAX_PAD = 1.25  # panels may hold at most this many times the weight's floats (zero rows)
+# A 1x1 conv's GEMM (on x itself when pointwise) keeps a small weight in L2 across its column
+# panels, and its short depth leaves the panels' transposed store a large share: it stays
+# ahead below this weight size (measured, one thread: 256->64 and 128->512 channels at 56x56
+# / 28x28 5-20% faster than panels, 256->512 stride 2 in ResNet-50 1.9 against 2.3 ms;
+# 1024->256 at 14x14 and larger weights 15-30% slower).
+CONV_PANELS_POINTWISE_MIN_BYTES = 1 << 20
+
+
+def conv_panels_enabled() -> bool:
+    """Whether select_conv_panels runs (NERVE_CONV_PANELS=0 at compile time turns it off: the
+    convs then take the implicit GEMM, as before it; for A/B measurements)."""
+    return os.environ.get("NERVE_CONV_PANELS", "1").strip() != "0"
+
+
+def panels_floats(m: int, k: int) -> int:
+    """Floats of a weight [m, k] as panels (kernels.h nrv_panels_floats)."""
+    if m <= 0:
+        return 0
+    last = (m - 1) // PANEL_COLS
+    width = min(PANEL_COLS, -(-(m - last * PANEL_COLS) // PANEL_ALIGN) * PANEL_ALIGN)
+    return (last * PANEL_COLS + width) * k
+
+
+def _pack_conv(w: np.ndarray, group: int) -> np.ndarray:
+    """A conv weight [M, C/group, *kernel] as panels per group, written by the C op pack_conv."""
+    from ..session import run_program_once  # the runtime; imported late (it imports the compiler)
+
+    m = w.shape[0]
+    wv = Value("w", np.float32, tuple(w.shape), const=np.ascontiguousarray(w))
+    out = Value("panels", np.float32, (group * panels_floats(m // group, w.size // max(m, 1)),))
+    op = Op("pack_conv", [wv], [out], iattr=[group], name="pack_conv")
+    out.producer = op
+    prog = Program(ops=[op], inputs=[], outputs=[out], symbols={}, binds=[])
+    return run_program_once(prog)[0]
+
+
+def select_conv_panels(prog: Program) -> bool:
+    """Every fp32 conv with a constant weight that is not depthwise (nor a pointwise one with
+    a weight under CONV_PANELS_POINTWISE_MIN_BYTES) becomes ``conv_packed``:
+    its weight packed once, here, as panels of 64 output channels (kernels.h), which the
+    kernel streams in order with the output channels as vector lanes, each input value
+    broadcast (no junk columns, no weight read at a 4.6 KiB stride). Convs whose panels
+    would hold more than CONV_PANELS_MAX_PAD times the weight (fewer than ~16 outputs per
+    group) keep the implicit GEMM. The fp32 weight goes when no other op reads it. Measured:
+    bench/RESULTS.md, stop 23. Runs last, after every selection and fusion that reads a conv."""
+    if not conv_panels_enabled():
+        return False
+    from .onnx_ops import conv_scratch
+
+    made: Dict[Tuple[int, int], Value] = {}
+    changed = False
+    for i, op in enumerate(prog.ops):
+        if op.type != "conv" or len(op.inputs) < 2:
+            continue
+        x, w = op.inputs[0], op.inputs[1]
+        if w is None or w.const is None or not w.static or w.dtype != np.float32 or w.rank not in (3, 4):
+            continue
+        sr, group, _act = op.iattr[:3]
+        m, cg = int(w.shape[0]), int(w.shape[1])
+        kernel = [int(d) for d in w.shape[2:]]
+        mg, k = m // group, cg * int(np.prod(kernel))
+        if (cg == 1 and mg == 1) or m == 0 or k == 0 or panels_floats(mg, k) > CONV_PANELS_MAX_PAD * mg * k:
+            continue
+        key = (w.uid, group)
+        if key not in made:
+            made[key] = Value(w.name + ".panels", np.float32, (group * panels_floats(mg, k),),
+                              const=_pack_conv(np.asarray(w.const, np.float32).reshape(w.shape), group))
+        strides, dil = list(op.iattr[3:3 + sr]), list(op.iattr[3 + sr:3 + 2 * sr])
+        pb, pe = list(op.iattr[3 + 2 * sr:3 + 3 * sr]), list(op.iattr[3 + 3 * sr:3 + 4 * sr])
+        out_sp = list(op.outputs[0].shape[2:])
+        pointwise = kernel == [1] * sr and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
+        if kernel == [1] * sr and 4 * m * k < CONV_PANELS_POINTWISE_MIN_BYTES:
+            continue
+        scratch = Value(op.name + ".panels.scratch", np.uint8,
+                        (conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise),))
+        new = Op("conv_packed", [x, made[key]] + list(op.inputs[2:3]), op.outputs, iattr=list(op.iattr) + [m] + kernel,
+                 fattr=list(op.fattr), scratch=scratch, name=op.name)
+        _swap_op(prog, i, new)
+        changed = True
+    return changed
+
+
 RDFT_MAX_N = 4096  # kernels.h NRV_RDFT_MAX_N
 RDFT_WORK_BYTES_PER_N = 18  # kernels.h nrv_rdft_work_bytes
 RDFT_BASIS_TOL = 1e-6  # |weight - window·cos/sin basis| allowed, relative to max |weight|: fp32 rounding
@@ -1022,4 +1106,5 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_layernorm_linear(prog)
     fold_transpose_into_matmul(prog)
     fuse_activation(prog)
+    select_conv_panels(prog)
     eliminate_dead_ops(prog)

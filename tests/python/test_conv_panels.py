@@ -1,0 +1,172 @@
+"""Convs with their weight packed as panels at compile time (op conv_packed, the gemm
+variant's `panels` kernel; kernels.h): which convs take it, that they match a float64
+reference at awkward sizes (output channels across whole and partial 64-channel panels,
+groups, strides, dilations, uneven pads, 1-D and 2-D, batches, fused activations, symbolic
+sizes), that the plan holds the panels instead of the fp32 weight, and that a malformed
+panel weight is a clear error."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import nerve  # noqa: E402
+from nerve.compiler.graph import Op, Program, Value  # noqa: E402
+from nerve.compiler.passes import panels_floats  # noqa: E402
+from nerve.session import run_program_once  # noqa: E402
+
+
+def _conv_model(w, b, x_shape, act=None, **attrs):
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if b is not None else []), ["c" if act else "y"], **attrs)]
+    if act == "relu":
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    elif act == "clip":
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    inits = [numpy_helper.from_array(w, "w")]
+    if b is not None:
+        inits.append(numpy_helper.from_array(b, "b"))
+    if act == "clip":
+        inits += [numpy_helper.from_array(np.float32(-0.5), "lo"), numpy_helper.from_array(np.float32(0.75), "hi")]
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _conv_ref(x, w, b, group, strides, dil, pads):
+    """float64 convolution, NC[H]W, pads = begins + ends (ONNX order)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    sr = x.ndim - 2
+    if sr == 1:
+        x, w = x[:, :, None, :], w[:, :, None, :]
+        strides, dil, pads = [1] + list(strides), [1] + list(dil), [0, pads[0], 0, pads[1]]
+    n, c, ih, iw = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (xp.shape[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    y = np.zeros((n, m, oh, ow))
+    mg = m // group
+    for gi in range(group):
+        xs = xp[:, gi * cg:(gi + 1) * cg]
+        for ki in range(kh):
+            for kj in range(kw):
+                r0, c0 = ki * dil[0], kj * dil[1]
+                patch = xs[:, :, r0:r0 + strides[0] * (oh - 1) + 1:strides[0], c0:c0 + strides[1] * (ow - 1) + 1:strides[1]]
+                y[:, gi * mg:(gi + 1) * mg] += np.einsum("ncij,mc->nmij", patch, w[gi * mg:(gi + 1) * mg, :, ki, kj])
+    if b is not None:
+        y += b.astype(np.float64)[None, :, None, None]
+    return y[:, :, 0, :] if sr == 1 else y
+
+
+def _op_types(sess):
+    return [o["type"] for o in sess.ops()]
+
+
+CASES = [
+    # x shape, M, kernel, group, strides, dilations, pads, act
+    ((1, 5, 13, 11), 30, (3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), None),          # one partial panel (32 wide)
+    ((2, 7, 9, 10), 65, (3, 3), 1, (1, 1), (1, 1), (1, 0, 1, 2), "relu"),        # a 64 panel + one of 16; uneven pads
+    ((1, 24, 17, 19), 97, (3, 3), 1, (2, 2), (1, 1), (1, 1, 1, 1), "clip"),       # stride 2 (phases)
+    ((1, 9, 21, 16), 130, (5, 3), 1, (3, 2), (2, 1), (2, 1, 3, 0), None),        # strides 3x2, dilation, 5x3
+    ((1, 80, 12, 12), 96, (3, 3), 2, (1, 1), (1, 1), (1, 1, 1, 1), "relu"),      # 2 groups of 48 outputs
+    ((1, 3, 37, 41), 127, (7, 7), 1, (2, 2), (1, 1), (3, 3, 3, 3), None),        # a stem: 3 input channels
+    ((1, 300, 9, 9), 1025, (1, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0), None),       # pointwise with a 1.2 MB weight
+    ((2, 13, 257), 47, (5,), 1, (1,), (1,), (2, 2), "relu"),                     # 1-D
+    ((1, 40, 97), 63, (3,), 1, (2,), (3,), (0, 4), None),                        # 1-D, stride 2, dilation 3
+    ((1, 6, 3, 3), 31, (3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), None),           # 9 positions
+]
+
+
+@pytest.mark.parametrize("x_shape,m,kernel,group,strides,dil,pads,act", CASES)
+def test_conv_panels_match_float64(tmp_path, rng, x_shape, m, kernel, group, strides, dil, pads, act):
+    c = x_shape[1]
+    fan = c // group * int(np.prod(kernel))
+    w = (rng.standard_normal((m, c // group) + kernel) / np.sqrt(fan)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32) if m % 2 else None
+    model = _conv_model(w, b, x_shape, act, kernel_shape=list(kernel), group=group, strides=list(strides),
+                        dilations=list(dil), pads=list(pads))
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(model.SerializeToString())
+    sess = nerve.Session(path, cache=False)
+    assert _op_types(sess) == ["conv_packed"]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    want = _conv_ref(x, w, b, group, strides, dil, pads)
+    if act == "relu":
+        want = np.maximum(want, 0.0)
+    elif act == "clip":
+        want = np.clip(want, -0.5, 0.75)
+    got = sess.run({"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.sqrt(fan))
+    # the split of the positions among threads changes no bit
+    np.testing.assert_array_equal(nerve.Session(path, cache=False, threads=3).run({"x": x})["y"], got)
+
+
+def test_conv_panels_with_symbolic_sizes(tmp_path, rng):
+    """The scratch is reserved at the dims' bounds; smaller runs use part of it."""
+    w = (rng.standard_normal((70, 12, 3, 3)) / 6).astype(np.float32)
+    model = _conv_model(w, None, (1, 12, "h", "w"), "relu", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    path = tmp_path / "sym.onnx"
+    path.write_bytes(model.SerializeToString())
+    sess = nerve.Session(path, dims={"h": 40, "w": 33}, cache=False)
+    assert _op_types(sess) == ["conv_packed"]
+    for hw in ((40, 33), (7, 30), (1, 1), (23, 2)):
+        x = rng.standard_normal((1, 12) + hw).astype(np.float32)
+        want = np.maximum(_conv_ref(x, w, None, 1, (1, 1), (1, 1), (1, 1, 1, 1)), 0.0)
+        np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,m,kernel,group", [
+    ((1, 32, 20, 20), 32, (3, 3), 32),   # depthwise: its own direct loop
+    ((1, 64, 20, 20), 64, (3, 3), 8),    # 8 outputs per group: panels of 16 would be half zeros
+    ((1, 16, 20, 20), 17, (3, 3), 1),    # 17 outputs: a panel of 32, nearly half zeros
+    ((1, 64, 20, 20), 128, (1, 1), 1),   # pointwise with a small weight: the GEMM on x itself
+])
+def test_convs_that_keep_the_implicit_gemm(tmp_path, rng, x_shape, m, kernel, group):
+    w = (rng.standard_normal((m, x_shape[1] // group) + kernel) * 0.1).astype(np.float32)
+    pads = [k // 2 for k in kernel] * 2
+    model = _conv_model(w, None, x_shape, None, kernel_shape=list(kernel), group=group, pads=pads)
+    sess = nerve.Session(model, cache=False)
+    assert _op_types(sess) == ["conv"]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], _conv_ref(x, w, None, group, (1, 1), (1, 1), pads),
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_panels_replace_the_fp32_weight_and_can_be_turned_off(tmp_path, rng, monkeypatch):
+    w = (rng.standard_normal((100, 30, 3, 3)) * 0.1).astype(np.float32)  # panels: 112 rows of 270
+    model = _conv_model(w, None, (1, 30, 16, 16), None, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    x = rng.standard_normal((1, 30, 16, 16)).astype(np.float32)
+    packed = nerve.Session(model, cache=False)
+    assert packed.memory_report()["weight_bytes"] == 4 * panels_floats(100, 270) == 4 * 112 * 270
+    monkeypatch.setenv("NERVE_CONV_PANELS", "0")
+    plain = nerve.Session(model, cache=False)
+    assert _op_types(plain) == ["conv"]
+    assert plain.memory_report()["weight_bytes"] == w.nbytes
+    np.testing.assert_allclose(packed.run({"x": x})["y"], plain.run({"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def _run_conv_packed(panels: np.ndarray, m: int, kernel=(3, 3)):
+    x = Value("x", np.float32, (1, 4, 6, 6), const=np.ones((1, 4, 6, 6), np.float32))
+    wv = Value("w", np.float32, panels.shape, const=panels)
+    y = Value("y", np.float32, (1, m, 6, 6))
+    scratch = Value("s", np.uint8, (1 << 16,))
+    op = Op("conv_packed", [x, wv, None], [y], iattr=[2, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, m] + list(kernel),
+            fattr=[0, 0], scratch=scratch, name="bad_conv")
+    y.producer = op
+    return run_program_once(Program(ops=[op], inputs=[], outputs=[y], symbols={}, binds=[]))[0]
+
+
+def test_conv_packed_checks_its_panels():
+    """The panels' size must be the one M and K give (a truncated or foreign weight is refused
+    by name before anything is read); the right size runs."""
+    k = 4 * 9
+    good = np.zeros(panels_floats(20, k), np.float32)
+    assert _run_conv_packed(good, 20).shape == (1, 20, 6, 6)
+    with pytest.raises(nerve.NerveError, match="weight panels have"):
+        _run_conv_packed(good[:-1].copy(), 20)
+    with pytest.raises(nerve.NerveError, match="weight panels have"):
+        _run_conv_packed(good, 40)  # another M
