@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "neon_common.h"
 #include "neon_kernels.h"
 
 #define GEMM_MR 8   /* register tile rows (sliver width of packed A) */
@@ -204,7 +205,7 @@ void nrv_gemm_implicit_neon(int64_t m, int64_t n, int64_t k, const float *a, int
  * 64 channels: depth blocks of PANEL_KC, micro-tiles of 6 positions x 16 channels (24
  * accumulators + 4 weight vectors of 32 q registers) over each 16-channel sub-panel; the
  * products gather in ct [positions][64] and go to y transposed 4 x 4, with the bias. The
- * x86 version (x86/gemm_impl.h) is the same nest. */
+ * x86 version (x86/gemm_impl.h) is the same nest, panels outer. */
 #define PANEL_MR 6
 #define PANEL_KC 128
 #define PANEL_NP 120 /* ct: 120 x 64 floats (30 KiB) on the stack */
@@ -255,17 +256,17 @@ void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int6
     _Static_assert(NRV_PANEL_COLS == 64 && NRV_PANEL_ALIGN == 16, "ct rows of 64, sub-panels of 16");
     float ct[PANEL_NP * 64] __attribute__((aligned(64)));
     const float *base[PANEL_NP];
-    for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
-        const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
-        int64_t row = (q0 + b0) / ow, col = (q0 + b0) % ow;
-        for (int64_t i = 0; i < nb; i++) {
-            base[i] = x + row * pw + col;
-            if (++col == ow) col = 0, row++;
-        }
-        const int64_t tiles = (nb + PANEL_MR - 1) / PANEL_MR;
-        for (int64_t j0 = 0; j0 < m; j0 += 64) {
-            const int64_t width = nrv_panel_width(m, j0 / 64);
-            const float *panel = wp + j0 * k;
+    for (int64_t j0 = 0; j0 < m; j0 += 64) { /* panels outer: each streamed from memory once */
+        const int64_t width = nrv_panel_width(m, j0 / 64);
+        const float *panel = wp + j0 * k;
+        for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
+            const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
+            int64_t row = (q0 + b0) / ow, col = (q0 + b0) % ow;
+            for (int64_t i = 0; i < nb; i++) {
+                base[i] = x + row * pw + col;
+                if (++col == ow) col = 0, row++;
+            }
+            const int64_t tiles = (nb + PANEL_MR - 1) / PANEL_MR;
             for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
                 const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;
                 for (int64_t s0 = 0; s0 < width; s0 += 16)
@@ -299,5 +300,108 @@ void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int6
                     for (int64_t t = 0; t < cols; t++) y[(j0 + c4 + t) * ldy + b0 + i] = ct[i * 64 + c4 + t] + bv[t];
             }
         }
+    }
+}
+
+/* nrv_linear_panels (kernels.h): B read in place from the weight's panels, panels outer;
+ * A = x's rows in place, or each tile's slice layer-normalised into a stack tile as it is
+ * used; tiles of 6 rows x 16 columns; the x86 version's nest (x86/gemm_impl.h). */
+#define LP_LN_ROWS 1024 /* rows whose layernorm statistics are on the stack (8 KiB) */
+
+static inline __attribute__((always_inline)) void lin_micro(const int rows, int64_t kc, const float *a, int64_t lda,
+                                                            const float *bp, int64_t ldb, float *c, int64_t ldc,
+                                                            int64_t nr, int first, const float *bias) {
+    float32x4_t acc[PANEL_MR][4];
+    for (int i = 0; i < rows; i++)
+        for (int v = 0; v < 4; v++) acc[i][v] = vdupq_n_f32(0.0f);
+    for (int64_t p = 0; p < kc; p++, bp += ldb) {
+        const float32x4_t b0 = vld1q_f32(bp), b1 = vld1q_f32(bp + 4), b2 = vld1q_f32(bp + 8), b3 = vld1q_f32(bp + 12);
+        for (int i = 0; i < rows; i++) {
+            const float32x4_t ai = vdupq_n_f32(a[i * lda + p]);
+            acc[i][0] = vfmaq_f32(acc[i][0], ai, b0);
+            acc[i][1] = vfmaq_f32(acc[i][1], ai, b1);
+            acc[i][2] = vfmaq_f32(acc[i][2], ai, b2);
+            acc[i][3] = vfmaq_f32(acc[i][3], ai, b3);
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        float *ci = c + i * ldc;
+        if (nr == 16) { /* whole tile: vector stores */
+            for (int v = 0; v < 4; v++) {
+                const float32x4_t add = first ? (bias ? vld1q_f32(bias + 4 * v) : vdupq_n_f32(0.0f)) : vld1q_f32(ci + 4 * v);
+                vst1q_f32(ci + 4 * v, vaddq_f32(acc[i][v], add));
+            }
+            continue;
+        }
+        for (int v = 0; v < 4 && v * 4 < nr; v++) {
+            float lane[4];
+            vst1q_f32(lane, acc[i][v]);
+            for (int64_t l = 0; l < 4 && v * 4 + l < nr; l++) {
+                const int64_t j = v * 4 + l;
+                ci[j] = first ? lane[l] + (bias ? bias[j] : 0.0f) : ci[j] + lane[l];
+            }
+        }
+    }
+}
+
+static void lin_tile(int rows, int64_t kc, const float *a, int64_t lda, const float *bp, int64_t ldb, float *c,
+                     int64_t ldc, int64_t nr, int first, const float *bias) {
+    switch (rows) {
+    case 6: lin_micro(6, kc, a, lda, bp, ldb, c, ldc, nr, first, bias); break;
+    case 5: lin_micro(5, kc, a, lda, bp, ldb, c, ldc, nr, first, bias); break;
+    case 4: lin_micro(4, kc, a, lda, bp, ldb, c, ldc, nr, first, bias); break;
+    case 3: lin_micro(3, kc, a, lda, bp, ldb, c, ldc, nr, first, bias); break;
+    case 2: lin_micro(2, kc, a, lda, bp, ldb, c, ldc, nr, first, bias); break;
+    default: lin_micro(1, kc, a, lda, bp, ldb, c, ldc, nr, first, bias); break;
+    }
+}
+
+static void lin_rows(const float *x, int64_t ldx, int64_t nrows, int64_t k, const float *gamma, const float *beta,
+                     const float *mean, const float *rstd, const float *wp, int64_t m, const float *bias, float *y,
+                     int64_t ldy) {
+    float apack[PANEL_MR * PANEL_KC] __attribute__((aligned(64)));
+    const int64_t tiles = (nrows + PANEL_MR - 1) / PANEL_MR;
+    for (int64_t j0 = 0; j0 < m; j0 += 64) {
+        const int64_t width = nrv_panel_width(m, j0 / 64);
+        for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
+            const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;
+            const float *block = wp + j0 * k + pc * width;
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t i0 = t * nrows / tiles, i1 = (t + 1) * nrows / tiles;
+                const float *a = x + i0 * ldx + pc;
+                int64_t lda = ldx;
+                if (gamma) {
+                    for (int64_t i = 0; i < i1 - i0; i++)
+                        nrv_neon_normalise(a + i * ldx, kc, mean[i0 + i], rstd[i0 + i], gamma + pc,
+                                           beta ? beta + pc : NULL, apack + i * PANEL_KC);
+                    a = apack, lda = PANEL_KC;
+                }
+                for (int64_t s0 = 0; s0 < width && j0 + s0 < m; s0 += 16) {
+                    const int64_t nr = m - j0 - s0 < 16 ? m - j0 - s0 : 16;
+                    lin_tile((int)(i1 - i0), kc, a, lda, block + s0, width, y + i0 * ldy + j0 + s0, ldy, nr, pc == 0,
+                             bias ? bias + j0 + s0 : NULL);
+                }
+            }
+        }
+    }
+}
+
+void nrv_linear_panels_neon(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma,
+                            const float *beta, float eps, const float *wp, int64_t m, const float *bias, float *y,
+                            int64_t ldy) {
+    if (k == 0) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < m; j++) y[r * ldy + j] = bias ? bias[j] : 0.0f;
+        return;
+    }
+    if (!gamma) {
+        lin_rows(x, ldx, rows, k, NULL, NULL, NULL, NULL, wp, m, bias, y, ldy);
+        return;
+    }
+    float mean[LP_LN_ROWS], rstd[LP_LN_ROWS];
+    for (int64_t r0 = 0; r0 < rows; r0 += LP_LN_ROWS) {
+        const int64_t nrows = rows - r0 < LP_LN_ROWS ? rows - r0 : LP_LN_ROWS;
+        for (int64_t i = 0; i < nrows; i++) nrv_neon_row_stats(x + (r0 + i) * ldx, k, eps, &mean[i], &rstd[i]);
+        lin_rows(x + r0 * ldx, ldx, nrows, k, gamma, beta, mean, rstd, wp, m, bias, y + r0 * ldy, ldy);
     }
 }

@@ -32,6 +32,9 @@ void nrv_gemm_implicit_neon(int64_t m, int64_t n, int64_t k, const float *a, int
                             const int64_t *b_row_off, float *c, int64_t ldc);
 void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
                           const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy);
+void nrv_linear_panels_neon(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma,
+                            const float *beta, float eps, const float *wp, int64_t m, const float *bias, float *y,
+                            int64_t ldy);
 
 /* activation_neon.c */
 void nrv_relu_neon(const float *x, int64_t n, float *y);

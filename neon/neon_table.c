@@ -8,9 +8,10 @@
 
 #define NEON(op_, field_, fn_) \
     {.op = (op_), .name = "neon", .group = "neon", .requires = NRV_CPU_NEON, .fn.field_ = (fn_)}
-#define NEON_GEMM(fn_, implicit_, panels_)                                                              \
+#define NEON_GEMM(fn_, implicit_, panels_, rows_)                                                            \
     {.op = NRV_OP_GEMM, .name = "neon", .group = "neon", .requires = NRV_CPU_NEON, .fn.gemm = (fn_),    \
-     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_)}
+     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_),              \
+     .rows_panels.linear_panels = (rows_)}
 
 const nrv_kernel_variant nrv_variants_neon[] = {
     NEON(NRV_OP_EMBEDDING_F32, embedding, nrv_embedding_f32_neon),
@@ -19,7 +20,7 @@ const nrv_kernel_variant nrv_variants_neon[] = {
     NEON(NRV_OP_LAYERNORM, layernorm, nrv_layernorm_neon),
     NEON(NRV_OP_LINEAR, linear, nrv_linear_neon),
     NEON(NRV_OP_LAYERNORM_LINEAR, layernorm_linear, nrv_layernorm_linear_neon),
-    NEON_GEMM(nrv_gemm_neon, nrv_gemm_implicit_neon, nrv_gemm_panels_neon),
+    NEON_GEMM(nrv_gemm_neon, nrv_gemm_implicit_neon, nrv_gemm_panels_neon, nrv_linear_panels_neon),
     NEON(NRV_OP_GELU, unary, nrv_gelu_neon),
     NEON(NRV_OP_GELU_TANH, unary, nrv_gelu_tanh_neon),
     NEON(NRV_OP_RELU, unary, nrv_relu_neon),

@@ -139,6 +139,12 @@ nrv_kernel_fn nrv_kernel_get_panels(nrv_op op) {
     return s->candidates[atomic_load_explicit(&s->selected, memory_order_relaxed)]->panels;
 }
 
+nrv_kernel_fn nrv_kernel_get_rows_panels(nrv_op op) {
+    ensure_init();
+    const op_slot *s = &slots[op];
+    return s->candidates[atomic_load_explicit(&s->selected, memory_order_relaxed)]->rows_panels;
+}
+
 static int op_index(const char *op) {
     if (!op) return -1;
     for (int i = 0; i < NRV_OP_COUNT; i++)

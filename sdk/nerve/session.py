@@ -670,7 +670,7 @@ class Session:
         self.precision = precision
 
     # op type -> the precision it computes at (memory_report()["layers"])
-    _OP_PRECISION = {"linear": "fp32", "layernorm_linear": "fp32", "conv": "fp32", "conv_packed": "fp32", "linear_w8": "w8a32",
+    _OP_PRECISION = {"linear": "fp32", "layernorm_linear": "fp32", "conv": "fp32", "conv_packed": "fp32", "linear_panels": "fp32", "layernorm_linear_panels": "fp32", "linear_w8": "w8a32",
                      "linear_w8a8": "w8a8", "conv_w8a8": "w8a8", "linear_w4a32": "w4a32", "linear_w4a8": "w4a8", "linear_f16": "fp16",
                      "gather_q8": "w8 (embedding)"}
 

@@ -708,6 +708,88 @@ static void test_gemm_panels(void) {
     }
 }
 
+/* The selected variant's linear on weight panels against a double reference: plain and
+ * layer-normalised rows (with and without beta), m across whole and partial panels, k across
+ * depth blocks, rows across row tiles and chunks, x and y with row padding (y's padding
+ * canaries must survive), and the same bits when the panels are split in two calls. */
+static void test_linear_panels(void) {
+    static const int64_t cases[][3] = {/* rows, k, m */ {1, 1, 1},     {3, 13, 97},   {13, 127, 64}, {7, 129, 257},
+                                       {50, 300, 130}, {97, 64, 17},  {2, 1025, 65}, {75, 96, 200}, {4, 0, 9},
+                                       {1100, 24, 70}, /* more rows than a chunk of layernorm statistics */
+                                       {20, 700, 400}, /* weights over 1 MiB: panels outer */
+                                       {1030, 260, 1010}}; /* ... with more rows than a chunk of statistics */
+    const nrv_linear_panels_fn lin = nrv_kernel_get_rows_panels(NRV_OP_GEMM).linear_panels;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++)
+        for (int ln = 0; ln < 3; ln++) { /* 0: plain, 1: layernorm with beta, 2: without */
+            const int64_t rows = cases[t][0], k = cases[t][1], m = cases[t][2];
+            if ((ln && k == 0) || (rows > 1024 && ln != 1)) continue; /* the big case: its layernorm chunks only */
+            const int64_t ldx = k + (int64_t)(t % 3), ldy = m + (int64_t)((t + (size_t)ln) % 2) * 3;
+            buf X = buf_in(rows * ldx, (int)(t % 2)), W = buf_in(m * k, 0), B = buf_in(m, 0);
+            buf G = buf_in(k, 0), Be = buf_in(k, 0);
+            nrv_test_fill(X.p, rows * ldx, -1.0f, 1.0f);
+            for (int64_t i = 0; i < rows * ldx; i++) X.p[i] += (float)(i % 7) * 0.5f; /* rows with a mean */
+            nrv_test_fill(W.p, m * k, -1.0f, 1.0f);
+            nrv_test_fill(B.p, m, -1.0f, 1.0f);
+            nrv_test_fill(G.p, k, 0.5f, 1.5f);
+            nrv_test_fill(Be.p, k, -0.5f, 0.5f);
+            const int64_t pf = nrv_panels_floats(m, k);
+            float *wp = NULL;
+            if (posix_memalign((void **)&wp, 64, (size_t)(pf ? pf : 1) * sizeof(float)) != 0) abort();
+            nrv_panels_pack(W.p, m, k, wp);
+            const float *gamma = ln ? G.p : NULL, *beta = ln == 1 ? Be.p : NULL, *bias = t % 3 == 2 ? NULL : B.p;
+            const float eps = 1e-5f;
+            const int64_t y_len = (rows - 1) * ldy + m;
+            buf Y = buf_out(y_len, 0), Y2 = buf_out(y_len, 0);
+            for (int64_t i = 0; i < y_len; i++) Y.p[i] = Y2.p[i] = u2f(CANARY);
+            lin(X.p, rows, ldx, k, gamma, beta, eps, wp, m, bias, Y.p, ldy);
+            const int64_t panels = (m + 63) / 64, half = panels / 2; /* panels [0, half) and [half, panels) */
+            if (half) lin(X.p, rows, ldx, k, gamma, beta, eps, wp, 64 * half, bias, Y2.p, ldy);
+            lin(X.p, rows, ldx, k, gamma, beta, eps, wp + 64 * half * k, m - 64 * half, bias ? bias + 64 * half : NULL,
+                Y2.p + 64 * half, ldy);
+            double err = 0.0;
+            int64_t wi = 0, wj = 0;
+            int pad_broken = 0, split_differs = 0;
+            const int64_t rstep = rows * m * k > 50000000 ? 17 : 1; /* big cases: every 17th row (and the last) */
+            for (int64_t r = 0; r < rows; r++) {
+                for (int64_t j = 0; j < m; j++)
+                    if (f2u(Y.p[r * ldy + j]) != f2u(Y2.p[r * ldy + j])) split_differs = 1;
+                if (r + 1 < rows)
+                    for (int64_t j = m; j < ldy; j++)
+                        if (f2u(Y.p[r * ldy + j]) != CANARY) pad_broken = 1;
+                if (r % rstep != 0 && r + 1 != rows) continue;
+                const float *xr = X.p + r * ldx;
+                double mean = 0.0, var = 0.0;
+                for (int64_t p = 0; p < k; p++) mean += xr[p];
+                mean /= (double)(k ? k : 1);
+                for (int64_t p = 0; p < k; p++) var += (xr[p] - mean) * (xr[p] - mean);
+                const double rstd = 1.0 / sqrt(var / (double)(k ? k : 1) + eps);
+                for (int64_t j = 0; j < m; j++) {
+                    double want = bias ? bias[j] : 0.0;
+                    for (int64_t p = 0; p < k; p++) {
+                        const double v = ln ? (xr[p] - mean) * rstd * G.p[p] + (beta ? beta[p] : 0.0) : xr[p];
+                        want += v * W.p[j * k + p];
+                    }
+                    const double tol = dot_atol(k ? k : 1, ln ? 4.0 : 4.0, 1.0) + 1e-5 * fabs(want);
+                    const double e = fabs((double)Y.p[r * ldy + j] - want) / tol;
+                    if (!(e <= err)) err = isnan(e) ? INFINITY : e, wi = r, wj = j;
+                }
+            }
+            if (pad_broken || split_differs || !guards_intact(&Y) || !guards_intact(&Y2)) err = INFINITY;
+            record(err, "linear_panels rows=%lld k=%lld m=%lld ln=%d ldx=%lld ldy=%lld at [%lld,%lld]%s%s",
+                   (long long)rows, (long long)k, (long long)m, ln, (long long)ldx, (long long)ldy, (long long)wi,
+                   (long long)wj, pad_broken ? " padding between rows of y written" : (guards_intact(&Y) ? "" : " canary"),
+                   split_differs ? " split into two calls gave other bits" : "");
+            free(wp);
+            buf_free(&X);
+            buf_free(&W);
+            buf_free(&B);
+            buf_free(&G);
+            buf_free(&Be);
+            buf_free(&Y);
+            buf_free(&Y2);
+        }
+}
+
 /* ------------------------------------------------------------------ activations, softmax */
 
 /* Special inputs mixed into every activation case: signed zeros, subnormals, the
@@ -940,7 +1022,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "layernorm")) test_layernorm();
     else if (!strcmp(op, "linear")) test_linear(0);
     else if (!strcmp(op, "layernorm_linear")) test_linear(1);
-    else if (!strcmp(op, "gemm")) test_gemm(), test_gemm_implicit(), test_gemm_panels();
+    else if (!strcmp(op, "gemm")) test_gemm(), test_gemm_implicit(), test_gemm_panels(), test_linear_panels();
     else if (!strcmp(op, "gelu")) test_activation(NRV_ACT_GELU, nrv_gelu_ref);
     else if (!strcmp(op, "gelu_tanh")) test_activation(NRV_ACT_GELU_TANH, nrv_gelu_tanh_ref);
     else if (!strcmp(op, "relu")) test_activation(NRV_ACT_RELU, nrv_relu_ref);

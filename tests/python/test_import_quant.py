@@ -233,7 +233,8 @@ def test_nbits_fallbacks_are_exact_fp32(tmp_path, rng, kw):
     m, w, s, b = nbits(rng, N, K, bs, **kw)
     sess = session(tmp_path, m, {"batch": 40})
     types = op_types(sess)
-    assert "linear_w4a32" not in types and "linear_w4a8" not in types and "linear" in types, types
+    assert "linear_w4a32" not in types and "linear_w4a8" not in types, types
+    assert {"linear", "linear_panels"} & set(types), types  # an fp32 linear (its weight plain or as panels)
     check_nbits(sess, m, w, s, b, bs, rng, rows=(1, 5, 40), w4=False)
 
 

@@ -160,9 +160,9 @@ def test_off_by_default_and_any_row_count_when_on(tmp_path, rng, monkeypatch):
     assert op_types(session(tmp_path, m, {"batch": 1, "seq": 1})) == ["linear_w8a8"]  # one row: w8a8 too
     monkeypatch.delenv("NERVE_W8A8")
     assert op_types(session(tmp_path, m, {"batch": 1, "seq": 1})) == ["linear_w8"]  # fp32 activations: linear_w8
-    assert op_types(session(tmp_path, m, {"batch": 1, "seq": 40})) == ["linear"]
+    assert op_types(session(tmp_path, m, {"batch": 1, "seq": 40})) in (["linear"], ["linear_panels"])
     monkeypatch.setenv("NERVE_W8A8", "0")
-    assert op_types(session(tmp_path, m, {"batch": 1, "seq": 40})) == ["linear"]
+    assert op_types(session(tmp_path, m, {"batch": 1, "seq": 40})) in (["linear"], ["linear_panels"])
 
 
 def test_layernorm_stays_separate(tmp_path, rng):

@@ -79,6 +79,12 @@ POOL_CASES = [
     ("AveragePool", (1, 3, 8, 7), dict(kernel_shape=[3, 3], strides=[3, 2], auto_pad="SAME_UPPER", ceil_mode=1), 17),
     # ceil_mode where the last ceil window would start in the right padding (dropped)
     ("MaxPool", (1, 3, 4, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 2, 2], ceil_mode=1), 17),
+    # wide planes (the separable path's vector loops and its stride-2 gather, edges in both pads)
+    ("MaxPool", (1, 4, 37, 113), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 17),
+    ("MaxPool", (1, 2, 29, 90), dict(kernel_shape=[5, 4], strides=[3, 2], dilations=[1, 2], pads=[2, 3, 2, 0],
+                                      ceil_mode=1), 17),
+    ("MaxPool", (1, 2, 11, 61), dict(kernel_shape=[2, 5], strides=[1, 3], pads=[0, 2, 1, 2]), 17),
+    ("MaxPool", (1, 3, 301), dict(kernel_shape=[4], strides=[2], pads=[1, 2]), 17),
     ("AveragePool", (1, 3, 4, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 2, 2], ceil_mode=1,
                                        count_include_pad=1), 17),
     ("AveragePool", (2, 3, 7, 13), dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 2, 1]), 17),
@@ -105,6 +111,28 @@ def test_pool(tmp_path, rng, op, shape, attrs, opset):
     m = _model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", shape)], ["y"], opset=opset)
     sess = check(tmp_path, m, {"x": _rand(rng, *shape)})
     assert [o["type"] for o in sess.ops()] == ["pool"]
+
+
+@pytest.mark.parametrize("width", [997, 4500])  # the separable path; a row too wide for it (direct loop)
+def test_maxpool_skips_nan(tmp_path, rng, width):
+    """NaN inputs are skipped and a window of NaN and padding only gives -FLT_MAX, the same in
+    the separable path and the direct loop (a float64 reference over the padded windows)."""
+    x = rng.standard_normal((1, 2, 6, width)).astype(np.float32)
+    x[rng.random(x.shape) < 0.3] = np.nan
+    x[0, 1, :2, :9] = np.nan  # whole windows of NaN (with the padding)
+    model = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 3], strides=[2, 2],
+                                     pads=[1, 1, 1, 1])], [("x", list(x.shape))], ["y"])
+    got = nerve.Session(_save(tmp_path, model), cache=False).run({"x": x})["y"]
+    lowest = np.finfo(np.float32).min
+    xp = np.pad(np.where(np.isnan(x), lowest, x).astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)),
+                constant_values=lowest)
+    oh, ow = (xp.shape[2] - 2) // 2 + 1, (xp.shape[3] - 3) // 2 + 1
+    want = np.full((1, 2, oh, ow), lowest)
+    for i in range(2):
+        for j in range(3):
+            want = np.maximum(want, xp[:, :, i:i + 2 * (oh - 1) + 1:2, j:j + 2 * (ow - 1) + 1:2])
+    assert not np.isnan(got).any() and (got == lowest).any()
+    np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])

@@ -228,7 +228,7 @@ def test_bert_encoder_parity_and_fusion(tmp_path):
     out = s.run(feeds)["last_hidden_state"]
     ref = ref_run(path, feeds)["last_hidden_state"]
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
-    types = [op["type"] for op in s.ops()]
+    types = [op["type"].replace("_panels", "") for op in s.ops()]  # either weight layout
     assert types.count("layernorm") + types.count("layernorm_linear") == 5  # embeddings + 2 per layer
     assert "reduce" not in types  # no decomposed layernorm left
     assert "unary" not in types  # Erf-GELU became the linear's fused activation

@@ -1,4 +1,6 @@
 /* gemm.c — scalar reference GEMM, C = alpha·op(A)·op(B) + beta·C. */
+#include <math.h>
+
 #include "kernels.h"
 
 void nrv_gemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -48,6 +50,31 @@ void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64
             float acc = 0.0f;
             for (int64_t p = 0; p < k; p++) acc += base[k_off[p]] * col[p * width];
             y[j * ldy + i] = (bias ? bias[j] : 0.0f) + acc;
+        }
+    }
+}
+
+void nrv_linear_panels_ref(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma, const float *beta,
+                           float eps, const float *wp, int64_t m, const float *bias, float *y, int64_t ldy) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        float mean = 0.0f, rstd = 1.0f;
+        if (gamma && k > 0) { /* as nrv_layernorm_linear_ref */
+            float sum = 0.0f, var = 0.0f;
+            for (int64_t p = 0; p < k; p++) sum += xr[p];
+            mean = sum / (float)k;
+            for (int64_t p = 0; p < k; p++) var += (xr[p] - mean) * (xr[p] - mean);
+            rstd = 1.0f / sqrtf(var / (float)k + eps);
+        }
+        for (int64_t j = 0; j < m; j++) {
+            const int64_t t = j / NRV_PANEL_COLS, width = nrv_panel_width(m, t);
+            const float *col = wp + t * NRV_PANEL_COLS * k + (j - t * NRV_PANEL_COLS);
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; p++) {
+                const float v = gamma ? (xr[p] - mean) * rstd * gamma[p] + (beta ? beta[p] : 0.0f) : xr[p];
+                acc += v * col[p * width];
+            }
+            y[r * ldy + j] = (bias ? bias[j] : 0.0f) + acc;
         }
     }
 }

@@ -156,7 +156,7 @@ typedef void (*nrv_gemm_implicit_fn)(int64_t m, int64_t n, int64_t k, const floa
                                      const int64_t *b_row_off, float *c, int64_t ldc);
 
 /* Weight panels: a weight W [m, k] (row-major; a conv's [M, C/group·kh·kw] per group)
- * stored once, at compile time (plan op "pack_conv"), in the layout the panel kernels
+ * stored once, at compile time (plan op "pack_panels"), in the layout the panel kernels
  * stream: panels of NRV_PANEL_COLS rows of W, panel t holding rows [64t, 64t + w_t),
  * w_t = min(64, m - 64t rounded up to 16), as k-major [k][w_t] floats (rows past m are
  * zeros). Panel t starts at float t·64·k. Every variant reads this one layout (AVX-512 as
@@ -190,6 +190,17 @@ void nrv_panels_pack(const float *w, int64_t m, int64_t k, float *out);
 typedef void (*nrv_gemm_panels_fn)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow,
                                    int64_t pw, const int64_t *k_off, const float *wp, const float *bias, float *y,
                                    int64_t ldy);
+
+/* A linear layer on a weight in panels (op "linear_panels"; the weight packed once at
+ * compile time): y[r·ldy + j] = bias[j] (0 when NULL) + Σ_{p<k} x̂(r, p)·W(j, p), r < rows,
+ * j < m, where x̂ = x (rows ldx apart) or, when gamma is given, each row layer-normalised on
+ * the fly (mean and 1/sqrt(var + eps) per row, then ·gamma + beta; beta NULL: 0), kept in a
+ * cache-sized block, never written out. Each output's sum runs in the same order whichever
+ * whole panels a call covers, so a call per range of panels [t0, t1) (wp + 64·t0·k, the
+ * outputs from 64·t0, m' = min(m, 64·t1) - 64·t0) changes no bit: the threads' split. */
+typedef void (*nrv_linear_panels_fn)(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma,
+                                     const float *beta, float eps, const float *wp, int64_t m, const float *bias,
+                                     float *y, int64_t ldy);
 
 /* Element-wise y = f(x) over n floats; y may be x. */
 typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
@@ -228,6 +239,7 @@ typedef union nrv_kernel_fn {
     nrv_gemm_fn gemm;
     nrv_gemm_implicit_fn gemm_implicit;
     nrv_gemm_panels_fn gemm_panels;
+    nrv_linear_panels_fn linear_panels;
     nrv_unary_fn unary;
     nrv_softmax_fn softmax;
     nrv_linear_w8_fn linear_w8;
@@ -238,9 +250,9 @@ typedef union nrv_kernel_fn {
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
  * NERVE_DISABLE names ("avx2", "avx512", "neon", "dotprod", "ref"); `requires` is the
- * mask of nrv_cpu_feature bits it needs at run time. `implicit` and `panels`: further entry
- * points of the same implementation, chosen with it (gemm: gemm_implicit and gemm_panels;
- * unused by other ops). */
+ * mask of nrv_cpu_feature bits it needs at run time. `implicit`, `panels` and `rows_panels`:
+ * further entry points of the same implementation, chosen with it (gemm: gemm_implicit,
+ * gemm_panels and linear_panels; unused by other ops). */
 typedef struct nrv_kernel_variant {
     nrv_op op;
     const char *name;
@@ -249,6 +261,7 @@ typedef struct nrv_kernel_variant {
     nrv_kernel_fn fn;
     nrv_kernel_fn implicit;
     nrv_kernel_fn panels;
+    nrv_kernel_fn rows_panels;
 } nrv_kernel_variant;
 
 /* Each ISA module exports one table of its variants, terminated by an entry whose name
@@ -348,6 +361,8 @@ void nrv_gemm_implicit_ref(int64_t m, int64_t n, int64_t k, const float *a, int6
                            const int64_t *b_row_off, float *c, int64_t ldc);
 void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
                          const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy);
+void nrv_linear_panels_ref(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma, const float *beta,
+                           float eps, const float *wp, int64_t m, const float *bias, float *y, int64_t ldy);
 void nrv_gelu_ref(const float *x, int64_t n, float *y);
 void nrv_gelu_tanh_ref(const float *x, int64_t n, float *y);
 void nrv_relu_ref(const float *x, int64_t n, float *y);
@@ -391,5 +406,7 @@ nrv_kernel_fn nrv_kernel_get(nrv_op op);
 nrv_kernel_fn nrv_kernel_get_implicit(nrv_op op);
 /* The selected variant's `panels` entry for op (gemm: gemm_panels). */
 nrv_kernel_fn nrv_kernel_get_panels(nrv_op op);
+/* The selected variant's `rows_panels` entry for op (gemm: linear_panels). */
+nrv_kernel_fn nrv_kernel_get_rows_panels(nrv_op op);
 
 #endif /* NERVE_KERNELS_H */

@@ -2,9 +2,10 @@
 #include "kernels.h"
 
 #define REF(op_, field_, fn_) {.op = (op_), .name = "ref", .group = "ref", .requires = 0, .fn.field_ = (fn_)}
-#define REF_GEMM(fn_, implicit_, panels_)                                                                 \
+#define REF_GEMM(fn_, implicit_, panels_, rows_panels_)                                                   \
     {.op = NRV_OP_GEMM, .name = "ref", .group = "ref", .requires = 0, .fn.gemm = (fn_),                       \
-     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_)}
+     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_),                                \
+     .rows_panels.linear_panels = (rows_panels_)}
 
 const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_EMBEDDING_F32, embedding, nrv_embedding_f32_ref),
@@ -13,7 +14,7 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_LAYERNORM, layernorm, nrv_layernorm_ref),
     REF(NRV_OP_LINEAR, linear, nrv_linear_ref),
     REF(NRV_OP_LAYERNORM_LINEAR, layernorm_linear, nrv_layernorm_linear_ref),
-    REF_GEMM(nrv_gemm_ref, nrv_gemm_implicit_ref, nrv_gemm_panels_ref),
+    REF_GEMM(nrv_gemm_ref, nrv_gemm_implicit_ref, nrv_gemm_panels_ref, nrv_linear_panels_ref),
     REF(NRV_OP_GELU, unary, nrv_gelu_ref),
     REF(NRV_OP_GELU_TANH, unary, nrv_gelu_tanh_ref),
     REF(NRV_OP_RELU, unary, nrv_relu_ref),

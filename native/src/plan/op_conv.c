@@ -1,5 +1,5 @@
 /* op_conv.c — plan ops of the conv family (see plan_ops.h for the contract):
- *   conv, conv_packed (+ pack_conv), conv_w8a8, rdft, pool, global_pool, channel_affine,
+ *   conv, conv_packed (+ pack_panels), conv_w8a8, rdft, pool, global_pool, channel_affine,
  *   instancenorm, pad.
  *
  * Spatial ops accept one or two spatial axes. A 1-D problem is run as a 2-D one whose
@@ -743,13 +743,16 @@ typedef struct conv_panels_job {
 
 /* One piece: a range of output positions, every channel, then the activation on the
  * outputs just written. The kernel sums each output in the same order in any piece. */
-#define CONV_PANELS_CHUNK 240 /* positions per kernel call: the activation finds them in cache */
 static void conv_panels_task(void *ctx, int64_t t) {
     const conv_panels_job *j = ctx;
     const nrv_gemm_panels_fn kernel = nrv_kernel_get_panels(NRV_OP_GEMM).gemm_panels;
     const int64_t p = j->g->p, end = (t + 1) * p / j->pieces;
-    for (int64_t q0 = t * p / j->pieces; q0 < end; q0 += CONV_PANELS_CHUNK) {
-        const int64_t np = end - q0 < CONV_PANELS_CHUNK ? end - q0 : CONV_PANELS_CHUNK;
+    /* positions per kernel call: the call's outputs (a block of y, CONV_Y_BLOCK_FLOATS) are
+     * in L2 for the activation, and each call streams the whole weight once */
+    int64_t chunk = CONV_Y_BLOCK_FLOATS / j->g->mg;
+    chunk = chunk < 240 ? 240 : chunk;
+    for (int64_t q0 = t * p / j->pieces; q0 < end; q0 += chunk) {
+        const int64_t np = end - q0 < chunk ? end - q0 : chunk;
         kernel(np, j->g->mg, j->g->kdim, j->x, q0, j->ow, j->pw, j->k_off, j->wp, j->bias, j->yg + q0, p);
         if (j->act != NRV_PLAN_ACT_NONE)
             for (int64_t m = 0; m < j->g->mg; m++)
@@ -811,7 +814,7 @@ static int64_t conv_block_positions(const conv_geom *g) {
  * stride phases (conv_direct above, the gemm variant's `implicit` entry).
  * Not in place.
  *
- * conv_packed: the same convolution with the weight as panels (op pack_conv, kernels.h),
+ * conv_packed: the same convolution with the weight as panels (op pack_panels, kernels.h),
  *   in[1] f32 [group · nrv_panels_floats(M/group, C/group·Πkernel)], 64-byte aligned;
  *   iattr (4 + 5*sr): conv's, then [M, kernel[sr]]; scratch: conv_scratch_bytes (packed).
  *   Every image and group runs the gemm variant's `panels` entry (conv_panels_group). */
@@ -979,12 +982,14 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
 static nrv_status conv_run(const nrv_op_args *a) { return conv_run_impl(a, 0); }
 static nrv_status conv_packed_run(const nrv_op_args *a) { return conv_run_impl(a, 1); }
 
-/* ---- pack_conv: a conv weight as panels (run once, at compile time, by the compiler's
- * select_conv_panels; the layout is kernels.h's, written by nrv_panels_pack).
- *   in[0] w f32 [M, C/group, *kernel] (rank 3 or 4); iattr (1): [group], group >= 1 divides M
+/* ---- pack_panels: a weight as panels (run once, at compile time, by the compiler's
+ * select_conv_panels and select_linear_panels; the layout is kernels.h's, written by
+ * nrv_panels_pack).
+ *   in[0] w f32 [M, C/group, *kernel] (rank 3 or 4; a linear's [M, K]: rank 2, group 1);
+ *   iattr (1): [group], group >= 1 divides M
  *   out[0] f32 [group · nrv_panels_floats(M/group, C/group·Πkernel)]: group g's panels at
  *          g · nrv_panels_floats(...) */
-static nrv_status pack_conv_run(const nrv_op_args *a) {
+static nrv_status pack_panels_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
     NRV_TRY(nrv_op_check_in(a, 0, "weight"));
     const nrv_tview *w = a->in[0];
@@ -993,8 +998,8 @@ static nrv_status pack_conv_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect_dtype(a, w, "weight", NRV_F32));
     NRV_TRY(nrv_op_expect_dtype(a, out, "output", NRV_F32));
     const int64_t group = a->iattr[0];
-    if (w->rank < 3 || w->rank > 4)
-        return nrv_op_fail(a, NRV_ERR_SHAPE, "weight has rank %d, expected 3 or 4", (int)w->rank);
+    if (w->rank < 2 || w->rank > 4)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "weight has rank %d, expected 2 to 4", (int)w->rank);
     if (group < 1 || group > ATTR_MAX || w->dims[0] % group != 0)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "group %lld must be >= 1 and divide M = %lld", (long long)group,
                            (long long)w->dims[0]);
@@ -1018,37 +1023,46 @@ typedef struct pool_job {
     int64_t s[2], d[2], pb[2], pe[2];
 } pool_job;
 
-/* Max pooling of one plane as two 1-D passes (max is separable): each input row's maxima
- * over the column windows into rowmax[ih][ow], then the row windows over those; kh + kw
- * compares per output instead of kh·kw (an SPP 13x13 pool: 26 for 169). NaN is skipped
- * and an empty window gives -FLT_MAX, as in the direct loop, so the bits are the same. */
-#define POOL_ROWMAX_FLOATS 4096 /* the row maxima on the stack (16 KiB) */
+/* Max pooling of one plane as two 1-D passes (max is separable), one output row at a time:
+ * the maxima down the row's window of input rows into vm (contiguous rows: a vector loop),
+ * then each column tap of vm into the output row, strided taps gathered by an even-lane
+ * shuffle (copy_stride2) when the stride is 2 (a 3x3 stride-2 pool: 112x112 planes ran at
+ * 0.6 G outputs/s through the direct loop). kh + kw compares per output instead of kh·kw.
+ * NaN is skipped (v > mx is false) and an empty window gives -FLT_MAX, as in the direct
+ * loop, so the bits are the same. */
+#define POOL_ROWMAX_FLOATS 4096 /* vm (iw + 1) and the gathered taps (ow) on the stack (16 KiB) */
+static inline int64_t ceil_div_signed(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 static void max_pool_separable(const pool_job *job, const float *xp, float *yp) {
-    float rowmax[POOL_ROWMAX_FLOATS];
+    float buf[POOL_ROWMAX_FLOATS];
     const int64_t ih = job->ih, iw = job->iw, oh = job->oh, ow = job->ow;
-    for (int64_t ox = 0; ox < ow; ox++) {
-        const int64_t x0 = ox * job->s[1] - job->pb[1];
-        int64_t ilo, ihi;
-        nrv_valid_range(x0, job->d[1], iw, job->kw, &ilo, &ihi);
-        for (int64_t r = 0; r < ih; r++) {
-            const float *xr = xp + r * iw;
-            float mx = -FLT_MAX;
-            for (int64_t i = ilo; i < ihi; i++) {
-                const float v = xr[x0 + i * job->d[1]];
-                mx = v > mx ? v : mx;
-            }
-            rowmax[r * ow + ox] = mx;
-        }
-    }
+    const int64_t s1 = job->s[1], d1 = job->d[1], p1 = job->pb[1];
+    float *vm = buf, *taps = buf + iw + 1; /* vm[iw]: the float copy_stride2 may read past the row */
+    vm[iw] = -FLT_MAX;
     for (int64_t oy = 0; oy < oh; oy++) {
         const int64_t y0 = oy * job->s[0] - job->pb[0];
         int64_t jlo, jhi;
         nrv_valid_range(y0, job->d[0], ih, job->kh, &jlo, &jhi);
+        for (int64_t c = 0; c < iw; c++) vm[c] = -FLT_MAX;
+        for (int64_t j = jlo; j < jhi; j++) {
+            const float *xr = xp + (y0 + j * job->d[0]) * iw;
+            for (int64_t c = 0; c < iw; c++) vm[c] = xr[c] > vm[c] ? xr[c] : vm[c];
+        }
         float *yr = yp + oy * ow;
         for (int64_t ox = 0; ox < ow; ox++) yr[ox] = -FLT_MAX;
-        for (int64_t j = jlo; j < jhi; j++) {
-            const float *mr = rowmax + (y0 + j * job->d[0]) * ow;
-            for (int64_t ox = 0; ox < ow; ox++) yr[ox] = mr[ox] > yr[ox] ? mr[ox] : yr[ox];
+        for (int64_t i = 0; i < job->kw; i++) {
+            const int64_t off = i * d1 - p1; /* tap i of output ox reads vm[ox·s1 + off] */
+            int64_t lo = ceil_div_signed(-off, s1), hi = ceil_div_signed(iw - off, s1);
+            lo = lo < 0 ? 0 : lo, hi = hi > ow ? ow : hi;
+            if (lo >= hi) continue;
+            const float *src = vm + lo * s1 + off;
+            if (s1 == 1) {
+                for (int64_t ox = lo; ox < hi; ox++) yr[ox] = src[ox - lo] > yr[ox] ? src[ox - lo] : yr[ox];
+                continue;
+            }
+            if (s1 == 2) copy_stride2(taps, src, hi - lo);
+            else
+                for (int64_t t = 0; t < hi - lo; t++) taps[t] = src[t * s1];
+            for (int64_t ox = lo; ox < hi; ox++) yr[ox] = taps[ox - lo] > yr[ox] ? taps[ox - lo] : yr[ox];
         }
     }
 }
@@ -1058,7 +1072,7 @@ static void pool_task(void *ctx, int64_t t) {
     const int64_t ih = job->ih, iw = job->iw, oh = job->oh, ow = job->ow, kh = job->kh, kw = job->kw;
     const int64_t kind = job->kind, cip = job->cip;
     const int64_t *s_ = job->s, *d_ = job->d, *pb_ = job->pb, *pe_ = job->pe;
-    const int separable = kind == 0 && kh > 1 && kw > 1 && ih * ow <= POOL_ROWMAX_FLOATS;
+    const int separable = kind == 0 && (kh > 1 || kw > 1) && iw + 1 + ow <= POOL_ROWMAX_FLOATS;
     for (int64_t pl = t * job->planes / job->pieces; pl < (t + 1) * job->planes / job->pieces; pl++) {
         const float *xp = job->x + pl * ih * iw;
         float *yp = job->y + pl * oh * ow;
@@ -1667,7 +1681,7 @@ static nrv_status rdft_run(const nrv_op_args *a) {
 const nrv_op_def nrv_plan_ops_conv[] = {
     {"conv", conv_run, "gemm"},
     {"conv_packed", conv_packed_run, "gemm"},
-    {"pack_conv", pack_conv_run, NULL},
+    {"pack_panels", pack_panels_run, NULL},
     {"conv_w8a8", conv_w8a8_run, "linear_w8a8"},
     {"rdft", rdft_run, NULL},
     {"pool", pool_run, NULL},

@@ -1,6 +1,6 @@
 /* op_linalg.c — plan ops of the linalg family: matmul, linear, linear_w8, linear_w8a8 (+ pack_w8a8),
  * linear_w4a32 / linear_w4a8, linear_f16,
- * layernorm_linear, gemm
+ * layernorm_linear, linear_panels, gemm
  * (contract: plan_ops.h).
  *
  * Every op checks dtypes, ranks and extents against the output view the runtime set before
@@ -722,6 +722,85 @@ static nrv_status run_layernorm_linear(const nrv_op_args *a) {
     return nrv_plan_apply_act(a, act, a->fattr[1], a->fattr[2], y->data, rows * N);
 }
 
+/* ------------------------------------------------------------------ linear_panels */
+
+/* "linear_panels" and "layernorm_linear_panels": linear and layernorm_linear with the weight
+ * packed once, at compile time, as panels (kernels.h; op "pack_panels" of the [N, K] weight): the GEMM reads the
+ * panels in place instead of packing Wᵀ on every call.
+ *   in[0] x [..., K] f32 (rank >= 1); in[1] panels f32 [nrv_panels_floats(N, K)], 64-byte
+ *   aligned; in[2] bias [N], optional; in[3] gamma [K] (layernorm_linear_panels only,
+ *   and required there): each row of x layer-normalised on the fly first; in[4] beta [K],
+ *   optional (only with gamma).
+ *   out[0] y [..., N] f32, same rank and leading dims as x.
+ *   iattr [act, N]; fattr [p0, p1, eps] (eps, with gamma: finite and >= 0). No scratch.
+ *   Threads: ranges of whole panels (64 outputs), each written straight into y; an output's
+ *   arithmetic does not depend on its range (kernels.h). */
+typedef struct linear_panels_job {
+    const float *x, *wp, *b, *gamma, *beta;
+    float *y;
+    float eps;
+    int64_t rows, k, n, pieces;
+} linear_panels_job;
+
+static void linear_panels_task(void *ctx, int64_t t) {
+    const linear_panels_job *j = ctx;
+    const int64_t panels = (j->n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
+    const int64_t t0 = t * panels / j->pieces, t1 = (t + 1) * panels / j->pieces;
+    const int64_t o0 = t0 * NRV_PANEL_COLS, o1 = t1 * NRV_PANEL_COLS < j->n ? t1 * NRV_PANEL_COLS : j->n;
+    if (o1 <= o0) return;
+    nrv_kernel_get_rows_panels(NRV_OP_GEMM)
+        .linear_panels(j->x, j->rows, j->k, j->k, j->gamma, j->beta, j->eps, j->wp + o0 * j->k, o1 - o0,
+                       j->b ? j->b + o0 : NULL, j->y + o0, j->n);
+}
+
+static nrv_status run_linear_panels(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 5, 1, 2, 3));
+    NRV_TRY(nrv_op_require_input(a, 0));
+    NRV_TRY(nrv_op_require_input(a, 1));
+    const nrv_tview *x = a->in[0], *wp = a->in[1], *bias = a->n_in > 2 ? a->in[2] : NULL;
+    const nrv_tview *gamma = a->n_in > 3 ? a->in[3] : NULL, *beta = a->n_in > 4 ? a->in[4] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(check_f32(a, x, "x"));
+    NRV_TRY(check_f32(a, wp, "weight panels"));
+    NRV_TRY(check_f32(a, y, "output"));
+    NRV_TRY(check_rank(a, x, "x", 1, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_rank(a, wp, "weight panels", 1, 1));
+    const int64_t act = a->iattr[0], N = a->iattr[1], K = x->dims[x->rank - 1];
+    NRV_TRY(check_act(a, act));
+    int64_t bound, want = -1; /* (N + 16)·K bounds the panels' floats: no overflow inside */
+    if (N >= 0 && N <= INT32_MAX && !__builtin_mul_overflow(N + NRV_PANEL_ALIGN, K, &bound))
+        want = nrv_panels_floats(N, K);
+    if (want < 0 || wp->numel != want)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): weight panels have %lld floats, expected %lld for N %lld, K %lld",
+                        a->type, a->name, (long long)wp->numel, (long long)want, (long long)N, (long long)K);
+    if ((uintptr_t)wp->data % 64 != 0)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): weight panels are not 64-byte aligned", a->type, a->name);
+    if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
+    if (beta && !gamma)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): beta without gamma", a->type, a->name);
+    if (!gamma != !strcmp(a->type, "linear_panels"))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): gamma is %s", a->type, a->name,
+                        gamma ? "only for layernorm_linear_panels" : "required");
+    const float eps = a->fattr[2];
+    if (gamma) {
+        NRV_TRY(check_vec(a, gamma, "gamma", K));
+        if (beta) NRV_TRY(check_vec(a, beta, "beta", K));
+        if (!(eps >= 0.0f) || isinf(eps))
+            return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): eps must be finite and >= 0, got %g", a->type,
+                            a->name, (double)eps);
+        if (K == 0)
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): cannot normalise rows of width 0", a->type, a->name);
+    }
+    NRV_TRY(check_rows_out(a, x, y, N));
+    const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
+    if (rows == 0 || N == 0) return NRV_OK;
+    linear_panels_job j = {x->data, wp->data, bias ? bias->data : NULL, gamma ? gamma->data : NULL,
+                           beta ? beta->data : NULL, y->data, eps, rows, K, N, 1};
+    j.pieces = nrv_plan_pieces(a->pool, rows * K * N, LINEAR_PARALLEL_MIN_MACS, (N + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS);
+    nrv_parallel_for(a->pool, j.pieces, linear_panels_task, &j);
+    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
+}
+
 /* ------------------------------------------------------------------ gemm */
 
 /* "gemm": ONNX Gemm, Y = alpha · op(A) · op(B) + beta · C (for a B that is not a constant;
@@ -798,6 +877,8 @@ const nrv_op_def nrv_plan_ops_linalg[] = {
     {"linear_w4a8", run_linear_w4, "linear_w4a8"},
     {"linear_f16", run_linear_f16, "linear_f16"},
     {"layernorm_linear", run_layernorm_linear, "layernorm_linear"},
+    {"linear_panels", run_linear_panels, "gemm"},
+    {"layernorm_linear_panels", run_linear_panels, "gemm"},
     {"gemm", run_gemm, "gemm"},
     {NULL, NULL, NULL},
 };

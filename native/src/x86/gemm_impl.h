@@ -157,12 +157,14 @@ static void gemm_pack_a_kmajor(const nrv_x86_gemm_args *g, int64_t ir, int64_t m
  * a 6-row tile of which 4 rows are thrown away (measured 11% of a 32-channel conv).
  * mode (a constant at every call): GEMM_A_ROWS: A(i, p) = a[i·lda + p], B packed in bp;
  * GEMM_A_KMAJOR: A(i, p) = a[p·MR + i], B packed; GEMM_B_OFFSETS: A as GEMM_A_ROWS, B's
- * row p read in place at bp + boff[p] (the implicit GEMM). first: the first KC block
+ * row p read in place at bp + boff[p] (the implicit GEMM). GEMM_A_ROWS reads B's rows ldb
+ * floats apart (GEMM_NR when packed here, a panel's width for weight panels). first: the first KC block
  * (beta and bias apply). */
 enum { GEMM_A_ROWS = 0, GEMM_A_KMAJOR = 1, GEMM_B_OFFSETS = 2 }; /* gemm_micro's modes */
 static inline __attribute__((always_inline)) void gemm_micro(const int rows, const int nv, int mode, int64_t kc,
                                                              const float *a, int64_t lda, const float *bp,
-                                                             const int64_t *boff, float *c, int64_t ldc, int64_t nr,
+                                                             const int64_t *boff, int64_t ldb, float *c, int64_t ldc,
+                                                             int64_t nr,
                                                              float alpha, float beta, int first, const float *bias) {
     vf acc[GEMM_MR][GEMM_NRV];
     for (int i = 0; i < rows; i++)
@@ -193,7 +195,7 @@ static inline __attribute__((always_inline)) void gemm_micro(const int rows, con
     } else {
         const float *ar[GEMM_MR];
         for (int i = 0; i < rows; i++) ar[i] = a + i * lda;
-        for (int64_t p = 0; p < kc; p++, bp += GEMM_NR) {
+        for (int64_t p = 0; p < kc; p++, bp += ldb) {
             vf b[GEMM_NRV];
             for (int v = 0; v < nv; v++) b[v] = vload(bp + v * VL);
             for (int i = 0; i < rows; i++) {
@@ -233,29 +235,29 @@ _Static_assert(GEMM_MR == 6, "gemm_micro_rows/kmajor instantiate the micro-kerne
 /* One micro-kernel call with rows and vectors of columns as constants: mr in 1..6 rows,
  * nv = the vectors the tile's nr columns need (a last panel of 4 columns runs one vector
  * per row, not NRV: convs at 7x7 or 14x14 positions wasted up to 30% on zero columns). */
-#define GEMM_MICRO_ROWS(NV, MODE, LDA, BOFF)                                                                   \
+#define GEMM_MICRO_ROWS(NV, MODE, LDA, BOFF, LDB)                                                                \
     switch (mr) {                                                                                              \
-    case 6: gemm_micro(6, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 5: gemm_micro(5, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 4: gemm_micro(4, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 3: gemm_micro(3, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    case 2: gemm_micro(2, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;     \
-    default: gemm_micro(1, NV, MODE, kc, a, LDA, bp, BOFF, c, ldc, nr, alpha, beta, first, bias); break;    \
+    case 6: gemm_micro(6, NV, MODE, kc, a, LDA, bp, BOFF, LDB, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 5: gemm_micro(5, NV, MODE, kc, a, LDA, bp, BOFF, LDB, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 4: gemm_micro(4, NV, MODE, kc, a, LDA, bp, BOFF, LDB, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 3: gemm_micro(3, NV, MODE, kc, a, LDA, bp, BOFF, LDB, c, ldc, nr, alpha, beta, first, bias); break;     \
+    case 2: gemm_micro(2, NV, MODE, kc, a, LDA, bp, BOFF, LDB, c, ldc, nr, alpha, beta, first, bias); break;     \
+    default: gemm_micro(1, NV, MODE, kc, a, LDA, bp, BOFF, LDB, c, ldc, nr, alpha, beta, first, bias); break;    \
     }
 #if GEMM_NRV == 4
-#define GEMM_MICRO_CASES(MODE, LDA, BOFF)                                                                      \
+#define GEMM_MICRO_CASES(MODE, LDA, BOFF, LDB)                                                                   \
     switch (nr >= GEMM_NR ? GEMM_NRV : (int)((nr + VL - 1) / VL)) {                                            \
-    case 4: GEMM_MICRO_ROWS(4, MODE, LDA, BOFF) break;                                                       \
-    case 3: GEMM_MICRO_ROWS(3, MODE, LDA, BOFF) break;                                                       \
-    case 2: GEMM_MICRO_ROWS(2, MODE, LDA, BOFF) break;                                                       \
-    default: GEMM_MICRO_ROWS(1, MODE, LDA, BOFF) break;                                                      \
+    case 4: GEMM_MICRO_ROWS(4, MODE, LDA, BOFF, LDB) break;                                                       \
+    case 3: GEMM_MICRO_ROWS(3, MODE, LDA, BOFF, LDB) break;                                                       \
+    case 2: GEMM_MICRO_ROWS(2, MODE, LDA, BOFF, LDB) break;                                                       \
+    default: GEMM_MICRO_ROWS(1, MODE, LDA, BOFF, LDB) break;                                                      \
     }
 #elif GEMM_NRV == 2
-#define GEMM_MICRO_CASES(MODE, LDA, BOFF)                                                                      \
+#define GEMM_MICRO_CASES(MODE, LDA, BOFF, LDB)                                                                   \
     if (nr > VL) {                                                                                             \
-        GEMM_MICRO_ROWS(2, MODE, LDA, BOFF)                                                                    \
+        GEMM_MICRO_ROWS(2, MODE, LDA, BOFF, LDB)                                                                    \
     } else {                                                                                                   \
-        GEMM_MICRO_ROWS(1, MODE, LDA, BOFF)                                                                    \
+        GEMM_MICRO_ROWS(1, MODE, LDA, BOFF, LDB)                                                                    \
     }
 #else
 #error "GEMM_NRV must be 2 or 4"
@@ -263,12 +265,12 @@ _Static_assert(GEMM_MR == 6, "gemm_micro_rows/kmajor instantiate the micro-kerne
 
 static void gemm_micro_rows(int64_t kc, const float *a, int64_t lda, int64_t mr, const float *bp, float *c,
                             int64_t ldc, int64_t nr, float alpha, float beta, int first, const float *bias) {
-    GEMM_MICRO_CASES(GEMM_A_ROWS, lda, NULL)
+    GEMM_MICRO_CASES(GEMM_A_ROWS, lda, NULL, GEMM_NR)
 }
 
 static void gemm_micro_kmajor(int64_t kc, const float *a, int64_t mr, const float *bp, float *c, int64_t ldc,
                               int64_t nr, float alpha, float beta, int first, const float *bias) {
-    GEMM_MICRO_CASES(GEMM_A_KMAJOR, 0, NULL)
+    GEMM_MICRO_CASES(GEMM_A_KMAJOR, 0, NULL, GEMM_NR)
 }
 
 /* A whole NR-column tile with B's rows at bp + boff[p] (implicit GEMM), A rows in place;
@@ -277,7 +279,14 @@ static void gemm_micro_offsets(int64_t kc, const float *a, int64_t lda, int64_t 
                                const int64_t *boff, float *c, int64_t ldc, int first) {
     const float alpha = 1.0f, beta = 0.0f, *bias = NULL;
     const int64_t nr = GEMM_NR;
-    GEMM_MICRO_ROWS(GEMM_NRV, GEMM_B_OFFSETS, lda, boff)
+    GEMM_MICRO_ROWS(GEMM_NRV, GEMM_B_OFFSETS, lda, boff, 0)
+}
+/* A tile with B's rows ldb floats apart in place (a weight's panels, kernels.h): A rows in
+ * place, alpha 1, beta 0, bias on the first depth block. */
+static void gemm_micro_panel(int64_t kc, const float *a, int64_t lda, int64_t mr, const float *bp, int64_t ldb,
+                             float *c, int64_t ldc, int64_t nr, int first, const float *bias) {
+    const float alpha = 1.0f, beta = 0.0f;
+    GEMM_MICRO_CASES(GEMM_A_ROWS, lda, NULL, ldb)
 }
 #undef GEMM_MICRO_CASES
 #undef GEMM_MICRO_ROWS
@@ -462,7 +471,7 @@ void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 /* ---------------------------------------------------------------- weight panels */
 
 /* nrv_gemm_panels (kernels.h): a conv with its weight in panels, output channels as the
- * vector lanes. Per block of PANEL_NP positions: for each panel of 64 channels, depth
+ * vector lanes. For each panel of 64 channels and block of PANEL_NP positions, depth
  * blocks of PANEL_KC (the panel's KC x 64 floats, 32 KiB, stay in L1 while every row tile
  * of positions passes over them), a micro-tile of PANEL_MR positions x PANEL_SUB channels
  * in registers, each position's input value broadcast from its own base pointer (so a
@@ -542,17 +551,19 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
     }
     _Alignas(64) float ct[PANEL_NP * NRV_PANEL_COLS];
     const float *base[PANEL_NP];
-    for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
-        const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
-        int64_t row = (q0 + b0) / ow, col = (q0 + b0) % ow;
-        for (int64_t i = 0; i < nb; i++) {
-            base[i] = x + row * pw + col;
-            if (++col == ow) col = 0, row++;
-        }
-        const int64_t tiles = gemm_row_tiles(nb);
-        for (int64_t j0 = 0; j0 < m; j0 += NRV_PANEL_COLS) {
-            const int64_t width = nrv_panel_width(m, j0 / NRV_PANEL_COLS);
-            const float *panel = wp + j0 * k;
+    /* panels outer: a panel (K x 64 floats) is streamed from memory once and re-read from
+     * L2 for each block of positions, whose input rows stay in L2 across the panels */
+    for (int64_t j0 = 0; j0 < m; j0 += NRV_PANEL_COLS) {
+        const int64_t width = nrv_panel_width(m, j0 / NRV_PANEL_COLS);
+        const float *panel = wp + j0 * k;
+        for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
+            const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
+            int64_t row = (q0 + b0) / ow, col = (q0 + b0) % ow;
+            for (int64_t i = 0; i < nb; i++) {
+                base[i] = x + row * pw + col;
+                if (++col == ow) col = 0, row++;
+            }
+            const int64_t tiles = gemm_row_tiles(nb);
             for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
                 const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;
                 for (int64_t s0 = 0; s0 < width; s0 += PANEL_SUB) {
@@ -582,6 +593,110 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
                     for (int64_t t = 0; t < cols; t++)
                         y[(j0 + c8 + t) * ldy + b0 + i] = ct[i * NRV_PANEL_COLS + c8 + t] + bv[t];
             }
+        }
+    }
+}
+
+/* nrv_linear_panels (kernels.h): the GEMM nest above with B read in place from the weight's
+ * panels (no per-call pack: the in-model linears with their weights out of cache spent as
+ * long packing Wᵀ as multiplying). Two orders, by the weight's size:
+ *  - a weight over LP_SMALL_W_FLOATS: panels outer, so each is streamed from memory once
+ *    (the next 128-deep block prefetched into L2 a share per row tile); per block (32 KiB,
+ *    in L1) every row tile passes over it, x's rows read in place; with gamma (the fused
+ *    layernorm) each tile's slice is normalised into a stack tile as it is used (~5% of the
+ *    product's work), the row statistics computed once per LP_LN_ROWS rows;
+ *  - a small weight (in L2 throughout): chunks of rows outer, whose x stays in L2 (plain) or
+ *    whose 128-deep slice is normalised once into a stack block (GEMM_LN_ONCE_ROWS rows).
+ * Depth blocks are PANEL_KC in both, so an output's sum never depends on the order, the
+ * call's panels or its rows. No normalised tensor goes to memory. */
+#define LP_LN_ROWS 1024                 /* rows whose layernorm statistics are on the stack (8 KiB) */
+#define LP_SMALL_W_FLOATS (256 * 1024)  /* 1 MiB: a weight this small stays in L2 */
+#define LP_X_FLOATS (64 * 1024)         /* 256 KiB of x rows per chunk (small weights) */
+_Static_assert(GEMM_LN_ONCE_ROWS * PANEL_KC <= GEMM_LN_FLOATS, "a normalised slice of a row chunk on the stack");
+
+/* One 128-deep block [pc, pc + kc) of panels [j_begin, j_end) against row tiles of a (rows
+ * lda apart, already normalised when given so) — or, when gamma is given, of x normalised
+ * tile by tile with the rows' mean and rstd. */
+static void linear_panels_block(const float *a, int64_t lda, int64_t nrows, int64_t pc, int64_t kc, const float *gamma,
+                                const float *beta, const float *mean, const float *rstd, const float *wp, int64_t k,
+                                int64_t m, int64_t j0, const float *bias, float *y, int64_t ldy, int prefetch) {
+    _Alignas(64) float apack[GEMM_MR * PANEL_KC];
+    const int64_t tiles = gemm_row_tiles(nrows), width = nrv_panel_width(m, j0 / NRV_PANEL_COLS);
+    const float *block = wp + j0 * k + pc * width;
+    /* the next block follows this one in memory (the next depths, or the next panel's first) */
+    int64_t next_lines = 0; /* floats / 16 */
+    if (prefetch && pc + kc < k)
+        next_lines = (k - pc - kc < PANEL_KC ? k - pc - kc : PANEL_KC) * width / 16;
+    else if (prefetch && j0 + NRV_PANEL_COLS < m)
+        next_lines = (k < PANEL_KC ? k : PANEL_KC) * nrv_panel_width(m, j0 / NRV_PANEL_COLS + 1) / 16;
+    const char *next = (const char *)(block + kc * width);
+    for (int64_t t = 0; t < tiles; t++) {
+        const int64_t i0 = gemm_tile_start(nrows, tiles, t), mr = gemm_tile_start(nrows, tiles, t + 1) - i0;
+        for (int64_t l = t * next_lines / tiles; l < (t + 1) * next_lines / tiles; l++)
+            __builtin_prefetch(next + 64 * l, 0, 2);
+        const float *at = a + i0 * lda;
+        int64_t ldt = lda;
+        if (gamma) {
+            for (int64_t i = 0; i < mr; i++)
+                v_normalise_row(at + i * lda, kc, mean[i0 + i], rstd[i0 + i], gamma + pc, beta ? beta + pc : NULL,
+                                apack + i * PANEL_KC);
+            at = apack, ldt = PANEL_KC;
+        }
+        for (int64_t s0 = 0; s0 < width && j0 + s0 < m; s0 += GEMM_NR) {
+            const int64_t nr = m - j0 - s0 < GEMM_NR ? m - j0 - s0 : GEMM_NR;
+            gemm_micro_panel(kc, at, ldt, mr, block + s0, width, y + i0 * ldy + j0 + s0, ldy, nr, pc == 0,
+                             bias ? bias + j0 + s0 : NULL);
+        }
+    }
+}
+
+void X86FN(nrv_linear_panels)(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma,
+                              const float *beta, float eps, const float *wp, int64_t m, const float *bias, float *y,
+                              int64_t ldy) {
+    if (k == 0) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < m; j++) y[r * ldy + j] = bias ? bias[j] : 0.0f;
+        return;
+    }
+    if (k * m > LP_SMALL_W_FLOATS) { /* panels outer */
+        float mean[LP_LN_ROWS], rstd[LP_LN_ROWS];
+        const int64_t chunk = gamma ? LP_LN_ROWS : rows;
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            const int64_t nrows = rows - r0 < chunk ? rows - r0 : chunk;
+            if (gamma)
+                for (int64_t i = 0; i < nrows; i++) v_row_stats(x + (r0 + i) * ldx, k, eps, &mean[i], &rstd[i]);
+            for (int64_t j0 = 0; j0 < m; j0 += NRV_PANEL_COLS)
+                for (int64_t pc = 0; pc < k; pc += PANEL_KC)
+                    linear_panels_block(x + r0 * ldx + pc, ldx, nrows, pc, k - pc < PANEL_KC ? k - pc : PANEL_KC, gamma,
+                                        beta, mean, rstd, wp, k, m, j0, bias, y + r0 * ldy, ldy, nrows >= 2 * GEMM_MR);
+        }
+        return;
+    }
+    if (!gamma) { /* a small weight: rows outer */
+        int64_t chunk = LP_X_FLOATS / k;
+        chunk = chunk < 8 * GEMM_MR ? 8 * GEMM_MR : chunk;
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            const int64_t nrows = rows - r0 < chunk ? rows - r0 : chunk;
+            for (int64_t pc = 0; pc < k; pc += PANEL_KC)
+                for (int64_t j0 = 0; j0 < m; j0 += NRV_PANEL_COLS)
+                    linear_panels_block(x + r0 * ldx + pc, ldx, nrows, pc, k - pc < PANEL_KC ? k - pc : PANEL_KC, NULL,
+                                        NULL, NULL, NULL, wp, k, m, j0, bias, y + r0 * ldy, ldy, 0);
+        }
+        return;
+    }
+    _Alignas(64) float xa[GEMM_LN_ONCE_ROWS * PANEL_KC];
+    float mean[GEMM_LN_ONCE_ROWS], rstd[GEMM_LN_ONCE_ROWS];
+    for (int64_t r0 = 0; r0 < rows; r0 += GEMM_LN_ONCE_ROWS) {
+        const int64_t nrows = rows - r0 < GEMM_LN_ONCE_ROWS ? rows - r0 : GEMM_LN_ONCE_ROWS;
+        for (int64_t i = 0; i < nrows; i++) v_row_stats(x + (r0 + i) * ldx, k, eps, &mean[i], &rstd[i]);
+        for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
+            const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;
+            for (int64_t i = 0; i < nrows; i++)
+                v_normalise_row(x + (r0 + i) * ldx + pc, kc, mean[i], rstd[i], gamma + pc, beta ? beta + pc : NULL,
+                                xa + i * kc);
+            for (int64_t j0 = 0; j0 < m; j0 += NRV_PANEL_COLS)
+                linear_panels_block(xa, kc, nrows, pc, kc, NULL, NULL, NULL, NULL, wp, k, m, j0, bias, y + r0 * ldy,
+                                    ldy, 0);
         }
     }
 }

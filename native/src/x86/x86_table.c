@@ -46,12 +46,14 @@
     {.op = (op_), .name = "avx512", .group = "avx512", .requires = X86_AVX512_FEATURES, .fn.field_ = (fn_)}
 #define AVX2(op_, field_, fn_) \
     {.op = (op_), .name = "avx2", .group = "avx2", .requires = X86_AVX2_FEATURES, .fn.field_ = (fn_)}
-#define AVX512_GEMM(fn_, implicit_, panels_)                                                             \
+#define AVX512_GEMM(fn_, implicit_, panels_, rows_)                                                            \
     {.op = NRV_OP_GEMM, .name = "avx512", .group = "avx512", .requires = X86_AVX512_FEATURES, .fn.gemm = (fn_), \
-     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_)}
-#define AVX2_GEMM(fn_, implicit_, panels_)                                                               \
+     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_),                  \
+     .rows_panels.linear_panels = (rows_)}
+#define AVX2_GEMM(fn_, implicit_, panels_, rows_)                                                              \
     {.op = NRV_OP_GEMM, .name = "avx2", .group = "avx2", .requires = X86_AVX2_FEATURES, .fn.gemm = (fn_), \
-     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_)}
+     .implicit.gemm_implicit = (implicit_), .panels.gemm_panels = (panels_),                  \
+     .rows_panels.linear_panels = (rows_)}
 
 const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_EMBEDDING_F32, embedding, nrv_embedding_f32_avx2),
@@ -63,8 +65,8 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_LINEAR, linear, nrv_linear_avx2),
     AVX512(NRV_OP_LAYERNORM_LINEAR, layernorm_linear, nrv_layernorm_linear_avx512),
     AVX2(NRV_OP_LAYERNORM_LINEAR, layernorm_linear, nrv_layernorm_linear_avx2),
-    AVX512_GEMM(nrv_gemm_avx512, nrv_gemm_implicit_avx512, nrv_gemm_panels_avx512),
-    AVX2_GEMM(nrv_gemm_avx2, nrv_gemm_implicit_avx2, nrv_gemm_panels_avx2),
+    AVX512_GEMM(nrv_gemm_avx512, nrv_gemm_implicit_avx512, nrv_gemm_panels_avx512, nrv_linear_panels_avx512),
+    AVX2_GEMM(nrv_gemm_avx2, nrv_gemm_implicit_avx2, nrv_gemm_panels_avx2, nrv_linear_panels_avx2),
     AVX512(NRV_OP_GELU, unary, nrv_gelu_avx512),
     AVX2(NRV_OP_GELU, unary, nrv_gelu_avx2),
     AVX512(NRV_OP_GELU_TANH, unary, nrv_gelu_tanh_avx512),

@@ -61,7 +61,7 @@ CONTROL = {"if", "jump", "label"}
 U_SILU = 42
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7, 25: 8, U_SILU: 9}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
-_ACT_SLOT = {"conv": (2, 0), "conv_packed": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
+_ACT_SLOT = {"conv": (2, 0), "conv_packed": (2, 0), "linear_panels": (0, 0), "layernorm_linear_panels": (0, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
              "linear_w8a8": (0, 0),
              "linear_w4a32": (0, 0), "linear_w4a8": (0, 0), "linear_f16": (0, 0), "matmul": (0, 0),
              "layernorm_linear": (0, 1)}
@@ -775,8 +775,9 @@ CONV_PANELS_POINTWISE_MIN_BYTES = 1 << 20
 
 
 def conv_panels_enabled() -> bool:
-    """Whether select_conv_panels runs (NERVE_CONV_PANELS=0 at compile time turns it off: the
-    convs then take the implicit GEMM, as before it; for A/B measurements)."""
+    """Whether select_conv_panels and select_linear_panels run (NERVE_CONV_PANELS=0 at compile
+    time turns them off: convs and linears then keep their plain weights, as before them; for
+    A/B measurements)."""
     return os.environ.get("NERVE_CONV_PANELS", "1").strip() != "0"
 
 
@@ -789,14 +790,15 @@ def panels_floats(m: int, k: int) -> int:
     return (last * PANEL_COLS + width) * k
 
 
-def _pack_conv(w: np.ndarray, group: int) -> np.ndarray:
-    """A conv weight [M, C/group, *kernel] as panels per group, written by the C op pack_conv."""
+def _pack_panels(w: np.ndarray, group: int = 1) -> np.ndarray:
+    """A weight [M, ...] (a linear's [N, K], a conv's [M, C/group, *kernel]) as panels per
+    group of outputs, written by the C op pack_panels (the layout's one writer)."""
     from ..session import run_program_once  # the runtime; imported late (it imports the compiler)
 
     m = w.shape[0]
     wv = Value("w", np.float32, tuple(w.shape), const=np.ascontiguousarray(w))
     out = Value("panels", np.float32, (group * panels_floats(m // group, w.size // max(m, 1)),))
-    op = Op("pack_conv", [wv], [out], iattr=[group], name="pack_conv")
+    op = Op("pack_panels", [wv], [out], iattr=[group], name="pack_panels")
     out.producer = op
     prog = Program(ops=[op], inputs=[], outputs=[out], symbols={}, binds=[])
     return run_program_once(prog)[0]
@@ -832,7 +834,7 @@ def select_conv_panels(prog: Program) -> bool:
         key = (w.uid, group)
         if key not in made:
             made[key] = Value(w.name + ".panels", np.float32, (group * panels_floats(mg, k),),
-                              const=_pack_conv(np.asarray(w.const, np.float32).reshape(w.shape), group))
+                              const=_pack_panels(np.asarray(w.const, np.float32).reshape(w.shape), group))
         strides, dil = list(op.iattr[3:3 + sr]), list(op.iattr[3 + sr:3 + 2 * sr])
         pb, pe = list(op.iattr[3 + 2 * sr:3 + 3 * sr]), list(op.iattr[3 + 3 * sr:3 + 4 * sr])
         out_sp = list(op.outputs[0].shape[2:])
@@ -843,6 +845,65 @@ def select_conv_panels(prog: Program) -> bool:
                         (conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise),))
         new = Op("conv_packed", [x, made[key]] + list(op.inputs[2:3]), op.outputs, iattr=list(op.iattr) + [m] + kernel,
                  fattr=list(op.fattr), scratch=scratch, name=op.name)
+        _swap_op(prog, i, new)
+        changed = True
+    return changed
+
+
+# Linears on fewer rows (at the dims' bounds) keep their row-major weight: the decode-step
+# kernels (linear_impl.h) stream it as dot products, as fast as panels there.
+LINEAR_PANELS_MIN_ROWS = 32
+
+
+def _const_digest(v: Value) -> bytes:
+    return hashlib.sha256(np.ascontiguousarray(v.const).tobytes()).digest()
+
+
+def _digests_read_by_others(prog: Program, types: Tuple[str, ...]) -> Set[bytes]:
+    """Contents of the fp32 constants that ops other than `types` read. The plan stores
+    equal weights once (by content): a tied embedding's table and its output layer's weight
+    are one copy, which panels of the latter would double."""
+    return {_const_digest(v) for op in prog.ops if op.type not in types for v in op.inputs
+            if v is not None and v.const is not None and v.static and v.dtype == np.float32 and v.rank == 2}
+
+
+def select_linear_panels(prog: Program) -> bool:
+    """fp32 ``linear`` and ``layernorm_linear`` ops with a constant weight whose contents no
+    other kind of op reads (a tied embedding's table), on at least LINEAR_PANELS_MIN_ROWS rows at the bounds, whose panels hold at most
+    CONV_PANELS_MAX_PAD times the weight (16 or more outputs), become ``linear_panels`` and
+    ``layernorm_linear_panels``:
+    the weight packed once, here, as panels (kernels.h), which the GEMM reads in place where
+    it packed Wᵀ from W on every call (in-model linears with their weights out of cache spent
+    about as long packing as multiplying). Measured: bench/RESULTS.md, stop 23. Runs last
+    with select_conv_panels; NERVE_CONV_PANELS=0 turns both off."""
+    if not conv_panels_enabled():
+        return False
+    shared = None  # computed on the first candidate
+    changed = False
+    for i, op in enumerate(prog.ops):
+        if op.type == "linear":
+            x, w, bias = (op.inputs + [None, None])[:3]
+            gamma = beta = None
+            eps, p0, p1 = 0.0, op.fattr[0], op.fattr[1]
+        elif op.type == "layernorm_linear":
+            x, gamma, beta, w, bias = (op.inputs + [None, None])[:5]
+            eps, p0, p1 = op.fattr
+        else:
+            continue
+        if w is None or w.const is None or not w.static or w.dtype != np.float32 or w.rank != 2:
+            continue
+        n, k = int(w.shape[0]), int(w.shape[1])
+        rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
+        if n == 0 or rows < LINEAR_PANELS_MIN_ROWS or panels_floats(n, k) > CONV_PANELS_MAX_PAD * n * k:
+            continue
+        if shared is None:
+            shared = _digests_read_by_others(prog, ("linear", "layernorm_linear"))
+        if _const_digest(w) in shared:
+            continue
+        panels = Value(w.name + ".panels", np.float32, (panels_floats(n, k),),
+                       const=_pack_panels(np.asarray(w.const, np.float32).reshape(n, k)))
+        new = Op(op.type + "_panels", [x, panels, bias] + ([gamma, beta] if gamma is not None else []), op.outputs,
+                 iattr=[op.iattr[0], n], fattr=[p0, p1, eps], name=op.name)
         _swap_op(prog, i, new)
         changed = True
     return changed
@@ -1107,4 +1168,5 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fold_transpose_into_matmul(prog)
     fuse_activation(prog)
     select_conv_panels(prog)
+    select_linear_panels(prog)
     eliminate_dead_ops(prog)

@@ -1,8 +1,9 @@
-"""Convs with their weight packed as panels at compile time (op conv_packed, the gemm
-variant's `panels` kernel; kernels.h): which convs take it, that they match a float64
-reference at awkward sizes (output channels across whole and partial 64-channel panels,
-groups, strides, dilations, uneven pads, 1-D and 2-D, batches, fused activations, symbolic
-sizes), that the plan holds the panels instead of the fp32 weight, and that a malformed
+"""Weights packed as panels at compile time (kernels.h): convs (op conv_packed, the gemm
+variant's `panels` kernel) and linears (op linear_panels, its `rows_panels` kernel, with the
+fused layernorm too). Which ops take them, that they match a float64 reference at awkward
+sizes (outputs across whole and partial 64-wide panels, groups, strides, dilations, uneven
+pads, 1-D and 2-D, batches, fused activations, symbolic sizes), bit-identical across thread
+counts, that the plan holds the panels instead of the fp32 weight, and that a malformed
 panel weight is a clear error."""
 
 import numpy as np
@@ -136,7 +137,7 @@ def test_convs_that_keep_the_implicit_gemm(tmp_path, rng, x_shape, m, kernel, gr
                                rtol=1e-5, atol=1e-4)
 
 
-def test_panels_replace_the_fp32_weight_and_can_be_turned_off(tmp_path, rng, monkeypatch):
+def test_conv_panels_replace_the_fp32_weight_and_can_be_turned_off(tmp_path, rng, monkeypatch):
     w = (rng.standard_normal((100, 30, 3, 3)) * 0.1).astype(np.float32)  # panels: 112 rows of 270
     model = _conv_model(w, None, (1, 30, 16, 16), None, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     x = rng.standard_normal((1, 30, 16, 16)).astype(np.float32)
@@ -170,3 +171,128 @@ def test_conv_packed_checks_its_panels():
         _run_conv_packed(good[:-1].copy(), 20)
     with pytest.raises(nerve.NerveError, match="weight panels have"):
         _run_conv_packed(good, 40)  # another M
+
+
+def _linear_model(w, b, x_shape, ln=None, act=None):
+    """x · wᵀ (+ b) as MatMul + Add, optionally after a LayerNormalization (gamma, beta) and
+    followed by an activation."""
+    nodes, inits = [], [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")]
+    src = "x"
+    if ln is not None:
+        nodes.append(helper.make_node("LayerNormalization", ["x", "g"] + (["be"] if ln[1] is not None else []), ["n"],
+                                      axis=-1, epsilon=1e-5))
+        inits.append(numpy_helper.from_array(ln[0], "g"))
+        if ln[1] is not None:
+            inits.append(numpy_helper.from_array(ln[1], "be"))
+        src = "n"
+    nodes.append(helper.make_node("MatMul", [src, "wt"], ["mm"]))
+    last = "mm"
+    if b is not None:
+        nodes.append(helper.make_node("Add", ["mm", "b"], ["lin"]))
+        inits.append(numpy_helper.from_array(b, "b"))
+        last = "lin"
+    if act == "gelu":
+        nodes.append(helper.make_node("Gelu", [last], ["y"]))
+    else:
+        nodes[-1].output[0] = "y"
+    g = helper.make_graph(nodes, "lin", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 9
+    return m
+
+
+def _linear_ref(x, w, b, ln, act):
+    x = x.astype(np.float64)
+    if ln is not None:
+        mean = x.mean(-1, keepdims=True)
+        x = (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * ln[0]
+        if ln[1] is not None:
+            x = x + ln[1]
+    y = x @ w.astype(np.float64).T
+    if b is not None:
+        y = y + b
+    if act == "gelu":
+        from math import erf
+        y = 0.5 * y * (1.0 + np.vectorize(erf)(y / np.sqrt(2.0)))
+    return y
+
+
+LINEAR_CASES = [
+    # x shape, out, layernorm (None, "beta", "gamma"), act
+    ((32, 13), 97, None, None),
+    ((2, 37, 130), 65, None, "gelu"),
+    ((1, 100, 257), 300, "beta", None),
+    ((75, 64), 31, "gamma", None),
+    ((3, 20, 96), 384, "beta", "gelu"),
+    ((40, 1025), 64, None, None),
+]
+
+
+@pytest.mark.parametrize("x_shape,n,ln,act", LINEAR_CASES)
+def test_linear_panels_match_float64(tmp_path, rng, x_shape, n, ln, act):
+    k = x_shape[-1]
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) if n % 2 else None
+    lnp = None
+    if ln is not None:
+        lnp = (rng.uniform(0.5, 1.5, k).astype(np.float32), rng.standard_normal(k).astype(np.float32) if ln == "beta"
+               else None)
+    path = tmp_path / "lin.onnx"
+    path.write_bytes(_linear_model(w, b, x_shape, lnp, act).SerializeToString())
+    sess = nerve.Session(path, cache=False)
+    assert _op_types(sess) == ["layernorm_linear_panels" if ln else "linear_panels"]
+    x = (rng.standard_normal(x_shape) + 0.5).astype(np.float32)
+    got = sess.run({"x": x})["y"]
+    want = _linear_ref(x, w, b, lnp, act)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=3e-5 * np.sqrt(k))
+    np.testing.assert_array_equal(nerve.Session(path, cache=False, threads=3).run({"x": x})["y"], got)
+
+
+def test_linears_that_keep_their_weight(tmp_path, rng):
+    """Few rows (a decode step) keep the row-major weight the dot-product kernels stream, as
+    do narrow layers (panels nearly half zeros); a weight another op also reads (a tied
+    embedding) is not doubled."""
+    w = (rng.standard_normal((64, 48)) * 0.1).astype(np.float32)
+    few = nerve.Session(_linear_model(w, None, (1, 8, 48)), cache=False)
+    assert _op_types(few) == ["linear"]
+    narrow = nerve.Session(_linear_model(w[:17], None, (1, 64, 48)), cache=False)  # 17 outputs: a panel of 32
+    assert _op_types(narrow) == ["linear"]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [40])
+    g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["e"]),
+                           helper.make_node("Gemm", ["e", "table"], ["y"], transB=1)], "tied", [ids],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "table")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = nerve.Session(m, cache=False)
+    assert "linear" in _op_types(sess)  # the table's bytes, stored once for both (by content)
+    y = sess.run({"ids": np.arange(40) % 64})["y"]
+    np.testing.assert_allclose(y, w[np.arange(40) % 64] @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_panels_check_their_operands():
+    """A panel weight of the wrong size, beta without gamma: clear errors naming the op."""
+    x = Value("x", np.float32, (40, 36), const=np.ones((40, 36), np.float32))
+    y = Value("y", np.float32, (40, 20))
+
+    def run(panels, n, extra=(), op_type="linear_panels"):
+        wv = Value("w", np.float32, panels.shape, const=panels)
+        op = Op(op_type, [x, wv, None] + list(extra), [y], iattr=[0, n], fattr=[0, 0, 1e-5], name="bad_lin")
+        y.producer = op
+        return run_program_once(Program(ops=[op], inputs=[], outputs=[y], symbols={}, binds=[]))[0]
+
+    good = np.zeros(panels_floats(20, 36), np.float32)
+    assert run(good, 20).shape == (40, 20)
+    with pytest.raises(nerve.NerveError, match="weight panels have"):
+        run(good[:-16].copy(), 20)
+    beta = Value("beta", np.float32, (36,), const=np.zeros(36, np.float32))
+    with pytest.raises(nerve.NerveError, match="beta without gamma"):
+        run(good, 20, [None, beta])
+    gamma = Value("gamma", np.float32, (36,), const=np.ones(36, np.float32))
+    assert run(good, 20, [gamma, beta], "layernorm_linear_panels").shape == (40, 20)
+    with pytest.raises(nerve.NerveError, match="only for layernorm_linear_panels"):
+        run(good, 20, [gamma])
+    with pytest.raises(nerve.NerveError, match="gamma is required"):
+        run(good, 20, op_type="layernorm_linear_panels")
