@@ -696,24 +696,6 @@ static void conv_gemm_split(conv_gemm_job *j, nrv_threadpool *pool, int split_ro
  * compile time; the kernel streams them with output channels as the vector lanes and
  * writes y directly (no junk columns, no row buffer). */
 
-/* conv_packed's operands: x and y as conv's, the weight panels f32 of rank 1. */
-static nrv_status conv_packed_operands(const nrv_op_args *a, int64_t sr, const nrv_tview **x, const nrv_tview **w,
-                                       const nrv_tview **b, nrv_tview **y) {
-    NRV_TRY(nrv_op_check_in(a, 0, "input x"));
-    NRV_TRY(nrv_op_check_in(a, 1, "weight panels"));
-    *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL, *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, *y, "output"));
-    NRV_TRY(nrv_op_expect_dtype(a, *x, "input x", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, *w, "weight panels", NRV_F32));
-    if (*b) NRV_TRY(nrv_op_expect_dtype(a, *b, "bias", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, *y, "output", NRV_F32));
-    const int rank = (int)(2 + sr);
-    if ((*x)->rank != rank || (*y)->rank != rank || (*w)->rank != 1)
-        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, weight panels %d, y %d; expected %d, 1, %d", (int)(*x)->rank,
-                           (int)(*w)->rank, (int)(*y)->rank, rank, rank);
-    return NRV_OK;
-}
-
 /* The panels hold group · nrv_panels_floats(M/group, K) floats (K = C/group·kh·kw, the
  * kernel dims from iattr, each <= ATTR_MAX: checked products), and are 64-byte aligned
  * (the kernels load whole aligned vectors). */
@@ -824,10 +806,7 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
     NRV_TRY(nrv_op_spatial_rank(a, packed ? 4 : 3, packed ? 5 : 4, &sr));
     const nrv_tview *x, *w, *b;
     nrv_tview *y;
-    if (packed)
-        NRV_TRY(conv_packed_operands(a, sr, &x, &w, &b, &y));
-    else
-        NRV_TRY(nrv_op_conv_operands(a, sr, &x, &w, &b, &y));
+    NRV_TRY(nrv_op_conv_operands(a, sr, packed ? 1 : (int)(2 + sr), &x, &w, &b, &y)); /* packed: panels, rank 1 */
     const int64_t *wdims = packed ? a->iattr + 3 + 4 * sr : w->dims; /* [M, (C/group,) kernel...] */
 
     conv_geom g;

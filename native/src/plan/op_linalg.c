@@ -66,6 +66,18 @@ static nrv_status check_vec(const nrv_op_args *a, const nrv_tview *v, const char
     return check_dim(a, v, what, 0, n);
 }
 
+/* The fused layernorm's parameters: gamma [K], beta [K] (optional), eps finite and >= 0, K > 0. */
+static nrv_status check_layernorm(const nrv_op_args *a, const nrv_tview *gamma, const nrv_tview *beta, int64_t K,
+                                  float eps) {
+    if (!(eps >= 0.0f) || isinf(eps))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): eps must be finite and >= 0, got %g", a->type, a->name,
+                        (double)eps);
+    if (K == 0)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): cannot normalise rows of width 0", a->type, a->name);
+    NRV_TRY(check_vec(a, gamma, "gamma", K));
+    return beta ? check_vec(a, beta, "beta", K) : NRV_OK;
+}
+
 static void fill_rows(float *y, int64_t rows, int64_t n, const float *row) {
     for (int64_t r = 0; r < rows; r++) {
         if (row) memcpy(y + r * n, row, (size_t)n * sizeof(float));
@@ -703,15 +715,9 @@ static nrv_status run_layernorm_linear(const nrv_op_args *a) {
     const int64_t act = a->iattr[0];
     NRV_TRY(check_act(a, act));
     const float eps = a->fattr[0];
-    if (!(eps >= 0.0f) || isinf(eps))
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): eps must be finite and >= 0, got %g", a->type, a->name,
-                        (double)eps);
     const int64_t K = x->dims[x->rank - 1], N = w->dims[0];
-    if (K == 0)
-        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): cannot normalise rows of width 0", a->type, a->name);
+    NRV_TRY(check_layernorm(a, gamma, beta, K, eps));
     NRV_TRY(check_dim(a, w, "w", 1, K));
-    NRV_TRY(check_vec(a, gamma, "gamma", K));
-    if (beta) NRV_TRY(check_vec(a, beta, "beta", K));
     if (bias) NRV_TRY(check_vec(a, bias, "bias", N));
     NRV_TRY(check_rows_out(a, x, y, N));
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
@@ -782,15 +788,7 @@ static nrv_status run_linear_panels(const nrv_op_args *a) {
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): gamma is %s", a->type, a->name,
                         gamma ? "only for layernorm_linear_panels" : "required");
     const float eps = a->fattr[2];
-    if (gamma) {
-        NRV_TRY(check_vec(a, gamma, "gamma", K));
-        if (beta) NRV_TRY(check_vec(a, beta, "beta", K));
-        if (!(eps >= 0.0f) || isinf(eps))
-            return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): eps must be finite and >= 0, got %g", a->type,
-                            a->name, (double)eps);
-        if (K == 0)
-            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): cannot normalise rows of width 0", a->type, a->name);
-    }
+    if (gamma) NRV_TRY(check_layernorm(a, gamma, beta, K, eps));
     NRV_TRY(check_rows_out(a, x, y, N));
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
     if (rows == 0 || N == 0) return NRV_OK;

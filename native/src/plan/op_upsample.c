@@ -104,7 +104,7 @@ static nrv_status conv_transpose_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_spatial_rank(a, 3, 4, &sr));
     const nrv_tview *x, *w, *b;
     nrv_tview *y;
-    NRV_TRY(nrv_op_conv_operands(a, sr, &x, &w, &b, &y));
+    NRV_TRY(nrv_op_conv_operands(a, sr, (int)(2 + sr), &x, &w, &b, &y));
     const int64_t act = a->iattr[2];
     if (act < NRV_PLAN_ACT_NONE || act > NRV_PLAN_ACT_LAST)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "unknown fused activation code %lld", (long long)act);

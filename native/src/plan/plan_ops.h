@@ -152,10 +152,11 @@ nrv_status nrv_op_check_indices(const nrv_op_args *a, const nrv_tview *ind, int6
  * unless sr is 1 or 2 and n_iattr is fixed + per_axis * sr. */
 nrv_status nrv_op_spatial_rank(const nrv_op_args *a, int fixed, int per_axis, int64_t *sr);
 
-/* The operands of conv and conv_transpose, checked: in[0] x, in[1] w, in[2] bias (optional:
- * *b = NULL), out[0] y; all f32; x, w and y of rank 2 + sr. */
-nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, const nrv_tview **x, const nrv_tview **w,
-                                const nrv_tview **b, nrv_tview **y);
+/* The operands of conv, conv_packed and conv_transpose, checked: in[0] x, in[1] w, in[2]
+ * bias (optional: *b = NULL), out[0] y; all f32; x and y of rank 2 + sr, w of rank w_rank
+ * (2 + sr; conv_packed's panels: 1). */
+nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, int w_rank, const nrv_tview **x,
+                                const nrv_tview **w, const nrv_tview **b, nrv_tview **y);
 
 /* Fails with NRV_ERR_INVALID_ARG unless input i is present. */
 nrv_status nrv_op_require_input(const nrv_op_args *a, int i);

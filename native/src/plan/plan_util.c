@@ -269,8 +269,8 @@ nrv_status nrv_op_spatial_rank(const nrv_op_args *a, int fixed, int per_axis, in
     return NRV_OK;
 }
 
-nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, const nrv_tview **x, const nrv_tview **w,
-                                const nrv_tview **b, nrv_tview **y) {
+nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, int w_rank, const nrv_tview **x,
+                                const nrv_tview **w, const nrv_tview **b, nrv_tview **y) {
     NRV_TRY(nrv_op_check_in(a, 0, "input x"));
     NRV_TRY(nrv_op_check_in(a, 1, "weight"));
     *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL, *y = a->out[0];
@@ -280,8 +280,8 @@ nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, const nrv_tvie
     if (*b) NRV_TRY(nrv_op_expect_dtype(a, *b, "bias", NRV_F32));
     NRV_TRY(nrv_op_expect_dtype(a, *y, "output", NRV_F32));
     const int rank = (int)(2 + sr);
-    if ((*x)->rank != rank || (*w)->rank != rank || (*y)->rank != rank)
-        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d for %lld spatial axes",
-                           (int)(*x)->rank, (int)(*w)->rank, (int)(*y)->rank, rank, (long long)sr);
+    if ((*x)->rank != rank || (*w)->rank != w_rank || (*y)->rank != rank)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d, %d, %d for %lld spatial axes",
+                           (int)(*x)->rank, (int)(*w)->rank, (int)(*y)->rank, rank, w_rank, rank, (long long)sr);
     return NRV_OK;
 }
