@@ -121,29 +121,17 @@ static void init_table(void) {
 
 static void ensure_init(void) { pthread_once(&init_once, init_table); }
 
-nrv_kernel_fn nrv_kernel_get(nrv_op op) {
+/* The variant currently chosen for op; its entry points are read together from it. */
+static const nrv_kernel_variant *selected(nrv_op op) {
     ensure_init();
     const op_slot *s = &slots[op];
-    return s->candidates[atomic_load_explicit(&s->selected, memory_order_relaxed)]->fn;
+    return s->candidates[atomic_load_explicit(&s->selected, memory_order_relaxed)];
 }
 
-nrv_kernel_fn nrv_kernel_get_implicit(nrv_op op) {
-    ensure_init();
-    const op_slot *s = &slots[op];
-    return s->candidates[atomic_load_explicit(&s->selected, memory_order_relaxed)]->implicit;
-}
-
-nrv_kernel_fn nrv_kernel_get_panels(nrv_op op) {
-    ensure_init();
-    const op_slot *s = &slots[op];
-    return s->candidates[atomic_load_explicit(&s->selected, memory_order_relaxed)]->panels;
-}
-
-nrv_kernel_fn nrv_kernel_get_rows_panels(nrv_op op) {
-    ensure_init();
-    const op_slot *s = &slots[op];
-    return s->candidates[atomic_load_explicit(&s->selected, memory_order_relaxed)]->rows_panels;
-}
+nrv_kernel_fn nrv_kernel_get(nrv_op op) { return selected(op)->fn; }
+nrv_kernel_fn nrv_kernel_get_implicit(nrv_op op) { return selected(op)->implicit; }
+nrv_kernel_fn nrv_kernel_get_panels(nrv_op op) { return selected(op)->panels; }
+nrv_kernel_fn nrv_kernel_get_rows_panels(nrv_op op) { return selected(op)->rows_panels; }
 
 static int op_index(const char *op) {
     if (!op) return -1;
