@@ -35,6 +35,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_LINEAR_W4A32] = "linear_w4a32",
     [NRV_OP_LINEAR_W4A8] = "linear_w4a8",
     [NRV_OP_LINEAR_F16] = "linear_f16",
+    [NRV_OP_DEPTHWISE] = "depthwise",
 };
 
 typedef struct op_slot {

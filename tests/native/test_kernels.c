@@ -790,6 +790,52 @@ static void test_linear_panels(void) {
         }
 }
 
+/* The selected variant's depthwise taps against a double reference: widths around every
+ * vector count (1, 3, 7, 13, 14, 28, 56, 64, 65, 97, 130), every register block of rows and
+ * its remainder, kernels 1x1 to 7x7 with row strides and dilations; the plane exactly as
+ * wide as the contract's slack (its slack columns NaN: a kernel that lets them into an
+ * output fails) and no float past its last row (ASan), y guarded by canaries. */
+static void test_depthwise(void) {
+    static const int64_t cases[][7] = {/* oh, ow, kh, kw, sh, dh, dw */
+                                       {1, 1, 1, 1, 1, 1, 1},   {3, 7, 3, 3, 1, 1, 1},   {5, 13, 5, 5, 2, 1, 1},
+                                       {14, 14, 7, 7, 1, 1, 1}, {7, 56, 7, 7, 1, 1, 1},  {4, 97, 3, 3, 1, 2, 2},
+                                       {9, 130, 3, 5, 2, 1, 3}, {2, 3, 1, 7, 1, 1, 1},   {6, 28, 7, 7, 1, 1, 1},
+                                       {11, 64, 3, 3, 1, 1, 1}, {3, 65, 3, 3, 1, 1, 1},  {17, 5, 3, 3, 1, 1, 1}};
+    const nrv_depthwise_fn dwk = nrv_kernel_get(NRV_OP_DEPTHWISE).depthwise;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t oh = cases[t][0], ow = cases[t][1], kh = cases[t][2], kw = cases[t][3], sh = cases[t][4];
+        const int64_t dh = cases[t][5], dw = cases[t][6];
+        const int64_t used = ow + (kw - 1) * dw, wp = (ow + 3) / 4 * 4 + (kw - 1) * dw;
+        const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1;
+        buf P = buf_in(hp * wp, 0), W = buf_in(kh * kw, 0);
+        nrv_test_fill(P.p, hp * wp, -1.0f, 1.0f);
+        for (int64_t r = 0; r < hp; r++)
+            for (int64_t c = used; c < wp; c++) P.p[r * wp + c] = NAN;
+        nrv_test_fill(W.p, kh * kw, -1.0f, 1.0f);
+        const float bias = nrv_test_uniform(-1.0f, 1.0f);
+        buf Y = buf_out(oh * ow, 0);
+        dwk(P.p, wp, oh, ow, kh, kw, sh, dh, dw, W.p, bias, Y.p);
+        double err = 0.0;
+        int64_t at = 0;
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < ow; ox++) {
+                double want = bias;
+                for (int64_t ki = 0; ki < kh; ki++)
+                    for (int64_t kj = 0; kj < kw; kj++)
+                        want += (double)W.p[ki * kw + kj] * P.p[(oy * sh + ki * dh) * wp + ox + kj * dw];
+                const double e = fabs((double)Y.p[oy * ow + ox] - want) / (dot_atol(kh * kw + 1, 1.0, 1.0) + 1e-6);
+                if (!(e <= err)) err = isnan(e) ? INFINITY : e, at = oy * ow + ox;
+            }
+        if (!guards_intact(&Y)) err = INFINITY;
+        record(err, "depthwise oh=%lld ow=%lld k=%lldx%lld sh=%lld dil=%lld,%lld at %lld: got %.9g%s", (long long)oh,
+               (long long)ow, (long long)kh, (long long)kw, (long long)sh, (long long)dh, (long long)dw, (long long)at,
+               (double)Y.p[at], guards_intact(&Y) ? "" : " canary overwritten");
+        buf_free(&P);
+        buf_free(&W);
+        buf_free(&Y);
+    }
+}
+
 /* ------------------------------------------------------------------ activations, softmax */
 
 /* Special inputs mixed into every activation case: signed zeros, subnormals, the
@@ -1034,6 +1080,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();
+    else if (!strcmp(op, "depthwise")) test_depthwise();
     else return 0;
     return 1;
 }

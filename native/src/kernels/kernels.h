@@ -202,6 +202,15 @@ typedef void (*nrv_linear_panels_fn)(const float *x, int64_t rows, int64_t ldx, 
                                      const float *beta, float eps, const float *wp, int64_t m, const float *bias,
                                      float *y, int64_t ldy);
 
+/* A depthwise conv's taps over one channel's padded plane with stride-1 columns (op conv's
+ * depthwise path, op_conv.c): y[oy·ow + ox] = bias + Σ_{ki<kh, kj<kw} w[ki·kw + kj] ·
+ * plane[(oy·sh + ki·dh)·wp + ox + kj·dw] for oy < oh, ox < ow, the taps summed in that order.
+ * A plane row is read only below column (ow rounded up to 4) + (kw - 1)·dw (the plane's
+ * slack); kh·kw <= NRV_DW_MAX_TAPS. */
+#define NRV_DW_MAX_TAPS 49
+typedef void (*nrv_depthwise_fn)(const float *plane, int64_t wp, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
+                                 int64_t sh, int64_t dh, int64_t dw, const float *w, float bias, float *y);
+
 /* Element-wise y = f(x) over n floats; y may be x. */
 typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
 
@@ -228,6 +237,7 @@ typedef enum nrv_op {
     NRV_OP_LINEAR_W4A32,
     NRV_OP_LINEAR_W4A8,
     NRV_OP_LINEAR_F16,
+    NRV_OP_DEPTHWISE,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -246,6 +256,7 @@ typedef union nrv_kernel_fn {
     nrv_linear_w8a8_fn linear_w8a8;
     nrv_linear_w4_fn linear_w4;
     nrv_linear_f16_fn linear_f16;
+    nrv_depthwise_fn depthwise;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -377,6 +388,8 @@ void nrv_linear_w4a32_ref(const float *x, int64_t rows, const nrv_w4_weight *w, 
                           int64_t ldy);
 void nrv_linear_w4a8_ref(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                          int64_t ldy);
+void nrv_depthwise_ref(const float *plane, int64_t wp, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh,
+                       int64_t dh, int64_t dw, const float *w, float bias, float *y);
 void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                         float *y, int64_t ldy);
 /* Quantises row x (n floats) to int8 as linear_w8a8 does; returns sx. */

@@ -26,5 +26,6 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_ref),
     REF(NRV_OP_LINEAR_W4A8, linear_w4, nrv_linear_w4a8_ref),
     REF(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_ref),
+    REF(NRV_OP_DEPTHWISE, depthwise, nrv_depthwise_ref),
     {.name = NULL},
 };

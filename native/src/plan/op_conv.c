@@ -269,15 +269,17 @@ static void conv_direct_1ch(const conv_geom *g, const float *restrict x, const f
 }
 
 /* Depthwise with stride 1 or a column stride of 2: the channel is copied once into a
- * zero-padded plane (in scratch), then every output vector of 4 accumulates its kh·kw taps
- * in a register and is stored once, with no bounds logic in the loop. GCC vector
- * extensions: SSE on x86, NEON on aarch64.
+ * zero-padded plane (in scratch), then every output vector accumulates its kh·kw taps in a
+ * register and is stored once, with no bounds logic in the loop. Stride-1 columns: the
+ * dispatched kernel "depthwise" (kernels.h; AVX2/AVX-512 blocks of 8 accumulators, the
+ * 4-lane reference elsewhere); a column stride of 2: GCC vector extensions here (SSE on
+ * x86, NEON on aarch64).
  * - Why a plane: the short per-tap row loops of conv_direct_1ch cost more than the
  *   arithmetic on small planes (a MobileNet block's 16x16: 58 us for 64 channels, 4.5x this).
  * - Column stride 2: the plane keeps each padded row as two phase rows, even columns then
  *   odd, so a tap's 4 outputs read 4 neighbours of one phase row. MobileNet/PP-LCNet
  *   downsampling blocks used to take the direct loop. Any row stride works. */
-#define DW_TAPS_MAX 49 /* 7x7; larger kernels take conv_direct_1ch */
+#define DW_TAPS_MAX NRV_DW_MAX_TAPS /* 7x7; larger kernels take conv_direct_1ch */
 
 typedef struct dw_plane {
     int64_t phases; /* column stride: 1 or 2 */
@@ -312,45 +314,6 @@ static inline void dw_store(float *dst, conv_v4f v, int64_t n) {
     for (int64_t j = 0; j < n; j++) dst[j] = v[j];
 }
 
-/* Any kernel (up to DW_TAPS_MAX taps) over a stride-1-column plane: each tap's weight
- * splatted once per channel, two output vectors per tap. Its own function: folded into
- * conv_depthwise_plane, GCC scheduled it 15% slower (5x5, PP-LCNet). */
-static __attribute__((noinline)) void dw_taps_s1(const conv_geom *g, const float *restrict w, conv_v4f vb,
-                                                 const float *restrict plane, int64_t wp, float *restrict y) {
-    conv_v4f wv[DW_TAPS_MAX];
-    for (int64_t k = 0; k < g->kh * g->kw; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};
-    for (int64_t oy = 0; oy < g->oh; oy++) {
-        int64_t ox = 0;
-        for (; ox + 8 <= g->ow; ox += 8) { /* two vectors share each tap's weight */
-            conv_v4f a0 = vb, a1 = vb;
-            for (int64_t ki = 0; ki < g->kh; ki++) {
-                const float *row = plane + (oy * g->sh + ki * g->dh) * wp + ox;
-                for (int64_t kj = 0; kj < g->kw; kj++) {
-                    conv_v4f x0, x1;
-                    memcpy(&x0, row + kj * g->dw, sizeof x0);
-                    memcpy(&x1, row + kj * g->dw + 4, sizeof x1);
-                    a0 += wv[ki * g->kw + kj] * x0;
-                    a1 += wv[ki * g->kw + kj] * x1;
-                }
-            }
-            memcpy(y + oy * g->ow + ox, &a0, sizeof a0);
-            memcpy(y + oy * g->ow + ox + 4, &a1, sizeof a1);
-        }
-        for (; ox < g->ow; ox += 4) {
-            conv_v4f acc = vb;
-            for (int64_t ki = 0; ki < g->kh; ki++) {
-                const float *row = plane + (oy * g->sh + ki * g->dh) * wp + ox;
-                for (int64_t kj = 0; kj < g->kw; kj++) {
-                    conv_v4f xv;
-                    memcpy(&xv, row + kj * g->dw, sizeof xv);
-                    acc += wv[ki * g->kw + kj] * xv;
-                }
-            }
-            dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
-        }
-    }
-}
-
 static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
                                  float *restrict y, float *restrict plane) {
     dw_plane pl = {0};
@@ -376,28 +339,11 @@ static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, co
             }
         }
     }
+    if (S == 1) { /* the dispatched taps (kernels.h nrv_depthwise_fn: the plane's slack is its contract) */
+        nrv_kernel_get(NRV_OP_DEPTHWISE).depthwise(plane, wpp, g->oh, g->ow, g->kh, g->kw, g->sh, g->dh, g->dw, w, bias, y);
+        return;
+    }
     const conv_v4f vb = {bias, bias, bias, bias};
-    if (S == 1 && g->sh == 1 && g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1) { /* the common 3x3 */
-        conv_v4f wv[9];
-        for (int k = 0; k < 9; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};
-        for (int64_t oy = 0; oy < g->oh; oy++) {
-            const float *r0 = plane + oy * wpp, *r1 = r0 + wpp, *r2 = r1 + wpp;
-            for (int64_t ox = 0; ox < g->ow; ox += 4) {
-                conv_v4f tap[9];
-                memcpy(&tap[0], r0 + ox, 16), memcpy(&tap[1], r0 + ox + 1, 16), memcpy(&tap[2], r0 + ox + 2, 16);
-                memcpy(&tap[3], r1 + ox, 16), memcpy(&tap[4], r1 + ox + 1, 16), memcpy(&tap[5], r1 + ox + 2, 16);
-                memcpy(&tap[6], r2 + ox, 16), memcpy(&tap[7], r2 + ox + 1, 16), memcpy(&tap[8], r2 + ox + 2, 16);
-                conv_v4f acc = vb;
-                for (int k = 0; k < 9; k++) acc += wv[k] * tap[k];
-                dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
-            }
-        }
-        return;
-    }
-    if (S == 1) {
-        dw_taps_s1(g, w, vb, plane, wpp, y);
-        return;
-    }
     const int64_t taps = g->kh * g->kw;
     conv_v4f wv[DW_TAPS_MAX];
     for (int64_t k = 0; k < taps; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};

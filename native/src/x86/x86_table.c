@@ -98,5 +98,7 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     /* linear_f16: the linear_w8 template with vcvtph2ps (F16C: in both variants' features) */
     AVX512(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_avx512),
     AVX2(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_avx2),
+    AVX512(NRV_OP_DEPTHWISE, depthwise, nrv_depthwise_avx512),
+    AVX2(NRV_OP_DEPTHWISE, depthwise, nrv_depthwise_avx2),
     {.name = NULL},
 };
