@@ -1,9 +1,10 @@
 """The kernel dispatch table: which variant (e.g. "avx2", "neon", "ref") runs each op.
 
-Thin wrappers over ``nrv_kernel_*``. Op names are those of the C table: "embedding",
-"embedding_f16", "embedding_q8", "layernorm", "linear", "linear_w8", "linear_w8a8", "layernorm_linear", "gemm", "gelu",
-"gelu_tanh", "relu", "sigmoid", "tanh", "softmax". Every op has the scalar reference "ref"
-as its last variant.
+Thin wrappers over ``nrv_kernel_*``. Op names are those of the C table (:func:`ops` lists
+them): "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear", "layernorm_linear",
+"gemm" (with its implicit-GEMM and weight-panel entry points), "gelu", "gelu_tanh", "relu",
+"sigmoid", "tanh", "softmax", "linear_w8", "linear_w8a8", "linear_w4a32", "linear_w4a8",
+"linear_f16", "depthwise". Every op has the reference "ref" as its last variant.
 
 :func:`force` and :func:`disable` change process-wide settings and must not race with kernel
 calls on other threads: use them at start-up, in tests and in benchmarks. Both can be used
