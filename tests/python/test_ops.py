@@ -24,6 +24,7 @@ COVERED_OPS = {
     "gelu", "gelu_tanh", "relu", "sigmoid", "tanh", "softmax", "linear_w8", "linear_w8a8",
     "linear_w4a32", "linear_w4a8",  # every variant: tests/python/test_quant_w4.py
     "linear_f16",  # every variant: tests/python/test_linear_f16.py, natively tests/native/test_linear_f16.c
+    "depthwise",  # every variant: test_depthwise_conv below (through a session), natively test_kernels.c
 }
 
 
@@ -451,3 +452,38 @@ def test_kernels_and_error_messages_from_many_threads(rng):
     for t in threads:
         t.join()
     assert not failures, failures[0]
+
+
+# ------------------------------------------------------------------------- depthwise (through a session)
+
+@pytest.mark.parametrize("variant", variant_params("depthwise"))
+@pytest.mark.parametrize("size,kernel,stride,dil", [((56, 56), 7, 1, 1), ((13, 97), 3, 1, 1), ((14, 14), 5, 2, 1),
+                                                     ((9, 70), 3, 1, 2), ((1, 1), 3, 1, 1)])
+def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
+    """A depthwise Conv (stride-1 columns: the dispatched kernel "depthwise") under each
+    variant against a float64 reference over the zero-padded input."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    c, pad = 5, (kernel - 1) * dil // 2
+    w = rng.standard_normal((c, 1, kernel, kernel)).astype(F32)
+    b = rng.standard_normal(c).astype(F32)
+    x = rng.standard_normal((1, c) + size).astype(F32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, pads=[pad] * 4, strides=[stride, 1],
+                            dilations=[dil, dil])
+    g = helper.make_graph([node], "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (xp.shape[2] - dil * (kernel - 1) - 1) // stride + 1
+    ow = xp.shape[3] - dil * (kernel - 1)
+    want = np.zeros((1, c, oh, ow)) + b[None, :, None, None]
+    for i in range(kernel):
+        for j in range(kernel):
+            want += w[None, :, 0, i, j, None, None] * xp[:, :, i * dil:i * dil + stride * (oh - 1) + 1:stride,
+                                                          j * dil:j * dil + ow]
+    with forced("depthwise", variant):
+        got = nerve.Session(model, cache=False).run({"x": x})["y"]
+    assert_within(got, want, 1e-5 * np.abs(want) + 4 * kernel * np.finfo(F32).eps * 8, "depthwise")

@@ -296,3 +296,4 @@ def test_linear_panels_check_their_operands():
         run(good, 20, [gamma])
     with pytest.raises(nerve.NerveError, match="gamma is required"):
         run(good, 20, op_type="layernorm_linear_panels")
+

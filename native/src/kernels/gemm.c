@@ -1,5 +1,6 @@
 /* gemm.c — scalar reference GEMM, C = alpha·op(A)·op(B) + beta·C. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -36,6 +37,18 @@ void nrv_panels_pack(const float *w, int64_t m, int64_t k, float *out) {
         float *panel = out + j0 * k;
         for (int64_t p = 0; p < k; p++)
             for (int64_t jj = 0; jj < width; jj++) panel[p * width + jj] = j0 + jj < m ? w[(j0 + jj) * k + p] : 0.0f;
+    }
+}
+
+void nrv_panels_pack_t(const float *wt, int64_t m, int64_t k, int64_t ldwt, float *out) {
+    for (int64_t t = 0; t * NRV_PANEL_COLS < m; t++) {
+        const int64_t width = nrv_panel_width(m, t), j0 = t * NRV_PANEL_COLS;
+        const int64_t cols = m - j0 < width ? m - j0 : width;
+        float *panel = out + j0 * k;
+        for (int64_t p = 0; p < k; p++) {
+            memcpy(panel + p * width, wt + p * ldwt + j0, (size_t)cols * sizeof(float));
+            memset(panel + p * width + cols, 0, (size_t)(width - cols) * sizeof(float));
+        }
     }
 }
 

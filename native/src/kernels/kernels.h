@@ -176,6 +176,8 @@ static inline int64_t nrv_panels_floats(int64_t m, int64_t k) {
 }
 /* Writes W [m, k] as panels into out (nrv_panels_floats(m, k) floats). */
 void nrv_panels_pack(const float *w, int64_t m, int64_t k, float *out);
+/* The same from Wᵀ: wt [k, m] row-major, rows ldwt floats apart (a V [T, Dv] read as W = Vᵀ). */
+void nrv_panels_pack_t(const float *wt, int64_t m, int64_t k, int64_t ldwt, float *out);
 
 /* The product of a weight in panels with positions of an input read through offsets (a
  * convolution, op "conv_packed"; output channels are the vector lanes, so every weight

@@ -1,6 +1,6 @@
 /* op_linalg.c — plan ops of the linalg family: matmul, linear, linear_w8, linear_w8a8 (+ pack_w8a8),
  * linear_w4a32 / linear_w4a8, linear_f16,
- * layernorm_linear, linear_panels, gemm
+ * layernorm_linear, linear_panels, attention, gemm
  * (contract: plan_ops.h).
  *
  * Every op checks dtypes, ranks and extents against the output view the runtime set before
@@ -237,6 +237,124 @@ static nrv_status run_matmul(const nrv_op_args *a) {
         nrv_parallel_for(batch * M * N * K >= (1 << 16) ? a->pool : NULL, batch, matmul_task, &j);
     }
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y, total);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+/* "attention": softmax(scale(Q·Kᵀ)) · V over the last axis, blocks of ATTN_ROWS query rows
+ * at a time (the compiler's fuse_attention: matmul → Mul/Div by a constant → Softmax →
+ * matmul). Per head, K and Vᵀ are packed once as weight panels (kernels.h) into the piece's
+ * scratch slot, so both products of every block run the panels GEMM (linear_panels)
+ * without the per-call packing of the gemm; the block's scores (ATTN_ROWS x T floats) stay
+ * in the slot, in L2, where the unfused ops wrote and re-read a [..., M, T] tensor through
+ * memory (54 MB a layer for a Whisper-tiny encoder's 6 heads at 1500 frames). The scale is
+ * applied to the stored scores, as the unfused Mul or Div does, and the softmax kernel runs
+ * in place; the products sum in the gemm's depth blocks.
+ *   in[0] Q [..., M, D]; in[1] K [..., T, D] (trans_k) or [..., D, T]; in[2] V [..., T, Dv];
+ *   out[0] Y [..., M, Dv]; all f32, one rank >= 2, the same batch dims (no broadcasting).
+ *   iattr [trans_k, divide]: scores = (Q·Kᵀ)·c, or (Q·Kᵀ)/c when divide; fattr [c].
+ *   scratch: ATTN_SLOTS slots of nrv_attention_slot_floats(T, D, Dv) floats (at the dims'
+ *   bounds; the compiler mirrors it), each 64-byte aligned.
+ * Threads: (batch entry, row block) tasks in up to ATTN_SLOTS pieces, one slot each. */
+#define ATTN_ROWS 64
+#define ATTN_SLOTS 8
+
+/* Floats of one slot: K's panels, Vᵀ's panels, the scores of a block; each part rounded up
+ * to 16 floats (64 bytes). -1 on overflow. */
+static int64_t attention_slot_floats(int64_t t, int64_t d, int64_t dv) {
+    int64_t kp, vp, sc, total;
+    if (t < 0 || d < 0 || dv < 0 || t > INT32_MAX || d > INT32_MAX || dv > INT32_MAX ||
+        __builtin_mul_overflow(t + NRV_PANEL_ALIGN, d, &kp) || __builtin_mul_overflow(dv + NRV_PANEL_ALIGN, t, &vp) ||
+        __builtin_mul_overflow((int64_t)ATTN_ROWS, t, &sc) || __builtin_add_overflow(kp, vp, &total) ||
+        __builtin_add_overflow(total, sc + 48, &total))
+        return -1;
+    return (nrv_panels_floats(t, d) + 15) / 16 * 16 + (nrv_panels_floats(dv, t) + 15) / 16 * 16 + (sc + 15) / 16 * 16;
+}
+
+typedef struct attention_job {
+    const float *q, *k, *v;
+    float *y, *scratch;
+    int64_t m, t, d, dv, blocks, tasks, pieces, slot;
+    int trans_k, divide;
+    float c;
+} attention_job;
+
+static void attention_task(void *ctx, int64_t piece) {
+    const attention_job *j = ctx;
+    float *kp = j->scratch + piece * j->slot;
+    float *vp = kp + (nrv_panels_floats(j->t, j->d) + 15) / 16 * 16;
+    float *s = vp + (nrv_panels_floats(j->dv, j->t) + 15) / 16 * 16;
+    const nrv_linear_panels_fn product = nrv_kernel_get_rows_panels(NRV_OP_GEMM).linear_panels;
+    const nrv_softmax_fn softmax = nrv_kernel_get(NRV_OP_SOFTMAX).softmax;
+    int64_t packed = -1; /* the batch entry whose K and V are in the slot */
+    for (int64_t task = piece * j->tasks / j->pieces; task < (piece + 1) * j->tasks / j->pieces; task++) {
+        const int64_t e = task / j->blocks, m0 = task % j->blocks * ATTN_ROWS;
+        const int64_t mb = j->m - m0 < ATTN_ROWS ? j->m - m0 : ATTN_ROWS;
+        if (e != packed) {
+            const float *k = j->k + e * j->t * j->d, *v = j->v + e * j->t * j->dv;
+            if (j->trans_k) nrv_panels_pack(k, j->t, j->d, kp); /* K [T, D] is W [T, D] */
+            else nrv_panels_pack_t(k, j->t, j->d, j->t, kp);    /* K [D, T] is Wᵀ */
+            nrv_panels_pack_t(v, j->dv, j->t, j->dv, vp);       /* V [T, Dv] is Wᵀ of W [Dv, T] */
+            packed = e;
+        }
+        product(j->q + (e * j->m + m0) * j->d, mb, j->d, j->d, NULL, NULL, 0.0f, kp, j->t, NULL, s, j->t);
+        const int64_t n = mb * j->t;
+        if (j->divide)
+            for (int64_t i = 0; i < n; i++) s[i] /= j->c;
+        else if (j->c != 1.0f)
+            for (int64_t i = 0; i < n; i++) s[i] *= j->c;
+        softmax(s, mb, j->t, s);
+        product(s, mb, j->t, j->t, NULL, NULL, 0.0f, vp, j->dv, NULL, j->y + (e * j->m + m0) * j->dv, j->dv);
+    }
+}
+
+static nrv_status run_attention(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 2, 1));
+    for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_require_input(a, i));
+    const nrv_tview *Q = a->in[0], *K = a->in[1], *V = a->in[2];
+    nrv_tview *Y = a->out[0];
+    NRV_TRY(check_f32(a, Q, "Q"));
+    NRV_TRY(check_f32(a, K, "K"));
+    NRV_TRY(check_f32(a, V, "V"));
+    NRV_TRY(check_f32(a, Y, "output"));
+    NRV_TRY(check_rank(a, Q, "Q", 2, NRV_PLAN_MAX_RANK));
+    const int r = Q->rank;
+    NRV_TRY(check_rank(a, K, "K", r, r));
+    NRV_TRY(check_rank(a, V, "V", r, r));
+    NRV_TRY(check_rank(a, Y, "output", r, r));
+    const int64_t trans_k = a->iattr[0], divide = a->iattr[1];
+    const float c = a->fattr[0];
+    if ((trans_k != 0 && trans_k != 1) || (divide != 0 && divide != 1) || !isfinite(c) || (divide && c == 0.0f))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): trans_k %lld, divide %lld, scale %g out of range", a->type,
+                        a->name, (long long)trans_k, (long long)divide, (double)c);
+    for (int i = 0; i + 2 < r; i++)
+        if (K->dims[i] != Q->dims[i] || V->dims[i] != Q->dims[i] || Y->dims[i] != Q->dims[i])
+            return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): batch axis %d differs between Q, K, V and the output",
+                            a->type, a->name, i);
+    const int64_t M = Q->dims[r - 2], D = Q->dims[r - 1], T = K->dims[trans_k ? r - 2 : r - 1], Dv = V->dims[r - 1];
+    NRV_TRY(check_dim(a, K, "K", trans_k ? r - 1 : r - 2, D));
+    NRV_TRY(check_dim(a, V, "V", r - 2, T));
+    NRV_TRY(check_dim(a, Y, "output", r - 2, M));
+    NRV_TRY(check_dim(a, Y, "output", r - 1, Dv));
+    const int64_t batch = nrv_dims_product(Q->dims, 0, r - 2);
+    if (batch == 0 || M == 0 || Dv == 0) return NRV_OK;
+    const int64_t slot = attention_slot_floats(T, D, Dv);
+    uint64_t need;
+    if (slot < 0 || nrv_mul_overflow((uint64_t)ATTN_SLOTS * sizeof(float), (uint64_t)slot, &need) || !a->scratch ||
+        a->scratch_bytes < need || (uintptr_t)a->scratch % 64 != 0)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): scratch of %zu bytes, needs %d slots of %lld floats "
+                        "(T %lld, D %lld, Dv %lld), 64-byte aligned", a->type, a->name, a->scratch_bytes, ATTN_SLOTS,
+                        (long long)slot, (long long)T, (long long)D, (long long)Dv);
+    if (T == 0) { /* softmax over no keys: an empty sum, 0 */
+        memset(Y->data, 0, (size_t)(batch * M * Dv) * sizeof(float));
+        return NRV_OK;
+    }
+    attention_job j = {Q->data, K->data, V->data, Y->data, a->scratch, M, T, D, Dv, (M + ATTN_ROWS - 1) / ATTN_ROWS,
+                       0, 1, slot, (int)trans_k, (int)divide, c};
+    j.tasks = batch * j.blocks;
+    j.pieces = nrv_plan_pieces(a->pool, batch * M * T * (D + Dv), 1 << 16, j.tasks < ATTN_SLOTS ? j.tasks : ATTN_SLOTS);
+    nrv_parallel_for(a->pool, j.pieces, attention_task, &j);
+    return NRV_OK;
 }
 
 /* ------------------------------------------------------------------ linear */
@@ -876,6 +994,7 @@ const nrv_op_def nrv_plan_ops_linalg[] = {
     {"linear_f16", run_linear_f16, "linear_f16"},
     {"layernorm_linear", run_layernorm_linear, "layernorm_linear"},
     {"linear_panels", run_linear_panels, "gemm"},
+    {"attention", run_attention, "gemm"},
     {"layernorm_linear_panels", run_linear_panels, "gemm"},
     {"gemm", run_gemm, "gemm"},
     {NULL, NULL, NULL},

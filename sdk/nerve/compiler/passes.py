@@ -452,6 +452,80 @@ def _swaps_last_two(op: Optional[Op]) -> bool:
     return r >= 2 and list(op.iattr) == list(range(r - 2)) + [r - 1, r - 2]
 
 
+_DIV = 3  # binary op code (onnx_ops._BINARY)
+ATTN_ROWS, ATTN_SLOTS = 64, 8  # op_linalg.c: query rows per block, scratch slots (one per thread piece)
+
+
+def _attention_slot_floats(t, d, dv):
+    """Floats of one scratch slot of op attention (op_linalg.c attention_slot_floats): K's
+    panels, Vᵀ's panels and a block's scores, each rounded up to 16 floats; t may be symbolic
+    (the size at its bound is reserved)."""
+    def panels(m, k):  # panels_floats for a symbolic m (rows rounded up to 16: >= the exact count)
+        return S.dim_mul(S.dim_mul(S.dim_ceildiv(m, PANEL_ALIGN), PANEL_ALIGN), k)
+    def up16(n):
+        return S.dim_mul(S.dim_ceildiv(n, 16), 16)
+    return S.dim_add(S.dim_add(up16(panels(t, d)), up16(panels(dv, t))), up16(S.dim_mul(ATTN_ROWS, t)))
+
+
+def _same_dims(a, b) -> bool:
+    return len(a) == len(b) and all(S.is_static(x) and S.is_static(y) and int(x) == int(y) or x is y or x == y
+                                    for x, y in zip(a, b))
+
+
+def fuse_attention(prog: Program) -> bool:
+    """matmul(Q, Kᵀ) [→ Mul or Div by a constant] → Softmax over the last axis → matmul(·, V)
+    -> one ``attention`` op, which runs it per block of 64 query rows with the block's scores
+    in a scratch slot (op_linalg.c): the [..., M, T] score tensor never goes through memory.
+    Only the plain pattern: no mask or bias between the products, no fused activation, Q, K
+    and V of one rank with the same batch dims, intermediates read by nothing else, K and V
+    not a cache carried as session state (kv_append reads those in place). Each
+    step keeps the unfused op's kernel and order (the scale as the gemm's alpha for a Mul)."""
+    uses = _Uses(prog)
+    # a key/value cache carried as a session state is left to append_kv_caches (kv_append.py),
+    # which needs the plain matmuls reading it in place
+    carried = {prog.outputs[pair[1]].root().uid for pair in prog.states}
+    changed = False
+    for mm1 in list(prog.ops):
+        if mm1.type != "matmul" or mm1.iattr[0] != 0 or (len(mm1.iattr) > 2 and mm1.iattr[2]):
+            continue
+        trans_k = mm1.iattr[1] if len(mm1.iattr) > 1 else 0
+        node = uses.only_reader(mm1.outputs[0])
+        scale, c, divide = None, 1.0, 0
+        if _is(node, "binary", _MUL) or _is(node, "binary", _DIV):
+            c = _scalar_const(node.inputs[1])
+            if node.inputs[0] is not mm1.outputs[0] or c is None or not math.isfinite(c) or (node.iattr[0] == _DIV and c == 0) \
+                    or list(node.outputs[0].shape) != list(mm1.outputs[0].shape):
+                continue
+            scale, divide = node, int(node.iattr[0] == _DIV)
+            node = uses.only_reader(node.outputs[0])
+        sm = node
+        scores = (scale or mm1).outputs[0]
+        if not _is(sm, "softmax") or sm.inputs[0] is not scores or sm.iattr[0] != scores.rank - 1:
+            continue
+        mm2 = uses.only_reader(sm.outputs[0])
+        if mm2 is None or mm2.type != "matmul" or mm2.inputs[0] is not sm.outputs[0] or mm2.iattr[0] != 0 \
+                or any(mm2.iattr[1:]):
+            continue
+        q, k, v, y = mm1.inputs[0], mm1.inputs[1], mm2.inputs[1], mm2.outputs[0]
+        if q is None or k is None or v is None or not (q.rank == k.rank == v.rank == y.rank >= 2) \
+                or k.root().uid in carried or v.root().uid in carried:
+            continue
+        batch = list(q.shape[:-2])
+        if not all(_same_dims(batch, list(t.shape[:-2])) for t in (k, v, y)):
+            continue
+        t_dim = k.shape[-2] if trans_k else k.shape[-1]
+        scratch = Value(mm1.name + ".attention.scratch", np.uint8,
+                        (S.dim_mul(ATTN_SLOTS * 4, _attention_slot_floats(t_dim, q.shape[-1], v.shape[-1])),))
+        fused = Op("attention", [q, k, v], [y], iattr=[trans_k, divide], fattr=[c], scratch=scratch,
+                   name="+".join(o.name for o in (mm1, scale, sm, mm2) if o is not None))
+        _swap_op(prog, prog.ops.index(mm2), fused)
+        for o in (mm1, scale, sm):
+            if o is not None:
+                prog.ops.remove(o)
+        changed = True
+    return changed
+
+
 def fold_transpose_into_matmul(prog: Program) -> bool:
     """matmul(A, transpose(X) of its last two axes) -> matmul(A, X) reading B transposed
     (trans_b): the transposed copy is never made. Attention's Kᵀ is the case: per decoding
@@ -1167,6 +1241,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_layernorm_linear(prog)
     fold_transpose_into_matmul(prog)
     fuse_activation(prog)
+    fuse_attention(prog)
     select_conv_panels(prog)
     select_linear_panels(prog)
     eliminate_dead_ops(prog)
