@@ -462,7 +462,7 @@ def test_kernels_and_error_messages_from_many_threads(rng):
 def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
     """A depthwise Conv (stride-1 columns: the dispatched kernel "depthwise") under each
     variant against a float64 reference over the zero-padded input."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     c, pad = 5, (kernel - 1) * dil // 2
