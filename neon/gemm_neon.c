@@ -261,11 +261,7 @@ void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int6
         const float *panel = wp + j0 * k;
         for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
             const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
-            int64_t row = (q0 + b0) / ow, col = (q0 + b0) % ow;
-            for (int64_t i = 0; i < nb; i++) {
-                base[i] = x + row * pw + col;
-                if (++col == ow) col = 0, row++;
-            }
+            nrv_panel_bases(x, q0 + b0, nb, ow, pw, base);
             const int64_t tiles = (nb + PANEL_MR - 1) / PANEL_MR;
             for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
                 const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;

@@ -189,6 +189,15 @@ void nrv_panels_pack_t(const float *wt, int64_t m, int64_t k, int64_t ldwt, floa
  * (channel, tap) offset into it; a pointwise conv has ow = pw = P, k_off[c] = c·P.
  * wp: panels of W (above), 64-byte aligned. Each output's sum is taken in the same order
  * whatever q0 and np are, so splitting the positions among threads changes no bit. */
+/* base[i] = x + (q / ow)·pw + q mod ow for the n positions q = q0 + i (the panel kernels'
+ * positions, above). */
+static inline void nrv_panel_bases(const float *x, int64_t q0, int64_t n, int64_t ow, int64_t pw, const float **base) {
+    int64_t row = q0 / ow, col = q0 % ow;
+    for (int64_t i = 0; i < n; i++) {
+        base[i] = x + row * pw + col;
+        if (++col == ow) col = 0, row++;
+    }
+}
 typedef void (*nrv_gemm_panels_fn)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow,
                                    int64_t pw, const int64_t *k_off, const float *wp, const float *bias, float *y,
                                    int64_t ldy);
