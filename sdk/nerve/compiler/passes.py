@@ -10,6 +10,7 @@ Fusions rewrite runtime ops (the fused op keeps the ONNX node names it came from
   * layernorm + linear                                -> layernorm_linear
   * linear(a; W1, b1) + linear(b; W2, b2)             -> linear([a | b]; [W1 | W2], b1 + b2)
     (an RNN cell's input and recurrent products: one pass, one op, no add)
+  * matmul(Q, Kᵀ) [· or / c] → softmax → matmul(·, V)   -> attention (fuse_attention)
 A fusion only fires when the intermediate values have no other reader and are not outputs.
 
 Int8 weights (select_linear_w8): a linear whose weight was folded from int8 data (the
@@ -33,6 +34,11 @@ It runs before select_linear_w8, which takes what it leaves (layers kept fp32, w
 W8A8_MAX_K). Its weight is the packed blob the C op ``pack_w8a8`` writes, computed here once
 per weight. It runs before the layernorm fusion, so a layernorm in front of such a layer
 stays its own op.
+
+Weight panels (select_conv_panels, select_linear_panels; last, after every fusion): fp32
+convs and linears on many rows get their weight packed once as panels of 64 outputs
+(kernels.h), which their kernels stream in place (conv_packed, linear_panels,
+layernorm_linear_panels). NERVE_CONV_PANELS=0 at compile time turns both off.
 
 fp16 weights (select_linear_f16, precision "fp16"): every linear with a static fp32 weight
 becomes ``linear_f16`` over an IEEE half copy of it, widened in registers (half the bytes;
@@ -61,7 +67,8 @@ CONTROL = {"if", "jump", "label"}
 U_SILU = 42
 _ACT_OF_UNARY = {10: 1, 11: 2, 9: 3, 8: 4, 12: 5, 13: 6, 15: 7, 25: 8, U_SILU: 9}
 # where each fusable producer keeps its activation: (iattr index of act, fattr index of p0)
-_ACT_SLOT = {"conv": (2, 0), "conv_packed": (2, 0), "linear_panels": (0, 0), "layernorm_linear_panels": (0, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0), "linear": (0, 0), "linear_w8": (0, 0),
+_ACT_SLOT = {"conv": (2, 0), "conv_packed": (2, 0), "conv_transpose": (2, 0), "conv_w8a8": (0, 0),
+             "linear": (0, 0), "linear_panels": (0, 0), "layernorm_linear_panels": (0, 0), "linear_w8": (0, 0),
              "linear_w8a8": (0, 0),
              "linear_w4a32": (0, 0), "linear_w4a8": (0, 0), "linear_f16": (0, 0), "matmul": (0, 0),
              "layernorm_linear": (0, 1)}
@@ -460,7 +467,7 @@ def _attention_slot_floats(t, d, dv):
     """Floats of one scratch slot of op attention (op_linalg.c attention_slot_floats): K's
     panels, Vᵀ's panels and a block's scores, each rounded up to 16 floats; t may be symbolic
     (the size at its bound is reserved)."""
-    def panels(m, k):  # panels_floats for a symbolic m (rows rounded up to 16: >= the exact count)
+    def panels(m, k):  # panels_floats for a symbolic m: its rows rounded up to 16, times k
         return S.dim_mul(S.dim_mul(S.dim_ceildiv(m, PANEL_ALIGN), PANEL_ALIGN), k)
     def up16(n):
         return S.dim_mul(S.dim_ceildiv(n, 16), 16)
@@ -478,8 +485,9 @@ def fuse_attention(prog: Program) -> bool:
     in a scratch slot (op_linalg.c): the [..., M, T] score tensor never goes through memory.
     Only the plain pattern: no mask or bias between the products, no fused activation, Q, K
     and V of one rank with the same batch dims, intermediates read by nothing else, K and V
-    not a cache carried as session state (kv_append reads those in place). Each
-    step keeps the unfused op's kernel and order (the scale as the gemm's alpha for a Mul)."""
+    not a cache carried as session state (kv_append reads those in place). Each step keeps
+    the unfused ops' arithmetic (the same depth blocks, the scale applied to the stored
+    scores, the same softmax kernel): the outputs are bit-identical."""
     uses = _Uses(prog)
     # a key/value cache carried as a session state is left to append_kv_caches (kv_append.py),
     # which needs the plain matmuls reading it in place
@@ -879,8 +887,8 @@ def _pack_panels(w: np.ndarray, group: int = 1) -> np.ndarray:
 
 
 def select_conv_panels(prog: Program) -> bool:
-    """Every fp32 conv with a constant weight that is not depthwise (nor a pointwise one with
-    a weight under CONV_PANELS_POINTWISE_MIN_BYTES) becomes ``conv_packed``:
+    """Every fp32 conv with a constant weight that is not depthwise (nor a 1x1 one with a
+    weight under CONV_PANELS_POINTWISE_MIN_BYTES) becomes ``conv_packed``:
     its weight packed once, here, as panels of 64 output channels (kernels.h), which the
     kernel streams in order with the output channels as vector lanes, each input value
     broadcast (no junk columns, no weight read at a 4.6 KiB stride). Convs whose panels
@@ -903,7 +911,8 @@ def select_conv_panels(prog: Program) -> bool:
         m, cg = int(w.shape[0]), int(w.shape[1])
         kernel = [int(d) for d in w.shape[2:]]
         mg, k = m // group, cg * int(np.prod(kernel))
-        if (cg == 1 and mg == 1) or m == 0 or k == 0 or panels_floats(mg, k) > CONV_PANELS_MAX_PAD * mg * k:
+        if (cg == 1 and mg == 1) or m == 0 or k == 0 or panels_floats(mg, k) > CONV_PANELS_MAX_PAD * mg * k \
+                or (kernel == [1] * sr and 4 * m * k < CONV_PANELS_POINTWISE_MIN_BYTES):
             continue
         key = (w.uid, group)
         if key not in made:
@@ -913,8 +922,6 @@ def select_conv_panels(prog: Program) -> bool:
         pb, pe = list(op.iattr[3 + 2 * sr:3 + 3 * sr]), list(op.iattr[3 + 3 * sr:3 + 4 * sr])
         out_sp = list(op.outputs[0].shape[2:])
         pointwise = kernel == [1] * sr and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
-        if kernel == [1] * sr and 4 * m * k < CONV_PANELS_POINTWISE_MIN_BYTES:
-            continue
         scratch = Value(op.name + ".panels.scratch", np.uint8,
                         (conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise),))
         new = Op("conv_packed", [x, made[key]] + list(op.inputs[2:3]), op.outputs, iattr=list(op.iattr) + [m] + kernel,
@@ -943,16 +950,17 @@ def _digests_read_by_others(prog: Program, types: Tuple[str, ...]) -> Set[bytes]
 
 def select_linear_panels(prog: Program) -> bool:
     """fp32 ``linear`` and ``layernorm_linear`` ops with a constant weight whose contents no
-    other kind of op reads (a tied embedding's table), on at least LINEAR_PANELS_MIN_ROWS rows at the bounds, whose panels hold at most
-    CONV_PANELS_MAX_PAD times the weight (16 or more outputs), become ``linear_panels`` and
-    ``layernorm_linear_panels``:
-    the weight packed once, here, as panels (kernels.h), which the GEMM reads in place where
-    it packed Wᵀ from W on every call (in-model linears with their weights out of cache spent
+    other kind of op reads (a tied embedding's table), on at least LINEAR_PANELS_MIN_ROWS
+    rows at the bounds, whose panels hold at most CONV_PANELS_MAX_PAD times the weight (16
+    or more outputs), become ``linear_panels`` and ``layernorm_linear_panels``: the weight
+    packed once, here, as panels (kernels.h), which the GEMM reads in place where it packed
+    Wᵀ from W on every call (in-model linears with their weights out of cache spent
     about as long packing as multiplying). Measured: bench/RESULTS.md, stop 23. Runs last
     with select_conv_panels; NERVE_CONV_PANELS=0 turns both off."""
     if not conv_panels_enabled():
         return False
     shared = None  # computed on the first candidate
+    made: Dict[int, Value] = {}  # weight uid -> its panels, shared by the ops reading it
     changed = False
     for i, op in enumerate(prog.ops):
         if op.type == "linear":
@@ -974,9 +982,10 @@ def select_linear_panels(prog: Program) -> bool:
             shared = _digests_read_by_others(prog, ("linear", "layernorm_linear"))
         if _const_digest(w) in shared:
             continue
-        panels = Value(w.name + ".panels", np.float32, (panels_floats(n, k),),
-                       const=_pack_panels(np.asarray(w.const, np.float32).reshape(n, k)))
-        new = Op(op.type + "_panels", [x, panels, bias] + ([gamma, beta] if gamma is not None else []), op.outputs,
+        if w.uid not in made:
+            made[w.uid] = Value(w.name + ".panels", np.float32, (panels_floats(n, k),),
+                                const=_pack_panels(np.asarray(w.const, np.float32).reshape(n, k)))
+        new = Op(op.type + "_panels", [x, made[w.uid], bias] + ([gamma, beta] if gamma is not None else []), op.outputs,
                  iattr=[op.iattr[0], n], fattr=[p0, p1, eps], name=op.name)
         _swap_op(prog, i, new)
         changed = True
