@@ -77,7 +77,7 @@ CASES = [
     ((1, 300, 9, 9), 1025, (1, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0), None),       # pointwise with a 1.2 MB weight
     ((2, 13, 257), 47, (5,), 1, (1,), (1,), (2, 2), "relu"),                     # 1-D
     ((1, 40, 97), 63, (3,), 1, (2,), (3,), (0, 4), None),                        # 1-D, stride 2, dilation 3
-    ((1, 6, 3, 3), 31, (3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), None),           # 9 positions
+    ((1, 6, 5, 4), 31, (3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), None),           # 20 positions
 ]
 
 
@@ -124,6 +124,7 @@ def test_conv_panels_with_symbolic_sizes(tmp_path, rng):
     ((1, 32, 20, 20), 32, (3, 3), 32),   # depthwise: its own direct loop
     ((1, 64, 20, 20), 64, (3, 3), 8),    # 8 outputs per group: panels of 16 would be half zeros
     ((1, 16, 20, 20), 17, (3, 3), 1),    # 17 outputs: a panel of 32, nearly half zeros
+    ((1, 6, 3, 3), 32, (3, 3), 1),       # 9 positions (a streaming model's frames): the rows path
     ((1, 64, 20, 20), 128, (1, 1), 1),   # pointwise with a small weight: the GEMM on x itself
 ])
 def test_convs_that_keep_the_implicit_gemm(tmp_path, rng, x_shape, m, kernel, group):

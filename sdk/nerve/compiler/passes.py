@@ -854,6 +854,10 @@ CONV_PANELS_MAX_PAD = 1.25  # panels may hold at most this many times the weight
 # / 28x28 5-20% faster than panels, 256->512 stride 2 in ResNet-50 1.9 against 2.3 ms;
 # 1024->256 at 14x14 and larger weights 15-30% slower).
 CONV_PANELS_POINTWISE_MIN_BYTES = 1 << 20
+# Convs with at most this many output positions (at the dims' bounds) keep op conv, whose
+# few-positions path runs "linear" on the transposed im2col rows (op_conv.c CONV_ROWS_MAX_P):
+# silero VAD's convs (4 frames a chunk) ran 0.029 -> 0.042 ms a chunk on panels.
+CONV_ROWS_MAX_P = 16
 
 
 def conv_panels_enabled() -> bool:
@@ -888,7 +892,8 @@ def _pack_panels(w: np.ndarray, group: int = 1) -> np.ndarray:
 
 def select_conv_panels(prog: Program) -> bool:
     """Every fp32 conv with a constant weight that is not depthwise (nor a 1x1 one with a
-    weight under CONV_PANELS_POINTWISE_MIN_BYTES) becomes ``conv_packed``:
+    weight under CONV_PANELS_POINTWISE_MIN_BYTES, nor one with at most CONV_ROWS_MAX_P
+    output positions) becomes ``conv_packed``:
     its weight packed once, here, as panels of 64 output channels (kernels.h), which the
     kernel streams in order with the output channels as vector lanes, each input value
     broadcast (no junk columns, no weight read at a 4.6 KiB stride). Convs whose panels
@@ -921,6 +926,8 @@ def select_conv_panels(prog: Program) -> bool:
         strides, dil = list(op.iattr[3:3 + sr]), list(op.iattr[3 + sr:3 + 2 * sr])
         pb, pe = list(op.iattr[3 + 2 * sr:3 + 3 * sr]), list(op.iattr[3 + 3 * sr:3 + 4 * sr])
         out_sp = list(op.outputs[0].shape[2:])
+        if bytes_at_bounds(Value("positions", np.uint8, out_sp), prog.symbols) <= CONV_ROWS_MAX_P:
+            continue  # a streaming model's few frames: the rows path streams W once per call, faster
         pointwise = kernel == [1] * sr and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
         scratch = Value(op.name + ".panels.scratch", np.uint8,
                         (conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise),))
