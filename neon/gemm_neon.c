@@ -301,7 +301,8 @@ void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int6
 
 /* nrv_linear_panels (kernels.h): B read in place from the weight's panels, panels outer;
  * A = x's rows in place, or each tile's slice layer-normalised into a stack tile as it is
- * used; tiles of 6 rows x 16 columns; the x86 version's nest (x86/gemm_impl.h). */
+ * used; tiles of 6 rows x 16 columns. Always panels outer (x86/gemm_impl.h also runs small
+ * weights rows outer, measured there only). */
 #define LP_LN_ROWS 1024 /* rows whose layernorm statistics are on the stack (8 KiB) */
 
 static inline __attribute__((always_inline)) void lin_micro(const int rows, int64_t kc, const float *a, int64_t lda,
