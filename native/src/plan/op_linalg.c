@@ -253,7 +253,7 @@ static nrv_status run_matmul(const nrv_op_args *a) {
  *   in[0] Q [..., M, D]; in[1] K [..., T, D] (trans_k) or [..., D, T]; in[2] V [..., T, Dv];
  *   out[0] Y [..., M, Dv]; all f32, one rank >= 2, the same batch dims (no broadcasting).
  *   iattr [trans_k, divide]: scores = (Q·Kᵀ)·c, or (Q·Kᵀ)/c when divide; fattr [c].
- *   scratch: ATTN_SLOTS slots of nrv_attention_slot_floats(T, D, Dv) floats (at the dims'
+ *   scratch: ATTN_SLOTS slots of attention_slot_floats(T, D, Dv) floats (at the dims'
  *   bounds; the compiler mirrors it), each 64-byte aligned.
  * Threads: (batch entry, row block) tasks in up to ATTN_SLOTS pieces, one slot each. */
 #define ATTN_ROWS 64
