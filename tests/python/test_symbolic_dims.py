@@ -27,6 +27,16 @@ def test_sizes_are_non_negative():
     assert whole == s
 
 
+def test_absorption():
+    """max(min(x, s), s) = s and min(max(x, s), s) = s, either operand first: torch clamps a
+    sequence length to the model's maximum and broadcasts it back against the length."""
+    clamped = S.dim_min(512, s)
+    assert S.dim_max(clamped, s) == s and S.dim_max(s, clamped) == s
+    assert S.dim_min(S.dim_max(t, s), s) == s and S.dim_min(s, S.dim_max(s, t)) == s
+    assert S.dim_max(S.dim_max(clamped, s), clamped) == s
+    assert not S.is_static(S.dim_max(clamped, t)) and S.dim_max(clamped, t) != t  # t is not an operand
+
+
 def test_unknown_signs_stay_symbolic():
     for e in (S.dim_min(s, t), S.dim_max(S.dim_sub(s, 3), 0), S.dim_min(S.dim_sub(s, t), 0),
               S.dim_mod(s, 3), S.dim_max(S.dim_sub(s, t), S.dim_sub(t, s))):
@@ -39,6 +49,7 @@ def test_unknown_signs_stay_symbolic():
     lambda: S.dim_min(S.dim_floordiv(S.dim_add(s, 7), 4), S.dim_max(t, 1)),
     lambda: S.dim_max(S.dim_mod(S.dim_add(s, t), 5), S.dim_sub(s, t)),
     lambda: S.dim_sub(S.dim_max(0, S.dim_sub(s, t)), S.dim_min(s, S.dim_add(t, 2))),
+    lambda: S.dim_add(S.dim_max(S.dim_min(7, s), s), S.dim_min(S.dim_max(t, s), s)),
 ])
 def test_simplified_values_equal_the_arithmetic(build):
     e = build()

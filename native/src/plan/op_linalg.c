@@ -241,18 +241,24 @@ static nrv_status run_matmul(const nrv_op_args *a) {
 
 /* ------------------------------------------------------------------ attention */
 
-/* "attention": softmax(scale(Q·Kᵀ)) · V over the last axis, blocks of ATTN_ROWS query rows
- * at a time (the compiler's fuse_attention: matmul → Mul/Div by a constant → Softmax →
- * matmul). Per head, K and Vᵀ are packed once as weight panels (kernels.h) into the piece's
- * scratch slot, so both products of every block run the panels GEMM (linear_panels)
- * without the per-call packing of the gemm; the block's scores (ATTN_ROWS x T floats) stay
- * in the slot, in L2, where the unfused ops wrote and re-read a [..., M, T] tensor through
- * memory (54 MB a layer for a Whisper-tiny encoder's 6 heads at 1500 frames). The scale is
- * applied to the stored scores, as the unfused Mul or Div does, and the softmax kernel runs
- * in place; the products sum in the gemm's depth blocks.
+/* "attention": softmax(scale(Q·Kᵀ) [+ bias]) · V over the last axis, blocks of ATTN_ROWS query
+ * rows at a time (the compiler's fuse_attention: matmul → Mul/Div by a constant → Add of a
+ * mask or position bias → Softmax → torch's NaN guard → matmul, the middle steps optional).
+ * Per head, K and Vᵀ are packed once as weight panels (kernels.h) into the piece's scratch
+ * slot, so both products of every block run the panels GEMM (linear_panels) without the
+ * per-call packing of the gemm; the block's scores (ATTN_ROWS x T floats) stay in the slot,
+ * in L2, where the unfused ops wrote and re-read a [..., M, T] tensor through memory (54 MB a
+ * layer for a Whisper-tiny encoder's 6 heads at 1500 frames). Each step is the unfused op's
+ * arithmetic on the stored scores, in the same order (scale, then bias, then the softmax
+ * kernel in place, then the guard), and the products sum in the gemm's depth blocks: the
+ * outputs are bit-identical to the unfused ops'.
  *   in[0] Q [..., M, D]; in[1] K [..., T, D] (trans_k) or [..., D, T]; in[2] V [..., T, Dv];
- *   out[0] Y [..., M, Dv]; all f32, one rank >= 2, the same batch dims (no broadcasting).
- *   iattr [trans_k, divide]: scores = (Q·Kᵀ)·c, or (Q·Kᵀ)/c when divide; fattr [c].
+ *   in[3] (optional) bias, rank <= Q's, each dim 1 or the scores' [..., M, T] dim (numpy
+ *   broadcasting, aligned right); out[0] Y [..., M, Dv]; all f32, Q, K, V and Y of one rank
+ *   >= 2 with the same batch dims.
+ *   iattr [trans_k, divide, guard]: scores = (Q·Kᵀ)·c, or (Q·Kᵀ)/c when divide; when guard, a
+ *   NaN probability (a row whose every key is masked to -inf) becomes `fill`, as torch's
+ *   Where(IsNaN(p), fill, p) does. fattr [c, fill].
  *   scratch: ATTN_SLOTS slots of attention_slot_floats(T, D, Dv) floats (at the dims'
  *   bounds; the compiler mirrors it), each 64-byte aligned.
  * Threads: (batch entry, row block) tasks in up to ATTN_SLOTS pieces, one slot each. */
@@ -272,12 +278,25 @@ static int64_t attention_slot_floats(int64_t t, int64_t d, int64_t dv) {
 }
 
 typedef struct attention_job {
-    const float *q, *k, *v;
+    const float *q, *k, *v, *bias;
     float *y, *scratch;
     int64_t m, t, d, dv, blocks, tasks, pieces, slot;
-    int trans_k, divide;
-    float c;
+    int trans_k, divide, guard, batch_rank;
+    float c, fill;
+    /* the bias's element strides along the scores' batch axes, rows and columns (0 where it
+     * broadcasts), and the batch dims to split an entry's index by */
+    int64_t bias_batch[NRV_PLAN_MAX_RANK], bias_row, bias_col, batch_dims[NRV_PLAN_MAX_RANK];
 } attention_job;
+
+/* The bias element of batch entry e, row 0, column 0. */
+static const float *attention_bias_base(const attention_job *j, int64_t e) {
+    int64_t off = 0;
+    for (int i = j->batch_rank - 1; i >= 0; i--) {
+        off += e % j->batch_dims[i] * j->bias_batch[i];
+        e /= j->batch_dims[i];
+    }
+    return j->bias + off;
+}
 
 static void attention_task(void *ctx, int64_t piece) {
     const attention_job *j = ctx;
@@ -303,15 +322,28 @@ static void attention_task(void *ctx, int64_t piece) {
             for (int64_t i = 0; i < n; i++) s[i] /= j->c;
         else if (j->c != 1.0f)
             for (int64_t i = 0; i < n; i++) s[i] *= j->c;
+        if (j->bias) {
+            const float *b = attention_bias_base(j, e) + m0 * j->bias_row;
+            for (int64_t r = 0; r < mb; r++, b += j->bias_row) {
+                float *row = s + r * j->t;
+                if (j->bias_col)
+                    for (int64_t t = 0; t < j->t; t++) row[t] += b[t];
+                else
+                    for (int64_t t = 0; t < j->t; t++) row[t] += b[0];
+            }
+        }
         softmax(s, mb, j->t, s);
+        if (j->guard)
+            for (int64_t i = 0; i < n; i++)
+                if (isnan(s[i])) s[i] = j->fill;
         product(s, mb, j->t, j->t, NULL, NULL, 0.0f, vp, j->dv, NULL, j->y + (e * j->m + m0) * j->dv, j->dv);
     }
 }
 
 static nrv_status run_attention(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 2, 1));
+    NRV_TRY(nrv_op_expect(a, 3, 4, 1, 3, 2));
     for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_require_input(a, i));
-    const nrv_tview *Q = a->in[0], *K = a->in[1], *V = a->in[2];
+    const nrv_tview *Q = a->in[0], *K = a->in[1], *V = a->in[2], *B = a->n_in > 3 ? a->in[3] : NULL;
     nrv_tview *Y = a->out[0];
     NRV_TRY(check_f32(a, Q, "Q"));
     NRV_TRY(check_f32(a, K, "K"));
@@ -322,11 +354,12 @@ static nrv_status run_attention(const nrv_op_args *a) {
     NRV_TRY(check_rank(a, K, "K", r, r));
     NRV_TRY(check_rank(a, V, "V", r, r));
     NRV_TRY(check_rank(a, Y, "output", r, r));
-    const int64_t trans_k = a->iattr[0], divide = a->iattr[1];
+    const int64_t trans_k = a->iattr[0], divide = a->iattr[1], guard = a->iattr[2];
     const float c = a->fattr[0];
-    if ((trans_k != 0 && trans_k != 1) || (divide != 0 && divide != 1) || !isfinite(c) || (divide && c == 0.0f))
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): trans_k %lld, divide %lld, scale %g out of range", a->type,
-                        a->name, (long long)trans_k, (long long)divide, (double)c);
+    if ((trans_k != 0 && trans_k != 1) || (divide != 0 && divide != 1) || (guard != 0 && guard != 1) || !isfinite(c) ||
+        (divide && c == 0.0f))
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): trans_k %lld, divide %lld, guard %lld, scale %g out of range",
+                        a->type, a->name, (long long)trans_k, (long long)divide, (long long)guard, (double)c);
     for (int i = 0; i + 2 < r; i++)
         if (K->dims[i] != Q->dims[i] || V->dims[i] != Q->dims[i] || Y->dims[i] != Q->dims[i])
             return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): batch axis %d differs between Q, K, V and the output",
@@ -336,6 +369,27 @@ static nrv_status run_attention(const nrv_op_args *a) {
     NRV_TRY(check_dim(a, V, "V", r - 2, T));
     NRV_TRY(check_dim(a, Y, "output", r - 2, M));
     NRV_TRY(check_dim(a, Y, "output", r - 1, Dv));
+    attention_job j = {Q->data, K->data, V->data, NULL, Y->data, a->scratch, M, T, D, Dv, (M + ATTN_ROWS - 1) / ATTN_ROWS,
+                       0, 1, 0, (int)trans_k, (int)divide, (int)guard, r - 2, c, a->fattr[1], {0}, 0, 0, {0}};
+    if (B) { /* strides of the bias along the scores' axes, 0 where it broadcasts */
+        NRV_TRY(check_f32(a, B, "bias"));
+        NRV_TRY(check_rank(a, B, "bias", 0, r));
+        int64_t stride = 1;
+        for (int i = r - 1, bi = B->rank - 1; i >= 0; i--, bi--) {
+            const int64_t want = i == r - 1 ? T : i == r - 2 ? M : Q->dims[i], got = bi >= 0 ? B->dims[bi] : 1;
+            if (got != 1 && got != want)
+                return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): bias dim %d is %lld, expected 1 or %lld (the scores "
+                                "are [..., M %lld, T %lld])", a->type, a->name, bi, (long long)got, (long long)want,
+                                (long long)M, (long long)T);
+            const int64_t step = got == 1 ? 0 : stride;
+            if (i == r - 1) j.bias_col = step;
+            else if (i == r - 2) j.bias_row = step;
+            else j.bias_batch[i] = step;
+            stride *= got;
+        }
+        j.bias = B->data;
+    }
+    for (int i = 0; i + 2 < r; i++) j.batch_dims[i] = Q->dims[i];
     const int64_t batch = nrv_dims_product(Q->dims, 0, r - 2);
     if (batch == 0 || M == 0 || Dv == 0) return NRV_OK;
     const int64_t slot = attention_slot_floats(T, D, Dv);
@@ -349,8 +403,7 @@ static nrv_status run_attention(const nrv_op_args *a) {
         memset(Y->data, 0, (size_t)(batch * M * Dv) * sizeof(float));
         return NRV_OK;
     }
-    attention_job j = {Q->data, K->data, V->data, Y->data, a->scratch, M, T, D, Dv, (M + ATTN_ROWS - 1) / ATTN_ROWS,
-                       0, 1, slot, (int)trans_k, (int)divide, c};
+    j.slot = slot;
     j.tasks = batch * j.blocks;
     j.pieces = nrv_plan_pieces(a->pool, batch * M * T * (D + Dv), 1 << 16, j.tasks < ATTN_SLOTS ? j.tasks : ATTN_SLOTS);
     nrv_parallel_for(a->pool, j.pieces, attention_task, &j);

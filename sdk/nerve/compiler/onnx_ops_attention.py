@@ -163,14 +163,17 @@ def _attention(ctx: NodeCtx, ins):
         t = unary(ctx, _UNARY["Tanh"], capped, fresh("tanh"))
         scores = binary(ctx, "Mul", t, ctx.const(softcap, F32), fresh("softcap"))
     taps[1] = scores
-    neg_inf = ctx.const(-np.inf, F32)
+    # every mask becomes one additive bias (0 or -inf where boolean), as the operator's
+    # function body defines it: scores + bias is the pattern fuse_attention runs in one op
+    zero, neg_inf = ctx.const(0.0, F32), ctx.const(-np.inf, F32)
+    bias = None
     can_empty = False  # may a row lose every key (then its weights are zeros, not NaN)?
     if mask is not None:
         if mask.dtype == np.bool_:
-            scores = ctx.call("Where", [mask, scores, neg_inf])[0]
+            bias = ctx.call("Where", [mask, zero, neg_inf])[0]
             can_empty = True
         else:
-            scores = binary(ctx, "Add", scores, _float_input(ctx, mask, "attn_mask"), fresh("masked"))
+            bias = _float_input(ctx, mask, "attn_mask")
     left, right = int(ctx.attr("left_window_size", -1)), int(ctx.attr("right_window_size", -1))
     if ctx.attr("is_causal", 0) or left >= 0 or right >= 0:
         sq, total = qh.shape[2], kh.shape[2]
@@ -189,8 +192,11 @@ def _attention(ctx: NodeCtx, ins):
         for op, a, b in bounds:
             ok = ctx.call(op, [a, b])[0]
             allowed = ok if allowed is None else ctx.call("And", [allowed, ok])[0]
-        scores = ctx.call("Where", [allowed, scores, neg_inf])[0]
+        window = ctx.call("Where", [allowed, zero, neg_inf])[0]  # [Sq, T]
+        bias = window if bias is None else binary(ctx, "Add", bias, window, fresh("mask_window"))
         can_empty = can_empty or left >= 0 or right >= 0
+    if bias is not None:
+        scores = binary(ctx, "Add", scores, bias, fresh("masked"))
     taps[2] = scores
     probs = ctx.call("Softmax", [scores], axis=-1)[0]
     if can_empty:  # a row of -inf gives NaN weights: the operator defines them as zeros

@@ -479,20 +479,71 @@ def _same_dims(a, b) -> bool:
                                     for x, y in zip(a, b))
 
 
+_ADD, _EQUAL = 0, 9  # binary op codes (onnx_ops._BINARY)
+_NOT = 19  # unary op code (onnx_ops._UNARY)
+
+
+_AGREE_UP_TO = 4096  # a one-symbol dim pair is compared at every size up to this bound
+
+
+def _dims_agree(a, b, bounds: Dict[str, int], memo: Dict[tuple, bool]) -> bool:
+    """a == b for every size a run can bind: equal as expressions, or (one symbol, bound <=
+    _AGREE_UP_TO) equal at each of its values. torch's exports compute one length two ways (a
+    mask's from the samples, the scores' through the conv stack) that the canonical form cannot
+    identify."""
+    if a is b or a == b:
+        return True
+    names = sorted(S.symbols_of(a) | S.symbols_of(b))
+    if len(names) != 1 or int(bounds.get(names[0], _AGREE_UP_TO + 1)) > _AGREE_UP_TO:
+        return False
+    key = (a, b)
+    if key not in memo:
+        def at(d, x):
+            try:
+                return S.evaluate(d, {names[0]: x})
+            except ZeroDivisionError:
+                return None
+        memo[key] = all(at(a, x) == at(b, x) for x in range(int(bounds[names[0]]) + 1))
+    return memo[key]
+
+
+def _nan_guard(uses: "_Uses", p: Value) -> Optional[Tuple[List[Op], float]]:
+    """torch's guard on a softmax's output p, Where(IsNaN(p), fill, p) (IsNaN imported as
+    Not(Equal(p, p))): its ops (Equal, Not, Where) and the fill value, or None."""
+    if p.uid in uses.outputs or p.uid in uses.aliased:
+        return None
+    readers = list({id(o): o for o in uses.readers.get(p.uid, [])}.values())
+    eq = next((o for o in readers if _is(o, "binary", _EQUAL)), None)
+    where = next((o for o in readers if o.type == "where"), None)
+    if len(readers) != 2 or eq is None or where is None or eq.inputs[0] is not p or eq.inputs[1] is not p:
+        return None
+    not_ = uses.only_reader(eq.outputs[0])
+    fill = _scalar_const(where.inputs[1])
+    if not _is(not_, "unary", _NOT) or uses.only_reader(not_.outputs[0]) is not where \
+            or where.inputs[0] is not not_.outputs[0] or where.inputs[2] is not p or fill is None \
+            or where.inputs[1].dtype != np.float32 or list(where.outputs[0].shape) != list(p.shape):
+        return None
+    return [eq, not_, where], fill
+
+
 def fuse_attention(prog: Program) -> bool:
-    """matmul(Q, Kᵀ) [→ Mul or Div by a constant] → Softmax over the last axis → matmul(·, V)
-    -> one ``attention`` op, which runs it per block of 64 query rows with the block's scores
-    in a scratch slot (op_linalg.c): the [..., M, T] score tensor never goes through memory.
-    Only the plain pattern: no mask or bias between the products, no fused activation, Q, K
-    and V of one rank with the same batch dims, intermediates read by nothing else, K and V
-    not a cache carried as session state (kv_append reads those in place). Each step keeps
-    the unfused ops' arithmetic (the same depth blocks, the scale applied to the stored
-    scores, the same softmax kernel): the outputs are bit-identical."""
+    """matmul(Q, Kᵀ) [→ Mul or Div by a constant] [→ Add of a bias] → Softmax over the last
+    axis [→ Where(IsNaN(p), fill, p)] → matmul(·, V) -> one ``attention`` op, which runs it per
+    block of 64 query rows with the block's scores in a scratch slot (op_linalg.c): the
+    [..., M, T] score tensor never goes through memory. The bias is an attention mask or a
+    position bias broadcast to the scores (torch's exports add one to every masked model);
+    the guard is the NaN-to-zero step torch's dynamo exporter writes after the softmax. Q, K
+    and V of one rank with the same batch dims, intermediates read by nothing else, no fused
+    activation, K and V not a cache carried as session state (kv_append reads those in
+    place). Each step keeps the unfused ops' arithmetic (the same depth blocks, the scale and
+    the bias applied to the stored scores in that order, the same softmax kernel): the
+    outputs are bit-identical."""
     uses = _Uses(prog)
     # a key/value cache carried as a session state is left to append_kv_caches (kv_append.py),
     # which needs the plain matmuls reading it in place
     carried = {prog.outputs[pair[1]].root().uid for pair in prog.states}
     changed = False
+    agree_memo: Dict[tuple, bool] = {}
     for mm1 in list(prog.ops):
         if mm1.type != "matmul" or mm1.iattr[0] != 0 or (len(mm1.iattr) > 2 and mm1.iattr[2]):
             continue
@@ -506,12 +557,25 @@ def fuse_attention(prog: Program) -> bool:
                 continue
             scale, divide = node, int(node.iattr[0] == _DIV)
             node = uses.only_reader(node.outputs[0])
-        sm = node
         scores = (scale or mm1).outputs[0]
+        add, bias = None, None
+        if _is(node, "binary", _ADD):  # scores + bias or bias + scores, the bias broadcast to the scores
+            add = node
+            bias = add.inputs[1] if add.inputs[0] is scores else add.inputs[0] if add.inputs[1] is scores else None
+            if bias is None or bias is scores or bias.dtype != np.float32 or bias.rank > scores.rank \
+                    or not all(_dims_agree(x, y, prog.symbols, agree_memo)
+                               for x, y in zip(add.outputs[0].shape, scores.shape)):
+                continue
+            scores = add.outputs[0]
+            node = uses.only_reader(scores)
+        sm = node
         if not _is(sm, "softmax") or sm.inputs[0] is not scores or sm.iattr[0] != scores.rank - 1:
             continue
-        mm2 = uses.only_reader(sm.outputs[0])
-        if mm2 is None or mm2.type != "matmul" or mm2.inputs[0] is not sm.outputs[0] or mm2.iattr[0] != 0 \
+        guard = _nan_guard(uses, sm.outputs[0])
+        guard_ops, fill = guard if guard else ([], 0.0)
+        probs = guard_ops[-1].outputs[0] if guard_ops else sm.outputs[0]
+        mm2 = uses.only_reader(probs)
+        if mm2 is None or mm2.type != "matmul" or mm2.inputs[0] is not probs or mm2.iattr[0] != 0 \
                 or any(mm2.iattr[1:]):
             continue
         q, k, v, y = mm1.inputs[0], mm1.inputs[1], mm2.inputs[1], mm2.outputs[0]
@@ -524,12 +588,14 @@ def fuse_attention(prog: Program) -> bool:
         t_dim = k.shape[-2] if trans_k else k.shape[-1]
         scratch = Value(mm1.name + ".attention.scratch", np.uint8,
                         (S.dim_mul(ATTN_SLOTS * 4, _attention_slot_floats(t_dim, q.shape[-1], v.shape[-1])),))
-        fused = Op("attention", [q, k, v], [y], iattr=[trans_k, divide], fattr=[c], scratch=scratch,
-                   name="+".join(o.name for o in (mm1, scale, sm, mm2) if o is not None))
+        steps = [o for o in (mm1, scale, add, sm) if o is not None] + guard_ops
+        fused = Op("attention", [q, k, v] + ([bias] if bias is not None else []), [y],
+                   iattr=[trans_k, divide, int(bool(guard_ops))], fattr=[c, fill], scratch=scratch,
+                   name="+".join(o.name for o in steps + [mm2]))
         _swap_op(prog, prog.ops.index(mm2), fused)
-        for o in (mm1, scale, sm):
-            if o is not None:
-                prog.ops.remove(o)
+        for o in steps:
+            prog.ops.remove(o)
+        uses = _Uses(prog)
         changed = True
     return changed
 

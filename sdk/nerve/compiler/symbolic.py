@@ -200,11 +200,33 @@ def dim_mod(a: Dim, b: Dim) -> Dim:
     return _opaque("mod", a, b)
 
 
+def _opaque_args(d: Dim, op: str):
+    """(x, y) when d is exactly the opaque term op(x, y), else None."""
+    if isinstance(d, Expr) and len(d.terms) == 1:
+        (mono, coeff), = d.terms.items()
+        if coeff == 1 and len(mono) == 1 and mono[0][0] == op:
+            return mono[0][1], mono[0][2]
+    return None
+
+
+def _absorbed(a: Dim, b: Dim, inner: str):
+    """The absorption law: max(min(x, b), b) = b and min(max(x, b), b) = b (either order).
+    torch's exports clamp a sequence length (min(512, s)) and broadcast it back against s."""
+    for outer, other in ((a, b), (b, a)):
+        args = _opaque_args(outer, inner)
+        if args is not None and other in args:
+            return other
+    return None
+
+
 def dim_min(a: Dim, b: Dim) -> Dim:
     if is_static(a) and is_static(b):
         return min(int(a), int(b))
     if a == b:
         return a
+    absorbed = _absorbed(a, b, "max")
+    if absorbed is not None:
+        return absorbed
     order = _sign(dim_sub(a, b))  # sizes are >= 0: min(s + 3, s) = s, min(0, s) = 0
     if order:
         return b if order > 0 else a
@@ -216,6 +238,9 @@ def dim_max(a: Dim, b: Dim) -> Dim:
         return max(int(a), int(b))
     if a == b:
         return a
+    absorbed = _absorbed(a, b, "min")
+    if absorbed is not None:
+        return absorbed
     order = _sign(dim_sub(a, b))
     if order:
         return a if order > 0 else b
