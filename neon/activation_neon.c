@@ -51,6 +51,16 @@ NRV_NEON_INLINE float32x4_t sigmoid4(float32x4_t x) {
 
 NRV_NEON_INLINE float32x4_t tanh4(float32x4_t x) { return nrv_neon_tanh(x); }
 
+/* x · sigmoid(x): sigmoid4's values times x, what the Sigmoid and Mul ops give. */
+NRV_NEON_INLINE float32x4_t silu4(float32x4_t x) { return vmulq_f32(x, sigmoid4(x)); }
+
+/* x · min(max(x·(1/6) + 1/2, 0), 1), the product and the sum rounded apart as in the
+ * reference (vmulq then vaddq: no FMA); FMAX/FMIN propagate NaN, so NaN stays NaN. */
+NRV_NEON_INLINE float32x4_t hard_swish4(float32x4_t x) {
+    const float32x4_t t = vaddq_f32(vmulq_n_f32(x, 1.0f / 6.0f), vdupq_n_f32(0.5f));
+    return vmulq_f32(x, vminq_f32(vmaxq_f32(t, vdupq_n_f32(0.0f)), vdupq_n_f32(1.0f)));
+}
+
 /* gelu(x) = x/2 · (1 + erf(x/√2)). With z = |x|/√2 the factor (1 + erf) is 1 ± erf(z) near
  * zero, and beyond 0.875 it is 2 - erfc(z) for x > 0 and erfc(z) itself for x < 0, which
  * keeps full relative accuracy where 1 + erf(z) would be a difference of nearly equal
@@ -84,6 +94,8 @@ void nrv_gelu_neon(const float *x, int64_t n, float *y) { map_unary(x, n, y, gel
 void nrv_gelu_tanh_neon(const float *x, int64_t n, float *y) { map_unary(x, n, y, gelu_tanh4); }
 void nrv_sigmoid_neon(const float *x, int64_t n, float *y) { map_unary(x, n, y, sigmoid4); }
 void nrv_tanh_neon(const float *x, int64_t n, float *y) { map_unary(x, n, y, tanh4); }
+void nrv_silu_neon(const float *x, int64_t n, float *y) { map_unary(x, n, y, silu4); }
+void nrv_hard_swish_neon(const float *x, int64_t n, float *y) { map_unary(x, n, y, hard_swish4); }
 
 /* Row-wise softmax in three passes: max (NaN-propagating, so a NaN anywhere in the row
  * makes the whole row NaN, as in the reference), exp(x - max) stored into y while summing,

@@ -40,6 +40,8 @@ void nrv_linear_panels_neon(const float *x, int64_t rows, int64_t ldx, int64_t k
 void nrv_relu_neon(const float *x, int64_t n, float *y);
 void nrv_gelu_neon(const float *x, int64_t n, float *y);
 void nrv_gelu_tanh_neon(const float *x, int64_t n, float *y);
+void nrv_silu_neon(const float *x, int64_t n, float *y);
+void nrv_hard_swish_neon(const float *x, int64_t n, float *y);
 void nrv_sigmoid_neon(const float *x, int64_t n, float *y);
 void nrv_tanh_neon(const float *x, int64_t n, float *y);
 void nrv_softmax_neon(const float *x, int64_t rows, int64_t dim, float *y);

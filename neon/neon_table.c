@@ -23,6 +23,8 @@ const nrv_kernel_variant nrv_variants_neon[] = {
     NEON_GEMM(nrv_gemm_neon, nrv_gemm_implicit_neon, nrv_gemm_panels_neon, nrv_linear_panels_neon),
     NEON(NRV_OP_GELU, unary, nrv_gelu_neon),
     NEON(NRV_OP_GELU_TANH, unary, nrv_gelu_tanh_neon),
+    NEON(NRV_OP_SILU, unary, nrv_silu_neon),
+    NEON(NRV_OP_HARD_SWISH, unary, nrv_hard_swish_neon),
     NEON(NRV_OP_RELU, unary, nrv_relu_neon),
     NEON(NRV_OP_SIGMOID, unary, nrv_sigmoid_neon),
     NEON(NRV_OP_TANH, unary, nrv_tanh_neon),

@@ -36,6 +36,8 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_LINEAR_W4A8] = "linear_w4a8",
     [NRV_OP_LINEAR_F16] = "linear_f16",
     [NRV_OP_DEPTHWISE] = "depthwise",
+    [NRV_OP_HARD_SWISH] = "hard_swish",
+    [NRV_OP_SILU] = "silu",
 };
 
 typedef struct op_slot {

@@ -844,9 +844,11 @@ static const float act_specials[] = {0.0f,    -0.0f,  1e-30f, -1e-30f, 1e-40f, -
                                      0.5f,    -0.5f,  4.0f,   -4.0f,   9.0f,   -9.0f,   15.0f,    -15.0f,
                                      20.0f,   -20.0f, 87.0f,  -87.0f,  88.8f,  -88.8f,  100.0f,   -100.0f,
                                      104.0f,  -104.0f, 1e30f, -1e30f,  FLT_MAX, -FLT_MAX, INFINITY, -INFINITY,
-                                     NAN,     -NAN};
+                                     3.0f,    -3.0f,  NAN,     -NAN};
 
-static void test_activation(nrv_activation act, nrv_unary_fn ref) {
+/* act through the public nrv_activate, or (direct >= 0) the dispatch table's op `direct`,
+ * which has no public entry (the plan's fused hard_swish and silu). */
+static void test_activation_of(nrv_activation act, int direct, nrv_unary_fn ref) {
     static const int64_t sizes[] = {1,  2,  3,  7,   8,   9,   13,  15,   16,   17,   31,   32,
                                     33, 63, 64, 65, 97, 127, 128, 129, 257, 1025, 4099, 65539};
     const int n_special = (int)(sizeof act_specials / sizeof act_specials[0]);
@@ -865,23 +867,28 @@ static void test_activation(nrv_activation act, nrv_unary_fn ref) {
             ref(x.p, n, want);
             buf y = buf_out(n, mis);
             nrv_status s;
+            const float *src = x.p;
             if (inplace) {
                 memcpy(y.p, x.p, (size_t)n * sizeof(float));
-                s = nrv_activate(act, y.p, n, y.p);
+                src = y.p;
+            }
+            if (direct >= 0) {
+                nrv_kernel_get((nrv_op)direct).unary(src, n, y.p);
+                s = NRV_OK;
             } else {
-                s = nrv_activate(act, x.p, n, y.p);
+                s = nrv_activate(act, src, n, y.p);
             }
             int64_t at = 0;
             double err;
-            if (act == NRV_ACT_RELU) {
-                /* exact: max(x, 0) rounds nothing */
+            if (act == NRV_ACT_RELU || direct == NRV_OP_HARD_SWISH) {
+                /* exact: max(x, 0) rounds nothing; hard_swish rounds as the reference does */
                 err = s != NRV_OK ? INFINITY : compare(y.p, want, n, 0.0, 1e-45, NULL, 0.0, &at);
             } else if (act == NRV_ACT_GELU || act == NRV_ACT_GELU_TANH) {
                 /* The reference forms 1 + erf / 1 + tanh, which cancels for negative x: its
                  * own absolute error there is about |x|/2 · ulp(1). Allow 1.5e-7·|x|. */
                 err = s != NRV_OK ? INFINITY : compare(y.p, want, n, 1e-5, 1e-37, x.p, 1.5e-7, &at);
             } else {
-                /* sigmoid, tanh: relative everywhere down to FLT_MIN (results below it may flush). */
+                /* sigmoid, tanh, silu: relative everywhere down to FLT_MIN (results below it may flush). */
                 err = s != NRV_OK ? INFINITY : compare(y.p, want, n, 1e-5, 1e-37, NULL, 0.0, &at);
             }
             if (!guards_intact(&y)) err = INFINITY;
@@ -894,6 +901,8 @@ static void test_activation(nrv_activation act, nrv_unary_fn ref) {
         }
     }
 }
+
+static void test_activation(nrv_activation act, nrv_unary_fn ref) { test_activation_of(act, -1, ref); }
 
 static void test_softmax(void) {
     static const int64_t dims[] = {1, 3, 13, 97, 127, 257, 1025, 4096};
@@ -1081,6 +1090,8 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();
     else if (!strcmp(op, "depthwise")) test_depthwise();
+    else if (!strcmp(op, "hard_swish")) test_activation_of((nrv_activation)-1, NRV_OP_HARD_SWISH, nrv_hard_swish_ref);
+    else if (!strcmp(op, "silu")) test_activation_of((nrv_activation)-1, NRV_OP_SILU, nrv_silu_ref);
     else return 0;
     return 1;
 }

@@ -25,6 +25,7 @@ COVERED_OPS = {
     "linear_w4a32", "linear_w4a8",  # every variant: tests/python/test_quant_w4.py
     "linear_f16",  # every variant: tests/python/test_linear_f16.py, natively tests/native/test_linear_f16.c
     "depthwise",  # every variant: test_depthwise_conv below (through a session), natively test_kernels.c
+    "hard_swish", "silu",  # every variant: test_hard_swish_and_silu below (through sessions), natively test_kernels.c
 }
 
 
@@ -487,3 +488,39 @@ def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
     with forced("depthwise", variant):
         got = nerve.Session(model, cache=False).run({"x": x})["y"]
     assert_within(got, want, 1e-5 * np.abs(want) + 4 * kernel * np.finfo(F32).eps * 8, "depthwise")
+
+
+# ------------------------------------------------------------------------- hard_swish, silu (through a session)
+
+@pytest.mark.parametrize("variant", variant_params("hard_swish"))  # silu has the same variants
+@pytest.mark.parametrize("n", [1, 13, 127, 1025])
+def test_hard_swish_and_silu(variant, n, rng):
+    """The plan's HardSwish and its SiLU (Sigmoid then Mul, fused into one op) under each
+    variant, against float64; hard_swish is the reference's arithmetic bit for bit, so every
+    variant gives the same bits; the SiLU kernel equals the unfused Sigmoid and Mul."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x = (rng.standard_normal((1, n)) * 6).astype(F32)
+    x[0, :min(n, 4)] = [3.0, -3.0, 0.0, -0.0][:min(n, 4)]
+    nodes = [helper.make_node("HardSwish", ["x"], ["hs"]), helper.make_node("Sigmoid", ["x"], ["sg"]),
+             helper.make_node("Mul", ["x", "sg"], ["silu"])]
+    g = helper.make_graph(nodes, "act", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                          [helper.make_tensor_value_info("hs", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("silu", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x64 = x.astype(np.float64)
+    want_hs = x64 * np.clip(x64 * F32(1 / 6) + 0.5, 0.0, 1.0)
+    want_silu = x64 / (1.0 + np.exp(-x64))
+    assert kernels.variants("silu") == kernels.variants("hard_swish")
+    with forced("hard_swish", variant), forced("silu", variant), forced("sigmoid", variant):
+        got = nerve.Session(model, cache=False).run({"x": x})
+        unfused = nerve.Session(model, cache=False, fuse=False).run({"x": x})
+    # x·(1/6) + 1/2 rounds to float32 (an absolute error of ~ulp(1/2) in the clamp, times x)
+    assert_within(got["hs"], want_hs, 1e-6 * np.abs(x64) + 1e-30, "hard_swish")
+    assert_within(got["silu"], want_silu, 1e-5 * np.abs(want_silu) + 1e-30, "silu")
+    np.testing.assert_array_equal(got["silu"], unfused["silu"])  # x · sigmoid(x) = what Sigmoid then Mul give
+    with forced("hard_swish", "ref"):
+        ref_hs = nerve.Session(model, cache=False).run({"x": x})["hs"]
+    np.testing.assert_array_equal(got["hs"], ref_hs)

@@ -19,16 +19,25 @@ void nrv_gelu_tanh_ref(const float *x, int64_t n, float *y) {
     }
 }
 
+/* Split by sign so exp never overflows. */
+static inline float sigmoid1(float v) {
+    if (v >= 0.0f) return 1.0f / (1.0f + expf(-v));
+    const float e = expf(v);
+    return e / (1.0f + e);
+}
+
 void nrv_sigmoid_ref(const float *x, int64_t n, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = sigmoid1(x[i]);
+}
+
+void nrv_silu_ref(const float *x, int64_t n, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * sigmoid1(x[i]);
+}
+
+void nrv_hard_swish_ref(const float *x, int64_t n, float *y) {
     for (int64_t i = 0; i < n; i++) {
-        /* Split by sign so exp never overflows. */
-        const float v = x[i];
-        if (v >= 0.0f) {
-            y[i] = 1.0f / (1.0f + expf(-v));
-        } else {
-            const float e = expf(v);
-            y[i] = e / (1.0f + e);
-        }
+        const float t = x[i] * (1.0f / 6.0f) + 0.5f; /* ISO C: no contraction into an FMA */
+        y[i] = x[i] * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
     }
 }
 

@@ -249,6 +249,8 @@ typedef enum nrv_op {
     NRV_OP_LINEAR_W4A8,
     NRV_OP_LINEAR_F16,
     NRV_OP_DEPTHWISE,
+    NRV_OP_HARD_SWISH,
+    NRV_OP_SILU,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -387,6 +389,10 @@ void nrv_linear_panels_ref(const float *x, int64_t rows, int64_t ldx, int64_t k,
                            float eps, const float *wp, int64_t m, const float *bias, float *y, int64_t ldy);
 void nrv_gelu_ref(const float *x, int64_t n, float *y);
 void nrv_gelu_tanh_ref(const float *x, int64_t n, float *y);
+/* x · min(max(x·(1/6) + 1/2, 0), 1), the product and the sum rounded apart (no FMA); NaN stays NaN. */
+void nrv_hard_swish_ref(const float *x, int64_t n, float *y);
+/* x · sigmoid(x), the sigmoid rounded as nrv_sigmoid_ref's: what Sigmoid then Mul give. */
+void nrv_silu_ref(const float *x, int64_t n, float *y);
 void nrv_relu_ref(const float *x, int64_t n, float *y);
 void nrv_sigmoid_ref(const float *x, int64_t n, float *y);
 void nrv_tanh_ref(const float *x, int64_t n, float *y);

@@ -263,14 +263,13 @@ typedef enum nrv_plan_act {
     NRV_PLAN_ACT_LAST = NRV_PLAN_ACT_SILU
 } nrv_plan_act;
 
-/* HardSwish x · clamp(x/6 + 1/2, 0, 1), one definition for the unary op and the fused
- * activation: y[i] = hs(x[i]) for i < n (x == y allowed). Four lanes at a time with GCC
- * vector extensions and mask selects (SSE on x86, NEON on aarch64): GCC leaves the scalar
- * clamp against constant bounds unvectorised, and a fused hard-swish then cost more than
- * the four ops it replaced (plan_util.c). */
+/* HardSwish x · clamp(x·(1/6) + 1/2, 0, 1), one definition for the unary op and the fused
+ * activation: y[i] = hs(x[i]) for i < n (x == y allowed), the dispatch table's
+ * "hard_swish" (AVX2/AVX-512/NEON vectors, the scalar reference elsewhere; the same
+ * roundings in each, so every variant gives the same bits). */
 void nrv_hard_swish(const float *x, float *y, int64_t n);
-/* y = x · sigmoid(x) with the dispatch table's sigmoid (so bit for bit what the separate
- * Sigmoid and Mul ops give), in one pass over cache-sized pieces; y may be x. */
+/* y = x · sigmoid(x), the dispatch table's "silu": its sigmoid is the "sigmoid" variant's
+ * own function, so it is bit for bit what the separate Sigmoid and Mul ops give; y may be x. */
 void nrv_silu(const float *x, float *y, int64_t n);
 /* LeakyRelu y = x < 0 ? alpha·x : x, the same way (the unary op and the fused activation). */
 void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha);

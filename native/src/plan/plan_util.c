@@ -92,44 +92,9 @@ nrv_status nrv_op_axis(const nrv_op_args *a, int64_t axis, int32_t rank, int32_t
 typedef float act_v4f __attribute__((vector_size(16)));
 typedef int32_t act_v4i __attribute__((vector_size(16)));
 
-static inline float hard_swish1(float x) {
-    const float t = x * (1.0f / 6.0f) + 0.5f;
-    return x * (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
-}
+void nrv_hard_swish(const float *x, float *y, int64_t n) { nrv_kernel_get(NRV_OP_HARD_SWISH).unary(x, n, y); }
 
-void nrv_hard_swish(const float *x, float *y, int64_t n) {
-    const act_v4f sixth = {1.0f / 6.0f, 1.0f / 6.0f, 1.0f / 6.0f, 1.0f / 6.0f}, half = {0.5f, 0.5f, 0.5f, 0.5f};
-    const act_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f}, one = {1.0f, 1.0f, 1.0f, 1.0f};
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        act_v4f v, t;
-        memcpy(&v, x + i, sizeof v);
-        t = v * sixth + half;
-        const act_v4i below = t < zero, above = t > one; /* all-ones lanes where true; NaN: neither */
-        t = (act_v4f)(((act_v4i)t & ~(below | above)) | ((act_v4i)one & above));
-        v = v * t;
-        memcpy(y + i, &v, sizeof v);
-    }
-    for (; i < n; i++) y[i] = hard_swish1(x[i]);
-}
-
-void nrv_silu(const float *x, float *y, int64_t n) {
-    enum { PIECE = 256 }; /* 1 KiB of sigmoids on the stack, reread from L1 */
-    _Alignas(16) float s[PIECE];
-    for (int64_t i0 = 0; i0 < n; i0 += PIECE) {
-        const int64_t m = n - i0 < PIECE ? n - i0 : PIECE;
-        nrv_kernel_get(NRV_OP_SIGMOID).unary(x + i0, m, s);
-        int64_t i = 0;
-        for (; i + 4 <= m; i += 4) {
-            act_v4f v, g;
-            memcpy(&v, x + i0 + i, sizeof v);
-            memcpy(&g, s + i, sizeof g);
-            v = v * g;
-            memcpy(y + i0 + i, &v, sizeof v);
-        }
-        for (; i < m; i++) y[i0 + i] = x[i0 + i] * s[i];
-    }
-}
+void nrv_silu(const float *x, float *y, int64_t n) { nrv_kernel_get(NRV_OP_SILU).unary(x, n, y); }
 
 void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha) {
     const act_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f}, a = {alpha, alpha, alpha, alpha};

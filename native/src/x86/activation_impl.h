@@ -35,6 +35,17 @@ static inline vf v_relu(vf x) { return vmax(x, vzero()); }
 NRV_DEFINE_UNARY(nrv_relu, v_relu)
 #endif
 NRV_DEFINE_UNARY(nrv_sigmoid, v_sigmoid)
+/* x · sigmoid(x): the sigmoid kernel's values times x, what the Sigmoid and Mul ops give. */
+static inline vf v_silu(vf x) { return vmul(x, v_sigmoid(x)); }
+NRV_DEFINE_UNARY(nrv_silu, v_silu)
+/* x · min(max(x·(1/6) + 1/2, 0), 1) with the reference's roundings (a product, then a sum:
+ * no FMA). t is max's and min's second operand, which vmaxps/vminps return when either is
+ * NaN, so NaN stays NaN as in the reference. */
+static inline vf v_hard_swish(vf x) {
+    const vf t = vadd(vmul(x, vset1(1.0f / 6.0f)), vset1(0.5f));
+    return vmul(x, vmin(vset1(1.0f), vmax(vzero(), t)));
+}
+NRV_DEFINE_UNARY(nrv_hard_swish, v_hard_swish)
 NRV_DEFINE_UNARY(nrv_tanh, v_tanh)
 NRV_DEFINE_UNARY(nrv_gelu, v_gelu_erf)
 NRV_DEFINE_UNARY(nrv_gelu_tanh, v_gelu_tanh)

@@ -61,6 +61,8 @@ typedef struct nrv_x86_gemm_args {
     void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
     void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \
+    void nrv_silu_##isa(const float *x, int64_t n, float *y);                                               \
+    void nrv_hard_swish_##isa(const float *x, int64_t n, float *y);                                         \
     void nrv_tanh_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_softmax_##isa(const float *x, int64_t rows, int64_t dim, float *y);
 
