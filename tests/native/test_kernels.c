@@ -796,40 +796,53 @@ static void test_linear_panels(void) {
  * wide as the contract's slack (its slack columns NaN: a kernel that lets them into an
  * output fails) and no float past its last row (ASan), y guarded by canaries. */
 static void test_depthwise(void) {
-    static const int64_t cases[][7] = {/* oh, ow, kh, kw, sh, dh, dw */
-                                       {1, 1, 1, 1, 1, 1, 1},   {3, 7, 3, 3, 1, 1, 1},   {5, 13, 5, 5, 2, 1, 1},
-                                       {14, 14, 7, 7, 1, 1, 1}, {7, 56, 7, 7, 1, 1, 1},  {4, 97, 3, 3, 1, 2, 2},
-                                       {9, 130, 3, 5, 2, 1, 3}, {2, 3, 1, 7, 1, 1, 1},   {6, 28, 7, 7, 1, 1, 1},
-                                       {11, 64, 3, 3, 1, 1, 1}, {3, 65, 3, 3, 1, 1, 1},  {17, 5, 3, 3, 1, 1, 1}};
+    /* oh, ow, kh, kw, sh, dh, dw, phases (1: stride-1 columns; 2: a column stride of 2, each
+     * padded row kept as its even then its odd columns, as op conv lays the plane out) */
+    static const int64_t cases[][8] = {{1, 1, 1, 1, 1, 1, 1, 1},  {3, 7, 3, 3, 1, 1, 1, 1},   {5, 13, 5, 5, 2, 1, 1, 1},
+                                       {14, 14, 7, 7, 1, 1, 1, 1}, {7, 56, 7, 7, 1, 1, 1, 1},  {4, 97, 3, 3, 1, 2, 2, 1},
+                                       {9, 130, 3, 5, 2, 1, 3, 1}, {2, 3, 1, 7, 1, 1, 1, 1},   {6, 28, 7, 7, 1, 1, 1, 1},
+                                       {11, 64, 3, 3, 1, 1, 1, 1}, {3, 65, 3, 3, 1, 1, 1, 1},  {17, 5, 3, 3, 1, 1, 1, 1},
+                                       {56, 56, 3, 3, 2, 1, 1, 2}, {7, 7, 5, 5, 2, 1, 1, 2},   {14, 33, 3, 3, 2, 1, 1, 2},
+                                       {1, 1, 3, 3, 2, 1, 1, 2},   {5, 17, 3, 3, 1, 2, 3, 2},  {9, 70, 7, 7, 2, 1, 1, 2}};
     const nrv_depthwise_fn dwk = nrv_kernel_get(NRV_OP_DEPTHWISE).depthwise;
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         const int64_t oh = cases[t][0], ow = cases[t][1], kh = cases[t][2], kw = cases[t][3], sh = cases[t][4];
-        const int64_t dh = cases[t][5], dw = cases[t][6];
-        const int64_t used = ow + (kw - 1) * dw, wp = (ow + 3) / 4 * 4 + (kw - 1) * dw;
-        const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1;
-        buf P = buf_in(hp * wp, 0), W = buf_in(kh * kw, 0);
-        nrv_test_fill(P.p, hp * wp, -1.0f, 1.0f);
-        for (int64_t r = 0; r < hp; r++)
-            for (int64_t c = used; c < wp; c++) P.p[r * wp + c] = NAN;
-        nrv_test_fill(W.p, kh * kw, -1.0f, 1.0f);
+        const int64_t dh = cases[t][5], dw = cases[t][6], S = cases[t][7], taps = kh * kw;
+        /* a phase row holds the columns its taps read for ow rounded up to 4 outputs */
+        const int64_t wpp = (ow + 3) / 4 * 4 + (kw - 1) * dw / S, row = S * wpp;
+        const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, row_step = sh * row;
+        int64_t off[NRV_DW_MAX_TAPS];
+        for (int64_t ki = 0; ki < kh; ki++)
+            for (int64_t kj = 0; kj < kw; kj++)
+                off[ki * kw + kj] = ki * dh * row + (kj * dw % S) * wpp + kj * dw / S;
+        /* every float no stored output reads is NaN: a read of one would show in a stored lane */
+        buf P = buf_in(hp * row, 0), W = buf_in(taps, 0);
+        unsigned char *used = xalloc((size_t)(hp * row));
+        memset(used, 0, (size_t)(hp * row));
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t k = 0; k < taps; k++)
+                for (int64_t ox = 0; ox < ow; ox++) used[oy * row_step + off[k] + ox] = 1;
+        nrv_test_fill(P.p, hp * row, -1.0f, 1.0f);
+        for (int64_t i = 0; i < hp * row; i++)
+            if (!used[i]) P.p[i] = NAN;
+        nrv_test_fill(W.p, taps, -1.0f, 1.0f);
         const float bias = nrv_test_uniform(-1.0f, 1.0f);
         buf Y = buf_out(oh * ow, 0);
-        dwk(P.p, wp, oh, ow, kh, kw, sh, dh, dw, W.p, bias, Y.p);
+        dwk(P.p, row_step, oh, ow, off, taps, W.p, bias, Y.p);
         double err = 0.0;
         int64_t at = 0;
         for (int64_t oy = 0; oy < oh; oy++)
             for (int64_t ox = 0; ox < ow; ox++) {
                 double want = bias;
-                for (int64_t ki = 0; ki < kh; ki++)
-                    for (int64_t kj = 0; kj < kw; kj++)
-                        want += (double)W.p[ki * kw + kj] * P.p[(oy * sh + ki * dh) * wp + ox + kj * dw];
-                const double e = fabs((double)Y.p[oy * ow + ox] - want) / (dot_atol(kh * kw + 1, 1.0, 1.0) + 1e-6);
+                for (int64_t k = 0; k < taps; k++) want += (double)W.p[k] * P.p[oy * row_step + off[k] + ox];
+                const double e = fabs((double)Y.p[oy * ow + ox] - want) / (dot_atol(taps + 1, 1.0, 1.0) + 1e-6);
                 if (!(e <= err)) err = isnan(e) ? INFINITY : e, at = oy * ow + ox;
             }
         if (!guards_intact(&Y)) err = INFINITY;
-        record(err, "depthwise oh=%lld ow=%lld k=%lldx%lld sh=%lld dil=%lld,%lld at %lld: got %.9g%s", (long long)oh,
-               (long long)ow, (long long)kh, (long long)kw, (long long)sh, (long long)dh, (long long)dw, (long long)at,
-               (double)Y.p[at], guards_intact(&Y) ? "" : " canary overwritten");
+        record(err, "depthwise oh=%lld ow=%lld k=%lldx%lld sh=%lld dil=%lld,%lld phases=%lld at %lld: got %.9g%s",
+               (long long)oh, (long long)ow, (long long)kh, (long long)kw, (long long)sh, (long long)dh, (long long)dw,
+               (long long)S, (long long)at, (double)Y.p[at], guards_intact(&Y) ? "" : " canary overwritten");
+        free(used);
         buf_free(&P);
         buf_free(&W);
         buf_free(&Y);

@@ -458,19 +458,23 @@ def test_kernels_and_error_messages_from_many_threads(rng):
 # ------------------------------------------------------------------------- depthwise (through a session)
 
 @pytest.mark.parametrize("variant", variant_params("depthwise"))
-@pytest.mark.parametrize("size,kernel,stride,dil", [((56, 56), 7, 1, 1), ((13, 97), 3, 1, 1), ((14, 14), 5, 2, 1),
-                                                     ((9, 70), 3, 1, 2), ((1, 1), 3, 1, 1)])
+@pytest.mark.parametrize("size,kernel,stride,dil", [((56, 56), 7, (1, 1), 1), ((13, 97), 3, (1, 1), 1),
+                                                     ((14, 14), 5, (2, 1), 1), ((9, 70), 3, (1, 1), 2),
+                                                     ((1, 1), 3, (1, 1), 1), ((28, 29), 3, (2, 2), 1),
+                                                     ((7, 7), 5, (2, 2), 1), ((13, 40), 3, (1, 2), 2)])
 def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
-    """A depthwise Conv (stride-1 columns: the dispatched kernel "depthwise") under each
-    variant against a float64 reference over the zero-padded input."""
+    """A depthwise Conv (the dispatched kernel "depthwise", stride-1 columns or a column
+    stride of 2 over the plane's phase rows) under each variant against a float64 reference
+    over the zero-padded input."""
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     c, pad = 5, (kernel - 1) * dil // 2
+    sh, sw = stride
     w = rng.standard_normal((c, 1, kernel, kernel)).astype(F32)
     b = rng.standard_normal(c).astype(F32)
     x = rng.standard_normal((1, c) + size).astype(F32)
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, pads=[pad] * 4, strides=[stride, 1],
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, pads=[pad] * 4, strides=[sh, sw],
                             dilations=[dil, dil])
     g = helper.make_graph([node], "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -478,13 +482,13 @@ def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh = (xp.shape[2] - dil * (kernel - 1) - 1) // stride + 1
-    ow = xp.shape[3] - dil * (kernel - 1)
+    oh = (xp.shape[2] - dil * (kernel - 1) - 1) // sh + 1
+    ow = (xp.shape[3] - dil * (kernel - 1) - 1) // sw + 1
     want = np.zeros((1, c, oh, ow)) + b[None, :, None, None]
     for i in range(kernel):
         for j in range(kernel):
-            want += w[None, :, 0, i, j, None, None] * xp[:, :, i * dil:i * dil + stride * (oh - 1) + 1:stride,
-                                                          j * dil:j * dil + ow]
+            want += w[None, :, 0, i, j, None, None] * xp[:, :, i * dil:i * dil + sh * (oh - 1) + 1:sh,
+                                                          j * dil:j * dil + sw * (ow - 1) + 1:sw]
     with forced("depthwise", variant):
         got = nerve.Session(model, cache=False).run({"x": x})["y"]
     assert_within(got, want, 1e-5 * np.abs(want) + 4 * kernel * np.finfo(F32).eps * 8, "depthwise")

@@ -213,14 +213,17 @@ typedef void (*nrv_linear_panels_fn)(const float *x, int64_t rows, int64_t ldx, 
                                      const float *beta, float eps, const float *wp, int64_t m, const float *bias,
                                      float *y, int64_t ldy);
 
-/* A depthwise conv's taps over one channel's padded plane with stride-1 columns (op conv's
- * depthwise path, op_conv.c): y[oy·ow + ox] = bias + Σ_{ki<kh, kj<kw} w[ki·kw + kj] ·
- * plane[(oy·sh + ki·dh)·wp + ox + kj·dw] for oy < oh, ox < ow, the taps summed in that order.
- * A plane row is read only below column (ow rounded up to 4) + (kw - 1)·dw (the plane's
- * slack); kh·kw <= NRV_DW_MAX_TAPS. */
+/* A depthwise conv's taps over one channel's padded plane (op conv's depthwise path,
+ * op_conv.c): y[oy·ow + ox] = bias + Σ_{k<taps} w[k] · plane[oy·row_step + tap_off[k] + ox]
+ * for oy < oh, ox < ow, the taps summed in order k. The plane's layout is the caller's:
+ * stride-1 columns put tap (ki, kj) at ki·dh·wp + kj·dw; a column stride of 2 keeps each
+ * padded row as two phase rows (even columns, then odd), so the tap's outputs are
+ * contiguous in its phase row. The plane is read at offsets below oy·row_step + tap_off[k]
+ * + (ow rounded up to 4) only, and those past ow only into lanes that are not stored;
+ * taps <= NRV_DW_MAX_TAPS. */
 #define NRV_DW_MAX_TAPS 49
-typedef void (*nrv_depthwise_fn)(const float *plane, int64_t wp, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
-                                 int64_t sh, int64_t dh, int64_t dw, const float *w, float bias, float *y);
+typedef void (*nrv_depthwise_fn)(const float *plane, int64_t row_step, int64_t oh, int64_t ow, const int64_t *tap_off,
+                                 int64_t taps, const float *w, float bias, float *y);
 
 /* Element-wise y = f(x) over n floats; y may be x. */
 typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
@@ -405,8 +408,8 @@ void nrv_linear_w4a32_ref(const float *x, int64_t rows, const nrv_w4_weight *w, 
                           int64_t ldy);
 void nrv_linear_w4a8_ref(const float *x, int64_t rows, const nrv_w4_weight *w, const float *b, float *y,
                          int64_t ldy);
-void nrv_depthwise_ref(const float *plane, int64_t wp, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh,
-                       int64_t dh, int64_t dw, const float *w, float bias, float *y);
+void nrv_depthwise_ref(const float *plane, int64_t row_step, int64_t oh, int64_t ow, const int64_t *tap_off,
+                       int64_t taps, const float *w, float bias, float *y);
 void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                         float *y, int64_t ldy);
 /* Quantises row x (n floats) to int8 as linear_w8a8 does; returns sx. */

@@ -270,10 +270,9 @@ static void conv_direct_1ch(const conv_geom *g, const float *restrict x, const f
 
 /* Depthwise with stride 1 or a column stride of 2: the channel is copied once into a
  * zero-padded plane (in scratch), then every output vector accumulates its kh·kw taps in a
- * register and is stored once, with no bounds logic in the loop. Stride-1 columns: the
- * dispatched kernel "depthwise" (kernels.h; AVX2/AVX-512 blocks of 8 accumulators, the
- * 4-lane reference elsewhere); a column stride of 2: GCC vector extensions here (SSE on
- * x86, NEON on aarch64).
+ * register and is stored once, with no bounds logic in the loop: the dispatched kernel
+ * "depthwise" (kernels.h; AVX2/AVX-512 blocks of 8 accumulators, the 4-lane reference
+ * elsewhere), given each tap's offset in the plane.
  * - Why a plane: the short per-tap row loops of conv_direct_1ch cost more than the
  *   arithmetic on small planes (a MobileNet block's 16x16: 58 us for 64 channels, 4.5x this).
  * - Column stride 2: the plane keeps each padded row as two phase rows, even columns then
@@ -285,6 +284,9 @@ typedef struct dw_plane {
     int64_t phases; /* column stride: 1 or 2 */
     int64_t wpp;    /* floats per phase row */
     int64_t hp;     /* padded rows */
+    /* each tap's offset in the plane from output (0, 0): its row, then (column stride 2) its
+     * phase row and the column in it; set by dw_plane_taps, once per piece of channels */
+    int64_t off[DW_TAPS_MAX];
 } dw_plane;
 
 /* The plane's shape; 0 when this path does not apply. */
@@ -305,20 +307,19 @@ static int64_t dw_plane_floats(const conv_geom *g) {
     return dw_plane_shape(g, &pl) ? pl.hp * pl.phases * pl.wpp : 0;
 }
 
-/* The first min(n, 4) lanes of v to dst (an output row's last vector may be partial). */
-static inline void dw_store(float *dst, conv_v4f v, int64_t n) {
-    if (n >= 4) {
-        memcpy(dst, &v, sizeof v);
-        return;
-    }
-    for (int64_t j = 0; j < n; j++) dst[j] = v[j];
+/* The plane's shape and tap offsets (the caller checked the path applies). */
+static void dw_plane_taps(const conv_geom *g, dw_plane *pl) {
+    (void)dw_plane_shape(g, pl);
+    for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++) {
+            const int64_t c = kj * g->dw; /* padded column of output 0 */
+            pl->off[ki * g->kw + kj] = ki * g->dh * pl->phases * pl->wpp + (c % pl->phases) * pl->wpp + c / pl->phases;
+        }
 }
 
-static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, const float *restrict w, float bias,
-                                 float *restrict y, float *restrict plane) {
-    dw_plane pl = {0};
-    (void)dw_plane_shape(g, &pl); /* the caller checked it applies */
-    const int64_t S = pl.phases, wpp = pl.wpp, hp = pl.hp, row_floats = S * wpp;
+static void conv_depthwise_plane(const conv_geom *g, const dw_plane *pl, const float *restrict x,
+                                 const float *restrict w, float bias, float *restrict y, float *restrict plane) {
+    const int64_t S = pl->phases, wpp = pl->wpp, hp = pl->hp, row_floats = S * wpp;
     memset(plane, 0, (size_t)(hp * row_floats) * sizeof(float));
     for (int64_t iy = 0; iy < g->ih && iy + g->ph < hp; iy++) {
         float *dst = plane + (iy + g->ph) * row_floats;
@@ -339,46 +340,9 @@ static void conv_depthwise_plane(const conv_geom *g, const float *restrict x, co
             }
         }
     }
-    if (S == 1) { /* the dispatched taps (kernels.h nrv_depthwise_fn: the plane's slack is its contract) */
-        nrv_kernel_get(NRV_OP_DEPTHWISE).depthwise(plane, wpp, g->oh, g->ow, g->kh, g->kw, g->sh, g->dh, g->dw, w, bias, y);
-        return;
-    }
-    const conv_v4f vb = {bias, bias, bias, bias};
-    const int64_t taps = g->kh * g->kw;
-    conv_v4f wv[DW_TAPS_MAX];
-    for (int64_t k = 0; k < taps; k++) wv[k] = (conv_v4f){w[k], w[k], w[k], w[k]};
-    /* column stride 2: each tap's offset in the plane (phase row, then column) computed once */
-    int64_t off[DW_TAPS_MAX];
-    for (int64_t ki = 0; ki < g->kh; ki++)
-        for (int64_t kj = 0; kj < g->kw; kj++) {
-            const int64_t c = kj * g->dw; /* padded column of output 0 */
-            off[ki * g->kw + kj] = ki * g->dh * row_floats + (c % S) * wpp + c / S;
-        }
-    for (int64_t oy = 0; oy < g->oh; oy++) {
-        const float *base = plane + oy * g->sh * row_floats;
-        int64_t ox = 0;
-        for (; ox + 8 <= g->ow; ox += 8) { /* two vectors share each tap's weight */
-            conv_v4f a0 = vb, a1 = vb;
-            for (int64_t k = 0; k < taps; k++) {
-                conv_v4f x0, x1;
-                memcpy(&x0, base + off[k] + ox, sizeof x0);
-                memcpy(&x1, base + off[k] + ox + 4, sizeof x1);
-                a0 += wv[k] * x0;
-                a1 += wv[k] * x1;
-            }
-            memcpy(y + oy * g->ow + ox, &a0, sizeof a0);
-            memcpy(y + oy * g->ow + ox + 4, &a1, sizeof a1);
-        }
-        for (; ox < g->ow; ox += 4) {
-            conv_v4f acc = vb;
-            for (int64_t k = 0; k < taps; k++) {
-                conv_v4f xv;
-                memcpy(&xv, base + off[k] + ox, sizeof xv);
-                acc += wv[k] * xv;
-            }
-            dw_store(y + oy * g->ow + ox, acc, g->ow - ox);
-        }
-    }
+    /* the dispatched taps (kernels.h nrv_depthwise_fn: the plane's slack is its contract) */
+    nrv_kernel_get(NRV_OP_DEPTHWISE).depthwise(plane, g->sh * row_floats, g->oh, g->ow, pl->off, g->kh * g->kw, w, bias,
+                                               y);
 }
 
 /* Depthwise convs, one image: channel ranges for the threads, each piece with its own
@@ -398,11 +362,13 @@ typedef struct conv_dw_job {
 static void conv_dw_task(void *ctx, int64_t t) {
     const conv_dw_job *j = ctx;
     const conv_geom *g = j->g;
+    dw_plane pl = {0};
+    if (j->plane_floats) dw_plane_taps(g, &pl);
     for (int64_t c = t * g->c / j->pieces; c < (t + 1) * g->c / j->pieces; c++) {
         const float *xc = j->x + c * g->hw, *wc = j->w + c * g->kdim;
         const float bias = j->bias ? j->bias[c] : 0.0f;
         float *yc = j->y + c * g->p;
-        if (j->plane_floats) conv_depthwise_plane(g, xc, wc, bias, yc, j->planes + t * j->plane_floats);
+        if (j->plane_floats) conv_depthwise_plane(g, &pl, xc, wc, bias, yc, j->planes + t * j->plane_floats);
         else conv_direct_1ch(g, xc, wc, bias, yc);
         (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, yc, g->p); /* act checked by conv_run */
     }

@@ -10,24 +10,23 @@
 
 #define DW_ACC 8
 
-static inline __attribute__((always_inline)) void dw_block(const int R, const int V, const float *plane, int64_t wp,
-                                                           int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t dh,
-                                                           int64_t dw, const vf *wv, float bias, float *y, int64_t ldy,
-                                                           int64_t oy) {
+static inline __attribute__((always_inline)) void dw_block(const int R, const int V, const float *plane,
+                                                           int64_t row_step, int64_t ow, const int64_t *off,
+                                                           int64_t taps, const vf *wv, float bias, float *y,
+                                                           int64_t ldy, int64_t oy) {
     const vtail last = vtail_mask(ow - (int64_t)(V - 1) * VL); /* lanes of the row's last vector */
     vf acc[DW_ACC];
     for (int i = 0; i < R * V; i++) acc[i] = vset1(bias);
-    for (int64_t ki = 0; ki < kh; ki++)
-        for (int64_t kj = 0; kj < kw; kj++) {
-            const vf wk = wv[ki * kw + kj];
-            for (int r = 0; r < R; r++) {
-                const float *src = plane + ((oy + r) * sh + ki * dh) * wp + kj * dw;
-                for (int v = 0; v < V; v++) {
-                    const vf xv = v + 1 < V ? vload(src + v * VL) : vload_tail(src + v * VL, last);
-                    acc[r * V + v] = vfmadd(wk, xv, acc[r * V + v]);
-                }
+    for (int64_t k = 0; k < taps; k++) {
+        const vf wk = wv[k];
+        for (int r = 0; r < R; r++) {
+            const float *src = plane + (oy + r) * row_step + off[k];
+            for (int v = 0; v < V; v++) {
+                const vf xv = v + 1 < V ? vload(src + v * VL) : vload_tail(src + v * VL, last);
+                acc[r * V + v] = vfmadd(wk, xv, acc[r * V + v]);
             }
         }
+    }
     for (int r = 0; r < R; r++) {
         float *yr = y + (oy + r) * ldy;
         for (int v = 0; v + 1 < V; v++) vstore(yr + v * VL, acc[r * V + v]);
@@ -36,10 +35,10 @@ static inline __attribute__((always_inline)) void dw_block(const int R, const in
 }
 
 /* R rows (a constant 1..8 at each call) of V vectors from row oy. */
-#define DW_ROWS(V_, R_) dw_block(R_, V_, plane, wp, cols, kh, kw, sh, dh, dw, wv, bias, y, ldy, oy)
-static __attribute__((noinline)) void dw_rows(int V, int R, const float *plane, int64_t wp, int64_t cols, int64_t kh,
-                                              int64_t kw, int64_t sh, int64_t dh, int64_t dw, const vf *wv, float bias,
-                                              float *y, int64_t ldy, int64_t oy) {
+#define DW_ROWS(V_, R_) dw_block(R_, V_, plane, row_step, cols, off, taps, wv, bias, y, ldy, oy)
+static __attribute__((noinline)) void dw_rows(int V, int R, const float *plane, int64_t row_step, int64_t cols,
+                                              const int64_t *off, int64_t taps, const vf *wv, float bias, float *y,
+                                              int64_t ldy, int64_t oy) {
     switch (V * 8 + R) {
     case 8 + 8: DW_ROWS(1, 8); break;
     case 8 + 7: DW_ROWS(1, 7); break;
@@ -61,16 +60,16 @@ static __attribute__((noinline)) void dw_rows(int V, int R, const float *plane, 
 }
 #undef DW_ROWS
 
-void X86FN(nrv_depthwise)(const float *plane, int64_t wp, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh,
-                          int64_t dh, int64_t dw, const float *w, float bias, float *y) {
+void X86FN(nrv_depthwise)(const float *plane, int64_t row_step, int64_t oh, int64_t ow, const int64_t *tap_off,
+                          int64_t taps, const float *w, float bias, float *y) {
     vf wv[NRV_DW_MAX_TAPS];
-    for (int64_t k = 0; k < kh * kw; k++) wv[k] = vset1(w[k]);
+    for (int64_t k = 0; k < taps; k++) wv[k] = vset1(w[k]);
     /* a row wider than 4 vectors goes in pieces of 4 vectors (plane and y offset views) */
     for (int64_t x0 = 0; x0 < ow; x0 += 4 * VL) {
         const int64_t cols = ow - x0 < 4 * VL ? ow - x0 : 4 * VL;
         const int V = (int)((cols + VL - 1) / VL), R = DW_ACC / (V < 3 ? V : 4);
         for (int64_t oy = 0; oy < oh; oy += R)
-            dw_rows(V, oh - oy < R ? (int)(oh - oy) : R, plane + x0, wp, cols, kh, kw, sh, dh, dw, wv, bias, y + x0, ow,
-                    oy);
+            dw_rows(V, oh - oy < R ? (int)(oh - oy) : R, plane + x0, row_step, cols, tap_off, taps, wv, bias, y + x0,
+                    ow, oy);
     }
 }

@@ -56,8 +56,8 @@ typedef struct nrv_x86_gemm_args {
     void nrv_linear_panels_##isa(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma,     \
                                  const float *beta, float eps, const float *wp, int64_t m, const float *bias,  \
                                  float *y, int64_t ldy);                                                     \
-    void nrv_depthwise_##isa(const float *plane, int64_t wp, int64_t oh, int64_t ow, int64_t kh, int64_t kw,   \
-                             int64_t sh, int64_t dh, int64_t dw, const float *w, float bias, float *y);     \
+    void nrv_depthwise_##isa(const float *plane, int64_t row_step, int64_t oh, int64_t ow,                     \
+                             const int64_t *tap_off, int64_t taps, const float *w, float bias, float *y);   \
     void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
     void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \
