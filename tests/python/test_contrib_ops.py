@@ -241,6 +241,42 @@ def test_dynamic_quantize_lstm(tmp_path, rng, dirs, per_channel, wdt):
     if wdt == np.int8:  # onnxruntime's DynamicQuantizeLSTM takes int8 weights only
         rq = ort_run(q, {"x": x})
         assert float(np.abs(got["Y"] - rq["Y"]).max()) < 0.1  # h in (-1, 1): rounding, not a wrong gate
+    from nerve.compiler import compile_program
+    lstm = next(o for o in compile_program(q.SerializeToString(), tmp_path).ops if o.type == "lstm")
+    assert lstm.inputs[2].dtype == np.int8  # R stays int8 in the plan (W8: a step reads a quarter of the bytes)
+
+
+def test_lstm_int8_r_checks_its_scales():
+    """The lstm op's int8 R without its per-row scales, or with scales of the wrong shape:
+    clear errors naming the op."""
+    from nerve.compiler.graph import Op, Program, Value
+    from nerve.session import run_program_once
+
+    def run(*extra):
+        x = Value("x", np.float32, (3, 1, 4), const=np.ones((3, 1, 4), np.float32))
+        w = Value("w", np.float32, (1, 8, 4), const=np.full((1, 8, 4), 0.1, np.float32))
+        r = Value("r", np.int8, (1, 8, 2), const=np.ones((1, 8, 2), np.int8))
+        ys = [Value("y", np.float32, (3, 1, 1, 2)), Value("yh", np.float32, (1, 1, 2)), Value("yc", np.float32, (1, 1, 2))]
+        op = Op("lstm", [x, w, r, None, None, None, None, None] + list(extra), ys, iattr=[0, 2, 0], fattr=[0.0],
+                scratch=Value("s", np.uint8, (4 * 8 * 2 + 4 * 3 * 8,)), name="bad_lstm")
+        for y in ys:
+            y.producer = op
+        return run_program_once(Program(ops=[op], inputs=[], outputs=ys, symbols={}, binds=[]))
+
+    with pytest.raises(nerve.NerveError, match="bad_lstm.*per-row scales"):
+        run()
+    with pytest.raises(nerve.NerveError, match="bad_lstm.*R scales"):
+        run(Value("rs", np.float32, (1, 4), const=np.ones((1, 4), np.float32)))
+    scale = 0.5
+    out = run(Value("rs", np.float32, (1, 8), const=np.full((1, 8), scale, np.float32)))
+    # every gate sees x · Wᵀ + h · Rᵀ = 0.4 + 0.5 · (h0 + h1): a float LSTM with R = 0.5 agrees
+    h, c = np.zeros(2), np.zeros(2)
+    for _ in range(3):
+        g = np.full(8, 0.4 + scale * h.sum())
+        i, o, f, cc = 1 / (1 + np.exp(-g[:2])), 1 / (1 + np.exp(-g[2:4])), 1 / (1 + np.exp(-g[4:6])), np.tanh(g[6:])
+        c = f * c + i * cc
+        h = o * np.tanh(c)
+    np.testing.assert_allclose(out[1].reshape(-1), h, rtol=1e-6, atol=1e-7)
 
 
 def test_dynamic_quantize_lstm_needs_constant_weights(tmp_path, rng):

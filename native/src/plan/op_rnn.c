@@ -70,7 +70,8 @@ static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims
     d->in = X->dims[2];
     const int64_t H = d->hid, G = gates * H;
     NRV_TRY(expect_shape(a, a->in[1], "W", 3, (const int64_t[]){d->dirs, G, d->in}));
-    NRV_TRY(expect_shape(a, a->in[2], "R", 3, (const int64_t[]){d->dirs, G, H}));
+    if (gates != 4 || a->in[2]->dtype != NRV_I8) /* an LSTM's int8 R: rnn_check_r_w8 */
+        NRV_TRY(expect_shape(a, a->in[2], "R", 3, (const int64_t[]){d->dirs, G, H}));
     if (a->n_in > 3 && a->in[3]) NRV_TRY(expect_shape(a, a->in[3], "B", 2, (const int64_t[]){d->dirs, 2 * G}));
     if (a->n_in > 5 && a->in[5])
         NRV_TRY(expect_shape(a, a->in[5], "initial_h", 3, (const int64_t[]){d->dirs, d->batch, H}));
@@ -92,6 +93,48 @@ static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims
         }
     }
     return NRV_OK;
+}
+
+/* An int8 recurrent weight (W8: int8 codes, one scale per row, an optional offset per row;
+ * nerve.h "W8 weights"): R = q [dirs, G, H] int8, its scales in[at] [dirs, G] f32 and
+ * offsets in[at + 1] [dirs, G] f32 (optional), so R[d, o, k] = s[d, o]·q[d, o, k] + z[d, o].
+ * Sets *q_out (NULL when R is f32: nothing more to check). */
+typedef struct rnn_r_w8 {
+    const int8_t *q;
+    const float *s, *z;
+} rnn_r_w8;
+
+static nrv_status rnn_check_r_w8(const nrv_op_args *a, const rnn_dims *d, int64_t G, int at, rnn_r_w8 *r) {
+    const nrv_tview *R = a->in[2];
+    r->q = NULL, r->s = r->z = NULL;
+    if (R->dtype != NRV_I8) return NRV_OK;
+    const int64_t want[3] = {d->dirs, G, d->hid};
+    int ok = R->rank == 3;
+    for (int i = 0; ok && i < 3; i++) ok = R->dims[i] == want[i];
+    if (!ok)
+        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): int8 R must be [%lld, %lld, %lld]", a->type, a->name,
+                        (long long)want[0], (long long)want[1], (long long)want[2]);
+    if (a->n_in <= at || !a->in[at])
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): int8 R needs its per-row scales (input %d)", a->type,
+                        a->name, at);
+    NRV_TRY(expect_shape(a, a->in[at], "R scales", 2, (const int64_t[]){d->dirs, G}));
+    if (a->n_in > at + 1 && a->in[at + 1])
+        NRV_TRY(expect_shape(a, a->in[at + 1], "R offsets", 2, (const int64_t[]){d->dirs, G}));
+    r->q = R->data;
+    r->s = a->in[at]->data;
+    r->z = a->n_in > at + 1 && a->in[at + 1] ? a->in[at + 1]->data : NULL;
+    return NRV_OK;
+}
+
+/* y[batch, G] = h · R[dir]ᵀ + Rb: the f32 linear kernel, or linear_w8 (the int8 rows widened
+ * in registers: a step's GEMV reads a quarter of the bytes). */
+static void rnn_recurrent(const rnn_r_w8 *r8, const float *R, int64_t dir, const float *h, int64_t batch, int64_t H,
+                          const float *Rb, int64_t G, float *y) {
+    if (r8->q)
+        nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(h, batch, H, r8->q + dir * G * H, r8->s + dir * G,
+                                                  r8->z ? r8->z + dir * G : NULL, 1, Rb, G, y);
+    else
+        nrv_kernel_get(NRV_OP_LINEAR).linear(h, batch, H, R + dir * G * H, Rb, G, y);
 }
 
 /* Fails unless the scratch holds blocks · batch · width floats. */
@@ -148,7 +191,9 @@ static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
 /* ------------------------------------------------------------------ lstm */
 
 /* "lstm": ONNX LSTM (opset 14), layout 0, activations sigmoid, tanh, tanh.
- *   in[0] X [seq, batch, I]; in[1] W [dirs, 4H, I]; in[2] R [dirs, 4H, H];
+ *   in[0] X [seq, batch, I]; in[1] W [dirs, 4H, I]; in[2] R [dirs, 4H, H] f32, or int8 with
+ *   in[8] its scales and in[9] (optional) its offsets, each [dirs, 4H] f32 (rnn_check_r_w8:
+ *   onnxruntime's DynamicQuantizeLSTM keeps its recurrent weights int8 this way);
  *   in[3] B [dirs, 8H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
  *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional;
  *   in[6] initial_c [dirs, batch, H] optional; in[7] P [dirs, 3H] optional (peepholes i, o, f).
@@ -165,9 +210,11 @@ static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
  *   Bidirectional: direction 0 runs forward, direction 1 in reverse; Y[:, d] and Y_h[d], Y_c[d]
  *   hold direction d. */
 static nrv_status run_lstm(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 8, 3, 3, 1));
+    NRV_TRY(nrv_op_expect(a, 3, 10, 3, 3, 1));
     rnn_dims d;
     NRV_TRY(rnn_check_common(a, 4, &d));
+    rnn_r_w8 r8;
+    NRV_TRY(rnn_check_r_w8(a, &d, 4 * d.hid, 8, &r8));
     const int64_t input_forget = a->iattr[2];
     if (input_forget != 0 && input_forget != 1)
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): input_forget %lld must be 0 or 1", a->type, a->name,
@@ -199,7 +246,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
 
     for (int64_t dir = 0; dir < dirs; dir++) {
         const int reverse = d.direction == 1 || dir == 1;
-        const float *Wd = W + dir * G * I, *Rd = R + dir * G * H;
+        const float *Wd = W + dir * G * I;
         const float *Wb = Bv ? Bv + dir * 2 * G : NULL, *Rb = Bv ? Bv + dir * 2 * G + G : NULL;
         const float *Pi = P ? P->data : NULL, *Po = NULL, *Pf = NULL;
         if (Pi) {
@@ -213,7 +260,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
             const int64_t t = reverse ? seq - 1 - s : s;
             if (xproj) g1 = xproj + t * batch * G;
             else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
-            nrv_kernel_get(NRV_OP_LINEAR).linear(h, batch, H, Rd, Rb, G, g2);
+            rnn_recurrent(&r8, R, dir, h, batch, H, Rb, G, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
                 float *gi = g1 + b * G, *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H;

@@ -13,7 +13,7 @@ The runtime ops and their attribute layouts are documented at the C run function
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -398,9 +398,11 @@ _DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}
 _DEFAULT_ACTS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
 
 
-def _rnn(ctx: NodeCtx, ins, kind: str) -> List[Value]:
+def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Value]]] = None) -> List[Value]:
     """An LSTM or GRU node (kind) on float inputs ins = [X, W, R, B, sequence_lens,
-    initial_h(, initial_c, P)] as one runtime op; the attributes come from ctx."""
+    initial_h(, initial_c, P)] as one runtime op; the attributes come from ctx. r_w8 (LSTM):
+    R is int8 codes with these per-row scales and offsets ([dirs, 4·hidden] f32; op_rnn.c),
+    R = scale·q + offset."""
     gates = 4 if kind == "LSTM" else 3
     extra = ["input_forget"] if kind == "LSTM" else ["linear_before_reset"]
     ctx.require_attrs(["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
@@ -430,7 +432,7 @@ def _rnn(ctx: NodeCtx, ins, kind: str) -> List[Value]:
     for what, v in (("X", x), ("W", w), ("R", r)):
         if v is None:
             raise ctx.fail(f"input {what} is required")
-        if v.dtype != np.float32:
+        if v.dtype != (np.int8 if v is r and r_w8 is not None else np.float32):
             raise ctx.fail(f"{what} is {v.dtype}; {kind} is supported for float32")
         if v.rank != 3:
             raise ctx.fail(f"{what} has rank {v.rank}, expected 3")
@@ -477,6 +479,8 @@ def _rnn(ctx: NodeCtx, ins, kind: str) -> List[Value]:
         if p is not None and (p.dtype != np.float32 or list(p.shape) != [dirs, 3 * hidden]):
             raise ctx.fail(f"P has shape {list(p.shape)}, expected f32 {[dirs, 3 * hidden]}")
         inputs += [inp(6), p]
+        if r_w8 is not None:
+            inputs += list(r_w8)
     while inputs and inputs[-1] is None:
         inputs.pop()
     y_shape = [seq, dirs, batch, hidden]

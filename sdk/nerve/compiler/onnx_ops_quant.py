@@ -524,13 +524,15 @@ def _conv_integer(ctx: NodeCtx, ins):
 def _dynamic_quantize_lstm(ctx: NodeCtx, ins):
     """onnxruntime's LSTM with int8/uint8 weights: W [dirs, input, 4·hidden] and R [dirs,
     hidden, 4·hidden] (the transposes of LSTM's), each with a scale and zero point per
-    direction or per (direction, gate column). The weights are dequantised once here and
-    the LSTM runs on float activations; onnxruntime also quantizes X and h per step, so
-    its result differs from this one by that rounding."""
+    direction or per (direction, gate column). W is dequantised once (its product over
+    every step is one fp32 GEMM); R stays int8 in the plan (the lstm op's W8 recurrent
+    weight: a step's GEMV reads a quarter of the bytes), uint8 codes shifted to int8 (u − 128,
+    zero point − 128: the same integers). Activations stay float; onnxruntime also quantizes
+    X and h per step, so its result differs from this one by that rounding."""
     from .onnx_ops_nn import _rnn
 
-    def weight(i: int, what: str, params: int) -> Value:
-        q, scale, zp = ins[i], _opt(ins, params), _opt(ins, params + 1)
+    def params(i: int, what: str, params_at: int):
+        q, scale, zp = ins[i], _opt(ins, params_at), _opt(ins, params_at + 1)
         if q is None or scale is None or q.const is None or scale.const is None or \
                 (zp is not None and zp.const is None):
             raise ctx.fail(f"{what}, its scale and zero point must be constants")
@@ -538,20 +540,30 @@ def _dynamic_quantize_lstm(ctx: NodeCtx, ins):
             raise ctx.fail(f"{what} of {q.dtype} {list(q.shape)} is not supported (int8/uint8 [dirs, rows, 4·hidden])")
         dirs, cols = q.const.shape[0], q.const.shape[2]
 
-        def per(p: np.ndarray, name: str) -> np.ndarray:
+        def per(p: np.ndarray, name: str) -> np.ndarray:  # -> [dirs, cols] (the gate rows once transposed)
             if p.shape == (dirs,):
-                return p.reshape(dirs, 1, 1)
+                return np.repeat(p.reshape(dirs, 1), cols, axis=1)
             if p.shape == (dirs, cols):
-                return p.reshape(dirs, 1, cols)
+                return p
             raise ctx.fail(f"{name} of shape {list(p.shape)} is neither [{dirs}] nor [{dirs}, {cols}]")
 
-        z = per(zp.const, what + "_zero_point").astype(np.float64) if zp is not None else 0.0
-        f = (q.const.astype(np.float64) - z) * per(scale.const, what + "_scale").astype(np.float64)
-        return ctx.b.const(np.ascontiguousarray(f.transpose(0, 2, 1)).astype(F32), ctx.b.fresh(ctx.name + "." + what))
+        z = per(zp.const, what + "_zero_point").astype(np.int64) if zp is not None else np.zeros((dirs, cols), np.int64)
+        codes = q.const.astype(np.int64)
+        if q.dtype == np.uint8:
+            codes, z = codes - 128, z - 128
+        return codes.transpose(0, 2, 1), z, per(scale.const, what + "_scale").astype(np.float64)
 
+    codes, z, s = params(1, "W", 8)  # W dequantised: ((q − z)·s) transposed to [dirs, 4·hidden, input]
+    w = ctx.b.const(((codes - z[:, :, None]) * s[:, :, None]).astype(F32), ctx.b.fresh(ctx.name + ".W"))
+    codes, z, s = params(2, "R", 10)
+    if codes.min(initial=0) < -128 or codes.max(initial=0) > 127:
+        raise ctx.fail("R's codes do not fit int8")
+    r = ctx.b.const(np.ascontiguousarray(codes).astype(np.int8), ctx.b.fresh(ctx.name + ".R"))
+    r_scale = ctx.b.const(s.astype(F32), ctx.b.fresh(ctx.name + ".R_scale"))
+    r_offset = ctx.b.const((-s * z).astype(F32), ctx.b.fresh(ctx.name + ".R_offset")) if np.any(z) else None
     # inputs: X W R B sequence_lens initial_h initial_c P W_scale W_zero_point R_scale R_zero_point
-    fins = [ins[0], weight(1, "W", 8), weight(2, "R", 10)] + [_opt(ins, i) for i in range(3, 8)]
-    return _rnn(ctx, fins, "LSTM")
+    fins = [ins[0], w, r] + [_opt(ins, i) for i in range(3, 8)]
+    return _rnn(ctx, fins, "LSTM", r_w8=(r_scale, r_offset))
 
 
 @handler("QLinearMatMul")
