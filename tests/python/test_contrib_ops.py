@@ -196,6 +196,28 @@ def test_conv_integer_per_channel_weight_zero_point(tmp_path, rng):
     np.testing.assert_array_equal(got, ref)
 
 
+def test_dynamic_quantize_linear_into_conv_integer(tmp_path, rng):
+    """ddddocr's pattern: DynamicQuantizeLinear → ConvInteger → Cast → Mul by the two scales.
+    The quantize-dequantize steps run as one fake_quant pass, bit for bit the unfused ops,
+    and the int32 products equal onnxruntime's wherever the activations' codes agree (a tie
+    may round the other way: test_dynamic_quantize_linear_matches_onnxruntime)."""
+    w = rng.integers(-128, 128, (6, 4, 3, 3)).astype(np.int8)
+    m = make_model([h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+                    h.make_node("ConvInteger", ["xq", "W", "xz"], ["acc"], name="ci", pads=[1, 1, 1, 1]),
+                    h.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
+                    h.make_node("Mul", ["xs", "ws"], ["sc"]),
+                    h.make_node("Mul", ["accf", "sc"], ["y"])],
+                   [("x", T.FLOAT, [1, 4, 9, 13])], [("y", T.FLOAT)], {"W": w, "ws": np.array(0.02, F32)})
+    sess = session(tmp_path, m, {})
+    assert "fake_quant" in op_types(sess) and "reduce" in op_types(sess)
+    x = rng.standard_normal((1, 4, 9, 13)).astype(F32)
+    got = sess.run({"x": x})["y"]
+    assert np.array_equal(got, session(tmp_path, m, {}, fuse=False).run({"x": x})["y"])
+    ref = ort_run(m, {"x": x})["y"]
+    step = 0.02 * (max(x.max(), 0) - min(x.min(), 0)) / 255 * 128  # one code apart in one input
+    assert np.mean(got == ref) > 0.9 and np.abs(got - ref).max() <= 9 * 4 * step
+
+
 def _dq_lstm_model(rng, dirs, hidden, n_in, per_channel, wdt):
     """A DynamicQuantizeLSTM node with random quantized weights, and the same LSTM with the
     weights dequantised (standard layout), for onnxruntime to run both."""

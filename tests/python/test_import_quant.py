@@ -480,6 +480,48 @@ def test_quantize_linear_matches_onnxruntime_exactly(tmp_path, rng, dt, per_axis
     assert np.array_equal(got["y"], ref["y"])
 
 
+@pytest.mark.parametrize("dt,zp,scale_out", [(np.uint8, 128, True), (np.int8, 3, True), (np.int8, None, True),
+                                            (np.uint8, 7, False)])
+def test_qdq_activation_pair_is_one_fake_quant_pass(tmp_path, rng, dt, zp, scale_out):
+    """A per-tensor QuantizeLinear → DequantizeLinear pair on activations runs as one
+    fake_quant op: bit for bit the unfused ops (ties, saturation, ±inf, NaN) and onnxruntime
+    (finite inputs). scale_out False: a DequantizeLinear with scale 1 (the pair's Mul kept
+    as the op's 1)."""
+    s = np.array(0.037, F32)
+    ins, inits = ["x", "s"], {"s": s, "one": np.array(1.0, F32)}
+    if zp is not None:
+        inits["z"] = np.array(zp, dt)
+        ins.append("z")
+    dq_ins = ["q", "s" if scale_out else "one"] + (["z"] if zp is not None else [])
+    nodes = [h.make_node("QuantizeLinear", ins, ["q"]), h.make_node("DequantizeLinear", dq_ins, ["y"])]
+    m = model(nodes, [("x", T.FLOAT, ["n", 11])], [("y", T.FLOAT)], inits)
+    sess = session(tmp_path, m, {"n": 70})
+    assert op_types(sess) == ["fake_quant"]
+    x = (rng.standard_normal((70, 11)) * 4).astype(F32)
+    x[:8] = (np.arange(-4, 4)[:, None] + 0.5) * s  # ties (x/s within an ulp)
+    x[8, :] = 1e6
+    x[9, :] = -1e6  # saturation
+    got = sess.run({"x": x})["y"]
+    assert np.array_equal(got, ort_run(m, {"x": x}, basic=True)["y"])
+    x[10, :4] = [np.inf, -np.inf, np.nan, -0.0]
+    unfused = session(tmp_path, m, {"n": 70}, fuse=False)
+    assert "fake_quant" not in op_types(unfused)
+    got, want = sess.run({"x": x})["y"], unfused.run({"x": x})["y"]
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_qdq_pair_whose_codes_are_read_is_not_fused(tmp_path, rng):
+    """The quantized codes are also a graph output: the plain ops keep them."""
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    m = model(nodes, [("x", T.FLOAT, [3, 5])], [("q", T.UINT8), ("y", T.FLOAT)],
+              {"s": np.array(0.1, F32), "z": np.array(9, np.uint8)})
+    sess = session(tmp_path, m, {})
+    assert "fake_quant" not in op_types(sess)
+    x = rng.standard_normal((3, 5)).astype(F32)
+    got, ref = sess.run({"x": x}), ort_run(m, {"x": x}, basic=True)
+    assert np.array_equal(got["q"], ref["q"]) and np.array_equal(got["y"], ref["y"])
+
+
 def test_qdq_activation_pair_before_dq_weight(tmp_path, rng):
     """A QDQ model: x -> Q -> DQ -> MatMul(DQ(int8 weight)) + bias."""
     K, N = 64, 33

@@ -468,8 +468,85 @@ static nrv_status run_binary(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* "fake_quant": a per-tensor QuantizeLinear then DequantizeLinear (or DynamicQuantizeLinear
+ * into ConvInteger's Cast and Sub) in one pass, each step the float arithmetic of the
+ * unfused ops (the compiler's fuse_fake_quant), so the result is bit-identical:
+ *   q = round_half_even(x / s) + zq, saturated to [lo, hi] as Cast does (truncation; NaN -> 0)
+ *   y = ((float)q - zd) · sd
+ *   in[0] x f32; in[1] s, in[2] zq (optional), in[3] zd (optional), in[4] sd (optional): f32
+ *   with one element each (absent: 0, 0, 1); out[0] y f32 shaped as x.
+ *   iattr [lo, hi]: the integer type's range, (0, 255) or (-128, 127).
+ * The rounding adds and subtracts 1.5·2^23 (exact half-to-even for |v| <= 2^22, as
+ * nearbyintf in the default mode); x / s is first clamped to ±2^22, beyond which every value
+ * saturates the same way. */
+typedef float fq_v4f __attribute__((vector_size(16)));
+typedef int32_t fq_v4i __attribute__((vector_size(16)));
+
+static inline fq_v4f fq_select(fq_v4i mask, fq_v4f a, fq_v4f b) {
+    return (fq_v4f)((mask & (fq_v4i)a) | (~mask & (fq_v4i)b));
+}
+
+static inline fq_v4f fq_splat(float v) { return (fq_v4f){v, v, v, v}; }
+
+/* Four lanes of fake_quant (ISO C: no contraction or reassociation of the steps). */
+static inline fq_v4f fake_quant4(fq_v4f x, float s, float zq, float zd, float sd, float below, float lo, float hi) {
+    const fq_v4f big = fq_splat(0x1p22f), nbig = fq_splat(-0x1p22f), magic = fq_splat(0x1.8p23f);
+    fq_v4f v = x / fq_splat(s);
+    v = fq_select(v < nbig, nbig, fq_select(v > big, big, v)); /* NaN stays NaN */
+    v = (v + magic) - magic;                                  /* round half to even */
+    v = v + fq_splat(zq);
+    /* Cast: truncate toward zero, saturate, NaN -> 0 (uint8: everything truncating below 0) */
+    fq_v4f t = fq_select(v > fq_splat(below), v, fq_select(v == v, fq_splat(lo), fq_splat(0.0f)));
+    t = fq_select(t < fq_splat(hi), t, fq_splat(hi));
+    const fq_v4f q = __builtin_convertvector(__builtin_convertvector(t, fq_v4i), fq_v4f);
+    return (q - fq_splat(zd)) * fq_splat(sd);
+}
+
+static nrv_status run_fake_quant(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 5, 1, 2, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
+    static const char *const names[] = {"x", "scale", "zero point", "dequantizing zero point", "dequantizing scale"};
+    float p[5] = {0.0f, 1.0f, 0.0f, 0.0f, 1.0f};
+    for (int i = 1; i < a->n_in; i++) {
+        if (!a->in[i]) continue;
+        NRV_TRY(nrv_op_check_in(a, i, names[i]));
+        NRV_TRY(nrv_op_expect_dtype(a, a->in[i], names[i], NRV_F32));
+        if (a->in[i]->numel != 1)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "%s has %lld elements, expected 1 (per tensor)", names[i],
+                               (long long)a->in[i]->numel);
+        p[i] = *(const float *)a->in[i]->data;
+    }
+    const int64_t lo = a->iattr[0], hi = a->iattr[1];
+    if (!((lo == 0 && hi == 255) || (lo == -128 && hi == 127)))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "range [%lld, %lld] is neither uint8's nor int8's", (long long)lo,
+                           (long long)hi);
+    const float s = p[1], zq = p[2], zd = p[3], sd = p[4];
+    const float below = lo == 0 ? -1.0f : -128.0f;
+    const float *xs = x->data;
+    float *ys = y->data;
+    int64_t i = 0;
+    for (; i + 4 <= x->numel; i += 4) { /* 4 lanes (SSE2 / NEON), each the scalar steps below */
+        fq_v4f v;
+        memcpy(&v, xs + i, sizeof v);
+        v = fake_quant4(v, s, zq, zd, sd, below, (float)lo, (float)hi);
+        memcpy(ys + i, &v, sizeof v);
+    }
+    for (; i < x->numel; i++) {
+        const fq_v4f v = {xs[i], 0.0f, 0.0f, 0.0f};
+        ys[i] = fake_quant4(v, s, zq, zd, sd, below, (float)lo, (float)hi)[0];
+    }
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_elementwise[] = {
     {"unary", run_unary, NULL},
     {"binary", run_binary, NULL},
+    {"fake_quant", run_fake_quant, NULL},
     {NULL, NULL, NULL},
 };
