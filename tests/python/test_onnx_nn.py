@@ -102,6 +102,12 @@ POOL_CASES = [
     ("AveragePool", (1, 3, 13, 7), dict(kernel_shape=[2, 3], dilations=[2, 2], strides=[1, 2], pads=[1, 1, 1, 0]), 19),
     ("AveragePool", (1, 3, 13, 7), dict(kernel_shape=[2, 3], dilations=[3, 2], strides=[2, 1], pads=[1, 1, 1, 2],
                                         ceil_mode=1, count_include_pad=1), 19),
+    # a window larger than the input, ceil_mode: one output over the whole plane (torch's
+    # AvgPool2d(kernel, ceil_mode=True) as a global pool: HF EfficientNet's 2560 over 7 x 7)
+    ("AveragePool", (1, 4, 7, 7), dict(kernel_shape=[20, 20], strides=[20, 20], ceil_mode=1), 17),
+    ("AveragePool", (1, 4, 7, 5), dict(kernel_shape=[9, 9], strides=[9, 9], pads=[1, 1, 0, 0], ceil_mode=1,
+                                       count_include_pad=1), 17),
+    ("MaxPool", (1, 4, 6, 9), dict(kernel_shape=[8, 12], strides=[8, 12], ceil_mode=1), 17),
 ]
 
 
@@ -393,6 +399,16 @@ def _expect_model_error(tmp_path, model, *words):
         nerve.Session(_save(tmp_path, model), cache=False)
     for w in words:
         assert w in str(exc.value), str(exc.value)
+
+
+def test_pool_window_larger_than_input_needs_ceil_mode(tmp_path):
+    """Without ceil_mode (or short by a whole stride) no window fits: a clear error."""
+    for attrs in (dict(kernel_shape=[9, 9], strides=[9, 9]), dict(kernel_shape=[9, 9], strides=[2, 2], ceil_mode=1)):
+        m = _model([helper.make_node("AveragePool", ["x"], ["y"], name="gp", **attrs)], [("x", (1, 2, 5, 5))], ["y"])
+        path = tmp_path / "m.onnx"
+        path.write_bytes(m.SerializeToString())
+        with pytest.raises(nerve.ModelError, match="gp.*window .9. is larger than the padded input .5."):
+            nerve.Session(path, cache=False)
 
 
 def test_maxpool_indices_output_fails(tmp_path):

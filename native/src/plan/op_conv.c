@@ -1011,7 +1011,8 @@ static void pool_task(void *ctx, int64_t t) {
  *   in[0]  x f32 [N, C, *spatial]         sr = 1 or 2 spatial axes
  *   out[0] y f32 [N, C, *out_spatial]     out_spatial computed by the compiler (ceil_mode
  *          included); accepted when between the floor and the ceil of
- *          (in + pads_begin + pads_end - dilation*(kernel-1) - 1) / stride, plus 1.
+ *          (in + pads_begin + pads_end - dilation*(kernel-1) - 1) / stride, plus 1; a window
+ *          larger than the padded input, by less than a stride, gives 1 (ceil_mode).
  *   iattr (3 + 5*sr): [kind, sr, count_include_pad, kernel[sr], strides[sr], dilations[sr],
  *                      pads_begin[sr], pads_end[sr]]
  *          kind: 0 = max, 1 = average; count_include_pad: 0 or 1 (average only);
@@ -1066,11 +1067,15 @@ static nrv_status pool_run(const nrv_op_args *a) {
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "pads %lld, %lld on axis %d must be below the kernel size %lld",
                                (long long)pb, (long long)pe, i, (long long)k);
         const int64_t in = x->dims[2 + i], padded = in + pb + pe;
-        if (padded < span)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: window %lld exceeds padded input %lld", i, (long long)span,
-                               (long long)padded);
-        const int64_t lo = (padded - span) / s + 1, hi = (padded - span + s - 1) / s + 1;
         const int64_t o = y->dims[2 + i];
+        if (padded < span) { /* ceil_mode alone gives one window, when the short fall is under a stride */
+            if (span - padded >= s || o != 1)
+                return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: window %lld exceeds padded input %lld", i,
+                                   (long long)span, (long long)padded);
+            in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
+            continue;
+        }
+        const int64_t lo = (padded - span) / s + 1, hi = (padded - span + s - 1) / s + 1;
         if (o < lo || o > hi)
             return nrv_op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld (floor) or %lld (ceil)",
                                i, (long long)o, (long long)lo, (long long)hi);

@@ -87,7 +87,10 @@ def _pool(ctx: NodeCtx, ins):
     out_sp: List[Dim] = []
     for i, d in enumerate(x.shape[2:]):
         span = dil[i] * (kernel[i] - 1) + 1
-        if S.is_static(d) and int(d) + pb[i] + pe[i] < span:
+        # a window larger than the padded input: one output in ceil_mode when the short fall is
+        # under a stride (torch's AvgPool2d(kernel, ceil_mode=True) as a global pool, EfficientNet)
+        if S.is_static(d) and int(d) + pb[i] + pe[i] < span and \
+                not (ceil_mode and span - (int(d) + pb[i] + pe[i]) < strides[i]):
             raise ctx.fail(f"spatial axis {i}: the window ({span}) is larger than the padded input "
                            f"({int(d) + pb[i] + pe[i]})")
         if auto in ("SAME_UPPER", "SAME_LOWER"):
