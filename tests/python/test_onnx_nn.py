@@ -761,3 +761,34 @@ def test_lrn(tmp_path, rng, shape, size, attrs):
     check(tmp_path, m, {"x": _rand(rng, *shape) * 3}, reference=None if use_ort else formula)
     if use_ort:  # the formula agrees with onnxruntime where both run
         check(tmp_path, m, {"x": _rand(rng, *shape) * 3}, reference=formula)
+
+
+# ---------------------------------------------------------------- Pad folded into Conv
+
+
+@pytest.mark.parametrize("group, kernel, stride, pads, value, folded", [
+    (6, 3, 2, [0, 0, 0, 1, 0, 0, 1, 1], 0.0, True),   # TF-style "same" before a strided depthwise conv
+    (1, 3, 1, [0, 0, 1, 2, 0, 0, 2, 1], 0.0, True),   # a dense conv, uneven pads
+    (1, 3, 1, [0, 0, 1, 1, 0, 0, 1, 1], 0.5, False),  # a non-zero pad value is data
+    (1, 3, 1, [0, 1, 1, 1, 0, 0, 1, 1], 0.0, False),  # a padded channel is not the conv's padding
+])
+def test_pad_folds_into_conv(tmp_path, rng, group, kernel, stride, pads, value, folded):
+    """Pad(constant 0 on the spatial axes) → Conv becomes the conv's own padding, the padded
+    copy never made; other pads stay ops. Against onnxruntime."""
+    c_in = 6 + (pads[1] + pads[5])
+    w = _rand(rng, 6, c_in // group, kernel, kernel)
+    nodes = [helper.make_node("Pad", ["x", "pads", "value"], ["xp"], mode="constant"),
+             helper.make_node("Conv", ["xp", "w"], ["y"], group=group, strides=[stride, stride])]
+    m = _model(nodes, [("x", (1, 6, 15, 17))], ["y"],
+               inits=[("w", w), ("pads", np.array(pads, np.int64)), ("value", np.array(value, np.float32))])
+    sess = check(tmp_path, m, {"x": _rand(rng, 1, 6, 15, 17)})
+    assert ("pad" not in [o["type"] for o in sess.ops()]) == folded
+
+
+def test_pad_read_twice_is_not_folded(tmp_path, rng):
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["xp"], mode="constant"),
+             helper.make_node("Conv", ["xp", "w"], ["y"]), helper.make_node("Relu", ["xp"], ["r"])]
+    m = _model(nodes, [("x", (1, 3, 8, 8))], ["y", "r"],
+               inits=[("w", _rand(rng, 4, 3, 3, 3)), ("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))])
+    sess = check(tmp_path, m, {"x": _rand(rng, 1, 3, 8, 8)})
+    assert "pad" in [o["type"] for o in sess.ops()]

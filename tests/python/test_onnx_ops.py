@@ -339,9 +339,10 @@ def test_gelu(tmp_path, rng, approx):
     check_op(tmp_path, "Gelu", {"x": randn(rng, (3, 1, 13), scale=3)}, attrs, opset=20)
 
 
-@pytest.mark.parametrize("lo, hi", [(None, None), (-0.5, None), (None, 0.7), (-1.0, 1.0), (0.5, 0.5)])
+@pytest.mark.parametrize("lo, hi", [(None, None), (-0.5, None), (None, 0.7), (-1.0, 1.0), (0.5, 0.5),
+                                    (1.0, -1.0)])  # min > max: every output is max
 def test_clip(tmp_path, rng, lo, hi):
-    x = randn(rng, (3, 7), scale=2)
+    x = randn(rng, (5, 13), scale=2)  # the 4-lane body and a tail
     consts, order = {}, ["x"]
     if lo is not None:
         consts["lo"] = np.array(lo, F32)
@@ -362,6 +363,7 @@ def test_clip_int(tmp_path, rng, dt):
     x = randn(rng, (3, 7), dt)
     check_op(tmp_path, "Clip", {"x": x}, consts={"lo": np.array(-10, dt), "hi": np.array(20, dt)}, opset=13)
     check_op(tmp_path, "Clip", {"x": x}, consts={"hi": np.array(5, dt)}, order=["x", "", "hi"], opset=13)
+    check_op(tmp_path, "Clip", {"x": x}, consts={"lo": np.array(7, dt), "hi": np.array(-3, dt)}, opset=13)
 
 
 # ------------------------------------------------------------------------------- elementwise: binary

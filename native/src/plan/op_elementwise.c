@@ -52,9 +52,7 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     case U_HARD_SIGMOID:
         for (int64_t i = 0; i < n; i++) y[i] = clamp01(p0 * x[i] + p1);
         break;
-    case U_CLIP: /* NaN passes through, as in onnxruntime */
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);
-        break;
+    case U_CLIP: nrv_clip(x, y, n, p0, p1); break; /* NaN passes through, as in onnxruntime */
     case U_RECIPROCAL: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / x[i]; break;
     case U_FLOOR: for (int64_t i = 0; i < n; i++) y[i] = floorf(x[i]); break;
     case U_CEIL: for (int64_t i = 0; i < n; i++) y[i] = ceilf(x[i]); break;

@@ -273,6 +273,9 @@ void nrv_hard_swish(const float *x, float *y, int64_t n);
 void nrv_silu(const float *x, float *y, int64_t n);
 /* LeakyRelu y = x < 0 ? alpha·x : x, the same way (the unary op and the fused activation). */
 void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha);
+/* Clip y = min(max(x, lo), hi) as ONNX defines it (hi when lo > hi; NaN passes through, as in
+ * onnxruntime); one definition for the unary op and the fused activation; y may be x. */
+void nrv_clip(const float *x, float *y, int64_t n, float lo, float hi);
 
 /* y[i] = act(y[i]) for i < n, in place; NRV_ERR_INVALID_ARG for an unknown code. */
 nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n);

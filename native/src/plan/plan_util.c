@@ -109,6 +109,13 @@ void nrv_leaky_relu(const float *x, float *y, int64_t n, float alpha) {
     for (; i < n; i++) y[i] = x[i] < 0.0f ? x[i] * alpha : x[i];
 }
 
+void nrv_clip(const float *x, float *y, int64_t n, float lo, float hi) {
+    for (int64_t i = 0; i < n; i++) { /* comparisons, not fmaxf/fminf (libm calls): GCC vectorises this */
+        const float t = x[i] < lo ? lo : x[i];
+        y[i] = t > hi ? hi : t;
+    }
+}
+
 nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n) {
     switch (act) {
     case NRV_PLAN_ACT_NONE: return NRV_OK;
@@ -118,9 +125,7 @@ nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float
     case NRV_PLAN_ACT_TANH: nrv_kernel_get(NRV_OP_TANH).unary(y, n, y); return NRV_OK;
     case NRV_PLAN_ACT_GELU_TANH: nrv_kernel_get(NRV_OP_GELU_TANH).unary(y, n, y); return NRV_OK;
     case NRV_PLAN_ACT_LEAKY_RELU: nrv_leaky_relu(y, y, n, p0); return NRV_OK;
-    case NRV_PLAN_ACT_CLIP: /* comparisons, not fmaxf/fminf: GCC calls libm for those (NaN rules), per element */
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] < p0 ? p0 : (y[i] > p1 ? p1 : y[i]);
-        return NRV_OK;
+    case NRV_PLAN_ACT_CLIP: nrv_clip(y, y, n, p0, p1); return NRV_OK;
     case NRV_PLAN_ACT_HARD_SWISH: nrv_hard_swish(y, y, n); return NRV_OK;
     case NRV_PLAN_ACT_SILU: nrv_silu(y, y, n); return NRV_OK;
     default:

@@ -413,6 +413,35 @@ def fuse_fake_quant(prog: Program) -> bool:
     return changed
 
 
+def fold_pad_into_conv(prog: Program) -> bool:
+    """Pad with zeros on the spatial axes only -> the conv's own padding: the padded copy of x
+    is never made. TensorFlow-style exports pad explicitly before every strided conv (Hugging
+    Face MobileNetV2: a copy of each expanded activation, 15% of its run). Only a constant
+    +0.0 pad read by nothing else, and a conv that has its scratch already (not the
+    pointwise path, which has no padding of its own)."""
+    uses = _Uses(prog)
+    changed = False
+    for conv in list(prog.ops):
+        x = conv.inputs[0] if conv.type == "conv" and conv.inputs else None
+        pad = x.producer if x is not None else None
+        if not _is(pad, "pad") or pad.iattr[0] != 0 or pad.fattr[0] != 0.0 or math.copysign(1.0, pad.fattr[0]) < 0 \
+                or uses.only_reader(x) is not conv or conv.scratch is None or x.alias_of is not None:
+            continue
+        sr, rank = int(conv.iattr[0]), int(pad.iattr[1])
+        pb, pe = [int(v) for v in pad.iattr[2:2 + rank]], [int(v) for v in pad.iattr[2 + rank:2 + 2 * rank]]
+        if rank != sr + 2 or any(pb[:2]) or any(pe[:2]) or min(pb + pe) < 0:
+            continue
+        at = 3 + 2 * sr  # conv iattr: [sr, group, act, strides[sr], dilations[sr], pads_begin[sr], pads_end[sr]]
+        for i in range(sr):
+            conv.iattr[at + i] += pb[2 + i]
+            conv.iattr[at + sr + i] += pe[2 + i]
+        conv.inputs[0] = pad.inputs[0]
+        prog.ops.remove(pad)
+        uses = _Uses(prog)
+        changed = True
+    return changed
+
+
 def fuse_silu(prog: Program) -> bool:
     """x · Sigmoid(x) (SiLU / swish, how YOLOv5/v8/X and EfficientNet exports write it) -> one
     unary silu, which fuse_activation then folds into the conv before it: one pass over the
@@ -1351,6 +1380,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     eliminate_dead_ops(prog)
     if not fuse:
         return
+    fold_pad_into_conv(prog)
     fuse_layernorm(prog)
     fuse_gelu(prog)
     fuse_hard_swish(prog)
