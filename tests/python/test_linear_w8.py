@@ -307,39 +307,41 @@ def test_int8_precision_quantises_fp32_weights(tmp_path, rng, rows, bound):
     assert np.all(np.abs(got - ref) <= w_err + act_err + 1e-4 * (np.abs(x) @ np.abs(w) + 1))
 
 
-@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("kind, direction, lbr", [("LSTM", "forward", 0), ("LSTM", "bidirectional", 0),
+                                               ("GRU", "forward", 0), ("GRU", "bidirectional", 1)])
 @pytest.mark.parametrize("precision", ["int8", "w8a32"])
-def test_int8_precision_gives_an_lstm_an_int8_recurrent_weight(tmp_path, rng, direction, precision):
-    """precision "int8"/"w8a32": a float LSTM's R becomes int8 codes with per-row scales (the
-    lstm op's W8 recurrent weight; W stays fp32). The result is the float LSTM of the
+def test_int8_precision_gives_an_rnn_an_int8_recurrent_weight(tmp_path, rng, kind, direction, lbr, precision):
+    """precision "int8"/"w8a32": a float LSTM's or GRU's R becomes int8 codes with per-row
+    scales (the ops' W8 recurrent weight; W stays fp32). The result is the float RNN of the
     dequantised R (onnxruntime on the same model with R replaced by q·s) to fp32 rounding;
-    precision "fp32" keeps R as stored."""
-    from onnx import numpy_helper
-
+    precision "fp32" keeps R as stored. The GRU's linear_before_reset 0 reads R's h rows in
+    a second product."""
     from nerve.compiler import compile_program
     from nerve.quant import quantize_w8
 
+    gates = 4 if kind == "LSTM" else 3
     dirs, hidden, n_in, seq = (2 if direction == "bidirectional" else 1), 24, 13, 9
-    w = (0.3 * rng.standard_normal((dirs, 4 * hidden, n_in))).astype(F32)
-    r = (0.3 * rng.standard_normal((dirs, 4 * hidden, hidden))).astype(F32)
-    b = (0.1 * rng.standard_normal((dirs, 8 * hidden))).astype(F32)
-    outs = [("Y", T.FLOAT), ("Yh", T.FLOAT), ("Yc", T.FLOAT)]
+    w = (0.3 * rng.standard_normal((dirs, gates * hidden, n_in))).astype(F32)
+    r = (0.3 * rng.standard_normal((dirs, gates * hidden, hidden))).astype(F32)
+    b = (0.1 * rng.standard_normal((dirs, 2 * gates * hidden))).astype(F32)
+    outs = [("Y", T.FLOAT), ("Yh", T.FLOAT)] + ([("Yc", T.FLOAT)] if kind == "LSTM" else [])
+    extra = {"linear_before_reset": lbr} if kind == "GRU" else {}
 
-    def lstm_model(r_weight):
-        return make_model([h.make_node("LSTM", ["x", "W", "R", "B"], ["Y", "Yh", "Yc"], name="lstm",
-                                       hidden_size=hidden, direction=direction)],
+    def rnn_model(r_weight):
+        return make_model([h.make_node(kind, ["x", "W", "R", "B"], [o for o, _ in outs], name="rnn",
+                                       hidden_size=hidden, direction=direction, **extra)],
                           [("x", T.FLOAT, [seq, 2, n_in])], outs, {"W": w, "R": r_weight, "B": b})
 
-    m = lstm_model(r)
-    q, s = quantize_w8(r.reshape(dirs * 4 * hidden, hidden))
+    m = rnn_model(r)
+    q, s = quantize_w8(r.reshape(dirs * gates * hidden, hidden))
     r_deq = (q.astype(F32) * s[:, None]).reshape(r.shape)
     x = rng.standard_normal((seq, 2, n_in)).astype(F32)
     got = session(tmp_path, m, {}, precision=precision).run({"x": x})
-    want = ort_run(lstm_model(r_deq), {"x": x})
-    for k in ("Y", "Yh", "Yc"):
+    want = ort_run(rnn_model(r_deq), {"x": x})
+    for k, _ in outs:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=k)
-    lstm = next(o for o in compile_program(m.SerializeToString(), tmp_path, precision=precision).ops if o.type == "lstm")
-    assert lstm.inputs[2].dtype == np.int8 and lstm.inputs[1].dtype == np.float32
-    plain = next(o for o in compile_program(m.SerializeToString(), tmp_path).ops if o.type == "lstm")
+    op = next(o for o in compile_program(m.SerializeToString(), tmp_path, precision=precision).ops
+              if o.type == kind.lower())
+    assert op.inputs[2].dtype == np.int8 and op.inputs[1].dtype == np.float32
+    plain = next(o for o in compile_program(m.SerializeToString(), tmp_path).ops if o.type == kind.lower())
     assert plain.inputs[2].dtype == np.float32
-    assert np.array_equal(numpy_helper.to_array(m.graph.initializer[1]), r)  # the model itself untouched

@@ -70,7 +70,7 @@ static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims
     d->in = X->dims[2];
     const int64_t H = d->hid, G = gates * H;
     NRV_TRY(expect_shape(a, a->in[1], "W", 3, (const int64_t[]){d->dirs, G, d->in}));
-    if (gates != 4 || a->in[2]->dtype != NRV_I8) /* an LSTM's int8 R: rnn_check_r_w8 */
+    if (a->in[2]->dtype != NRV_I8) /* an int8 R: each op's rnn_check_r_w8 */
         NRV_TRY(expect_shape(a, a->in[2], "R", 3, (const int64_t[]){d->dirs, G, H}));
     if (a->n_in > 3 && a->in[3]) NRV_TRY(expect_shape(a, a->in[3], "B", 2, (const int64_t[]){d->dirs, 2 * G}));
     if (a->n_in > 5 && a->in[5])
@@ -98,7 +98,7 @@ static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims
 /* An int8 recurrent weight (W8: int8 codes, one scale per row, an optional offset per row;
  * nerve.h "W8 weights"): R = q [dirs, G, H] int8, its scales in[at] [dirs, G] f32 and
  * offsets in[at + 1] [dirs, G] f32 (optional), so R[d, o, k] = s[d, o]·q[d, o, k] + z[d, o].
- * Sets *q_out (NULL when R is f32: nothing more to check). */
+ * Sets r->q (NULL when R is f32: nothing more to check). */
 typedef struct rnn_r_w8 {
     const int8_t *q;
     const float *s, *z;
@@ -126,15 +126,17 @@ static nrv_status rnn_check_r_w8(const nrv_op_args *a, const rnn_dims *d, int64_
     return NRV_OK;
 }
 
-/* y[batch, G] = h · R[dir]ᵀ + Rb: the f32 linear kernel, or linear_w8 (the int8 rows widened
- * in registers: a step's GEMV reads a quarter of the bytes). */
-static void rnn_recurrent(const rnn_r_w8 *r8, const float *R, int64_t dir, const float *h, int64_t batch, int64_t H,
-                          const float *Rb, int64_t G, float *y) {
+/* y[batch, n] = h · R[dir][row0 : row0 + n]ᵀ + Rb (R [dirs, G, H]): the f32 linear kernel,
+ * or linear_w8 (the int8 rows widened in registers: a step's GEMV reads a quarter of the
+ * bytes). */
+static void rnn_recurrent(const rnn_r_w8 *r8, const float *R, int64_t dir, int64_t G, int64_t row0, int64_t n,
+                          const float *h, int64_t batch, int64_t H, const float *Rb, float *y) {
+    const int64_t row = dir * G + row0;
     if (r8->q)
-        nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(h, batch, H, r8->q + dir * G * H, r8->s + dir * G,
-                                                  r8->z ? r8->z + dir * G : NULL, 1, Rb, G, y);
+        nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(h, batch, H, r8->q + row * H, r8->s + row, r8->z ? r8->z + row : NULL,
+                                                  1, Rb, n, y);
     else
-        nrv_kernel_get(NRV_OP_LINEAR).linear(h, batch, H, R + dir * G * H, Rb, G, y);
+        nrv_kernel_get(NRV_OP_LINEAR).linear(h, batch, H, R + row * H, Rb, n, y);
 }
 
 /* Fails unless the scratch holds blocks · batch · width floats. */
@@ -260,7 +262,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
             const int64_t t = reverse ? seq - 1 - s : s;
             if (xproj) g1 = xproj + t * batch * G;
             else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
-            rnn_recurrent(&r8, R, dir, h, batch, H, Rb, G, g2);
+            rnn_recurrent(&r8, R, dir, G, 0, G, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
                 float *gi = g1 + b * G, *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H;
@@ -321,7 +323,8 @@ static nrv_status run_lstm(const nrv_op_args *a) {
 /* ------------------------------------------------------------------ gru */
 
 /* "gru": ONNX GRU (opset 14), layout 0, activations sigmoid, tanh.
- *   in[0] X [seq, batch, I]; in[1] W [dirs, 3H, I]; in[2] R [dirs, 3H, H];
+ *   in[0] X [seq, batch, I]; in[1] W [dirs, 3H, I]; in[2] R [dirs, 3H, H] f32, or int8 with
+ *   in[6] its scales and in[7] (optional) its offsets, each [dirs, 3H] f32 (rnn_check_r_w8);
  *   in[3] B [dirs, 6H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
  *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional.
  *   out[0] Y [seq, dirs, batch, H]; out[1] Y_h [dirs, batch, H] (both always present).
@@ -333,9 +336,11 @@ static nrv_status run_lstm(const nrv_op_args *a) {
  *   blocks and one [batch, H]); less is NRV_ERR_INVALID_ARG. With 4 · seq · batch · 3H bytes
  *   more, every step's input projection comes from one product before the time loop. */
 static nrv_status run_gru(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 6, 2, 3, 1));
+    NRV_TRY(nrv_op_expect(a, 3, 8, 2, 3, 1));
     rnn_dims d;
     NRV_TRY(rnn_check_common(a, 3, &d));
+    rnn_r_w8 r8;
+    NRV_TRY(rnn_check_r_w8(a, &d, 3 * d.hid, 6, &r8));
     const int64_t lbr = a->iattr[2];
     if (lbr != 0 && lbr != 1)
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): linear_before_reset %lld must be 0 or 1", a->type,
@@ -353,7 +358,6 @@ static nrv_status run_gru(const nrv_op_args *a) {
     float *Y = a->out[0]->data, *Yh = a->out[1]->data;
     rnn_init_state(Yh, init_h, dirs * batch * H);
 
-    const nrv_linear_fn linear = nrv_kernel_get(NRV_OP_LINEAR).linear;
     const nrv_unary_fn sigmoid = nrv_kernel_get(NRV_OP_SIGMOID).unary;
     const nrv_unary_fn tanh_k = nrv_kernel_get(NRV_OP_TANH).unary;
     float *g1 = a->scratch;      /* [batch, 3H]: X_t · Wᵀ + Wb, then gate values */
@@ -364,7 +368,7 @@ static nrv_status run_gru(const nrv_op_args *a) {
 
     for (int64_t dir = 0; dir < dirs; dir++) {
         const int reverse = d.direction == 1 || dir == 1;
-        const float *Wd = W + dir * G * I, *Rd = R + dir * G * H;
+        const float *Wd = W + dir * G * I;
         const float *Wb = Bv ? Bv + dir * 2 * G : NULL, *Rb = Bv ? Bv + dir * 2 * G + G : NULL;
         float *h = Yh + dir * batch * H;
         if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
@@ -374,7 +378,7 @@ static nrv_status run_gru(const nrv_op_args *a) {
             else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
             /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
             const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
-            linear(h, batch, H, Rd, Rb, rs, g2);
+            rnn_recurrent(&r8, R, dir, G, 0, rs, h, batch, H, Rb, g2);
             for (int64_t b = 0; b < batch; b++) {
                 float *gz = g1 + b * G;
                 const float *r2 = g2 + b * rs;
@@ -389,7 +393,7 @@ static nrv_status run_gru(const nrv_op_args *a) {
                     float *o = rh + b * H;
                     for (int64_t j = 0; j < H; j++) o[j] = gr[j] * hb[j];
                 }
-                linear(rh, batch, H, Rd + 2 * H * H, Rb ? Rb + 2 * H : NULL, H, g2);
+                rnn_recurrent(&r8, R, dir, G, 2 * H, H, rh, batch, H, Rb ? Rb + 2 * H : NULL, g2);
             }
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {

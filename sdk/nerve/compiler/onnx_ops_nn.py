@@ -403,8 +403,8 @@ _DEFAULT_ACTS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]
 
 def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Value]]] = None) -> List[Value]:
     """An LSTM or GRU node (kind) on float inputs ins = [X, W, R, B, sequence_lens,
-    initial_h(, initial_c, P)] as one runtime op; the attributes come from ctx. r_w8 (LSTM):
-    R is int8 codes with these per-row scales and offsets ([dirs, 4·hidden] f32; op_rnn.c),
+    initial_h(, initial_c, P)] as one runtime op; the attributes come from ctx. r_w8: R is
+    int8 codes with these per-row scales and offsets ([dirs, gates·hidden] f32; op_rnn.c),
     R = scale·q + offset."""
     gates = 4 if kind == "LSTM" else 3
     extra = ["input_forget"] if kind == "LSTM" else ["linear_before_reset"]
@@ -482,8 +482,8 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
         if p is not None and (p.dtype != np.float32 or list(p.shape) != [dirs, 3 * hidden]):
             raise ctx.fail(f"P has shape {list(p.shape)}, expected f32 {[dirs, 3 * hidden]}")
         inputs += [inp(6), p]
-        if r_w8 is not None:
-            inputs += list(r_w8)
+    if r_w8 is not None:  # the op's R scales and offsets follow its ONNX inputs (op_rnn.c)
+        inputs += list(r_w8)
     while inputs and inputs[-1] is None:
         inputs.pop()
     y_shape = [seq, dirs, batch, hidden]

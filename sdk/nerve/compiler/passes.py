@@ -942,20 +942,21 @@ def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
     return changed
 
 
-LSTM_R_W8_SCALES = 8  # op_rnn.c: lstm's in[8] (R's per-row scales) and in[9] (offsets)
+RNN_R_W8_SCALES = {"lstm": 8, "gru": 6}  # op_rnn.c: the input index of R's per-row scales (offsets next)
 
 
-def quantize_lstm_recurrent_w8(prog: Program, default: bool, layers: Optional[Dict[str, str]] = None) -> bool:
-    """precision "int8" / "w8a32" (or a layer so named): an LSTM's fp32 recurrent weight R
-    [dirs, 4H, H] gets int8 codes with one scale per row (symmetric, as the linears': s =
-    max|row| / 127), the lstm op's W8 form (op_rnn.c): each step's GEMV then reads a quarter
-    of the bytes (a 512-wide bidirectional LSTM: 4 MB of R per direction and step, from L3).
-    W stays fp32: its product over every step is one GEMM, compute-bound."""
+def quantize_rnn_recurrent_w8(prog: Program, default: bool, layers: Optional[Dict[str, str]] = None) -> bool:
+    """precision "int8" / "w8a32" (or a layer so named): an LSTM's or GRU's fp32 recurrent
+    weight R [dirs, gates·H, H] gets int8 codes with one scale per row (symmetric, as the
+    linears': s = max|row| / 127), the ops' W8 form (op_rnn.c): each step's GEMV then reads a
+    quarter of the bytes (a 512-wide bidirectional LSTM: 4 MB of R per direction and step,
+    from L3). W stays fp32: its product over every step is one GEMM, compute-bound."""
     from ..quant import quantize_w8
 
     changed = False
     for op in prog.ops:
-        if op.type != "lstm" or not _takes(op, INT8_WEIGHTS, default, layers) or len(op.inputs) > LSTM_R_W8_SCALES:
+        at = RNN_R_W8_SCALES.get(op.type)
+        if at is None or not _takes(op, INT8_WEIGHTS, default, layers) or len(op.inputs) > at:
             continue
         r = op.inputs[2]
         if r is None or r.const is None or r.const.dtype != np.float32 or r.rank != 3 or not r.static \
@@ -966,7 +967,7 @@ def quantize_lstm_recurrent_w8(prog: Program, default: bool, layers: Optional[Di
         op.inputs[2] = Value(r.name + ".w8", np.int8, r.shape, const=np.ascontiguousarray(q.reshape(r.shape)))
         scales = Value(r.name + ".w8_scale", np.float32, (dirs, rows),
                        const=np.ascontiguousarray(sc.reshape(dirs, rows).astype(np.float32)))
-        op.inputs += [None] * (LSTM_R_W8_SCALES - len(op.inputs)) + [scales]
+        op.inputs += [None] * (at - len(op.inputs)) + [scales]
         changed = True
     return changed
 
@@ -1423,7 +1424,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     if int8 or w8a32 or w8_layers:
         quantize_fp32_weights_w8(prog, linears=int8 or w8a32, convs=quantize_convs, layers=layers,
                                  hessians=hessians)
-        quantize_lstm_recurrent_w8(prog, default=int8 or w8a32, layers=layers)
+        quantize_rnn_recurrent_w8(prog, default=int8 or w8a32, layers=layers)
     if int8_acts or int8_layers:  # before linear_w8: int8 activations on every row count
         select_linear_w8a8(prog, convs=act_convs, linears=int8_acts, layers=layers)
     if w8_enabled() or w8a32 or w8_layers:
