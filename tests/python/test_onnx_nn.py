@@ -792,3 +792,42 @@ def test_pad_read_twice_is_not_folded(tmp_path, rng):
                inits=[("w", _rand(rng, 4, 3, 3, 3)), ("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))])
     sess = check(tmp_path, m, {"x": _rand(rng, 1, 3, 8, 8)})
     assert "pad" in [o["type"] for o in sess.ops()]
+
+
+# ---------------------------------------------------------------- Pad by shape arithmetic
+
+
+def _pad_to_multiple_nodes(legacy):
+    """x [1, C, L] padded at the end of L to a multiple of 4, the pads computed from x's shape
+    as torch writes them: the dynamo exporter concatenates the dims directly; the TorchScript
+    one builds torch's (begin, end) pad list and reverses it into ONNX order with
+    ConstantOfShape, Reshape to [n, 2], a backwards Slice, Transpose and Reshape."""
+    i64 = lambda name, v: helper.make_node("Constant", [], [name], value=numpy_helper.from_array(  # noqa: E731
+        np.array(v, np.int64), name))
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=2, end=3),
+             i64("four", [4]), helper.make_node("Mod", ["shape", "four"], ["rem"]),
+             helper.make_node("Sub", ["four", "rem"], ["short"]), helper.make_node("Mod", ["short", "four"], ["extra"])]
+    if not legacy:
+        nodes += [i64("zeros5", [0, 0, 0, 0, 0]), helper.make_node("Concat", ["zeros5", "extra"], ["pads"], axis=0)]
+    else:
+        nodes += [i64("zero1", [0]), helper.make_node("Concat", ["zero1", "extra"], ["torch_pads"], axis=0),  # (L: 0, extra)
+                  i64("n_missing", [4]), helper.make_node("ConstantOfShape", ["n_missing"], ["fill"],
+                                                          value=numpy_helper.from_array(np.array([0], np.int64))),
+                  helper.make_node("Concat", ["torch_pads", "fill"], ["all"], axis=0),
+                  i64("table", [-1, 2]), helper.make_node("Reshape", ["all", "table"], ["pairs"]),
+                  i64("st", [-1]), i64("en", [-(2 ** 62)]), i64("ax", [0]), i64("step", [-1]),
+                  helper.make_node("Slice", ["pairs", "st", "en", "ax", "step"], ["reversed"]),
+                  helper.make_node("Transpose", ["reversed"], ["cols"], perm=[1, 0]),
+                  i64("flat", [-1]), helper.make_node("Reshape", ["cols", "flat"], ["pads"])]
+    return nodes + [helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant")]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_pad_from_shape_arithmetic(tmp_path, rng, legacy):
+    """Pads that follow the sizes (SEW pads its sequence to a multiple of its squeeze factor)
+    are evaluated per run; the TorchScript pad-list idiom keeps them known through Slice and
+    Transpose. Against onnxruntime at several lengths."""
+    m = _model(_pad_to_multiple_nodes(legacy), [("x", (1, 3, "L"))], ["y"])
+    sess = check(tmp_path, m, [{"x": _rand(rng, 1, 3, n)} for n in (13, 8, 5, 22)], dims={"L": 22})
+    assert "pad" in [o["type"] for o in sess.ops()]
+    assert sess.run({"x": _rand(rng, 1, 3, 9)})["y"].shape == (1, 3, 12)

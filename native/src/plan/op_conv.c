@@ -1370,7 +1370,8 @@ static int pad_value(nrv_dtype dt, float v, unsigned char out[8]) {
 /* pad: constant / reflect / edge padding of any rank and dtype; negative pads crop.
  *   in[0]  x any dtype, rank r
  *   out[0] y same dtype, rank r, dims[i] = x.dims[i] + pads_begin[i] + pads_end[i] (>= 0)
- *   iattr (2 + 2*r): [mode, r, pads_begin[r], pads_end[r]]
+ *   iattr (2 + 2*r): [mode, r, pads_begin[r], pads_end[r]], or (2): [mode, r] with the pads
+ *          in dattr (2*r, evaluated per run: pads that follow the sizes)
  *          mode: 0 = constant, 1 = reflect (mirror excluding the edge), 2 = edge
  *   fattr (1): [value], the constant (mode 0), converted to x's dtype (integers: truncated
  *          toward zero and clamped to the dtype's range; bool: value != 0)
@@ -1394,9 +1395,10 @@ static nrv_status pad_run(const nrv_op_args *a) {
     if (r != x->rank || r != y->rank || r < 0 || r > NRV_PLAN_MAX_RANK)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "rank attribute %lld, x rank %d, y rank %d", (long long)r, (int)x->rank,
                            (int)y->rank);
-    if (a->n_iattr != 2 + 2 * r)
-        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected %lld", a->n_iattr,
-                           (long long)(2 + 2 * r));
+    const int64_t *pads = a->n_iattr == 2 + 2 * r ? a->iattr + 2 : a->n_iattr == 2 && a->n_dattr == 2 * r ? a->dattr : NULL;
+    if (!pads)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes and %d run-time ones, expected %lld pads",
+                           a->n_iattr, a->n_dattr, (long long)(2 * r));
     if (y->dtype != x->dtype)
         return nrv_op_fail(a, NRV_ERR_DTYPE, "output is %s, input %s", nrv_dtype_str((nrv_dtype)y->dtype),
                            nrv_dtype_str((nrv_dtype)x->dtype));
@@ -1408,7 +1410,7 @@ static nrv_status pad_run(const nrv_op_args *a) {
     if (p.es == 0 || !pad_value((nrv_dtype)x->dtype, a->fattr[0], p.value))
         return nrv_op_fail(a, NRV_ERR_DTYPE, "unsupported dtype %s", nrv_dtype_str((nrv_dtype)x->dtype));
     for (int i = 0; i < p.rank; i++) {
-        const int64_t pb = a->iattr[2 + i], pe = a->iattr[2 + r + i], xd = x->dims[i];
+        const int64_t pb = pads[i], pe = pads[r + i], xd = x->dims[i];
         int64_t want;
         if (__builtin_add_overflow(xd, pb, &want) || __builtin_add_overflow(want, pe, &want) || want < 0 ||
             y->dims[i] != want)

@@ -129,6 +129,10 @@ def _constant_of_shape(ctx: NodeCtx, ins):
     if value.size != 1:
         raise ctx.fail("value must have one element")
     dt = value.dtype
+    if all(S.is_static(d) for d in dims) and int(np.prod([int(d) for d in dims])) <= 4096:
+        # a small constant: its values stay known downstream (torch's pad-list idiom concatenates
+        # one into the pads of a Pad)
+        return [ctx.b.const(np.full([int(d) for d in dims], value[0], dt), ctx.out_name())]
     ival = int(value[0]) if dt.kind in "iub" else 0
     fval = float(value[0]) if dt.kind == "f" else 0.0
     return ctx.b.emit("fill", [], [spec(ctx.out_name(), dt, dims)], iattr=[ival], fattr=[fval], name=ctx.name)
@@ -741,9 +745,12 @@ def _slice(ctx: NodeCtx, ins):
             n = S.dim_max(S.dim_ceildiv(S.dim_sub(sv, ev), -st), 0)
         first[a], count[a], step_of[a] = sv, n, st
     kx = ctx.b.known_values(x)
-    if kx is not None and x.rank == 1 and all(S.is_static(v) for v in (first[0], count[0])):
-        vals = [kx[int(first[0]) + i * step_of[0]] for i in range(int(count[0]))]
-        return [ctx.b.from_known(vals, x.dtype, (len(vals),), ctx.out_name())]
+    if kx is not None and all(S.is_static(v) for v in list(x.shape) + first + count):
+        # known values (shape arithmetic) stay known, any rank: torch's pad-list idiom slices a
+        # [n, 2] table of them backwards
+        grid = np.array(kx, dtype=object).reshape([int(d) for d in x.shape])
+        picked = grid[np.ix_(*[[int(f) + i * st for i in range(int(n))] for f, n, st in zip(first, count, step_of)])]
+        return [ctx.b.from_known(list(picked.reshape(-1)), x.dtype, list(picked.shape), ctx.out_name())]
     if all(S.is_static(f) and int(f) == 0 for f in first) and step_of == [1] * x.rank and count == list(x.shape):
         return [ctx.b.alias(x, x.shape, ctx.out_name())]
     return ctx.b.emit("slice", [x], [spec(ctx.out_name(), x.dtype, count)], iattr=[x.rank] + step_of, dattr=first,
@@ -763,6 +770,10 @@ def _transpose(ctx: NodeCtx, ins):
 def transpose(ctx: NodeCtx, x: Value, perm: Sequence[int], name: str) -> Value:
     """x with its axes permuted (a free reshape when only axes of extent 1 move)."""
     shape = [x.shape[p] for p in perm]
+    known = ctx.b.known_values(x)
+    if known is not None and all(S.is_static(d) for d in x.shape):  # shape arithmetic stays known
+        grid = np.array(known, dtype=object).reshape([int(d) for d in x.shape]).transpose(list(perm))
+        return ctx.b.from_known(list(grid.reshape(-1)), x.dtype, [int(d) for d in shape], name)
     moved = [p for p in perm if not (S.is_static(x.shape[p]) and int(x.shape[p]) == 1)]
     if moved == sorted(moved):
         return ctx.b.alias(x, shape, name)
@@ -861,16 +872,20 @@ def _pad(ctx: NodeCtx, ins):
             value = float(ins[2].const.reshape(-1)[0]) if ins[2].const.size else 0.0
         axes = ctx.known(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(x.rank))
     axes = [norm_axis(ctx, int(a), x.rank) for a in axes]
-    if len(pads) != 2 * len(axes) or not all(S.is_static(p) for p in pads):
-        raise ctx.fail("pads must be constants, two per padded axis")
+    if len(pads) != 2 * len(axes):
+        raise ctx.fail("pads must give two values per padded axis")
     pb, pe = [0] * x.rank, [0] * x.rank
     for i, a in enumerate(axes):
-        pb[a], pe[a] = int(pads[i]), int(pads[i + len(axes)])
+        pb[a], pe[a] = (int(v) if S.is_static(v) else v for v in (pads[i], pads[i + len(axes)]))
     shape = [S.dim_add(S.dim_add(d, b), e) for d, b, e in zip(x.shape, pb, pe)]
     if pb == [0] * x.rank and pe == [0] * x.rank:
         return [ctx.b.alias(x, x.shape, ctx.out_name())]
-    return ctx.b.emit("pad", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=[modes[mode], x.rank] + pb + pe,
-                      fattr=[value], name=ctx.name)
+    if all(S.is_static(p) for p in pb + pe):
+        return ctx.b.emit("pad", [x], [spec(ctx.out_name(), x.dtype, shape)],
+                          iattr=[modes[mode], x.rank] + [int(p) for p in pb + pe], fattr=[value], name=ctx.name)
+    # pads that follow the sizes (torch's pad to a multiple of a stride, SEW): evaluated per run
+    return ctx.b.emit("pad", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=[modes[mode], x.rank],
+                      fattr=[value], dattr=pb + pe, name=ctx.name)
 
 
 # ---------------------------------------------------------------- reductions and normalisation

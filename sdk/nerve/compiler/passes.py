@@ -428,8 +428,10 @@ def fold_pad_into_conv(prog: Program) -> bool:
                 or uses.only_reader(x) is not conv or conv.scratch is None or x.alias_of is not None:
             continue
         sr, rank = int(conv.iattr[0]), int(pad.iattr[1])
+        if rank != sr + 2 or len(pad.iattr) != 2 + 2 * rank:  # pads evaluated per run (dattr) stay an op
+            continue
         pb, pe = [int(v) for v in pad.iattr[2:2 + rank]], [int(v) for v in pad.iattr[2 + rank:2 + 2 * rank]]
-        if rank != sr + 2 or any(pb[:2]) or any(pe[:2]) or min(pb + pe) < 0:
+        if any(pb[:2]) or any(pe[:2]) or min(pb + pe) < 0:
             continue
         at = 3 + 2 * sr  # conv iattr: [sr, group, act, strides[sr], dilations[sr], pads_begin[sr], pads_end[sr]]
         for i in range(sr):
