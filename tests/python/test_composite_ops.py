@@ -111,3 +111,80 @@ def test_affine_grid_into_grid_sample(tmp_path, rng, align):
     for k in ("grid", "y"):
         assert got[k].shape == want[k].shape
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+# ---------------------------------------------------------------- sequences of a known length
+
+
+def _seq_model(nodes, inits):
+    """x [2, 7, 3] float -> y, with these initializers."""
+    inits = [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()]
+    g = h.make_graph(nodes, "seq", [h.make_tensor_value_info("x", T.FLOAT, [2, 7, 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("case", ["sizes", "chunk", "pieces", "edit"])
+def test_sequences_of_known_length(tmp_path, rng, case):
+    """SplitToSequence (sizes, one chunk size whose last chunk is short, extent-1 pieces
+    without the axis), SequenceAt (negative positions), SequenceLength, SequenceInsert,
+    SequenceErase, SequenceConstruct/Empty and ConcatFromSequence (along an axis, stacked):
+    lists of tensors at compile time, nothing of them in the plan. Against onnxruntime."""
+    i64 = lambda v: np.array(v, np.int64)  # noqa: E731
+    if case == "sizes":
+        nodes = [h.make_node("SplitToSequence", ["x", "sizes"], ["s"], axis=1),
+                 h.make_node("SequenceAt", ["s", "minus1"], ["last"]), h.make_node("SequenceAt", ["s", "zero"], ["first"]),
+                 h.make_node("Concat", ["last", "first"], ["y"], axis=1)]
+        inits = {"sizes": i64([2, 4, 1]), "minus1": i64(-1), "zero": i64(0)}
+    elif case == "chunk":
+        nodes = [h.make_node("SplitToSequence", ["x", "three"], ["s"], axis=1),  # 3, 3, 1
+                 h.make_node("SequenceLength", ["s"], ["n"]), h.make_node("Cast", ["n"], ["nf"], to=T.FLOAT),
+                 h.make_node("ConcatFromSequence", ["s"], ["cat"], axis=1), h.make_node("Mul", ["cat", "nf"], ["y"])]
+        inits = {"three": i64(3)}
+    elif case == "pieces":
+        nodes = [h.make_node("SplitToSequence", ["x"], ["s"], axis=2, keepdims=0),
+                 h.make_node("ConcatFromSequence", ["s"], ["y"], axis=0, new_axis=1)]
+        inits = {}
+    else:
+        nodes = [h.make_node("SequenceEmpty", [], ["e"], dtype=T.FLOAT),
+                 h.make_node("SequenceInsert", ["e", "x"], ["s1"]),
+                 h.make_node("Neg", ["x"], ["nx"]), h.make_node("SequenceInsert", ["s1", "nx", "zero"], ["s2"]),
+                 h.make_node("SequenceConstruct", ["x", "x"], ["pair"]),
+                 h.make_node("SequenceErase", ["s2", "minus1"], ["s3"]),  # drops x: [-x]
+                 h.make_node("SequenceAt", ["pair", "zero"], ["again"]),
+                 h.make_node("SequenceInsert", ["s3", "again"], ["s4"]),
+                 h.make_node("ConcatFromSequence", ["s4"], ["y"], axis=-1)]
+        inits = {"zero": i64(0), "minus1": i64(-1)}
+    m = _seq_model(nodes, inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    sess = nerve.Session(path, cache=False)
+    x = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    got, want = sess.run({"x": x})["y"], ort_run(m, {"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_sequence_output_or_input_fails_clearly(tmp_path):
+    for nodes, match in (([h.make_node("SplitToSequence", ["x"], ["y"], axis=1)], "graph output 'y' is a sequence"),
+                         ([h.make_node("SplitToSequence", ["x"], ["s"], axis=1, name="split"),
+                           h.make_node("Relu", ["s"], ["y"], name="relu_of_seq")], "relu_of_seq.*takes a sequence")):
+        path = tmp_path / "m.onnx"
+        onnx.save(_seq_model(nodes, {}), path)
+        with pytest.raises(nerve.ModelError, match=match):
+            nerve.Session(path, cache=False)
+
+
+def test_tile_of_shape_arithmetic_stays_known(tmp_path, rng):
+    """torch's split into chunks tiles the chunk size by the chunk count: a Tile of known
+    values gives known values (here the shape an Expand needs at compile time)."""
+    nodes = [h.make_node("Shape", ["x"], ["shp"], start=2, end=3), h.make_node("Tile", ["shp", "two"], ["sq"]),
+             h.make_node("Expand", ["half", "sq"], ["w"]), h.make_node("MatMul", ["x", "w"], ["y"])]
+    m = _seq_model(nodes, {"two": np.array([2], np.int64), "half": np.array(0.5, np.float32)})
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    x = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    sess = nerve.Session(path, cache=False)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-5)

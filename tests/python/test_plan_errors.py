@@ -134,7 +134,7 @@ def test_sequence_input_is_a_model_error(tmp_path):
 @pytest.mark.parametrize("op, inputs, why", [
     ("NonMaxSuppression", ["boxes", "scores"], "size depends on the data"),
     ("RandomNormalLike", ["boxes"], "random ops are not supported"),
-    ("SplitToSequence", ["boxes"], "sequence and optional values are not supported"),
+    ("Optional", ["boxes"], "optional values and SequenceMap are not supported"),
     ("Det", ["boxes"], "operator not supported by nerve"),
 ])
 def test_unsupported_ops_say_why(tmp_path, op, inputs, why):

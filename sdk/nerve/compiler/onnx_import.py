@@ -131,10 +131,9 @@ _UNSUPPORTED_WHY = {
        for op in ("NonMaxSuppression", "Unique", "Compress")},
     **{op: "loops are not supported (If is: export with the loop unrolled, or run it outside)"
        for op in ("Loop", "Scan")},
-    **{op: "sequence and optional values are not supported (tensors only)"
-       for op in ("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-                  "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
-                  "OptionalGetElement", "OptionalHasElement")},
+    **{op: "optional values and SequenceMap are not supported (sequences of a length known when the model "
+           "is compiled are: SplitToSequence, SequenceConstruct/At/Length/Insert/Erase/Empty, ConcatFromSequence)"
+       for op in ("SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement")},
     **{op: "random ops are not supported (a plan is deterministic; feed the noise as an input)"
        for op in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
                   "Multinomial")},
@@ -150,6 +149,23 @@ def _unsupported_reason(op_type: str) -> str:
 
 # ops that take float16 inputs as they are; every other op reads them widened to float32
 _FLOAT16_NATIVE = frozenset({"Cast", "CastLike", "Shape", "Size"})
+
+# ops that take or make a SequenceValue (onnx_ops_composite.py)
+SEQUENCE_OPS = frozenset({"SplitToSequence", "SequenceConstruct", "SequenceAt", "SequenceLength", "SequenceInsert",
+                          "SequenceErase", "SequenceEmpty", "ConcatFromSequence"})
+
+
+class SequenceValue:
+    """An ONNX sequence whose length is known when the model is compiled (SplitToSequence of
+    known sizes, SequenceConstruct, ...): its tensors as a list, at import only. The sequence
+    ops pick, insert and concatenate them; a sequence never reaches the plan (an op other
+    than those, or a graph output, taking one fails clearly). TorchScript exports write them
+    for torch.split (Mamba)."""
+
+    dtype = None  # not a tensor: the float16 widening of inputs passes it by
+
+    def __init__(self, items):
+        self.items = list(items)
 
 
 class Importer:
@@ -280,6 +296,9 @@ class Importer:
                     raise ctx.fail(f"input '{name}' is not defined before the node")
                 else:
                     ins.append(scope[name])
+            if node.op_type not in SEQUENCE_OPS and any(isinstance(v, SequenceValue) for v in ins):
+                raise ctx.fail("takes a sequence, which only the sequence ops (SequenceAt, ConcatFromSequence, ...) "
+                               "read in a plan")
             if node.op_type not in _FLOAT16_NATIVE:
                 ins = [self.as_float32(v) if v is not None and v.dtype == np.float16 else v for v in ins]
             outs = fn(ctx, ins)
@@ -367,6 +386,9 @@ class Importer:
             v = scope.get(vi.name, self.branch_values.get(vi.name))
             if v is None:
                 raise CompileError(f"graph output '{vi.name}' is not computed by any node")
+            if isinstance(v, SequenceValue):
+                raise CompileError(f"graph output '{vi.name}' is a sequence; a plan's outputs are tensors "
+                                   "(output its elements, or their ConcatFromSequence)")
             if v.dtype == np.float32 and np_dtype_of(vi.type.tensor_type.elem_type) == np.float16:
                 v = self.b.emit("cast", [v], [(self.b.fresh(vi.name), np.dtype(np.float16), v.shape)],
                                 name=vi.name)[0]  # computed in float32 (as_float32), declared float16

@@ -796,6 +796,11 @@ def _tile(ctx: NodeCtx, ins):
     reps = ctx.known(ins[1], "repeats")
     if len(reps) != x.rank:
         raise ctx.fail("repeats must have one entry per axis")
+    known = ctx.b.known_values(x)
+    if known is not None and all(S.is_static(d) for d in list(x.shape) + list(reps)):
+        # shape arithmetic stays known (torch's split into chunks tiles the chunk size)
+        grid = np.tile(np.array(known, dtype=object).reshape([int(d) for d in x.shape]), [int(r) for r in reps])
+        return [ctx.b.from_known(list(grid.reshape(-1)), x.dtype, list(grid.shape), ctx.out_name())]
     # Tile = expand over interleaved unit axes, then a reshape
     mid_in, mid_out = [], []
     for d, r in zip(x.shape, reps):

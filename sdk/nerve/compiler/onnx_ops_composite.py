@@ -1,6 +1,8 @@
 """Handlers for ONNX ops that are short compositions of others (each spelt out through
 ``NodeCtx.call``, so the passes fuse and place the parts as usual): CastLike, EyeLike, Swish,
-Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid.
+Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid; and the
+sequence ops on sequences of a length known when the model is compiled (SequenceValue:
+a list of tensors at import, never in the plan).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import numpy as np
 
 from . import symbolic as S
 from .graph import Value
-from .onnx_import import NodeCtx, handler
+from .onnx_import import NodeCtx, SequenceValue, handler
 from .onnx_ops import _UNARY, binary, norm_axis, unary
 
 F32 = np.dtype(np.float32)
@@ -160,3 +162,100 @@ def _affine_grid(ctx: NodeCtx, ins):
     flat = ctx.call("MatMul", [ctx.b.const(base, ctx.b.fresh(ctx.name + ".base")), theta_t])[0]  # [N, H·W, 2]
     shape = ctx.b.from_known([n, h, w, 2], np.int64, [4], ctx.b.fresh(ctx.name + ".shape"))
     return ctx.call("Reshape", [flat, shape])
+
+
+# ---------------------------------------------------------------- sequences (a length known at compile time)
+
+
+def _sequence(ctx: NodeCtx, v, what: str = "input_sequence") -> SequenceValue:
+    if not isinstance(v, SequenceValue):
+        raise ctx.fail(f"{what} is not a sequence")
+    return v
+
+
+def _position(ctx: NodeCtx, seq: SequenceValue, pos, insert: bool) -> int:
+    """A known position in seq (negative counts from the end; an insert may be at the end)."""
+    n = len(seq.items)
+    p = ctx.known_int(pos, "position")
+    if not (-n <= p <= n if insert else -n <= p < n):
+        raise ctx.fail(f"position {p} is out of range for a sequence of {n} tensors")
+    return p + n if p < 0 else p
+
+
+@handler("SplitToSequence")
+def _split_to_sequence(ctx: NodeCtx, ins):
+    """The input split along axis by split (sizes, or one chunk size: the last chunk takes
+    the rest), or into extent-1 pieces (keepdims 0: that axis dropped)."""
+    x = ins[0]
+    axis = norm_axis(ctx, ctx.attr("axis", 0), x.rank)
+    split = ins[1] if len(ins) > 1 else None
+    if split is not None:
+        sizes = ctx.known(split, "split")
+        if split.rank == 0:
+            chunk, extent = sizes[0], x.shape[axis]
+            if not (S.is_static(chunk) and S.is_static(extent)) or int(chunk) <= 0:
+                raise ctx.fail("a scalar split needs a positive chunk and an axis extent known when the model is "
+                               "compiled")
+            full, rest = divmod(int(extent), int(chunk))
+            sizes = [int(chunk)] * full + ([rest] if rest else [])
+        sizes_v = ctx.b.from_known(sizes, np.int64, (len(sizes),), ctx.b.fresh(ctx.name + ".split"))
+        return [SequenceValue(ctx.call("Split", [x, sizes_v], n_out=len(sizes), axis=axis))]
+    extent = x.shape[axis]
+    if not S.is_static(extent):
+        raise ctx.fail("splitting into extent-1 pieces needs the axis extent known when the model is compiled")
+    pieces = ctx.call("Split", [x, ctx.const([1] * int(extent))], n_out=int(extent), axis=axis)
+    if not int(ctx.attr("keepdims", 1)):
+        pieces = [ctx.call("Squeeze", [p, ctx.const([axis])])[0] for p in pieces]
+    return [SequenceValue(pieces)]
+
+
+@handler("SequenceConstruct")
+def _sequence_construct(ctx: NodeCtx, ins):
+    return [SequenceValue(ins)]
+
+
+@handler("SequenceEmpty")
+def _sequence_empty(ctx: NodeCtx, ins):
+    return [SequenceValue([])]
+
+
+@handler("SequenceAt")
+def _sequence_at(ctx: NodeCtx, ins):
+    seq = _sequence(ctx, ins[0])
+    return [seq.items[_position(ctx, seq, ins[1], insert=False)]]
+
+
+@handler("SequenceLength")
+def _sequence_length(ctx: NodeCtx, ins):
+    return [ctx.b.const(np.array(len(_sequence(ctx, ins[0]).items), np.int64), ctx.out_name())]
+
+
+@handler("SequenceInsert")
+def _sequence_insert(ctx: NodeCtx, ins):
+    seq = _sequence(ctx, ins[0])
+    at = _position(ctx, seq, ins[2], insert=True) if len(ins) > 2 and ins[2] is not None else len(seq.items)
+    return [SequenceValue(seq.items[:at] + [ins[1]] + seq.items[at:])]
+
+
+@handler("SequenceErase")
+def _sequence_erase(ctx: NodeCtx, ins):
+    seq = _sequence(ctx, ins[0])
+    at = _position(ctx, seq, ins[1], insert=False) if len(ins) > 1 and ins[1] is not None else len(seq.items) - 1
+    if not seq.items:
+        raise ctx.fail("erasing from an empty sequence")
+    return [SequenceValue(seq.items[:at] + seq.items[at + 1:])]
+
+
+@handler("ConcatFromSequence")
+def _concat_from_sequence(ctx: NodeCtx, ins):
+    """Concat of the tensors along axis, or (new_axis 1) stacked along a new axis."""
+    items = _sequence(ctx, ins[0]).items
+    if not items:
+        raise ctx.fail("concatenating an empty sequence")
+    if ctx.attr("axis") is None:
+        raise ctx.fail("the axis attribute is required")
+    new_axis = int(ctx.attr("new_axis", 0))
+    axis = norm_axis(ctx, ctx.attr("axis"), items[0].rank + new_axis)
+    if new_axis:
+        items = [ctx.call("Unsqueeze", [v, ctx.const([axis])])[0] for v in items]
+    return ctx.call("Concat", items, axis=axis)
