@@ -1072,13 +1072,13 @@ static nrv_status pool_run(const nrv_op_args *a) {
             if (span - padded >= s || o != 1)
                 return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: window %lld exceeds padded input %lld", i,
                                    (long long)span, (long long)padded);
-            in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
-            continue;
+        } else {
+            const int64_t lo = (padded - span) / s + 1, hi = (padded - span + s - 1) / s + 1;
+            if (o < lo || o > hi)
+                return nrv_op_fail(a, NRV_ERR_SHAPE,
+                                   "output spatial dim %d is %lld, expected %lld (floor) or %lld (ceil)", i,
+                                   (long long)o, (long long)lo, (long long)hi);
         }
-        const int64_t lo = (padded - span) / s + 1, hi = (padded - span + s - 1) / s + 1;
-        if (o < lo || o > hi)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "output spatial dim %d is %lld, expected %lld (floor) or %lld (ceil)",
-                               i, (long long)o, (long long)lo, (long long)hi);
         in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
     }
     if (y->numel == 0) return NRV_OK;

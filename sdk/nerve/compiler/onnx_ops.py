@@ -119,6 +119,20 @@ def _size(ctx: NodeCtx, ins):
     return [ctx.b.from_known([ins[0].numel()], np.int64, (), ctx.out_name())]
 
 
+def _known_grid(ctx: NodeCtx, x: Value, *static) -> Optional[np.ndarray]:
+    """x's known values (shape arithmetic) as an object array of its static shape, or None:
+    Slice, Transpose and Tile keep such values known (torch's pad-list and chunk idioms).
+    `static`: more dims that must be static too."""
+    known = ctx.b.known_values(x)
+    if known is None or not all(S.is_static(d) for d in list(x.shape) + list(static)):
+        return None
+    return np.array(known, dtype=object).reshape([int(d) for d in x.shape])
+
+
+def _from_grid(ctx: NodeCtx, grid: np.ndarray, dtype, name: str) -> Value:
+    return ctx.b.from_known(list(grid.reshape(-1)), dtype, list(grid.shape), name)
+
+
 @handler("ConstantOfShape")
 def _constant_of_shape(ctx: NodeCtx, ins):
     from onnx import numpy_helper
@@ -744,13 +758,10 @@ def _slice(ctx: NodeCtx, ins):
             sv, ev = _clamp(sv, 0, S.dim_sub(d, 1)), _clamp(ev, -1, S.dim_sub(d, 1))
             n = S.dim_max(S.dim_ceildiv(S.dim_sub(sv, ev), -st), 0)
         first[a], count[a], step_of[a] = sv, n, st
-    kx = ctx.b.known_values(x)
-    if kx is not None and all(S.is_static(v) for v in list(x.shape) + first + count):
-        # known values (shape arithmetic) stay known, any rank: torch's pad-list idiom slices a
-        # [n, 2] table of them backwards
-        grid = np.array(kx, dtype=object).reshape([int(d) for d in x.shape])
+    grid = _known_grid(ctx, x, *first, *count)
+    if grid is not None:  # torch's pad-list idiom slices a [n, 2] table of known values backwards
         picked = grid[np.ix_(*[[int(f) + i * st for i in range(int(n))] for f, n, st in zip(first, count, step_of)])]
-        return [ctx.b.from_known(list(picked.reshape(-1)), x.dtype, list(picked.shape), ctx.out_name())]
+        return [_from_grid(ctx, picked, x.dtype, ctx.out_name())]
     if all(S.is_static(f) and int(f) == 0 for f in first) and step_of == [1] * x.rank and count == list(x.shape):
         return [ctx.b.alias(x, x.shape, ctx.out_name())]
     return ctx.b.emit("slice", [x], [spec(ctx.out_name(), x.dtype, count)], iattr=[x.rank] + step_of, dattr=first,
@@ -770,10 +781,9 @@ def _transpose(ctx: NodeCtx, ins):
 def transpose(ctx: NodeCtx, x: Value, perm: Sequence[int], name: str) -> Value:
     """x with its axes permuted (a free reshape when only axes of extent 1 move)."""
     shape = [x.shape[p] for p in perm]
-    known = ctx.b.known_values(x)
-    if known is not None and all(S.is_static(d) for d in x.shape):  # shape arithmetic stays known
-        grid = np.array(known, dtype=object).reshape([int(d) for d in x.shape]).transpose(list(perm))
-        return ctx.b.from_known(list(grid.reshape(-1)), x.dtype, [int(d) for d in shape], name)
+    grid = _known_grid(ctx, x)
+    if grid is not None:
+        return _from_grid(ctx, grid.transpose(list(perm)), x.dtype, name)
     moved = [p for p in perm if not (S.is_static(x.shape[p]) and int(x.shape[p]) == 1)]
     if moved == sorted(moved):
         return ctx.b.alias(x, shape, name)
@@ -796,11 +806,9 @@ def _tile(ctx: NodeCtx, ins):
     reps = ctx.known(ins[1], "repeats")
     if len(reps) != x.rank:
         raise ctx.fail("repeats must have one entry per axis")
-    known = ctx.b.known_values(x)
-    if known is not None and all(S.is_static(d) for d in list(x.shape) + list(reps)):
-        # shape arithmetic stays known (torch's split into chunks tiles the chunk size)
-        grid = np.tile(np.array(known, dtype=object).reshape([int(d) for d in x.shape]), [int(r) for r in reps])
-        return [ctx.b.from_known(list(grid.reshape(-1)), x.dtype, list(grid.shape), ctx.out_name())]
+    grid = _known_grid(ctx, x, *reps)
+    if grid is not None:  # torch's split into chunks tiles the chunk size
+        return [_from_grid(ctx, np.tile(grid, [int(r) for r in reps]), x.dtype, ctx.out_name())]
     # Tile = expand over interleaved unit axes, then a reshape
     mid_in, mid_out = [], []
     for d, r in zip(x.shape, reps):
