@@ -38,6 +38,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_DEPTHWISE] = "depthwise",
     [NRV_OP_HARD_SWISH] = "hard_swish",
     [NRV_OP_SILU] = "silu",
+    [NRV_OP_DEPTHWISE_CHANNELS] = "depthwise_channels",
 };
 
 typedef struct op_slot {

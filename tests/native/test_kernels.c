@@ -849,6 +849,87 @@ static void test_depthwise(void) {
     }
 }
 
+/* The selected channel-vector depthwise against a double reference: channel counts around
+ * the vector widths, kernels 1x1 to 7x7, strides, dilations, asymmetric and oversized
+ * padding, outputs tall enough to take several bands of rows and up to 64 wide; y guarded
+ * by canaries. An FMA variant must also give the bits of the (FMA) plane kernel on the
+ * same padded plane, as op conv may run either. */
+static void test_depthwise_channels(void) {
+    /* c, ih, iw, kh, kw, sh, sw, dh, dw, ph, pw, pad_end_h, pad_end_w */
+    static const int64_t cases[][13] = {
+        {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},    {17, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {33, 14, 14, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1}, {16, 9, 13, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},
+        {5, 15, 11, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1},  {40, 8, 8, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},
+        {3, 10, 10, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},  {21, 6, 31, 3, 1, 1, 2, 1, 1, 1, 0, 1, 0},
+        {48, 29, 29, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0}, {7, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},
+        {9, 3, 3, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4},    {18, 17, 120, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+        {130, 5, 64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0}, {20, 40, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {31, 12, 12, 5, 5, 2, 2, 1, 1, 2, 1, 1, 2}};
+    const nrv_depthwise_channels_fn dwc = nrv_kernel_get(NRV_OP_DEPTHWISE_CHANNELS).depthwise_channels;
+    const int fma_pair = strcmp(cur.variant, "ref") != 0 && strcmp(nrv_kernel_selected("depthwise"), "ref") != 0;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t *cs = cases[t], c = cs[0];
+        nrv_dw_geom g = {.ih = cs[1], .iw = cs[2], .kh = cs[3], .kw = cs[4], .sh = cs[5], .sw = cs[6],
+                         .dh = cs[7], .dw = cs[8], .ph = cs[9], .pw = cs[10]};
+        g.oh = (g.ih + g.ph + cs[11] - (g.kh - 1) * g.dh - 1) / g.sh + 1;
+        g.ow = (g.iw + g.pw + cs[12] - (g.kw - 1) * g.dw - 1) / g.sw + 1;
+        NRV_EXPECT(nrv_dw_channels_fit(&g), "depthwise_channels case %zu does not fit the kernel's tiles", t);
+        const int64_t taps = g.kh * g.kw, plane = g.ih * g.iw, P = g.oh * g.ow;
+        buf X = buf_in(c * plane, 0), W = buf_in(c * taps, 0), B = buf_in(c, 0);
+        nrv_test_fill(X.p, c * plane, -1.0f, 1.0f);
+        nrv_test_fill(W.p, c * taps, -1.0f, 1.0f);
+        nrv_test_fill(B.p, c, -1.0f, 1.0f);
+        buf Y = buf_out(c * P, 0);
+        dwc(&g, c, X.p, W.p, t % 2 ? NULL : B.p, Y.p);
+        double err = 0.0;
+        int64_t at = 0;
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t oy = 0; oy < g.oh; oy++)
+                for (int64_t ox = 0; ox < g.ow; ox++) {
+                    double want = t % 2 ? 0.0 : B.p[ch];
+                    for (int64_t ki = 0; ki < g.kh; ki++)
+                        for (int64_t kj = 0; kj < g.kw; kj++) {
+                            const int64_t iy = oy * g.sh + ki * g.dh - g.ph, ix = ox * g.sw + kj * g.dw - g.pw;
+                            if (iy >= 0 && iy < g.ih && ix >= 0 && ix < g.iw)
+                                want += (double)W.p[ch * taps + ki * g.kw + kj] * X.p[ch * plane + iy * g.iw + ix];
+                        }
+                    const int64_t i = ch * P + oy * g.ow + ox;
+                    const double e = fabs((double)Y.p[i] - want) / (dot_atol(taps + 1, 1.0, 1.0) + 1e-6);
+                    if (!(e <= err)) err = isnan(e) ? INFINITY : e, at = i;
+                }
+        int bits_differ = 0;
+        if (fma_pair && g.sw == 1) { /* the plane kernel's padded plane (stride-1 columns), channel by channel */
+            const int64_t row = (g.ow + 3) / 4 * 4 + (g.kw - 1) * g.dw, hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+            int64_t off[NRV_DW_MAX_TAPS];
+            for (int64_t ki = 0; ki < g.kh; ki++)
+                for (int64_t kj = 0; kj < g.kw; kj++) off[ki * g.kw + kj] = ki * g.dh * row + kj * g.dw;
+            float *pl = xalloc((size_t)(hp * row) * sizeof(float)), *yp = xalloc((size_t)P * sizeof(float));
+            for (int64_t ch = 0; ch < c && !bits_differ; ch++) {
+                memset(pl, 0, (size_t)(hp * row) * sizeof(float));
+                for (int64_t iy = 0; iy < g.ih; iy++)
+                    for (int64_t ix = 0; ix < g.iw; ix++)
+                        if (iy + g.ph < hp && ix + g.pw < row) pl[(iy + g.ph) * row + ix + g.pw] = X.p[ch * plane + iy * g.iw + ix];
+                nrv_kernel_get(NRV_OP_DEPTHWISE)
+                    .depthwise(pl, g.sh * row, g.oh, g.ow, off, taps, W.p + ch * taps, t % 2 ? 0.0f : B.p[ch], yp);
+                bits_differ = memcmp(yp, Y.p + ch * P, (size_t)P * sizeof(float)) != 0;
+            }
+            free(pl);
+            free(yp);
+        }
+        if (!guards_intact(&Y) || bits_differ) err = INFINITY;
+        record(err, "depthwise_channels c=%lld in=%lldx%lld k=%lldx%lld s=%lld,%lld dil=%lld,%lld out=%lldx%lld at %lld: "
+                    "got %.9g%s%s",
+               (long long)c, (long long)g.ih, (long long)g.iw, (long long)g.kh, (long long)g.kw, (long long)g.sh,
+               (long long)g.sw, (long long)g.dh, (long long)g.dw, (long long)g.oh, (long long)g.ow, (long long)at,
+               (double)Y.p[at], guards_intact(&Y) ? "" : " canary overwritten",
+               bits_differ ? " (bits differ from the plane kernel's)" : "");
+        buf_free(&X);
+        buf_free(&W);
+        buf_free(&B);
+        buf_free(&Y);
+    }
+}
+
 /* ------------------------------------------------------------------ activations, softmax */
 
 /* Special inputs mixed into every activation case: signed zeros, subnormals, the
@@ -1103,6 +1184,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();
     else if (!strcmp(op, "depthwise")) test_depthwise();
+    else if (!strcmp(op, "depthwise_channels")) test_depthwise_channels();
     else if (!strcmp(op, "hard_swish")) test_activation_of((nrv_activation)-1, NRV_OP_HARD_SWISH, nrv_hard_swish_ref);
     else if (!strcmp(op, "silu")) test_activation_of((nrv_activation)-1, NRV_OP_SILU, nrv_silu_ref);
     else return 0;

@@ -816,6 +816,10 @@ def test_gemm_defaults_and_beta_zero(tmp_path, rng):
     ((1, 6, 3, 21), (6, 1, 5, 5), {"group": 6, "pads": [2, 2, 2, 2]}, True),    # depthwise 5x5, 2 rows (PP-OCR)
     ((2, 4, 9, 19), (4, 1, 7, 7), {"group": 4, "pads": [3, 3, 3, 3]}, False),   # depthwise 7x7
     ((1, 3, 12, 14), (3, 1, 9, 9), {"group": 3, "pads": [4, 4, 4, 4]}, True),   # depthwise 9x9 (direct loop)
+    # depthwise with narrow outputs (vectors across channels: blocks of 16 and a partial one)
+    ((1, 37, 7, 7), (37, 1, 3, 3), {"group": 37, "pads": [1, 1, 1, 1]}, True),
+    ((2, 21, 14, 13), (21, 1, 5, 5), {"group": 21, "strides": [2, 2], "pads": [2, 1, 2, 2]}, False),
+    ((1, 18, 9, 60), (18, 1, 3, 3), {"group": 18, "strides": [2, 2], "dilations": [1, 2], "pads": [1, 2, 1, 2]}, True),
     # depthwise with a column stride of 2 (the two-phase plane): 5x5, odd sizes, row stride 1
     # or 2, dilated, asymmetric pads; and stride (2, 1)
     ((1, 4, 23, 37), (4, 1, 5, 5), {"group": 4, "strides": [2, 2], "pads": [2, 1, 2, 3]}, True),

@@ -288,6 +288,8 @@ def test_threads_give_identical_results(tmp_path):
     (3, 1, (1, 32, 10, 10), 48),   # few positions: channels split at 2 threads, rows at 3
     (3, 1, (1, 48, 30, 33), "dw"), # depthwise: channel ranges, each thread its own plane
     (5, 2, (1, 40, 31, 28), "dw"), # depthwise, stride 2 (two-phase plane)
+    (3, 1, (1, 70, 12, 12), "dw"), # depthwise, narrow: blocks of 16 channels split
+    (3, 2, (1, 96, 14, 15), "dw"), # the same, stride 2
 ])
 def test_conv_paths_split_across_threads_give_identical_bits(tmp_path, rng, kernel, stride, size, channels):
     """Convs big enough to be shared out (more than 64K MACs; most have fewer than 128

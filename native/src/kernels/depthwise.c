@@ -59,3 +59,27 @@ void nrv_depthwise_ref(const float *plane, int64_t row_step, int64_t oh, int64_t
         else dw_row(taps, plane + oy * row_step, ow, tap_off, wv, vb, y + oy * ow);
     }
 }
+
+/* The channel-vector depthwise (nrv_depthwise_channels_fn) as its definition reads: one
+ * output at a time, the taps in order, a tap outside x adding w·0. */
+void nrv_depthwise_channels_ref(const nrv_dw_geom *g, int64_t c, const float *x, const float *w, const float *bias,
+                                float *y) {
+    const int64_t taps = g->kh * g->kw;
+    for (int64_t ch = 0; ch < c; ch++) {
+        const float *xc = x + ch * g->ih * g->iw, *wc = w + ch * taps;
+        float *yc = y + ch * g->oh * g->ow;
+        for (int64_t oy = 0; oy < g->oh; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                float acc = bias ? bias[ch] : 0.0f;
+                for (int64_t ki = 0; ki < g->kh; ki++) {
+                    const int64_t iy = oy * g->sh + ki * g->dh - g->ph;
+                    for (int64_t kj = 0; kj < g->kw; kj++) {
+                        const int64_t ix = ox * g->sw + kj * g->dw - g->pw;
+                        const float v = iy >= 0 && iy < g->ih && ix >= 0 && ix < g->iw ? xc[iy * g->iw + ix] : 0.0f;
+                        acc += wc[ki * g->kw + kj] * v;
+                    }
+                }
+                yc[oy * g->ow + ox] = acc;
+            }
+    }
+}

@@ -225,6 +225,33 @@ typedef void (*nrv_linear_panels_fn)(const float *x, int64_t rows, int64_t ldx, 
 typedef void (*nrv_depthwise_fn)(const float *plane, int64_t row_step, int64_t oh, int64_t ow, const int64_t *tap_off,
                                  int64_t taps, const float *w, float bias, float *y);
 
+/* A depthwise conv's geometry for nrv_depthwise_channels_fn: input ih x iw, output oh x
+ * ow, kernel kh x kw, strides, dilations, and the pads before (ph, pw; those after are
+ * whatever the output extents imply). */
+typedef struct nrv_dw_geom {
+    int64_t ih, iw, oh, ow;
+    int64_t kh, kw, sh, sw, dh, dw, ph, pw;
+} nrv_dw_geom;
+
+/* A depthwise conv with its vectors across channels (op conv's path for outputs a few
+ * columns wide, where a vector along a row would be mostly idle lanes): channels [0, c)
+ * of one image, x their planes (ih·iw floats apart), w [c][kh·kw], bias [c] (NULL: 0),
+ * y their output planes (oh·ow apart):
+ *   y[ch][oy][ox] = bias[ch] + Σ_{k = ki·kw + kj} w[ch][k] · x̄[ch][oy·sh + ki·dh - ph][ox·sw + kj·dw - pw]
+ * x̄ = 0 outside x, the taps summed in order k, padding included (so an FMA variant gives
+ * the bits its nrv_depthwise_fn gives on the padded plane). The kernel stages channels
+ * through tiles of its own on the stack: callers check nrv_dw_channels_fit first. */
+typedef void (*nrv_depthwise_channels_fn)(const nrv_dw_geom *g, int64_t c, const float *x, const float *w,
+                                          const float *bias, float *y);
+/* Floats of a kernel's input tile: one tile row per padded input row of an output row's
+ * taps, wp = (ow-1)·sw + (kw-1)·dw + 1 vectors of up to 16 channels each. */
+#define NRV_DW_CH_TILE_FLOATS 6144
+static inline int nrv_dw_channels_fit(const nrv_dw_geom *g) {
+    const int64_t wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1, span_h = (g->kh - 1) * g->dh + 1;
+    return g->kh * g->kw <= NRV_DW_MAX_TAPS && g->ow <= 64 && wp * span_h * 16 <= NRV_DW_CH_TILE_FLOATS &&
+           g->ih * g->iw <= ((int64_t)1 << 26); /* gather indices: 15 planes stay below 2^31 */
+}
+
 /* Element-wise y = f(x) over n floats; y may be x. */
 typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
 
@@ -254,6 +281,7 @@ typedef enum nrv_op {
     NRV_OP_DEPTHWISE,
     NRV_OP_HARD_SWISH,
     NRV_OP_SILU,
+    NRV_OP_DEPTHWISE_CHANNELS,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -273,6 +301,7 @@ typedef union nrv_kernel_fn {
     nrv_linear_w4_fn linear_w4;
     nrv_linear_f16_fn linear_f16;
     nrv_depthwise_fn depthwise;
+    nrv_depthwise_channels_fn depthwise_channels;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -410,6 +439,8 @@ void nrv_linear_w4a8_ref(const float *x, int64_t rows, const nrv_w4_weight *w, c
                          int64_t ldy);
 void nrv_depthwise_ref(const float *plane, int64_t row_step, int64_t oh, int64_t ow, const int64_t *tap_off,
                        int64_t taps, const float *w, float bias, float *y);
+void nrv_depthwise_channels_ref(const nrv_dw_geom *g, int64_t c, const float *x, const float *w, const float *bias,
+                                float *y);
 void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                         float *y, int64_t ldy);
 /* Quantises row x (n floats) to int8 as linear_w8a8 does; returns sx. */

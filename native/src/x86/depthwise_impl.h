@@ -73,3 +73,103 @@ void X86FN(nrv_depthwise)(const float *plane, int64_t row_step, int64_t oh, int6
                     ow, oy);
     }
 }
+
+/* ---- channel vectors (nrv_depthwise_channels_fn): lane l of every vector is channel
+ * c0 + l. Per block of VL channels and band of output rows: the band's padded input rows
+ * are gathered into a tile (tile[t][u] = the VL channels' x at row t, column u of the
+ * padded band; zeros in the padding), every output is bias + the taps' FMAs in order on
+ * whole vectors, into an output tile, which is gathered back into each channel's plane.
+ * Both tiles stay in L1; the taps' loads are plain vector loads. */
+#define DW_CH_OUT_FLOATS 4096 /* the output tile: 16 KiB */
+#define DW_CH_J 8             /* outputs of a row per register block */
+
+/* J outputs (a constant 1..8 at each call) from the tile position `src` (step floats apart). */
+static inline __attribute__((always_inline)) void dw_ch_block(const int J, const float *src, int64_t step,
+                                                              const int64_t *off, int64_t taps, const vf *wv, vf bias,
+                                                              float *out) {
+    vf acc[DW_CH_J];
+    for (int j = 0; j < J; j++) acc[j] = bias;
+    for (int64_t k = 0; k < taps; k++) {
+        const float *s = src + off[k];
+        for (int j = 0; j < J; j++) acc[j] = vfmadd(wv[k], vload(s + j * step), acc[j]);
+    }
+    for (int j = 0; j < J; j++) vstore(out + j * VL, acc[j]);
+}
+
+#define DW_CH(J_) dw_ch_block(J_, src, step, off, taps, wv, bias, out)
+static __attribute__((noinline)) void dw_ch_outputs(int J, const float *src, int64_t step, const int64_t *off,
+                                                    int64_t taps, const vf *wv, vf bias, float *out) {
+    switch (J) {
+    case 1: DW_CH(1); break;
+    case 2: DW_CH(2); break;
+    case 3: DW_CH(3); break;
+    case 4: DW_CH(4); break;
+    case 5: DW_CH(5); break;
+    case 6: DW_CH(6); break;
+    case 7: DW_CH(7); break;
+    default: DW_CH(8); break;
+    }
+}
+#undef DW_CH
+
+void X86FN(nrv_depthwise_channels)(const nrv_dw_geom *g, int64_t c, const float *x, const float *w,
+                                   const float *bias, float *y) {
+    const int64_t taps = g->kh * g->kw, plane = g->ih * g->iw, P = g->oh * g->ow;
+    const int64_t wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1, span_h = (g->kh - 1) * g->dh + 1;
+    /* output rows per band: their input rows fit the input tile, their outputs the output
+     * tile (nrv_dw_channels_fit leaves room for one row at 16 lanes) */
+    int64_t rb = (NRV_DW_CH_TILE_FLOATS / VL / wp - span_h) / g->sh + 1;
+    if (rb > DW_CH_OUT_FLOATS / VL / g->ow) rb = DW_CH_OUT_FLOATS / VL / g->ow;
+    if (rb > g->oh) rb = g->oh;
+    float tile[NRV_DW_CH_TILE_FLOATS] __attribute__((aligned(64)));
+    float out[DW_CH_OUT_FLOATS] __attribute__((aligned(64)));
+    int64_t off[NRV_DW_MAX_TAPS]; /* each tap's tile offset (floats) from its output's first */
+    for (int64_t ki = 0; ki < g->kh; ki++)
+        for (int64_t kj = 0; kj < g->kw; kj++) off[ki * g->kw + kj] = (ki * g->dh * wp + kj * g->dw) * VL;
+    /* tile columns [u_lo, u_hi) hold x's columns u - pw; the others are padding */
+    const int64_t u_lo = g->pw < wp ? g->pw : wp;
+    const int64_t u_hi = g->pw + g->iw < u_lo ? u_lo : (g->pw + g->iw > wp ? wp : g->pw + g->iw);
+    const vindex planes = vstride_index((int32_t)plane), lanes = vstride_index(VL);
+    const vindex wstep = vstride_index((int32_t)taps);
+    for (int64_t c0 = 0; c0 < c; c0 += VL) {
+        const int64_t nc = c - c0 < VL ? c - c0 : VL;
+        const vtail m = vtail_mask(nc);
+        vf wv[NRV_DW_MAX_TAPS];
+        for (int64_t k = 0; k < taps; k++) wv[k] = vgather_tail(w + c0 * taps + k, wstep, m);
+        const vf bv = bias ? vload_tail(bias + c0, m) : vzero();
+        const float *xc = x + c0 * plane;
+        for (int64_t oy0 = 0; oy0 < g->oh; oy0 += rb) {
+            const int64_t rows = g->oh - oy0 < rb ? g->oh - oy0 : rb, hn = (rows - 1) * g->sh + span_h;
+            for (int64_t t = 0; t < hn; t++) {
+                const int64_t iy = oy0 * g->sh - g->ph + t;
+                float *trow = tile + t * wp * VL;
+                if (iy < 0 || iy >= g->ih) {
+                    for (int64_t u = 0; u < wp; u++) vstore(trow + u * VL, vzero());
+                    continue;
+                }
+                const float *xrow = xc + iy * g->iw;
+                int64_t u = 0;
+                for (; u < u_lo; u++) vstore(trow + u * VL, vzero());
+                for (; u < u_hi; u++) vstore(trow + u * VL, vgather_tail(xrow + (u - g->pw), planes, m));
+                for (; u < wp; u++) vstore(trow + u * VL, vzero());
+            }
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t ox = 0; ox < g->ow; ox += DW_CH_J) {
+                    const int J = g->ow - ox < DW_CH_J ? (int)(g->ow - ox) : DW_CH_J;
+                    dw_ch_outputs(J, tile + (r * g->sh * wp + ox * g->sw) * VL, g->sw * VL, off, taps, wv, bv,
+                                  out + (r * g->ow + ox) * VL);
+                }
+            /* the output tile back into each channel's plane */
+            const int64_t n = rows * g->ow;
+            for (int64_t l = 0; l < nc; l++) {
+                float *dst = y + (c0 + l) * P + oy0 * g->ow;
+                int64_t p = 0;
+                for (; p + VL <= n; p += VL) vstore(dst + p, vgather(out + p * VL + l, lanes));
+                if (p < n) {
+                    const vtail mt = vtail_mask(n - p);
+                    vstore_tail(dst + p, mt, vgather_tail(out + p * VL + l, lanes, mt));
+                }
+            }
+        }
+    }
+}

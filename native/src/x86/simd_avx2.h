@@ -42,6 +42,16 @@ static inline vf vload_tail_or(const float *p, vtail m, vf fill) {
 static inline void vstore_tail(float *p, vtail m, vf v) { _mm256_maskstore_ps(p, m, v); }
 /* v in the first n lanes of m, 0 elsewhere. */
 static inline vf vselect_tail(vtail m, vf v) { return _mm256_and_ps(v, _mm256_castsi256_ps(m)); }
+/* Lane i of p[i·step] (vstride_index(step)); the masked form reads only the first lanes of
+ * m and gives 0 in the others. */
+typedef __m256i vindex;
+static inline vindex vstride_index(int32_t step) {
+    return _mm256_mullo_epi32(_mm256_set1_epi32(step), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline vf vgather(const float *p, vindex i) { return _mm256_i32gather_ps(p, i, 4); }
+static inline vf vgather_tail(const float *p, vindex i, vtail m) {
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), p, i, _mm256_castsi256_ps(m), 4);
+}
 
 static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }

@@ -31,6 +31,17 @@ static inline vf vload_tail(const float *p, vtail m) { return _mm512_maskz_loadu
 static inline vf vload_tail_or(const float *p, vtail m, vf fill) { return _mm512_mask_loadu_ps(fill, m, p); }
 static inline void vstore_tail(float *p, vtail m, vf v) { _mm512_mask_storeu_ps(p, m, v); }
 static inline vf vselect_tail(vtail m, vf v) { return _mm512_maskz_mov_ps(m, v); }
+/* Lane i of p[i·step] (vstride_index(step)); the masked form reads only the first lanes of
+ * m and gives 0 in the others. */
+typedef __m512i vindex;
+static inline vindex vstride_index(int32_t step) {
+    return _mm512_mullo_epi32(_mm512_set1_epi32(step),
+                              _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+static inline vf vgather(const float *p, vindex i) { return _mm512_i32gather_ps(i, p, 4); }
+static inline vf vgather_tail(const float *p, vindex i, vtail m) {
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, i, p, 4);
+}
 
 static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 static inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }

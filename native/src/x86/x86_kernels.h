@@ -58,6 +58,8 @@ typedef struct nrv_x86_gemm_args {
                                  float *y, int64_t ldy);                                                     \
     void nrv_depthwise_##isa(const float *plane, int64_t row_step, int64_t oh, int64_t ow,                     \
                              const int64_t *tap_off, int64_t taps, const float *w, float bias, float *y);   \
+    void nrv_depthwise_channels_##isa(const nrv_dw_geom *g, int64_t c, const float *x, const float *w,        \
+                                      const float *bias, float *y);                                          \
     void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
     void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \

@@ -104,5 +104,7 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_avx2),
     AVX512(NRV_OP_DEPTHWISE, depthwise, nrv_depthwise_avx512),
     AVX2(NRV_OP_DEPTHWISE, depthwise, nrv_depthwise_avx2),
+    AVX512(NRV_OP_DEPTHWISE_CHANNELS, depthwise_channels, nrv_depthwise_channels_avx512),
+    AVX2(NRV_OP_DEPTHWISE_CHANNELS, depthwise_channels, nrv_depthwise_channels_avx2),
     {.name = NULL},
 };
