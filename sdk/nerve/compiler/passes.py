@@ -1032,6 +1032,12 @@ CONV_PANELS_MAX_PAD = 1.25  # panels may hold at most this many times the weight
 # / 28x28 5-20% faster than panels, 256->512 stride 2 in ResNet-50 1.9 against 2.3 ms;
 # 1024->256 at 14x14 and larger weights 15-30% slower).
 CONV_PANELS_POINTWISE_MIN_BYTES = 1 << 20
+# ... unless it has few output positions: then the GEMM's panels of 64 positions are few
+# and partial, while the weight panels run whole (one thread, 1x1 convs with Clip, GEMM ->
+# panels: 384->64 at 14x14 80 -> 63 us, 576->96 167 -> 145, 960->160 at 7x7 129 -> 106,
+# 256->64 at 10x10 29 -> 27; at 20x20 within noise either way, at 28x28 and wider with a
+# short depth the GEMM stays ahead: 24->144 at 56x56 425 against 574).
+CONV_PANELS_POINTWISE_MAX_P = 256
 # Convs with at most this many output positions (at the dims' bounds) keep op conv, whose
 # few-positions path runs "linear" on the transposed im2col rows (op_conv.c CONV_ROWS_MAX_P):
 # silero VAD's convs (4 frames a chunk) ran 0.029 -> 0.042 ms a chunk on panels.
@@ -1070,8 +1076,9 @@ def _pack_panels(w: np.ndarray, group: int = 1) -> np.ndarray:
 
 def select_conv_panels(prog: Program) -> bool:
     """Every fp32 conv with a constant weight that is not depthwise (nor a 1x1 one with a
-    weight under CONV_PANELS_POINTWISE_MIN_BYTES, nor one with at most CONV_ROWS_MAX_P
-    output positions) becomes ``conv_packed``:
+    weight under CONV_PANELS_POINTWISE_MIN_BYTES and more than CONV_PANELS_POINTWISE_MAX_P
+    output positions, nor one with at most CONV_ROWS_MAX_P output positions) becomes
+    ``conv_packed``:
     its weight packed once, here, as panels of 64 output channels (kernels.h), which the
     kernel streams in order with the output channels as vector lanes, each input value
     broadcast (no junk columns, no weight read at a 4.6 KiB stride). Convs whose panels
@@ -1094,8 +1101,10 @@ def select_conv_panels(prog: Program) -> bool:
         m, cg = int(w.shape[0]), int(w.shape[1])
         kernel = [int(d) for d in w.shape[2:]]
         mg, k = m // group, cg * int(np.prod(kernel))
-        if (cg == 1 and mg == 1) or m == 0 or k == 0 or panels_floats(mg, k) > CONV_PANELS_MAX_PAD * mg * k \
-                or (kernel == [1] * sr and 4 * m * k < CONV_PANELS_POINTWISE_MIN_BYTES):
+        if (cg == 1 and mg == 1) or m == 0 or k == 0 or panels_floats(mg, k) > CONV_PANELS_MAX_PAD * mg * k:
+            continue
+        positions = bytes_at_bounds(Value("positions", np.uint8, list(op.outputs[0].shape[2:])), prog.symbols)
+        if kernel == [1] * sr and 4 * m * k < CONV_PANELS_POINTWISE_MIN_BYTES and positions > CONV_PANELS_POINTWISE_MAX_P:
             continue
         key = (w.uid, group)
         if key not in made:
@@ -1104,7 +1113,7 @@ def select_conv_panels(prog: Program) -> bool:
         strides, dil = list(op.iattr[3:3 + sr]), list(op.iattr[3 + sr:3 + 2 * sr])
         pb, pe = list(op.iattr[3 + 2 * sr:3 + 3 * sr]), list(op.iattr[3 + 3 * sr:3 + 4 * sr])
         out_sp = list(op.outputs[0].shape[2:])
-        if bytes_at_bounds(Value("positions", np.uint8, out_sp), prog.symbols) <= CONV_ROWS_MAX_P:
+        if positions <= CONV_ROWS_MAX_P:
             continue  # a streaming model's few frames: the rows path streams W once per call, faster
         pointwise = kernel == [1] * sr and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
         scratch = Value(op.name + ".panels.scratch", np.uint8,
