@@ -632,8 +632,9 @@ static void conv_gemm_task(void *ctx, int64_t t) {
             const float *cr = c + (m - m0) * j->ldc, bv = j->bias ? j->bias[m] : 0.0f;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t ox = 0; ox < j->ow; ox++) yr[r * j->ow + ox] = cr[r * j->c_row + ox] + bv;
-        } else if (j->bias) {
-            add_bias_rows(yr, j->bias + m, 1, count);
+        } else if (j->bias) { /* act checked by conv_run */
+            (void)nrv_plan_bias_act(j->a, j->act, j->p0, j->p1, j->bias[m], yr, count);
+            continue;
         }
         (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, yr, count); /* act checked by conv_run */
     }

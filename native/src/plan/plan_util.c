@@ -134,6 +134,29 @@ nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float
     }
 }
 
+nrv_status nrv_plan_bias_act(const nrv_op_args *a, int64_t act, float p0, float p1, float bias, float *y, int64_t n) {
+    switch (act) { /* each loop as its unfused passes compute it (relu: nrv_relu_ref; clip: nrv_clip) */
+    case NRV_PLAN_ACT_NONE:
+        for (int64_t i = 0; i < n; i++) y[i] += bias;
+        return NRV_OK;
+    case NRV_PLAN_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) {
+            const float t = y[i] + bias;
+            y[i] = t > 0.0f ? t : 0.0f;
+        }
+        return NRV_OK;
+    case NRV_PLAN_ACT_CLIP:
+        for (int64_t i = 0; i < n; i++) {
+            const float t = y[i] + bias, u = t < p0 ? p0 : t;
+            y[i] = u > p1 ? p1 : u;
+        }
+        return NRV_OK;
+    default:
+        for (int64_t i = 0; i < n; i++) y[i] += bias;
+        return nrv_plan_apply_act(a, act, p0, p1, y, n);
+    }
+}
+
 /* ---- view checks shared by the shape and reduce families */
 
 /* "[2, 3, 4]" into buf (always terminated). */
