@@ -452,17 +452,18 @@ static void test_conv_errors(void) {
     const float fa[2] = {0, 0};
     const int64_t bd[1] = {6};
     obuf y = obuf_new(tv(NULL, NRV_F32, 4, yd).numel);
+    float *sum = rand_floats(tv(NULL, NRV_F32, 4, yd).numel, -1, 1);
 
 #define CONV_ERR(want, ...)                                                                          \
     do {                                                                                             \
         nrv_tview xv = tv(x, NRV_F32, 4, xd), wv = tv(w, NRV_F32, 4, wd), bv = tv(b, NRV_F32, 1, bd); \
-        nrv_tview yv = tv(y.p, NRV_F32, 4, yd);                                                      \
+        nrv_tview yv = tv(y.p, NRV_F32, 4, yd), sv = tv(sum, NRV_F32, 4, yd);                        \
         int64_t iat[12];                                                                             \
         memcpy(iat, ia, sizeof ia);                                                                  \
         int niat = nia, nfa = 2, nin = 3;                                                            \
         size_t sbytes = sb;                                                                          \
         void *scr = scratch;                                                                         \
-        const nrv_tview *ins[3] = {&xv, &wv, &bv};                                                   \
+        const nrv_tview *ins[5] = {&xv, &wv, &bv, &sv, &sv};                                         \
         __VA_ARGS__;                                                                                 \
         NRV_EXPECT_STATUS(run_op("conv", ins, nin, &yv, iat, niat, fa, nfa, scr, sbytes), want);     \
         NRV_EXPECT(obuf_untouched(&y), "conv error case wrote y");                                   \
@@ -481,6 +482,11 @@ static void test_conv_errors(void) {
     CONV_ERR(NRV_ERR_DTYPE, bv.dtype = NRV_F64);
     CONV_ERR(NRV_ERR_DTYPE, yv.dtype = NRV_I8);
     CONV_ERR(NRV_ERR_SHAPE, bv.dims[0] = 5);
+    CONV_ERR(NRV_ERR_SHAPE, nin = 4; sv.dims[3] -= 1;                  /* the sum (in[3]) shaped as y */
+             sv.numel = sv.dims[0] * sv.dims[1] * sv.dims[2] * sv.dims[3]);
+    CONV_ERR(NRV_ERR_DTYPE, nin = 4; sv.dtype = NRV_F16);
+    CONV_ERR(NRV_ERR_INVALID_ARG, nin = 4; sv.data = y.p);             /* the sum in y's bytes */
+    CONV_ERR(NRV_ERR_INVALID_ARG, nin = 5);                            /* no in[4] */
     CONV_ERR(NRV_ERR_SHAPE, xv.rank = 3);
     CONV_ERR(NRV_ERR_SHAPE, wv.dims[1] = 4);                     /* C/group = 2 */
     CONV_ERR(NRV_ERR_SHAPE, yv.dims[1] = 5);                     /* M */
@@ -511,6 +517,7 @@ static void test_conv_errors(void) {
     free(x);
     free(w);
     free(b);
+    free(sum);
     free(scratch);
     free(y.base);
 }

@@ -831,3 +831,64 @@ def test_pad_from_shape_arithmetic(tmp_path, rng, legacy):
     sess = check(tmp_path, m, [{"x": _rand(rng, 1, 3, n)} for n in (13, 8, 5, 22)], dims={"L": 22})
     assert "pad" in [o["type"] for o in sess.ops()]
     assert sess.run({"x": _rand(rng, 1, 3, 9)})["y"].shape == (1, 3, 12)
+
+
+# ---------------------------------------------------------------- residual sums fused into convs
+
+@pytest.mark.parametrize("c, m, k, spatial, group, act, note", [
+    (8, 24, 1, (20, 21), 1, "Relu", "pointwise: the GEMM on x, its epilogue"),
+    (16, 16, 3, (9, 11), 1, "Relu", "direct (implicit GEMM), junk columns dropped into y"),
+    (96, 64, 1, (14, 13), 1, None, "pointwise with few positions: weight panels"),
+    (32, 32, 3, (12, 12), 1, "Clip", "3x3 on weight panels"),
+    (24, 24, 3, (7, 9), 24, "Relu", "depthwise: the sum in a pass after the path"),
+    (6, 10, 3, (3, 3), 1, "LeakyRelu", "few positions: the rows path, then the sum"),
+    (5, 7, 3, (40,), 1, "Relu", "1-D"),
+])
+def test_conv_residual_sum_is_fused_with_the_add_bits(tmp_path, rng, c, m, k, spatial, group, act, note):
+    """Conv -> Add(residual) [-> activation] becomes one conv with the residual as its sum:
+    the same bits as the unfused ops (nerve, fusion off) and onnxruntime's values, for either
+    operand order of the Add and a batch of 2."""
+    sr = len(spatial)
+    pads = [k // 2] * (2 * sr)
+    for conv_first in (True, False):
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=pads, group=group)]
+        nodes.append(helper.make_node("Add", ["c", "r"] if conv_first else ["r", "c"], ["s" if act else "y"]))
+        if act == "Clip":
+            nodes.append(helper.make_node("Clip", ["s", "lo", "hi"], ["y"]))
+        elif act:
+            nodes.append(helper.make_node(act, ["s"], ["y"], **({"alpha": 0.1} if act == "LeakyRelu" else {})))
+        fan = c // group * k ** sr  # unit-gain weights: the sums carry no cancellation beyond fp32's
+        inits = [("w", _rand(rng, m, c // group, *([k] * sr)) / np.float32(np.sqrt(fan))), ("b", _rand(rng, m))]
+        if act == "Clip":
+            inits += [("lo", np.array(-0.5, np.float32)), ("hi", np.array(1.5, np.float32))]
+        model = _model(nodes, [("x", ["N", c, *spatial]), ("r", ["N", m, *spatial])], ["y"], inits=inits)
+        feeds = {"x": _rand(rng, 2, c, *spatial), "r": _rand(rng, 2, m, *spatial)}
+        sess = check(tmp_path, model, feeds, dims={"N": 2})
+        ops = sess.ops()
+        assert [o["type"] for o in ops] in (["conv"], ["conv_packed"]), (note, ops)
+        unfused = nerve.Session(_save(tmp_path, model), dims={"N": 2}, cache=False, fuse=False)
+        assert len(unfused.ops()) > 1
+        np.testing.assert_array_equal(sess.run(feeds)["y"], unfused.run(feeds)["y"])
+
+
+def test_conv_sums_of_two_convs_and_a_residual_computed_later(tmp_path, rng):
+    """Add(conv_a, conv_b): one conv takes the other's output as its sum; a residual computed
+    after the conv in the graph's order moves the conv to the Add; a conv already carrying an
+    activation keeps its Add."""
+    w = [_rand(rng, 8, 8, 3, 3) / np.float32(np.sqrt(72)) for _ in range(3)]  # unit gain: no cancellation
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1] * 4),
+             helper.make_node("Conv", ["x", "wb"], ["b"], pads=[1] * 4),
+             helper.make_node("Add", ["a", "b"], ["ab"]),
+             helper.make_node("Conv", ["ab", "wc"], ["c"], pads=[1] * 4),
+             helper.make_node("Sigmoid", ["ab"], ["late"]),           # after conv c in the graph
+             helper.make_node("Add", ["c", "late"], ["y"]),
+             helper.make_node("Conv", ["y", "wa"], ["d"], pads=[1] * 4),
+             helper.make_node("Relu", ["d"], ["dr"]),
+             helper.make_node("Add", ["dr", "y"], ["z"])]              # a Relu before the Add: not fused
+    model = _model(nodes, [("x", (1, 8, 10, 10))], ["z"], inits=[("wa", w[0]), ("wb", w[1]), ("wc", w[2])])
+    feeds = {"x": _rand(rng, 1, 8, 10, 10)}
+    sess = check(tmp_path, model, feeds)
+    types = [o["type"] for o in sess.ops()]
+    assert types.count("binary") == 1 and types.count("unary") == 1, types
+    unfused = nerve.Session(_save(tmp_path, model), cache=False, fuse=False)
+    np.testing.assert_array_equal(sess.run(feeds)["z"], unfused.run(feeds)["z"])

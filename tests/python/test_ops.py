@@ -25,6 +25,7 @@ COVERED_OPS = {
     "linear_w4a32", "linear_w4a8",  # every variant: tests/python/test_quant_w4.py
     "linear_f16",  # every variant: tests/python/test_linear_f16.py, natively tests/native/test_linear_f16.c
     "depthwise",  # every variant: test_depthwise_conv below (through a session), natively test_kernels.c
+    "depthwise_channels",  # every variant: test_depthwise_conv_channel_vectors below, natively test_kernels.c
     "hard_swish", "silu",  # every variant: test_hard_swish_and_silu below (through sessions), natively test_kernels.c
 }
 
@@ -457,19 +458,12 @@ def test_kernels_and_error_messages_from_many_threads(rng):
 
 # ------------------------------------------------------------------------- depthwise (through a session)
 
-@pytest.mark.parametrize("variant", variant_params("depthwise"))
-@pytest.mark.parametrize("size,kernel,stride,dil", [((56, 56), 7, (1, 1), 1), ((13, 97), 3, (1, 1), 1),
-                                                     ((14, 14), 5, (2, 1), 1), ((9, 70), 3, (1, 1), 2),
-                                                     ((1, 1), 3, (1, 1), 1), ((28, 29), 3, (2, 2), 1),
-                                                     ((7, 7), 5, (2, 2), 1), ((13, 40), 3, (1, 2), 2)])
-def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
-    """A depthwise Conv (the dispatched kernel "depthwise", stride-1 columns or a column
-    stride of 2 over the plane's phase rows) under each variant against a float64 reference
-    over the zero-padded input."""
+def _depthwise_case(c, size, kernel, stride, dil, rng):
+    """A depthwise Conv model, its input and a float64 reference over the zero-padded input."""
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    c, pad = 5, (kernel - 1) * dil // 2
+    pad = (kernel - 1) * dil // 2
     sh, sw = stride
     w = rng.standard_normal((c, 1, kernel, kernel)).astype(F32)
     b = rng.standard_normal(c).astype(F32)
@@ -489,9 +483,37 @@ def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
         for j in range(kernel):
             want += w[None, :, 0, i, j, None, None] * xp[:, :, i * dil:i * dil + sh * (oh - 1) + 1:sh,
                                                           j * dil:j * dil + sw * (ow - 1) + 1:sw]
+    return model, x, want, 1e-5 * np.abs(want) + 4 * kernel * np.finfo(F32).eps * 8
+
+
+@pytest.mark.parametrize("variant", variant_params("depthwise"))
+@pytest.mark.parametrize("size,kernel,stride,dil", [((56, 56), 7, (1, 1), 1), ((13, 97), 3, (1, 1), 1),
+                                                     ((14, 14), 5, (2, 1), 1), ((9, 70), 3, (1, 1), 2),
+                                                     ((1, 1), 3, (1, 1), 1), ((28, 29), 3, (2, 2), 1),
+                                                     ((7, 7), 5, (2, 2), 1), ((13, 40), 3, (1, 2), 2)])
+def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
+    """A depthwise Conv (the dispatched kernel "depthwise", stride-1 columns or a column
+    stride of 2 over the plane's phase rows) under each variant against a float64 reference
+    over the zero-padded input. (Outputs at most 16 wide run "depthwise_channels", below.)"""
+    model, x, want, tol = _depthwise_case(5, size, kernel, stride, dil, rng)
     with forced("depthwise", variant):
         got = nerve.Session(model, cache=False).run({"x": x})["y"]
-    assert_within(got, want, 1e-5 * np.abs(want) + 4 * kernel * np.finfo(F32).eps * 8, "depthwise")
+    assert_within(got, want, tol, "depthwise")
+
+
+@pytest.mark.parametrize("variant", variant_params("depthwise_channels"))
+@pytest.mark.parametrize("c,size,kernel,stride,dil", [(37, (7, 7), 3, (1, 1), 1), (16, (14, 14), 3, (2, 2), 1),
+                                                      (5, (12, 9), 5, (1, 1), 1), (21, (10, 100), 3, (2, 2), 2),
+                                                      (48, (1, 1), 3, (1, 1), 1), (9, (20, 16), 7, (1, 1), 1)])
+def test_depthwise_conv_channel_vectors(variant, c, size, kernel, stride, dil, rng, tmp_path):
+    """Depthwise convs with narrow outputs (the dispatched "depthwise_channels": vectors across
+    channels, a partial block of them) under each variant against the float64 reference; the
+    reference variant runs where the plane kernel is the reference too."""
+    model, x, want, tol = _depthwise_case(c, size, kernel, stride, dil, rng)
+    with forced("depthwise_channels", variant), forced("depthwise", "ref" if variant == "ref" else
+                                                       nerve.kernels.selected("depthwise")):
+        got = nerve.Session(model, cache=False).run({"x": x})["y"]
+    assert_within(got, want, tol, "depthwise_channels")
 
 
 # ------------------------------------------------------------------------- hard_swish, silu (through a session)

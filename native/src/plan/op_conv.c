@@ -589,6 +589,7 @@ typedef struct conv_gemm_job {
     const int64_t *b_row_off; /* direct: B's row offsets into b (NULL: pointwise) */
     float *c;                 /* the product: np columns per channel, rows of stride ldc */
     float *yg;                /* the block's first output position in y's channel 0 */
+    const float *sum;         /* in[3] at yg's position (laid out as y), or NULL */
     int64_t mg, np, k, ldb, ldc, pieces;
     int split;                /* CONV_SPLIT_*: what the pieces are ranges of */
     int64_t y_stride;         /* floats between y's channels (P) */
@@ -628,15 +629,14 @@ static void conv_gemm_task(void *ctx, int64_t t) {
     const int64_t count = compact ? rows * j->ow : ncols; /* outputs per channel in this piece */
     for (int64_t m = m0; m < m0 + mb; m++) {
         float *yr = j->yg + y0 + m * j->y_stride;
+        const float *sr = j->sum ? j->sum + y0 + m * j->y_stride : NULL, *br = j->bias ? j->bias + m : NULL;
         if (compact) {
-            const float *cr = c + (m - m0) * j->ldc, bv = j->bias ? j->bias[m] : 0.0f;
+            const float *cr = c + (m - m0) * j->ldc, bv = br ? *br : 0.0f;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t ox = 0; ox < j->ow; ox++) yr[r * j->ow + ox] = cr[r * j->c_row + ox] + bv;
-        } else if (j->bias) { /* act checked by conv_run */
-            (void)nrv_plan_bias_act(j->a, j->act, j->p0, j->p1, j->bias[m], yr, count);
-            continue;
+            br = NULL;
         }
-        (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, yr, count); /* act checked by conv_run */
+        (void)nrv_plan_epilogue(j->a, j->act, j->p0, j->p1, br, sr, yr, count); /* act checked by conv_run */
     }
 }
 
@@ -683,6 +683,7 @@ typedef struct conv_panels_job {
     const float *x;       /* the phases (or x itself, pointwise) */
     const int64_t *k_off; /* (channel, tap) -> offset into x */
     const float *wp, *bias;
+    const float *sum; /* the group's sum (in[3], laid out as y), or NULL */
     float *yg;
     int64_t ow, pw, pieces, act;
     const nrv_op_args *a;
@@ -702,9 +703,10 @@ static void conv_panels_task(void *ctx, int64_t t) {
     for (int64_t q0 = t * p / j->pieces; q0 < end; q0 += chunk) {
         const int64_t np = end - q0 < chunk ? end - q0 : chunk;
         kernel(np, j->g->mg, j->g->kdim, j->x, q0, j->ow, j->pw, j->k_off, j->wp, j->bias, j->yg + q0, p);
-        if (j->act != NRV_PLAN_ACT_NONE)
-            for (int64_t m = 0; m < j->g->mg; m++)
-                (void)nrv_plan_apply_act(j->a, j->act, j->p0, j->p1, j->yg + m * p + q0, np); /* act checked */
+        if (j->act != NRV_PLAN_ACT_NONE || j->sum)
+            for (int64_t m = 0; m < j->g->mg; m++) /* act checked by conv_run */
+                (void)nrv_plan_epilogue(j->a, j->act, j->p0, j->p1, NULL, j->sum ? j->sum + m * p + q0 : NULL,
+                                        j->yg + m * p + q0, np);
     }
 }
 
@@ -712,10 +714,10 @@ static void conv_panels_task(void *ctx, int64_t t) {
  * c·P), others its stride phases (filled here, as the implicit GEMM's). Positions are
  * shared out in ranges of at least 48. */
 static void conv_panels_group(const conv_geom *g, const nrv_op_args *a, const float *xg, const float *wp,
-                              const float *bias, float *yg, int64_t act, float p0, float p1) {
+                              const float *bias, const float *sum, float *yg, int64_t act, float p0, float p1) {
     int64_t *offs = a->scratch;
-    conv_panels_job j = {.g = g, .k_off = offs, .wp = wp, .bias = bias, .yg = yg, .act = act, .a = a, .p0 = p0,
-                         .p1 = p1};
+    conv_panels_job j = {.g = g, .k_off = offs, .wp = wp, .bias = bias, .sum = sum, .yg = yg, .act = act, .a = a,
+                         .p0 = p0, .p1 = p1};
     if (g->pointwise) {
         for (int64_t c = 0; c < g->cg; c++) offs[c] = c * g->p;
         j.x = xg, j.ow = j.pw = g->p;
@@ -743,6 +745,9 @@ static int64_t conv_block_positions(const conv_geom *g) {
  *   in[0]  x    f32 [N, C, *spatial]                 sr = 1 or 2 spatial axes
  *   in[1]  w    f32 [M, C/group, *kernel]            kernel dims > 0
  *   in[2]  bias f32 [M], optional (NULL or absent: no bias)
+ *   in[3]  sum  f32 shaped as y, optional: added after the bias and before the activation
+ *               (a residual Add the compiler fused, fuse_conv_sum), y = act(conv + b + sum),
+ *               with the bits of the unfused Add; it must not share y's bytes
  *   out[0] y    f32 [N, M, *out_spatial], out_spatial[i] =
  *               floor((in[i] + pads_begin[i] + pads_end[i] - dilations[i]*(kernel[i]-1) - 1)
  *                     / strides[i]) + 1
@@ -767,7 +772,7 @@ static int64_t conv_block_positions(const conv_geom *g) {
  *   iattr (4 + 5*sr): conv's, then [M, kernel[sr]]; scratch: conv_scratch_bytes (packed).
  *   Every image and group runs the gemm variant's `panels` entry (conv_panels_group). */
 static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
-    NRV_TRY(nrv_op_expect(a, 2, 3, 1, -1, 2));
+    NRV_TRY(nrv_op_expect(a, 2, 4, 1, -1, 2));
     int64_t sr;
     NRV_TRY(nrv_op_spatial_rank(a, packed ? 4 : 3, packed ? 5 : 4, &sr));
     const nrv_tview *x, *w, *b;
@@ -796,6 +801,14 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
     if (b && (b->rank != 1 || b->dims[0] != g.m))
         return nrv_op_fail(a, NRV_ERR_SHAPE, "bias must be [M] = [%lld] (rank %d, %lld elements)", (long long)g.m,
                            (int)b->rank, (long long)b->numel);
+    const nrv_tview *sum = a->n_in > 3 ? a->in[3] : NULL;
+    if (sum) {
+        NRV_TRY(nrv_op_check_view(a, sum, "sum"));
+        NRV_TRY(nrv_op_expect_dtype(a, sum, "sum", NRV_F32));
+        NRV_TRY(nrv_op_same_dims(a, sum, "sum", y, "the output"));
+        if (sum->numel && sum->data == y->data)
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "sum and the output share their bytes");
+    }
 
     /* spatial axes: (h, w) for sr = 2, (1, w) for sr = 1 */
     int64_t in_[2] = {1, 1}, k_[2] = {1, 1}, o_[2] = {1, 1}, s_[2] = {1, 1}, d_[2] = {1, 1}, pb_[2] = {0, 0};
@@ -841,7 +854,7 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                            a->scratch_bytes, (unsigned long long)need,
                            (long long)g.kdim, (long long)g.p);
 
-    const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
+    const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL, *sd = sum ? sum->data : NULL;
     float *yd = y->data, *col = a->scratch;
     const float p0 = a->fattr[0], p1 = a->fattr[1];
     if (packed) {
@@ -849,14 +862,15 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
         for (int64_t n = 0; n < g.n; n++)
             for (int64_t gi = 0; gi < g.group; gi++) {
                 float *yg = yd + (n * g.m + gi * g.mg) * g.p;
+                const float *sg = sd ? sd + (n * g.m + gi * g.mg) * g.p : NULL;
                 if (g.cg == 0) { /* no input channel: the bias alone */
                     for (int64_t m = 0; m < g.mg; m++)
                         for (int64_t q = 0; q < g.p; q++) yg[m * g.p + q] = bd ? bd[gi * g.mg + m] : 0.0f;
-                    NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yg, g.mg * g.p));
+                    NRV_TRY(nrv_plan_epilogue(a, act, p0, p1, NULL, sg, yg, g.mg * g.p));
                     continue;
                 }
                 conv_panels_group(&g, a, xd + (n * g.c + gi * g.cg) * g.hw, wd + gi * per_group,
-                                  bd ? bd + gi * g.mg : NULL, yg, act, p0, p1);
+                                  bd ? bd + gi * g.mg : NULL, sg, yg, act, p0, p1);
             }
         return NRV_OK;
     }
@@ -866,10 +880,12 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
     const int finished = depthwise || (!use_rows && g.cg > 0); /* bias and activation done in the path */
     for (int64_t n = 0; n < g.n; n++) {
         float *yn = yd + n * g.m * g.p;
+        const float *sn = sd ? sd + n * g.m * g.p : NULL;
         if (g.cg == 0) {
             memset(yn, 0, (size_t)(g.m * g.p) * sizeof(float)); /* no input channel: bias only */
-        } else if (depthwise) {
-            conv_depthwise(&g, a, xd + n * g.c * g.hw, wd, bd, yn, act, p0, p1);
+        } else if (depthwise) { /* with a sum, the activation after it, in a pass of its own */
+            conv_depthwise(&g, a, xd + n * g.c * g.hw, wd, bd, yn, sn ? NRV_PLAN_ACT_NONE : act, p0, p1);
+            if (sn) NRV_TRY(nrv_plan_epilogue(a, act, p0, p1, NULL, sn, yn, g.m * g.p));
         } else {
             for (int64_t gi = 0; gi < g.group; gi++) {
                 const float *xg = xd + (n * g.c + gi * g.cg) * g.hw;
@@ -880,6 +896,7 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                 } else {
                     /* blocks of output positions: the product, bias and activation, each
                      * block while it is in cache; pointwise convs read x itself as B */
+                    const float *sg = sn ? sn + gi * g.mg * g.p : NULL;
                     conv_gemm_job j = {.wg = wg, .mg = g.mg, .y_stride = g.p, .bias = bd ? bd + gi * g.mg : NULL,
                                        .a = a, .act = act, .p0 = p0, .p1 = p1};
                     if (g.pointwise) {
@@ -888,6 +905,7 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                             j.np = g.p - q0 < step ? g.p - q0 : step;
                             j.b = xg + q0, j.ldb = g.p, j.k = g.cg;
                             j.c = j.yg = yg + q0, j.ldc = g.p;
+                            j.sum = sg ? sg + q0 : NULL;
                             j.rows = 1;
                             conv_gemm_split(&j, a->pool, 0);
                             nrv_parallel_for(a->pool, j.pieces, conv_gemm_task, &j);
@@ -907,6 +925,7 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                         j.np = (j.rows - 1) * d.pw_cols + g.ow;
                         j.b = phases + oy0 * d.pw_cols;
                         j.yg = yg + oy0 * g.ow;
+                        j.sum = sg ? sg + oy0 * g.ow : NULL;
                         if (d.pw_cols == g.ow || j.rows == 1) /* no junk columns: straight into y */
                             j.c = j.yg, j.ldc = g.p;
                         else j.c = rowbuf, j.ldc = d.block_rows * d.pw_cols;
@@ -916,9 +935,9 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                 }
             }
         }
-        if (!finished) { /* the GEMM and depthwise paths added bias and activation as they went */
+        if (!finished) { /* the GEMM and depthwise paths added bias, sum and activation as they went */
             if (bd && !bias_done) add_bias_rows(yn, bd, g.m, g.p);
-            NRV_TRY(nrv_plan_apply_act(a, act, p0, p1, yn, g.m * g.p));
+            NRV_TRY(nrv_plan_epilogue(a, act, p0, p1, NULL, sn, yn, g.m * g.p));
         }
     }
     return NRV_OK;

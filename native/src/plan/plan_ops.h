@@ -279,8 +279,10 @@ void nrv_clip(const float *x, float *y, int64_t n, float lo, float hi);
 
 /* y[i] = act(y[i]) for i < n, in place; NRV_ERR_INVALID_ARG for an unknown code. */
 nrv_status nrv_plan_apply_act(const nrv_op_args *a, int64_t act, float p0, float p1, float *y, int64_t n);
-/* y[i] = act(y[i] + bias) for i < n, in place: the bits of adding the bias, then
- * nrv_plan_apply_act, in one pass over y where the activation is none, relu or clip. */
-nrv_status nrv_plan_bias_act(const nrv_op_args *a, int64_t act, float p0, float p1, float bias, float *y, int64_t n);
+/* y[i] = act((y[i] + *bias) + sum[i]) for i < n, in place (bias NULL: no bias term, sum
+ * NULL: no sum; sum must not overlap y): the bits of adding the bias, then an Add of sum,
+ * then nrv_plan_apply_act, in one pass over y where the activation is none, relu or clip. */
+nrv_status nrv_plan_epilogue(const nrv_op_args *a, int64_t act, float p0, float p1, const float *bias,
+                             const float *sum, float *y, int64_t n);
 
 #endif /* NERVE_PLAN_OPS_H */

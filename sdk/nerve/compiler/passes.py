@@ -217,6 +217,46 @@ def _last_axis_mean(op: Optional[Op]) -> bool:
     return op.iattr[2] == x.rank - 1 and op.outputs[0].rank == x.rank
 
 
+def fuse_conv_sum(prog: Program) -> bool:
+    """A residual Add of an fp32 conv's output (the conv without a fused activation and the
+    Add its only reader) and another tensor of the same shape becomes the conv's in[3] sum:
+    y = act(conv + bias + sum), added in the conv's epilogue while its outputs are in cache,
+    with the Add's bits (op_conv.c). fuse_activation then takes an activation after the Add
+    (ResNet's Add + Relu). The conv moves to the Add's place when the other operand is
+    computed after it."""
+    uses = _Uses(prog)
+    changed = False
+    for op in list(prog.ops):
+        if op.type != "conv" or op.iattr[2] != 0 or len(op.inputs) > 3 or op.outputs[0].dtype != np.float32:
+            continue
+        out = op.outputs[0]
+        add = uses.only_reader(out)
+        if add is None or add.type != "binary" or add.iattr[0] != _ADD or len(add.inputs) != 2:
+            continue
+        other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+        if other is None or other is out or other.dtype != np.float32 or \
+                list(other.shape) != list(out.shape) or list(add.outputs[0].shape) != list(out.shape):
+            continue
+        at = {id(o): i for i, o in enumerate(prog.ops)}
+        if id(add) not in at:
+            continue  # the Add of two convs' outputs went into the other conv
+        i_conv, i_add = at[id(op)], at[id(add)]
+        if any(o.type in CONTROL for o in prog.ops[i_conv:i_add]):
+            continue  # not across a branch
+        while len(op.inputs) < 3:
+            op.inputs.append(None)
+        op.inputs.append(other)
+        op.name = op.name + "+" + add.name
+        _replace_output(op, add.outputs[0])
+        if at.get(id(other.producer), -1) > i_conv:  # computed after the conv: the conv goes to the Add
+            prog.ops[i_add] = op
+            del prog.ops[i_conv]
+        else:
+            del prog.ops[i_add]
+        changed = True
+    return changed
+
+
 def fuse_layernorm(prog: Program) -> bool:
     """Matches the decomposition torch.onnx.export writes for LayerNorm (over the last axis)."""
     uses = _Uses(prog)
@@ -1118,7 +1158,7 @@ def select_conv_panels(prog: Program) -> bool:
         pointwise = kernel == [1] * sr and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
         scratch = Value(op.name + ".panels.scratch", np.uint8,
                         (conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise),))
-        new = Op("conv_packed", [x, made[key]] + list(op.inputs[2:3]), op.outputs, iattr=list(op.iattr) + [m] + kernel,
+        new = Op("conv_packed", [x, made[key]] + list(op.inputs[2:4]), op.outputs, iattr=list(op.iattr) + [m] + kernel,
                  fattr=list(op.fattr), scratch=scratch, name=op.name)
         _swap_op(prog, i, new)
         changed = True
@@ -1447,6 +1487,8 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_layernorm_linear(prog)
     fold_transpose_into_matmul(prog)
     fuse_activation(prog)
+    if fuse_conv_sum(prog):
+        fuse_activation(prog)
     fuse_attention(prog)
     select_conv_panels(prog)
     select_linear_panels(prog)
