@@ -351,6 +351,7 @@ static void conv_depthwise_plane(const conv_geom *g, const dw_plane *pl, const f
  * done one after another on the calling thread before. */
 typedef struct conv_dw_job {
     const conv_geom *g;
+    const nrv_dw_geom *dg; /* the channel-vector path's geometry (conv_dwc_task); unused by planes */
     const float *x, *w, *bias;
     float *y, *planes;
     int64_t plane_floats, pieces;
@@ -393,21 +394,10 @@ static int dw_use_channels(const conv_geom *g, nrv_dw_geom *dg) {
            strcmp(nrv_kernel_selected("depthwise"), "ref") == 0;
 }
 
-/* Channel-vector pieces: whole blocks of 16 channels per piece (a vector's lanes), the
- * activation run on the piece's outputs while they are in cache. */
-typedef struct conv_dwc_job {
-    const nrv_dw_geom *dg;
-    const conv_geom *g;
-    const float *x, *w, *bias;
-    float *y;
-    int64_t pieces;
-    const nrv_op_args *a;
-    int64_t act;
-    float p0, p1;
-} conv_dwc_job;
-
+/* Channel-vector pieces (conv_dw_job with dg set): whole blocks of 16 channels per piece
+ * (a vector's lanes), the activation run on the piece's outputs while they are in cache. */
 static void conv_dwc_task(void *ctx, int64_t t) {
-    const conv_dwc_job *j = ctx;
+    const conv_dw_job *j = ctx;
     const conv_geom *g = j->g;
     const int64_t blocks = (g->c + 15) / 16;
     const int64_t c0 = t * blocks / j->pieces * 16, c1_ = (t + 1) * blocks / j->pieces * 16;
@@ -427,7 +417,8 @@ static void conv_depthwise(const conv_geom *g, const nrv_op_args *a, const float
     nrv_dw_geom dg;
     if (dw_use_channels(g, &dg)) {
         const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, (g->c + 15) / 16);
-        conv_dwc_job j = {&dg, g, x, w, bias, y, pieces, a, act, p0, p1};
+        conv_dw_job j = {.g = g, .dg = &dg, .x = x, .w = w, .bias = bias, .y = y, .pieces = pieces, .a = a,
+                         .act = act, .p0 = p0, .p1 = p1};
         nrv_parallel_for(a->pool, pieces, conv_dwc_task, &j);
         return;
     }
@@ -435,7 +426,8 @@ static void conv_depthwise(const conv_geom *g, const nrv_op_args *a, const float
     const int64_t fit = plane > 0 ? (int64_t)(a->scratch_bytes / ((size_t)plane * sizeof(float))) : 0;
     const int64_t units = fit > 0 && fit < g->c ? fit : g->c;
     const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, units);
-    conv_dw_job j = {g, x, w, bias, y, a->scratch, fit > 0 ? plane : 0, pieces, a, act, p0, p1};
+    conv_dw_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y, .planes = a->scratch,
+                     .plane_floats = fit > 0 ? plane : 0, .pieces = pieces, .a = a, .act = act, .p0 = p0, .p1 = p1};
     nrv_parallel_for(a->pool, pieces, conv_dw_task, &j);
 }
 
