@@ -678,6 +678,7 @@ typedef struct conv_panels_job {
     const float *sum; /* the group's sum (in[3], laid out as y), or NULL */
     float *yg;
     int64_t ow, pw, pieces, act;
+    int by_panels; /* pieces are ranges of 64-channel panels (else of positions) */
     const nrv_op_args *a;
     float p0, p1;
 } conv_panels_job;
@@ -687,24 +688,38 @@ typedef struct conv_panels_job {
 static void conv_panels_task(void *ctx, int64_t t) {
     const conv_panels_job *j = ctx;
     const nrv_gemm_panels_fn kernel = nrv_kernel_get_panels(NRV_OP_GEMM).gemm_panels;
-    const int64_t p = j->g->p, end = (t + 1) * p / j->pieces;
+    const int64_t p = j->g->p, k = j->g->kdim;
+    int64_t q_begin = 0, end = p, m0 = 0, mo = j->g->mg;
+    if (j->by_panels) { /* panels [t0, t1): a weight of their own (kernels.h: panel t at t·64·k) */
+        const int64_t panels = (j->g->mg + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
+        const int64_t t0 = t * panels / j->pieces, t1 = (t + 1) * panels / j->pieces;
+        m0 = t0 * NRV_PANEL_COLS;
+        mo = (t1 * NRV_PANEL_COLS < j->g->mg ? t1 * NRV_PANEL_COLS : j->g->mg) - m0;
+        if (mo <= 0) return;
+    } else {
+        q_begin = t * p / j->pieces, end = (t + 1) * p / j->pieces;
+    }
     /* positions per kernel call: the call's outputs (a block of y, CONV_Y_BLOCK_FLOATS) are
-     * in L2 for the activation, and each call streams the whole weight once */
-    int64_t chunk = CONV_Y_BLOCK_FLOATS / j->g->mg;
+     * in L2 for the activation, and each call streams its panels once */
+    int64_t chunk = CONV_Y_BLOCK_FLOATS / mo;
     chunk = chunk < 240 ? 240 : chunk;
-    for (int64_t q0 = t * p / j->pieces; q0 < end; q0 += chunk) {
+    for (int64_t q0 = q_begin; q0 < end; q0 += chunk) {
         const int64_t np = end - q0 < chunk ? end - q0 : chunk;
-        kernel(np, j->g->mg, j->g->kdim, j->x, q0, j->ow, j->pw, j->k_off, j->wp, j->bias, j->yg + q0, p);
+        kernel(np, mo, k, j->x, q0, j->ow, j->pw, j->k_off, j->wp + m0 * k, j->bias ? j->bias + m0 : NULL,
+               j->yg + m0 * p + q0, p);
         if (j->act != NRV_PLAN_ACT_NONE || j->sum)
-            for (int64_t m = 0; m < j->g->mg; m++) /* act checked by conv_run */
+            for (int64_t m = m0; m < m0 + mo; m++) /* act checked by conv_run */
                 (void)nrv_plan_epilogue(j->a, j->act, j->p0, j->p1, NULL, j->sum ? j->sum + m * p + q0 : NULL,
                                         j->yg + m * p + q0, np);
     }
 }
 
 /* One image's group through the panel kernel: pointwise convs read x itself (row offsets
- * c·P), others its stride phases (filled here, as the implicit GEMM's). Positions are
- * shared out in ranges of at least 48. */
+ * c·P), others its stride phases (filled here, as the implicit GEMM's). The threads share
+ * out what each would otherwise read again: ranges of positions (at least 48) re-read the
+ * weight, ranges of panels re-read the input, so the panels are split when the weight is the
+ * larger (a 14x14 or 7x7 conv with hundreds of channels: split by positions it ran slower
+ * at 2 threads than at 1). Either split computes every output with the same bits. */
 static void conv_panels_group(const conv_geom *g, const nrv_op_args *a, const float *xg, const float *wp,
                               const float *bias, const float *sum, float *yg, int64_t act, float p0, float p1) {
     int64_t *offs = a->scratch;
@@ -721,7 +736,9 @@ static void conv_panels_group(const conv_geom *g, const nrv_op_args *a, const fl
         conv_fill_phases_parallel(g, &d, xg, phases, a->pool);
         j.x = phases, j.ow = g->ow, j.pw = d.pw_cols;
     }
-    j.pieces = nrv_plan_pieces(a->pool, g->mg * g->kdim * g->p, 1 << 16, (g->p + 47) / 48);
+    const int64_t panels = (g->mg + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
+    j.by_panels = panels > 1 && g->mg * g->kdim > g->cg * g->hw;
+    j.pieces = nrv_plan_pieces(a->pool, g->mg * g->kdim * g->p, 1 << 16, j.by_panels ? panels : (g->p + 47) / 48);
     nrv_parallel_for(a->pool, j.pieces, conv_panels_task, &j);
 }
 

@@ -910,13 +910,15 @@ static nrv_status run_layernorm_linear(const nrv_op_args *a) {
  *   optional (only with gamma).
  *   out[0] y [..., N] f32, same rank and leading dims as x.
  *   iattr [act, N]; fattr [p0, p1, eps] (eps, with gamma: finite and >= 0). No scratch.
- *   Threads: ranges of whole panels (64 outputs), each written straight into y; an output's
- *   arithmetic does not depend on its range (kernels.h). */
+ *   Threads: ranges of whole panels (64 outputs), each written straight into y and its
+ *   activation applied there (it ran on the calling thread alone after the product); an
+ *   output's arithmetic does not depend on its range (kernels.h). */
 typedef struct linear_panels_job {
     const float *x, *wp, *b, *gamma, *beta;
     float *y;
     float eps;
     int64_t rows, k, n, pieces;
+    const nrv_op_args *a; /* the fused activation, on each piece's outputs */
 } linear_panels_job;
 
 static void linear_panels_task(void *ctx, int64_t t) {
@@ -928,6 +930,10 @@ static void linear_panels_task(void *ctx, int64_t t) {
     nrv_kernel_get_rows_panels(NRV_OP_GEMM)
         .linear_panels(j->x, j->rows, j->k, j->k, j->gamma, j->beta, j->eps, j->wp + o0 * j->k, o1 - o0,
                        j->b ? j->b + o0 : NULL, j->y + o0, j->n);
+    const int64_t act = j->a->iattr[0]; /* checked by run_linear_panels */
+    if (act != NRV_PLAN_ACT_NONE)
+        for (int64_t r = 0; r < j->rows; r++)
+            (void)nrv_plan_apply_act(j->a, act, j->a->fattr[0], j->a->fattr[1], j->y + r * j->n + o0, o1 - o0);
 }
 
 static nrv_status run_linear_panels(const nrv_op_args *a) {
@@ -964,10 +970,10 @@ static nrv_status run_linear_panels(const nrv_op_args *a) {
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
     if (rows == 0 || N == 0) return NRV_OK;
     linear_panels_job j = {x->data, wp->data, bias ? bias->data : NULL, gamma ? gamma->data : NULL,
-                           beta ? beta->data : NULL, y->data, eps, rows, K, N, 1};
+                           beta ? beta->data : NULL, y->data, eps, rows, K, N, 1, a};
     j.pieces = nrv_plan_pieces(a->pool, rows * K * N, LINEAR_PARALLEL_MIN_MACS, (N + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS);
     nrv_parallel_for(a->pool, j.pieces, linear_panels_task, &j);
-    return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
+    return NRV_OK;
 }
 
 /* ------------------------------------------------------------------ gemm */
