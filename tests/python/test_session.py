@@ -284,6 +284,7 @@ def test_threads_give_identical_results(tmp_path):
     (3, 1, (1, 24, 37, 41), 20),   # direct path, output rows split across threads
     (3, 2, (1, 16, 45, 38), 33),   # stride phases
     (1, 1, (1, 40, 29, 31), 24),   # pointwise: 64-column panels split
+    (1, 1, (1, 24, 29, 31), 64),   # pointwise with more outputs than inputs: channels split
     (5, 3, (1, 8, 1, 700), 12),    # 1-D shaped (one output row): panels split
     (3, 1, (1, 32, 10, 10), 48),   # few positions: channels split at 2 threads, rows at 3
     (3, 1, (1, 48, 30, 33), "dw"), # depthwise: channel ranges, each thread its own plane
