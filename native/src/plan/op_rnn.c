@@ -21,9 +21,9 @@
 
 /* ------------------------------------------------------------------ shared checks */
 
-static nrv_status expect_shape(const nrv_op_args *a, const nrv_tview *v, const char *what, int rank,
-                               const int64_t *want) {
-    NRV_TRY(nrv_op_expect_dtype(a, v, what, NRV_F32));
+static nrv_status expect_shape_of(const nrv_op_args *a, const nrv_tview *v, const char *what, nrv_dtype dtype,
+                                  int rank, const int64_t *want) {
+    NRV_TRY(nrv_op_expect_dtype(a, v, what, dtype));
     int ok = v->rank == rank;
     for (int i = 0; ok && i < rank; i++) ok = v->dims[i] == want[i];
     if (!ok) {
@@ -38,6 +38,11 @@ static nrv_status expect_shape(const nrv_op_args *a, const nrv_tview *v, const c
                         want_s);
     }
     return NRV_OK;
+}
+
+static nrv_status expect_shape(const nrv_op_args *a, const nrv_tview *v, const char *what, int rank,
+                               const int64_t *want) {
+    return expect_shape_of(a, v, what, NRV_F32, rank, want);
 }
 
 /* Common attributes and X/W/R/B/sequence_lens/initial_h checks of LSTM (gates 4) and GRU
@@ -108,12 +113,7 @@ static nrv_status rnn_check_r_w8(const nrv_op_args *a, const rnn_dims *d, int64_
     const nrv_tview *R = a->in[2];
     r->q = NULL, r->s = r->z = NULL;
     if (R->dtype != NRV_I8) return NRV_OK;
-    const int64_t want[3] = {d->dirs, G, d->hid};
-    int ok = R->rank == 3;
-    for (int i = 0; ok && i < 3; i++) ok = R->dims[i] == want[i];
-    if (!ok)
-        return nrv_fail(NRV_ERR_SHAPE, "%s (node '%s'): int8 R must be [%lld, %lld, %lld]", a->type, a->name,
-                        (long long)want[0], (long long)want[1], (long long)want[2]);
+    NRV_TRY(expect_shape_of(a, R, "int8 R", NRV_I8, 3, (const int64_t[]){d->dirs, G, d->hid}));
     if (a->n_in <= at || !a->in[at])
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): int8 R needs its per-row scales (input %d)", a->type,
                         a->name, at);
