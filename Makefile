@@ -23,7 +23,8 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "scikit-build-core>=0.10" cmake ninja "numpy>=1.22" "cffi>=1.15" "onnx>=1.14" \
-	  "pytest>=7" "onnxruntime>=1.16" "pyserial>=3.5"
+	  "pytest>=7" "onnxruntime>=1.16" "pyserial>=3.5" "soundfile>=0.12"
+	# soundfile (libsndfile) is a test reference for nerve's FLAC decoder, like onnxruntime for ops
 	# the silero VAD models (test and bench material); --no-deps: the package itself wants torch
 	$(PIP) install --quiet --no-deps "silero-vad==6.2.3"
 	# the classic offline recogniser `nerve bench asr` and bench/asr_eval.py compare with
@@ -47,10 +48,10 @@ models: install
 # The silero VAD model (from the silero-vad wheel) located without importing the package.
 SILERO_VAD = $(shell $(PY) -c "import importlib.util as u; print(u.find_spec('silero_vad').submodule_search_locations[0] + '/data/silero_vad_op18_ifless.onnx')" 2>/dev/null)
 
-# The main job: speech commands in the example WAVs (8-48 kHz, mono/stereo) to text.
+# The main job: speech commands in the example recordings (WAV and FLAC, 8-48 kHz, mono/stereo) to text.
 demo: models
 	$(VENV)/bin/nerve info
-	@for wav in examples/audio/*.wav; do \
+	@for wav in examples/audio/*.wav examples/audio/*.flac; do \
 	  echo; echo "== nerve asr $$wav --partials   (free text)"; \
 	  $(VENV)/bin/nerve asr "$$wav" --partials || exit 1; \
 	  echo "== nerve asr $$wav --words examples/command_words.txt   (command vocabulary)"; \

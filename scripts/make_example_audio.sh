@@ -66,6 +66,11 @@ clip halt_48k_f32.wav flite slt 1.0 0.2 "halt" \
 clip open_the_gripper_22k05_s24.wav festival voice_cmu_us_slt_arctic_hts 1 0.5 "open the gripper" \
   -- -t wav -r 22050 -e signed-integer -b 24 -c 1
 
+# 44.1 kHz, 16-bit stereo (both channels the same) as FLAC, compression level 8: lossless at
+# about a quarter of the WAV's size (the side channel is all zero: constant subframes)
+clip go_back_two_meters_44k1_stereo_s16.flac festival voice_cmu_us_slt_arctic_hts 1 0.5 "go back two meters" \
+  -- -C 8 -r 44100 -e signed-integer -b 16 -c 2
+
 # ~8.4 s at 11.025 kHz, 16-bit signed PCM, mono: two commands with 1.5 s of silence between
 speak festival voice_cmu_us_slt_arctic_hts 1 "turn right forty five degrees and go forward three meters" "$TMP/a.wav"
 speak festival voice_cmu_us_slt_arctic_hts 1 "set speed ten and open the gripper" "$TMP/b.wav"

@@ -850,6 +850,49 @@ NRV_API size_t nrv_sample_format_size(nrv_sample_format format);
 NRV_API nrv_status nrv_audio_to_mono_f32(const void *in, nrv_sample_format sample_format, size_t frames,
                                          int channels, float *out, size_t *n_nonfinite);
 
+/* FLAC decoder (RFC 9639), native/src/audio/flac.c: the encoded stream is a buffer in memory
+ * (a whole .flac file, optionally after an ID3v2 tag), borrowed: it must outlive the decoder.
+ * Every subframe type, 4-32 bits per sample, 1-8 channels, fixed and variable block sizes.
+ * Frames come out as interleaved int32 samples left-aligned to 32 bits (a 16-bit sample v is
+ * v << 16), so nrv_audio_to_mono_f32(..., NRV_SAMPLE_S32, ...) scales any width to [-1, 1).
+ * Each frame's header CRC-8 and CRC-16 are checked and every sample must fit its width: a
+ * corrupted or truncated stream is NRV_ERR_FORMAT naming the byte offset and the frame's first
+ * sample; nothing is read outside the buffer. STREAMINFO's MD5 is reported, not checked.
+ * A frame whose rate, channel count or sample width differs from STREAMINFO is refused.
+ * Thread safety: one thread at a time per decoder; separate decoders are independent. */
+typedef struct nrv_flac nrv_flac_t;
+
+typedef struct nrv_flac_info {
+    uint32_t sample_rate;     /* Hz */
+    uint32_t channels;        /* 1..8 */
+    uint32_t bits_per_sample; /* 4..32, before the left-alignment nrv_flac_read applies */
+    uint32_t min_block;       /* frames per block, as STREAMINFO declares */
+    uint32_t max_block;
+    uint64_t total_frames;    /* 0: the encoder did not know */
+    uint8_t md5[16];          /* MD5 of the decoded samples, as STREAMINFO declares (all zero: none) */
+} nrv_flac_info;
+
+/* Parses the stream's metadata; *out receives the decoder (nrv_flac_free), positioned at the
+ * first frame. NRV_ERR_FORMAT for a buffer that is not FLAC or whose metadata is cut short or
+ * invalid. Allocates max_block x channels x 12 bytes (at most 6 MiB). */
+NRV_API nrv_status nrv_flac_open(const void *data, size_t size, nrv_flac_t **out);
+
+/* Frees the decoder (not the encoded buffer); NULL is a no-op. */
+NRV_API void nrv_flac_free(nrv_flac_t *decoder);
+
+NRV_API nrv_status nrv_flac_info_get(const nrv_flac_t *decoder, nrv_flac_info *info);
+
+/* Decodes up to capacity frames (capacity x channels int32) into out; *frames receives the count,
+ * 0 at the end of the stream (the data's end; or, once STREAMINFO's total is reached, bytes that
+ * are not a frame, such as an ID3v1 tag). Any slicing gives the same samples. A declared total
+ * that the frames do not match (a file cut at a frame boundary) is NRV_ERR_FORMAT at the end.
+ * On a bad frame: NRV_ERR_FORMAT, *frames counts the valid frames written before it, and the
+ * next call fails on the same frame. */
+NRV_API nrv_status nrv_flac_read(nrv_flac_t *decoder, int32_t *out, size_t capacity, size_t *frames);
+
+/* Back to the first frame. */
+NRV_API nrv_status nrv_flac_rewind(nrv_flac_t *decoder);
+
 /* ---------------------------------------------------------------- serial link frames
  *
  * The codec of nerve.serial's link (docs/SERIAL.md), in native/src/frame.c. That file stands

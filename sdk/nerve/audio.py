@@ -1,4 +1,4 @@
-"""Audio input of the speech pipeline: WAV files, mono float32, resampling to the model's rate.
+"""Audio input of the speech pipeline: WAV and FLAC files, mono float32, resampling to the model's rate.
 
 ::
 
@@ -30,11 +30,19 @@ the RIFF size field is not trusted. A ``data`` chunk whose size field is 0xFFFFF
 larger than the file (a streaming writer, or a recording cut short) is read to the end of
 the file — but if that leaves part of a frame, the file is refused as truncated mid-sample.
 Other encodings (ADPCM, A-law, mu-law, ...) are refused naming their format code.
+
+**FLAC files** (:func:`read_flac`, :func:`iter_flac`): libnerve's own decoder (RFC 9639,
+``nrv_flac_*`` in nerve.h): 4-32 bits, 1-8 channels, every subframe and stereo coding; each
+frame's CRC-8 and CRC-16 are checked, so a corrupted or truncated file is an InputError naming
+the byte offset rather than noise. :func:`read_audio` / :func:`iter_audio` (and so
+:func:`load_audio`, ``nerve asr`` and the Recognizer) take either format, told apart by the
+file's first bytes.
 """
 
 from __future__ import annotations
 
 import io
+import mmap
 import operator
 import os
 import struct
@@ -42,10 +50,11 @@ from typing import Optional, Tuple, Union
 
 import numpy as np
 
-from ._native import ffi, lib, check
+from ._native import ffi, lib, check, last_error
 from .errors import InputError, ModelError, code
 
-__all__ = ["read_wav", "iter_wav", "to_mono_float32", "Resampler", "load_audio", "MAX_RATE"]
+__all__ = ["read_audio", "iter_audio", "read_wav", "iter_wav", "read_flac", "iter_flac", "to_mono_float32",
+           "Resampler", "load_audio", "MAX_RATE"]
 
 MAX_RATE = 384000
 """Highest sample rate nerve accepts, in Hz (the lowest is 1)."""
@@ -383,6 +392,169 @@ def iter_wav(source: Union[str, os.PathLike, bytes, bytearray, memoryview], bloc
     return rate, blocks()
 
 
+# ---------------------------------------------------------------- FLAC
+
+
+class _FlacStream:
+    """libnerve's FLAC decoder (nrv_flac_*) on one encoded stream; holds the encoded bytes (a
+    memory map for a path) as long as the decoder borrows them."""
+
+    def __init__(self, source, where: str):
+        self._map = None
+        if isinstance(source, (str, os.PathLike)):
+            try:
+                with open(source, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    if size:
+                        self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    data = self._map if size else b""
+            except OSError as exc:
+                raise ModelError(f"{where}: cannot read {os.fspath(source)!r}: {exc.strerror or exc}",
+                                 code("NRV_ERR_IO")) from exc
+            self.name = f"{where}: {os.fspath(source)}"
+        elif isinstance(source, (bytes, bytearray, memoryview)):
+            data = memoryview(source).cast("B")
+            self.name = f"{where}: <bytes>"
+        elif hasattr(source, "read"):
+            data = source.read()
+            if not isinstance(data, (bytes, bytearray)):
+                raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
+                                   "(open it in binary mode)")
+            self.name = f"{where}: {getattr(source, 'name', '<file>')}"
+        else:
+            raise _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
+        self._data = data
+        self._buf = ffi.from_buffer("uint8_t[]", data) if len(data) else ffi.NULL
+        out = ffi.new("nrv_flac_t **")
+        self._check(lib.nrv_flac_open(self._buf, len(data), out))
+        self._ptr = ffi.gc(out[0], lib.nrv_flac_free)
+        info = ffi.new("nrv_flac_info *")
+        check(lib.nrv_flac_info_get(self._ptr, info))
+        self.rate = int(info.sample_rate)
+        self.channels = int(info.channels)
+        self.bits = int(info.bits_per_sample)
+        self.total = int(info.total_frames)  # 0: unknown
+        if not 1 <= self.rate <= MAX_RATE:
+            self.close()
+            raise _input_error(f"{self.name}: sample rate {self.rate} Hz is outside [1, {MAX_RATE}]")
+
+    def _check(self, status: int) -> None:
+        if status:
+            message = last_error()
+            self.close()
+            raise InputError(f"{self.name}: {message}", int(status))
+
+    def read(self, max_frames: int) -> np.ndarray:
+        """Up to max_frames frames as float32 mono (empty at the end)."""
+        buf = np.empty((max_frames, self.channels), np.int32)
+        got = ffi.new("size_t *")
+        self._check(lib.nrv_flac_read(self._ptr, ffi.from_buffer("int32_t[]", buf), max_frames, got))
+        n = int(got[0])
+        out, _ = _convert(buf[:n], lib.NRV_SAMPLE_S32, n, self.channels)  # integers: never non-finite
+        return out
+
+    def read_all(self) -> np.ndarray:
+        parts = []
+        while True:
+            part = self.read(1 << 20)
+            if not part.size:
+                break
+            parts.append(part)
+        self.close()
+        return np.concatenate(parts) if parts else np.empty(0, _F32)
+
+    def close(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr is not None:
+            ffi.release(ptr)
+        self._buf = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+
+def read_flac(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> Tuple[np.ndarray, int]:
+    """Reads a FLAC file (a path, its bytes, or a binary file object) with libnerve's decoder
+    (``nrv_flac_*``): ``(samples, sample_rate)``, float32 mono (channels averaged, full scale
+    [-1, 1) at any bit depth). A corrupted or truncated stream (a frame's CRC, a sample beyond
+    its width, metadata cut short) raises InputError naming the byte offset; an unreadable
+    path ModelError (NRV_ERR_IO)."""
+    stream = _FlacStream(source, "read_flac")
+    return stream.read_all(), stream.rate
+
+
+def iter_flac(source: Union[str, os.PathLike, bytes, bytearray, memoryview], block_frames: int = 16000):
+    """:func:`read_flac` in blocks: ``(sample_rate, blocks)``, blocks yielding float32 mono arrays
+    of up to ``block_frames`` frames; the decoded audio never sits in memory whole (the
+    encoded file is memory-mapped). A bad frame raises InputError when its block is read."""
+    if not isinstance(block_frames, int) or block_frames < 1:
+        raise _input_error(f"iter_flac: block_frames must be a positive int, got {block_frames!r}")
+    stream = _FlacStream(source, "iter_flac")
+
+    def blocks():
+        try:
+            while True:
+                part = stream.read(block_frames)
+                if not part.size:
+                    return
+                yield part
+        finally:
+            stream.close()
+
+    return stream.rate, blocks()
+
+
+# ---------------------------------------------------------------- any supported file
+
+
+def _container(source, where: str) -> str:
+    """ "wav" or "flac", from the first bytes of a path or bytes; file objects are read whole
+    first by the caller."""
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as f:
+                head = f.read(4)
+        except OSError as exc:
+            raise ModelError(f"{where}: cannot read {os.fspath(source)!r}: {exc.strerror or exc}",
+                             code("NRV_ERR_IO")) from exc
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        head = bytes(memoryview(source).cast("B")[:4])
+    else:
+        raise _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
+    if head in (b"RIFF", b"RF64"):
+        return "wav"
+    if head == b"fLaC" or head[:3] == b"ID3":
+        return "flac"
+    name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<bytes>"
+    raise _input_error(f"{where}: {name} is neither WAV (RIFF/RF64) nor FLAC (fLaC): it starts with {head!r}; "
+                       "convert it first, e.g. `ffmpeg -i IN -ac 1 -ar 16000 OUT.wav`")
+
+
+def _readable(source, where: str):
+    """A file object's contents as bytes (so it can be sniffed and then decoded); other
+    sources as they are."""
+    if hasattr(source, "read") and not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
+        data = source.read()
+        if not isinstance(data, (bytes, bytearray)):
+            raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
+                               "(open it in binary mode)")
+        return data
+    return source
+
+
+def read_audio(source) -> Tuple[np.ndarray, int]:
+    """Reads a WAV or FLAC file, told apart by their first bytes: :func:`read_wav` or
+    :func:`read_flac`. Anything else raises InputError naming what the file starts with."""
+    source = _readable(source, "read_audio")
+    return (read_wav if _container(source, "read_audio") == "wav" else read_flac)(source)
+
+
+def iter_audio(source, block_frames: int = 16000):
+    """:func:`iter_wav` or :func:`iter_flac`, by the file's first bytes: ``(sample_rate, blocks)``."""
+    source = _readable(source, "iter_audio")
+    return (iter_wav if _container(source, "iter_audio") == "wav" else iter_flac)(source, block_frames)
+
+
 # ---------------------------------------------------------------- resampler
 
 
@@ -491,10 +663,11 @@ class Resampler:
 
 
 def load_audio(path_or_array, sample_rate: Optional[int] = None, target_rate: Optional[int] = 16000) -> np.ndarray:
-    """Audio as float32 mono at ``target_rate`` Hz, from a WAV file or from samples.
+    """Audio as float32 mono at ``target_rate`` Hz, from a WAV or FLAC file or from samples.
 
     Args:
-        path_or_array: a WAV file (path, bytes or binary file object; see :func:`read_wav`),
+        path_or_array: a WAV or FLAC file (path, bytes or binary file object; see
+            :func:`read_audio`),
             or samples (anything :func:`to_mono_float32` accepts; 2-D means
             ``(frames, channels)``).
         sample_rate: the rate of the samples (required for an array); for a file, None or
@@ -512,7 +685,7 @@ def load_audio(path_or_array, sample_rate: Optional[int] = None, target_rate: Op
         rate = _rate(sample_rate, "sample_rate", where)
         x = to_mono_float32(path_or_array)
     else:
-        x, rate = read_wav(path_or_array)
+        x, rate = read_audio(path_or_array)
         if sample_rate is not None and _rate(sample_rate, "sample_rate", where) != rate:
             raise _input_error(f"{where}: sample_rate={sample_rate} but the file's rate is {rate} Hz")
     if target_rate is None:

@@ -353,7 +353,7 @@ def _stream_wav(rec, grammar, link, path: Path, realtime: bool) -> Dict[str, Any
     from . import audio
     from .commands import CommandRouter
 
-    x, rate = audio.read_wav(str(path))
+    x, rate = audio.read_audio(str(path))
     block = max(1, int(round(rate * BLOCK_S)))
     silence = np.zeros(block, np.float32)
     blocks = [x[i:i + block] for i in range(0, len(x), block)]

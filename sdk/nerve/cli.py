@@ -310,7 +310,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", default=None,
                        help="asr: moonshine-base or moonshine-tiny, at fp32 and int8 (default: base at fp32, int8 and "
                             "w4a8[:gptq], and tiny at int8)")
-    bench.add_argument("--audio", action="append", metavar="FILE.wav",
+    bench.add_argument("--audio", action="append", metavar="FILE",
                        help="asr: a recording to use (default: the example WAVs and the model's own recording)")
     bench.add_argument("--repeat", type=int, default=None, metavar="N",
                        help="samples (ops, quant) or interleaved rounds (model); the median is reported")
@@ -377,7 +377,7 @@ def _parser() -> argparse.ArgumentParser:
     robot.add_argument("--port", required=True, metavar="URL",
                        help="the robot's link: /dev/ttyUSB0, socket://HOST:PORT (e.g. a nerve robot-sim), rfc2217://...")
     src = robot.add_mutually_exclusive_group(required=True)
-    src.add_argument("--wav", metavar="FILE.wav", help="speech from a WAV file")
+    src.add_argument("--wav", metavar="FILE", help="speech from a WAV or FLAC file")
     src.add_argument("--raw", metavar="-", help="'-': raw s16le PCM on stdin (e.g. from arecord)")
     robot.add_argument("--rate", type=int, default=16000, help="--raw sample rate (default 16000)")
     robot.add_argument("--channels", type=int, default=1, help="--raw channels (default 1)")

@@ -61,9 +61,9 @@ def run(port: str, wav: Optional[str] = None, raw: Optional[TextIO] = None, rate
     g = Grammar.load(grammar)
     rec = asr.Recognizer(model=model, words=g.words(), precision=precision)
     if wav is not None:
-        rate, big = audio.iter_wav(wav)  # read in large blocks, fed in 100 ms ones at the file's rate
+        rate, big = audio.iter_audio(wav)  # WAV or FLAC, read in large blocks, fed in 100 ms ones
         blocks = _rechunk(big, max(1, int(rate * BLOCK_S)))
-        channels = 1  # iter_wav downmixes
+        channels = 1  # iter_audio downmixes
     else:
         blocks = _raw_blocks(raw, rate, channels)
 

@@ -463,6 +463,24 @@ def test_cli_asr_json_ends_with_a_summary(model, tmp_path):
     assert r.returncode == 1 and "nerve:" in r.stderr
 
 
+def test_flac_recording_gives_the_wav_transcript(model, beckett, tmp_path):
+    """A real recording as FLAC (stereo 24-bit, 44.1 kHz, encoded by libsndfile) goes through
+    nerve's own decoder: the CLI and Recognizer.transcribe give what the same audio as WAV gives."""
+    sf = pytest.importorskip("soundfile")
+    x = nerve.audio.load_audio(beckett, sample_rate=SR, target_rate=44100)
+    stereo = np.stack([x, x], 1)
+    flac, wav = tmp_path / "beckett.flac", tmp_path / "beckett.wav"
+    sf.write(flac, stereo, 44100, subtype="PCM_24")
+    sf.write(wav, stereo, 44100, subtype="PCM_24")
+    rec = Recognizer(partial_ms=0)
+    want = [e.text for e in rec.transcribe(str(wav))]
+    assert want and [e.text for e in rec.transcribe(str(flac))] == want
+    r = subprocess.run([sys.executable, "-m", "nerve", "asr", str(flac), "--json"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [ln["text"] for ln in map(json.loads, r.stdout.splitlines()) if ln["type"] == "final"] == want
+
+
 def test_native_greedy_loop_equals_step_by_step(model, beckett):
     """Session.decode_greedy (the loop in C, caches appended in place) chooses what stepping
     the same plan one run at a time chooses, with the same log-probabilities."""

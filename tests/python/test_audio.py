@@ -538,7 +538,7 @@ def test_load_audio(tmp_path, rng):
         audio.load_audio(path, sample_rate=16000)
     with pytest.raises(InputError, match="target_rate"):
         audio.load_audio(mono, sample_rate=16000, target_rate=0)
-    with pytest.raises(InputError, match="not a WAV file"):
+    with pytest.raises(InputError, match="neither WAV .* nor FLAC"):
         audio.load_audio(b"hello")
 
 

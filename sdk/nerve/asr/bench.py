@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..audio import load_audio, read_wav
+from ..audio import load_audio, read_audio
 from ..bench import cpu_model
 from .moonshine import SAMPLE_RATE
 from .recognizer import Recognizer
@@ -100,7 +100,7 @@ def run(files: Optional[Sequence[str]] = None, repeat: int = 3, words: Optional[
         rec.transcribe(np.zeros(SAMPLE_RATE, np.float32), sample_rate=SAMPLE_RATE)  # warm (load weights)
     peak: Dict[str, Dict[str, int]] = {p: {} for p in labels}
     for path in paths:
-        samples, rate = read_wav(str(path))
+        samples, rate = read_audio(str(path))
         audio_s = len(samples) / rate
         runs = {p: [] for p in labels}
         finals, last_stages = {}, {}

@@ -2,7 +2,7 @@
 
     nerve models fetch moonshine-base [--wheel FILE]     download, verify and compile, once
     nerve models list
-    nerve asr FILE.wav [--json] [--partials] [--words FILE] [--phrases FILE] [--digits]
+    nerve asr FILE.wav|FILE.flac [--json] [--partials] [--words FILE] [--phrases FILE] [--digits]
     arecord -f S16_LE -r 16000 -c 1 | nerve asr -        raw s16le 16 kHz mono from stdin
 """
 
@@ -31,7 +31,7 @@ def add_commands(commands) -> None:
     cal = msub.add_parser("calibrate", help="gather a model's layer statistics for GPTQ INT4 weights "
                                             "(precision 'w4a8:gptq'); stored with the model")
     cal.add_argument("name", metavar="NAME", help="moonshine-base or moonshine-tiny")
-    cal.add_argument("--audio", action="append", metavar="FILE.wav",
+    cal.add_argument("--audio", action="append", metavar="FILE",
                      help="recordings like the ones to recognise (default: the real readings in the "
                           "moonshine-voice wheel); longer ones are cut into 15 s pieces")
     cal.add_argument("--seconds", type=float, default=None, help="use at most this much audio (default 75)")
@@ -40,8 +40,8 @@ def add_commands(commands) -> None:
     lst = msub.add_parser("list", help="known models and whether they are fetched")
     lst.set_defaults(func=_cmd_models_list)
 
-    asr = commands.add_parser("asr", help="speech to text: a WAV file, or '-' for raw s16le 16 kHz mono on stdin")
-    asr.add_argument("source", metavar="FILE.wav|-")
+    asr = commands.add_parser("asr", help="speech to text: a WAV or FLAC file, or '-' for raw s16le 16 kHz mono on stdin")
+    asr.add_argument("source", metavar="FILE|-")
     asr.add_argument("--json", action="store_true", help="JSON lines, then a summary line")
     asr.add_argument("--partials", action="store_true", help="also print partial results (always on for '-')")
     asr.add_argument("--words", metavar="FILE", help="only these words (one or more per line)")
@@ -144,7 +144,7 @@ def _stdin_slices(bytes_per_slice: int):
 
 
 def _cmd_asr(args) -> int:
-    from ..audio import iter_wav
+    from ..audio import iter_audio
     from .recognizer import Recognizer
 
     live = args.source == "-"
@@ -155,7 +155,7 @@ def _cmd_asr(args) -> int:
     if live:
         rate, slices = 16000, _stdin_slices(int(16000 * SLICE_S) * 2)
     else:
-        rate, blocks = iter_wav(args.source, block_frames=48000 * 10)  # never the whole file in memory
+        rate, blocks = iter_audio(args.source, block_frames=48000 * 10)  # never the whole file in memory
         step = max(int(rate * SLICE_S), 1)
         slices = (block[i:i + step] for block in blocks for i in range(0, len(block), step))
     stream = rec.create_stream(sample_rate=rate)

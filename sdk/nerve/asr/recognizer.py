@@ -39,7 +39,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from .. import memory
-from ..audio import Resampler, iter_wav, to_mono_float32
+from ..audio import Resampler, iter_audio, to_mono_float32
 from ..errors import InputError
 from ..precision import parse as parse_precision
 from .moonshine import SAMPLE_RATE, MoonshineModel
@@ -204,14 +204,14 @@ class Recognizer:
 
     def transcribe(self, source: Union[str, Path, bytes, np.ndarray], sample_rate: Optional[int] = None,
                    channels: int = 1) -> List[Event]:
-        """The final events of a whole recording (a WAV path/bytes, read block by block, or
-        samples with their rate)."""
+        """The final events of a whole recording (a WAV or FLAC path/bytes, read block by block,
+        or samples with their rate)."""
         if isinstance(source, np.ndarray):
             if sample_rate is None:
                 raise InputError("transcribe(samples): give sample_rate=")
             rate, blocks = int(sample_rate), [source]
         else:
-            rate, blocks = iter_wav(source, block_frames=_WAV_BLOCK_S * 48000)
+            rate, blocks = iter_audio(source, block_frames=_WAV_BLOCK_S * 48000)
             channels = 1
         stream = Stream(self, rate, channels, partial_ms=0)
         try:
