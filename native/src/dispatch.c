@@ -39,6 +39,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_HARD_SWISH] = "hard_swish",
     [NRV_OP_SILU] = "silu",
     [NRV_OP_DEPTHWISE_CHANNELS] = "depthwise_channels",
+    [NRV_OP_DEPTHWISE_ROWS] = "depthwise_rows",
 };
 
 typedef struct op_slot {

@@ -849,12 +849,15 @@ static void test_depthwise(void) {
     }
 }
 
-/* The selected channel-vector depthwise against a double reference: channel counts around
- * the vector widths, kernels 1x1 to 7x7, strides, dilations, asymmetric and oversized
- * padding, outputs tall enough to take several bands of rows and up to 64 wide; y guarded
- * by canaries. An FMA variant must also give the bits of the (FMA) plane kernel on the
- * same padded plane, as op conv may run either. */
-static void test_depthwise_channels(void) {
+/* The selected variant of a depthwise op with the nrv_depthwise_channels_fn contract
+ * ("depthwise_channels", vectors across channels; "depthwise_rows", vectors along rows)
+ * against a double reference: channel counts around the vector widths, kernels 1x1 to 7x7,
+ * strides, dilations, asymmetric and oversized padding, outputs tall enough to take several
+ * bands of rows, narrow and up to 120 wide; y guarded by canaries. The cases the op does not
+ * take (nrv_dw_channels_fit / nrv_dw_rows_fit) are skipped, and at least 8 must run. An FMA
+ * variant must also give the bits of the (FMA) plane kernel on the same padded plane, as
+ * op conv may run any of them. */
+static void test_depthwise_vectors(nrv_op op, const char *name) {
     /* c, ih, iw, kh, kw, sh, sw, dh, dw, ph, pw, pad_end_h, pad_end_w */
     static const int64_t cases[][13] = {
         {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},    {17, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
@@ -864,16 +867,24 @@ static void test_depthwise_channels(void) {
         {48, 29, 29, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0}, {7, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},
         {9, 3, 3, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4},    {18, 17, 120, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
         {130, 5, 64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0}, {20, 40, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
-        {31, 12, 12, 5, 5, 2, 2, 1, 1, 2, 1, 1, 2}};
-    const nrv_depthwise_channels_fn dwc = nrv_kernel_get(NRV_OP_DEPTHWISE_CHANNELS).depthwise_channels;
+        {31, 12, 12, 5, 5, 2, 2, 1, 1, 2, 1, 1, 2},
+        /* wide rows, odd widths and the 5x5 / 7x7 strides the rows path takes */
+        {3, 37, 113, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1}, {2, 58, 58, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {4, 23, 47, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},  {5, 29, 35, 7, 7, 2, 2, 1, 1, 3, 2, 3, 4},
+        {6, 33, 17, 5, 5, 2, 2, 1, 1, 2, 2, 2, 2},  {3, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {2, 1, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},   {3, 19, 9, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4},
+        {2, 11, 100, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0}};
+    const nrv_depthwise_channels_fn dwc = nrv_kernel_get(op).depthwise_channels;
     const int fma_pair = strcmp(cur.variant, "ref") != 0 && strcmp(nrv_kernel_selected("depthwise"), "ref") != 0;
+    int ran = 0;
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         const int64_t *cs = cases[t], c = cs[0];
         nrv_dw_geom g = {.ih = cs[1], .iw = cs[2], .kh = cs[3], .kw = cs[4], .sh = cs[5], .sw = cs[6],
                          .dh = cs[7], .dw = cs[8], .ph = cs[9], .pw = cs[10]};
         g.oh = (g.ih + g.ph + cs[11] - (g.kh - 1) * g.dh - 1) / g.sh + 1;
         g.ow = (g.iw + g.pw + cs[12] - (g.kw - 1) * g.dw - 1) / g.sw + 1;
-        NRV_EXPECT(nrv_dw_channels_fit(&g), "depthwise_channels case %zu does not fit the kernel's tiles", t);
+        if (op == NRV_OP_DEPTHWISE_ROWS ? !nrv_dw_rows_fit(&g) : !nrv_dw_channels_fit(&g)) continue;
+        ran++;
         const int64_t taps = g.kh * g.kw, plane = g.ih * g.iw, P = g.oh * g.ow;
         buf X = buf_in(c * plane, 0), W = buf_in(c * taps, 0), B = buf_in(c, 0);
         nrv_test_fill(X.p, c * plane, -1.0f, 1.0f);
@@ -917,9 +928,9 @@ static void test_depthwise_channels(void) {
             free(yp);
         }
         if (!guards_intact(&Y) || bits_differ) err = INFINITY;
-        record(err, "depthwise_channels c=%lld in=%lldx%lld k=%lldx%lld s=%lld,%lld dil=%lld,%lld out=%lldx%lld at %lld: "
+        record(err, "%s c=%lld in=%lldx%lld k=%lldx%lld s=%lld,%lld dil=%lld,%lld out=%lldx%lld at %lld: "
                     "got %.9g%s%s",
-               (long long)c, (long long)g.ih, (long long)g.iw, (long long)g.kh, (long long)g.kw, (long long)g.sh,
+               name, (long long)c, (long long)g.ih, (long long)g.iw, (long long)g.kh, (long long)g.kw, (long long)g.sh,
                (long long)g.sw, (long long)g.dh, (long long)g.dw, (long long)g.oh, (long long)g.ow, (long long)at,
                (double)Y.p[at], guards_intact(&Y) ? "" : " canary overwritten",
                bits_differ ? " (bits differ from the plane kernel's)" : "");
@@ -928,6 +939,7 @@ static void test_depthwise_channels(void) {
         buf_free(&B);
         buf_free(&Y);
     }
+    NRV_EXPECT(ran >= 8, "%s: only %d cases fit the op", name, ran);
 }
 
 /* ------------------------------------------------------------------ activations, softmax */
@@ -1184,7 +1196,8 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();
     else if (!strcmp(op, "depthwise")) test_depthwise();
-    else if (!strcmp(op, "depthwise_channels")) test_depthwise_channels();
+    else if (!strcmp(op, "depthwise_channels")) test_depthwise_vectors(NRV_OP_DEPTHWISE_CHANNELS, op);
+    else if (!strcmp(op, "depthwise_rows")) test_depthwise_vectors(NRV_OP_DEPTHWISE_ROWS, op);
     else if (!strcmp(op, "hard_swish")) test_activation_of((nrv_activation)-1, NRV_OP_HARD_SWISH, nrv_hard_swish_ref);
     else if (!strcmp(op, "silu")) test_activation_of((nrv_activation)-1, NRV_OP_SILU, nrv_silu_ref);
     else return 0;

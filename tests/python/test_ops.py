@@ -26,6 +26,7 @@ COVERED_OPS = {
     "linear_f16",  # every variant: tests/python/test_linear_f16.py, natively tests/native/test_linear_f16.c
     "depthwise",  # every variant: test_depthwise_conv below (through a session), natively test_kernels.c
     "depthwise_channels",  # every variant: test_depthwise_conv_channel_vectors below, natively test_kernels.c
+    "depthwise_rows",  # every variant: test_depthwise_conv_rows below, natively test_kernels.c
     "hard_swish", "silu",  # every variant: test_hard_swish_and_silu below (through sessions), natively test_kernels.c
 }
 
@@ -494,9 +495,10 @@ def _depthwise_case(c, size, kernel, stride, dil, rng):
 def test_depthwise_conv(variant, size, kernel, stride, dil, rng, tmp_path):
     """A depthwise Conv (the dispatched kernel "depthwise", stride-1 columns or a column
     stride of 2 over the plane's phase rows) under each variant against a float64 reference
-    over the zero-padded input. (Outputs at most 16 wide run "depthwise_channels", below.)"""
+    over the zero-padded input. (The shapes "depthwise_rows" takes run it, below: forced to
+    its reference here, which op conv leaves to this path.)"""
     model, x, want, tol = _depthwise_case(5, size, kernel, stride, dil, rng)
-    with forced("depthwise", variant):
+    with forced("depthwise", variant), forced("depthwise_rows", "ref"):
         got = nerve.Session(model, cache=False).run({"x": x})["y"]
     assert_within(got, want, tol, "depthwise")
 
@@ -511,9 +513,26 @@ def test_depthwise_conv_channel_vectors(variant, c, size, kernel, stride, dil, r
     reference variant runs where the plane kernel is the reference too."""
     model, x, want, tol = _depthwise_case(c, size, kernel, stride, dil, rng)
     with forced("depthwise_channels", variant), forced("depthwise", "ref" if variant == "ref" else
-                                                       nerve.kernels.selected("depthwise")):
+                                                       nerve.kernels.selected("depthwise")), \
+            forced("depthwise_rows", "ref"):
         got = nerve.Session(model, cache=False).run({"x": x})["y"]
     assert_within(got, want, tol, "depthwise_channels")
+
+
+@pytest.mark.parametrize("variant", variant_params("depthwise_rows"))
+@pytest.mark.parametrize("c,size,kernel,stride", [(5, (112, 112), 3, (2, 2)), (3, (57, 57), 3, (1, 1)),
+                                                  (17, (7, 7), 3, (1, 1)), (4, (29, 45), 5, (2, 2)),
+                                                  (3, (56, 56), 7, (1, 1)), (6, (13, 20), 7, (2, 2)),
+                                                  (2, (1, 33), 3, (1, 1)), (9, (14, 14), 5, (1, 1))])
+def test_depthwise_conv_rows(variant, c, size, kernel, stride, rng):
+    """Depthwise convs the dispatched "depthwise_rows" takes (3x3, 5x5, 7x7; stride 1 or 2;
+    taps read straight from x with masked loads at the edges) under each variant against the
+    float64 reference; the reference variant leaves them to the plane or channel path, whose
+    bits an FMA variant must give (test_kernels.c)."""
+    model, x, want, tol = _depthwise_case(c, size, kernel, stride, 1, rng)
+    with forced("depthwise_rows", variant):
+        got = nerve.Session(model, cache=False).run({"x": x})["y"]
+    assert_within(got, want, tol, "depthwise_rows")
 
 
 # ------------------------------------------------------------------------- hard_swish, silu (through a session)

@@ -243,6 +243,13 @@ typedef struct nrv_dw_geom {
  * through tiles of its own on the stack: callers check nrv_dw_channels_fit first. */
 typedef void (*nrv_depthwise_channels_fn)(const nrv_dw_geom *g, int64_t c, const float *x, const float *w,
                                           const float *bias, float *y);
+/* The op "depthwise_rows" has the same contract and signature, with its vectors along each
+ * output row and its taps read straight from x (no tile, no plane), for the shapes
+ * nrv_dw_rows_fit accepts; its reference is the channel one (the definition). */
+static inline int nrv_dw_rows_fit(const nrv_dw_geom *g) {
+    return g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) && g->sh == g->sw &&
+           (g->sh == 1 || g->sh == 2) && g->dh == 1 && g->dw == 1;
+}
 /* Floats of a kernel's input tile: one tile row per padded input row of an output row's
  * taps, wp = (ow-1)·sw + (kw-1)·dw + 1 vectors of up to 16 channels each. */
 #define NRV_DW_CH_TILE_FLOATS 6144
@@ -282,6 +289,7 @@ typedef enum nrv_op {
     NRV_OP_HARD_SWISH,
     NRV_OP_SILU,
     NRV_OP_DEPTHWISE_CHANNELS,
+    NRV_OP_DEPTHWISE_ROWS,
     NRV_OP_COUNT
 } nrv_op;
 

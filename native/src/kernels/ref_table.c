@@ -28,6 +28,7 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_ref),
     REF(NRV_OP_DEPTHWISE, depthwise, nrv_depthwise_ref),
     REF(NRV_OP_DEPTHWISE_CHANNELS, depthwise_channels, nrv_depthwise_channels_ref),
+    REF(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_channels_ref),
     REF(NRV_OP_HARD_SWISH, unary, nrv_hard_swish_ref),
     REF(NRV_OP_SILU, unary, nrv_silu_ref),
     {.name = NULL},

@@ -173,3 +173,97 @@ void X86FN(nrv_depthwise_channels)(const nrv_dw_geom *g, int64_t c, const float 
         }
     }
 }
+
+/* ---- rows straight from x (nrv_depthwise_channels_fn contract, the op "depthwise_rows"):
+ * square kernels of 3, 5 or 7, stride 1 or 2 both ways, no dilation. A register block is
+ * R output rows x one vector of VL columns (R = 8 for 3x3: 8 FMA chains hide the FMA
+ * latency; 4 for 5x5 and 7x7, whose K·K memory-operand weights make them load-bound, and
+ * 8 rows measured slower there); the block's input rows are read once each, top to bottom,
+ * and each row's tap vectors (stride 2: pairs of vectors split into even and odd columns)
+ * feed every output row whose window holds it. Columns outside x load as 0 (masked loads:
+ * nothing outside a row is touched), rows outside it are 0 vectors, so each output is
+ * bias + every tap's FMA in order k = ki·kw + kj, padding included: the bits of
+ * nrv_depthwise on the padded plane, with no plane built (its copy, zeroing and, at stride
+ * 2, the split into phases cost more than the taps: 3x3 stride 2, 96 ch 112 -> 56, went
+ * from 1000 to 200 us). */
+#define DWR_MAX_K 7
+
+static inline __attribute__((always_inline)) void dwr_channel(const int K, const int S, const nrv_dw_geom *g,
+                                                              const float *x, const float *w, float bias, float *y) {
+    const int R = K == 3 ? 8 : 4;
+    const int64_t ih = g->ih, iw = g->iw, oh = g->oh, ow = g->ow;
+    const int P = (K + 1) / 2; /* stride 2: vector pairs per input row */
+    /* the weights broadcast once, read by the FMAs as memory operands (broadcast in the
+     * loop, GCC hoists all K·K of them into registers and spills) */
+    vf wv[DWR_MAX_K * DWR_MAX_K];
+    for (int k = 0; k < K * K; k++) wv[k] = vset1(w[k]);
+    for (int64_t ox0 = 0; ox0 < ow; ox0 += VL) {
+        const vtail out_mask = vrange_mask(0, ow - ox0);
+        const int64_t c0 = ox0 * S - g->pw; /* input column of tap 0, output lane 0 */
+        /* load masks of this column block: stride 1 tap kj's vector; stride 2 pair p's two */
+        vtail m[2 * DWR_MAX_K];
+        if (S == 1)
+            for (int kj = 0; kj < K; kj++) m[kj] = vrange_mask(-(c0 + kj), iw - (c0 + kj));
+        else
+            for (int u = 0; u < 2 * P; u++) {
+                const int64_t c = c0 + 2 * (u / 2) + (u % 2) * VL;
+                m[u] = vrange_mask(-c, iw - c);
+            }
+        for (int64_t oy0 = 0; oy0 < oh; oy0 += R) {
+            vf acc[8];
+            for (int i = 0; i < R; i++) acc[i] = vset1(bias);
+            const int64_t r0 = oy0 * S - g->ph;
+#pragma GCC unroll 32
+            for (int t = 0; t < (R - 1) * S + K; t++) {
+                const int64_t r = r0 + t;
+                vf xk[DWR_MAX_K];
+                if (r >= 0 && r < ih) {
+                    const float *row = x + r * iw + c0;
+                    if (S == 1) {
+#pragma GCC unroll 8
+                        for (int kj = 0; kj < K; kj++) xk[kj] = vload_tail(row + kj, m[kj]);
+                    } else {
+#pragma GCC unroll 8
+                        for (int p = 0; p < P; p++) {
+                            const vf lo = vload_tail(row + 2 * p, m[2 * p]);
+                            const vf hi = vload_tail(row + 2 * p + VL, m[2 * p + 1]);
+                            xk[2 * p] = vevens(lo, hi);
+                            if (2 * p + 1 < K) xk[2 * p + 1] = vodds(lo, hi);
+                        }
+                    }
+                } else {
+#pragma GCC unroll 8
+                    for (int kj = 0; kj < K; kj++) xk[kj] = vzero();
+                }
+#pragma GCC unroll 8
+                for (int i = 0; i < R; i++) {
+                    const int ki = t - i * S;
+                    if (ki < 0 || ki >= K) continue;
+#pragma GCC unroll 8
+                    for (int kj = 0; kj < K; kj++) acc[i] = vfmadd(wv[ki * K + kj], xk[kj], acc[i]);
+                }
+            }
+            for (int i = 0; i < R && oy0 + i < oh; i++) vstore_tail(y + (oy0 + i) * ow + ox0, out_mask, acc[i]);
+        }
+    }
+}
+
+#define DWR(K_, S_) dwr_channel(K_, S_, g, xc, wc, b, yc)
+void X86FN(nrv_depthwise_rows)(const nrv_dw_geom *g, int64_t c, const float *x, const float *w, const float *bias,
+                               float *y) {
+    const int64_t K = g->kh, S = g->sh, taps = K * K;
+    for (int64_t ch = 0; ch < c; ch++) {
+        const float *xc = x + ch * g->ih * g->iw, *wc = w + ch * taps;
+        const float b = bias ? bias[ch] : 0.0f;
+        float *yc = y + ch * g->oh * g->ow;
+        switch (K * 4 + S) {
+        case 3 * 4 + 1: DWR(3, 1); break;
+        case 3 * 4 + 2: DWR(3, 2); break;
+        case 5 * 4 + 1: DWR(5, 1); break;
+        case 5 * 4 + 2: DWR(5, 2); break;
+        case 7 * 4 + 1: DWR(7, 1); break;
+        default: DWR(7, 2); break;
+        }
+    }
+}
+#undef DWR

@@ -42,6 +42,23 @@ static inline vf vload_tail_or(const float *p, vtail m, vf fill) {
 static inline void vstore_tail(float *p, vtail m, vf v) { _mm256_maskstore_ps(p, m, v); }
 /* v in the first n lanes of m, 0 elsewhere. */
 static inline vf vselect_tail(vtail m, vf v) { return _mm256_and_ps(v, _mm256_castsi256_ps(m)); }
+/* Lanes [lo, hi), clamped to [0, VL] (empty when hi <= lo). */
+static inline vtail vrange_mask(int64_t lo, int64_t hi) {
+    lo = lo < 0 ? 0 : (lo > VL ? VL : lo);
+    hi = hi < 0 ? 0 : (hi > VL ? VL : hi);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)lo), iota),
+                               _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), iota));
+}
+/* Elements 0, 2, 4, ... (vevens) and 1, 3, 5, ... (vodds) of the 2·VL floats a then b. */
+static inline vf vevens(vf a, vf b) {
+    const __m256 t = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)); /* a0 a2 b0 b2 a4 a6 b4 b6 */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+static inline vf vodds(vf a, vf b) {
+    const __m256 t = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
 /* Lane i of p[i·step] (vstride_index(step)); the masked form reads only the first lanes of
  * m and gives 0 in the others. */
 typedef __m256i vindex;

@@ -31,6 +31,19 @@ static inline vf vload_tail(const float *p, vtail m) { return _mm512_maskz_loadu
 static inline vf vload_tail_or(const float *p, vtail m, vf fill) { return _mm512_mask_loadu_ps(fill, m, p); }
 static inline void vstore_tail(float *p, vtail m, vf v) { _mm512_mask_storeu_ps(p, m, v); }
 static inline vf vselect_tail(vtail m, vf v) { return _mm512_maskz_mov_ps(m, v); }
+/* Lanes [lo, hi), clamped to [0, VL] (empty when hi <= lo). */
+static inline vtail vrange_mask(int64_t lo, int64_t hi) {
+    lo = lo < 0 ? 0 : (lo > VL ? VL : lo);
+    hi = hi < 0 ? 0 : (hi > VL ? VL : hi);
+    return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+/* Elements 0, 2, 4, ... (vevens) and 1, 3, 5, ... (vodds) of the 2·VL floats a then b. */
+static inline vf vevens(vf a, vf b) {
+    return _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
+}
+static inline vf vodds(vf a, vf b) {
+    return _mm512_permutex2var_ps(a, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), b);
+}
 /* Lane i of p[i·step] (vstride_index(step)); the masked form reads only the first lanes of
  * m and gives 0 in the others. */
 typedef __m512i vindex;

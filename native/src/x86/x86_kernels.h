@@ -60,6 +60,8 @@ typedef struct nrv_x86_gemm_args {
                              const int64_t *tap_off, int64_t taps, const float *w, float bias, float *y);   \
     void nrv_depthwise_channels_##isa(const nrv_dw_geom *g, int64_t c, const float *x, const float *w,        \
                                       const float *bias, float *y);                                          \
+    void nrv_depthwise_rows_##isa(const nrv_dw_geom *g, int64_t c, const float *x, const float *w,            \
+                                  const float *bias, float *y);                                              \
     void nrv_gelu_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_gelu_tanh_##isa(const float *x, int64_t n, float *y);                                          \
     void nrv_sigmoid_##isa(const float *x, int64_t n, float *y);                                            \
