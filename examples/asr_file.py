@@ -1,6 +1,6 @@
 """Transcribe recordings with nerve: Moonshine run by nerve's own engine behind silero VAD.
 
-    python examples/asr_file.py [FILE.wav ...] [--words examples/command_words.txt]
+    python examples/asr_file.py [FILE.wav|FILE.flac ...] [--words examples/command_words.txt]
 
 Without files it reads the example commands in examples/audio/. The model is fetched once
 with `nerve models fetch moonshine-base` (make demo / make test do it); nothing is downloaded
@@ -21,7 +21,8 @@ def main() -> None:
     ap.add_argument("files", nargs="*")
     ap.add_argument("--words", help="a file of allowed words (the robot's vocabulary)")
     args = ap.parse_args()
-    files = args.files or sorted(glob.glob(os.path.join(here, "audio", "*.wav")))
+    files = args.files or sorted(glob.glob(os.path.join(here, "audio", "*.wav")) +
+                                 glob.glob(os.path.join(here, "audio", "*.flac")))
     words = None
     if args.words:  # one or more words per line; lines starting with '#' are comments
         words = [w for line in open(args.words) if not line.lstrip().startswith("#") for w in line.split()]

@@ -1,7 +1,7 @@
 """Streaming voice activity detection with nerve: the silero VAD, compiled by nerve, fed
 chunk by chunk with its LSTM state kept inside the session.
 
-    python examples/vad_stream.py [recording.wav]
+    python examples/vad_stream.py [recording.wav|recording.flac]
 
 Without a file it listens to a sentence spoken by espeak-ng (if installed; otherwise a
 voiced buzz with a syllable rhythm) between two half-seconds of silence. The model comes from the silero-vad
@@ -9,11 +9,9 @@ wheel (pip install --no-deps silero-vad); nothing is downloaded at run time.
 """
 
 import importlib.util
-import io
 import shutil
 import subprocess
 import sys
-import wave
 
 import numpy as np
 
@@ -30,22 +28,13 @@ def model_path() -> str:
     return spec.submodule_search_locations[0] + "/data/silero_vad_op18_ifless.onnx"
 
 
-def read_wav(f) -> np.ndarray:
-    with wave.open(f) as w:
-        if w.getsampwidth() != 2 or w.getnchannels() != 1:
-            sys.exit("expected 16-bit mono WAV")
-        x = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768
-        sr = w.getframerate()
-    return np.interp(np.arange(int(len(x) * SR / sr)) * sr / SR, np.arange(len(x)), x).astype(np.float32)
-
-
 def load_audio(path=None) -> np.ndarray:
-    if path:
-        return read_wav(path)
+    if path:  # any WAV or FLAC: nerve's readers and resampler, to the model's 16 kHz mono
+        return nerve.audio.load_audio(path, target_rate=SR)
     if shutil.which("espeak-ng"):
         wav = subprocess.run(["espeak-ng", "--stdout", "Robot, turn left ninety degrees, then stop."],
                              check=True, capture_output=True).stdout
-        speech = read_wav(io.BytesIO(wav))
+        speech = nerve.audio.load_audio(wav, target_rate=SR)
     else:
         t = np.arange(int(1.5 * SR)) / SR
         speech = sum(np.sin(2 * np.pi * f * t) / k for k, f in enumerate((140, 280, 420, 700, 1100), 1))

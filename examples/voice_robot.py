@@ -14,7 +14,7 @@ from nerve.serial import Link
 port, wav = sys.argv[1], sys.argv[2]
 grammar = Grammar.load()                                    # the default robot grammar (docs/COMMANDS.md)
 rec = nerve.asr.Recognizer(words=grammar.words())           # hears only what the robot understands
-rate, blocks = nerve.audio.iter_wav(wav, block_frames=1600)  # 100 ms blocks, as a microphone gives them
+rate, blocks = nerve.audio.iter_audio(wav, block_frames=1600)  # WAV or FLAC, blocks as a microphone gives them
 
 
 def show(d):                                                # each command once it is acknowledged (or not)
