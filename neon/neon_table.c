@@ -29,5 +29,6 @@ const nrv_kernel_variant nrv_variants_neon[] = {
     NEON(NRV_OP_SIGMOID, unary, nrv_sigmoid_neon),
     NEON(NRV_OP_TANH, unary, nrv_tanh_neon),
     NEON(NRV_OP_SOFTMAX, softmax, nrv_softmax_neon),
+    NEON(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_rows_neon),
     {.name = NULL},
 };

@@ -410,7 +410,8 @@ static void conv_dwc_task(void *ctx, int64_t t) {
 }
 
 /* The rows path (nrv_depthwise_channels_fn contract, op "depthwise_rows") applies: a shape it
- * takes, and a vector variant of it (aarch64 has none: its plane kernel is NEON). */
+ * takes, and a vector variant of it (AVX2, AVX-512, NEON: the reference is the definition,
+ * one output at a time, so with it the plane or channel path runs instead). */
 static int dw_use_rows(const nrv_dw_geom *dg) {
     return nrv_dw_rows_fit(dg) && strcmp(nrv_kernel_selected("depthwise_rows"), "ref") != 0;
 }

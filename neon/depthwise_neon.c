@@ -1,0 +1,110 @@
+/* depthwise_neon.c — the op "depthwise_rows" (nrv_depthwise_channels_fn contract, kernels.h)
+ * with 4-lane NEON vectors along each output row: square 3x3, 5x5 and 7x7 kernels, stride 1
+ * or 2, no dilation; the x86 variants' design (x86/depthwise_impl.h), which there replaced a
+ * padded plane per channel (its copy, zeroing and stride-2 phase split cost more than the
+ * taps). A block is R output rows of one vector; its input rows are read once each, top to
+ * bottom, and each row's tap vectors feed every output row whose window holds it. Stride 2
+ * reads its even and odd columns with vld2q (one load splits them). Vectors whose taps reach
+ * outside x are assembled lane by lane with zeros there; rows outside x are zero vectors.
+ *
+ * Arithmetic: a multiply then an add per tap, in order k = ki·kw + kj from the bias, which is
+ * what the reference plane kernel (kernels/depthwise.c, the variant aarch64 runs for
+ * "depthwise") does, so op conv gives the same bits on either path.
+ */
+#include <arm_neon.h>
+
+#include "neon_kernels.h"
+
+#define DWRN_MAX_K 7
+
+/* Columns c .. c+3 of one row of x, 0 outside [0, iw). */
+static inline float32x4_t dwrn_edge4(const float *row, int64_t c, int64_t iw) {
+    float t[4];
+    for (int j = 0; j < 4; j++) t[j] = c + j >= 0 && c + j < iw ? row[c + j] : 0.0f;
+    return vld1q_f32(t);
+}
+
+/* Columns c .. c+7 of one row of x split into even and odd lanes, 0 outside [0, iw). */
+static inline float32x4x2_t dwrn_edge8(const float *row, int64_t c, int64_t iw) {
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = c + j >= 0 && c + j < iw ? row[c + j] : 0.0f;
+    return vld2q_f32(t);
+}
+
+static inline __attribute__((always_inline)) void dwrn_channel(const int K, const int S, const nrv_dw_geom *g,
+                                                               const float *x, const float *w, float bias, float *y) {
+    const int R = K == 3 ? 8 : 4;
+    const int P = (K + 1) / 2; /* stride 2: pairs of 4 columns per input row */
+    const int64_t ih = g->ih, iw = g->iw, oh = g->oh, ow = g->ow;
+    for (int64_t ox0 = 0; ox0 < ow; ox0 += 4) {
+        const int64_t c0 = ox0 * S - g->pw; /* input column of tap 0, output lane 0 */
+        /* every load of this column block inside the row: plain vector loads */
+        const int inside = c0 >= 0 && (S == 1 ? c0 + K + 2 < iw : c0 + 2 * (P - 1) + 7 < iw);
+        for (int64_t oy0 = 0; oy0 < oh; oy0 += R) {
+            float32x4_t acc[8];
+            for (int i = 0; i < R; i++) acc[i] = vdupq_n_f32(bias);
+            const int64_t r0 = oy0 * S - g->ph;
+#pragma GCC unroll 32
+            for (int t = 0; t < (R - 1) * S + K; t++) {
+                const int64_t r = r0 + t;
+                float32x4_t xk[DWRN_MAX_K];
+                if (r >= 0 && r < ih) {
+                    const float *row = x + r * iw;
+                    if (S == 1) {
+#pragma GCC unroll 8
+                        for (int kj = 0; kj < K; kj++)
+                            xk[kj] = inside ? vld1q_f32(row + c0 + kj) : dwrn_edge4(row, c0 + kj, iw);
+                    } else {
+#pragma GCC unroll 8
+                        for (int p = 0; p < P; p++) {
+                            const float32x4x2_t eo = inside ? vld2q_f32(row + c0 + 2 * p) : dwrn_edge8(row, c0 + 2 * p, iw);
+                            xk[2 * p] = eo.val[0];
+                            if (2 * p + 1 < K) xk[2 * p + 1] = eo.val[1];
+                        }
+                    }
+                } else {
+#pragma GCC unroll 8
+                    for (int kj = 0; kj < K; kj++) xk[kj] = vdupq_n_f32(0.0f);
+                }
+#pragma GCC unroll 8
+                for (int i = 0; i < R; i++) {
+                    const int ki = t - i * S;
+                    if (ki < 0 || ki >= K) continue;
+#pragma GCC unroll 8
+                    for (int kj = 0; kj < K; kj++) acc[i] = vaddq_f32(acc[i], vmulq_n_f32(xk[kj], w[ki * K + kj]));
+                }
+            }
+            const int64_t n = ow - ox0 < 4 ? ow - ox0 : 4;
+            for (int i = 0; i < R && oy0 + i < oh; i++) {
+                float *dst = y + (oy0 + i) * ow + ox0;
+                if (n == 4) {
+                    vst1q_f32(dst, acc[i]);
+                } else {
+                    float t4[4];
+                    vst1q_f32(t4, acc[i]);
+                    for (int64_t j = 0; j < n; j++) dst[j] = t4[j];
+                }
+            }
+        }
+    }
+}
+
+#define DWRN(K_, S_) dwrn_channel(K_, S_, g, xc, wc, b, yc)
+void nrv_depthwise_rows_neon(const nrv_dw_geom *g, int64_t c, const float *x, const float *w, const float *bias,
+                             float *y) {
+    const int64_t K = g->kh, S = g->sh, taps = K * K;
+    for (int64_t ch = 0; ch < c; ch++) {
+        const float *xc = x + ch * g->ih * g->iw, *wc = w + ch * taps;
+        const float b = bias ? bias[ch] : 0.0f;
+        float *yc = y + ch * g->oh * g->ow;
+        switch (K * 4 + S) {
+        case 3 * 4 + 1: DWRN(3, 1); break;
+        case 3 * 4 + 2: DWRN(3, 2); break;
+        case 5 * 4 + 1: DWRN(5, 1); break;
+        case 5 * 4 + 2: DWRN(5, 2); break;
+        case 7 * 4 + 1: DWRN(7, 1); break;
+        default: DWRN(7, 2); break;
+        }
+    }
+}
+#undef DWRN
