@@ -94,6 +94,13 @@ _Static_assert((GEMM_KC * GEMM_NC + GEMM_MR * GEMM_KC + VL + 2 * GEMM_LN_ROWS) *
 
 /* ---------------------------------------------------------------- packing */
 
+/* Prefetch the next block of B's rows while packing one (a conv's B is its input planes:
+ * K rows P floats apart, each read NR floats at a time, more streams than the hardware
+ * prefetchers follow). */
+#ifndef GEMM_PREFETCH_B
+#define GEMM_PREFETCH_B 1
+#endif
+
 
 /* bpack[strip][p][jj] = B(pc + p, jc + strip·NR + jj), zero beyond n. */
 static void gemm_pack_b(const nrv_x86_gemm_args *g, int64_t pc, int64_t kc, int64_t jc, int64_t nc, float *bpack) {
@@ -103,7 +110,10 @@ static void gemm_pack_b(const nrv_x86_gemm_args *g, int64_t pc, int64_t kc, int6
         if (!g->trans_b) {
             /* rows of B are contiguous in j: copy NR-wide row pieces */
             const float *src = g->b + pc * g->ldb + jc + js;
+            const int prefetch = GEMM_PREFETCH_B && g->k <= GEMM_KC && jc + js + GEMM_NR < g->n; /* next: jc + NR */
             for (int64_t p = 0; p < kc; p++, src += g->ldb, dst += GEMM_NR) {
+                if (prefetch) /* the same rows' next NR columns, which the next block packs */
+                    for (int64_t l = 0; l < GEMM_NR; l += 16) __builtin_prefetch(src + GEMM_NR + l, 0, 2);
                 for (int64_t v = 0; v < GEMM_NRV; v++) {
                     const int64_t c0 = v * VL;
                     if (cols - c0 >= VL) vstore(dst + c0, vload(src + c0));
