@@ -88,10 +88,30 @@ static uint64_t detect(void) { return 0; }
 const char *nrv_cpu_arch(void) { return "other"; }
 #endif /* __x86_64__ / __aarch64__ */
 
+#if defined(__x86_64__)
+/* cpuid leaf 0's vendor string is "AuthenticAMD" (ebx, edx, ecx). */
+static int detect_amd(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+}
+#else
+static int detect_amd(void) { return 0; }
+#endif
+
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static uint64_t detected;
+static int detected_amd;
 
-static void detect_init(void) { detected = detect(); }
+static void detect_init(void) {
+    detected = detect();
+    detected_amd = detect_amd();
+}
+
+int nrv_cpu_is_amd(void) {
+    pthread_once(&detect_once, detect_init);
+    return detected_amd;
+}
 
 uint64_t nrv_cpu_features(void) {
     pthread_once(&detect_once, detect_init);

@@ -132,9 +132,11 @@ static inline __m128 vhsum4(vf a, vf b, vf c, vf d) {
  * elements (the rest as 0) and never touch memory past them. F16C's conversion is
  * exact for every half, subnormals included (MXCSR.DAZ does not apply to it). */
 static inline vf vload_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+/* (n clamped to [0, 8] for the compiler's sake: it cannot see the callers' n < VL) */
+static inline size_t vpart_count(int64_t n) { return (size_t)(n < 0 ? 0 : (n > 8 ? 8 : n)); }
 static inline vf vload_f16_part(const uint16_t *p, int64_t n) {
     uint16_t tmp[8] = {0};
-    memcpy(tmp, p, (size_t)n * sizeof(uint16_t));
+    memcpy(tmp, p, vpart_count(n) * sizeof(uint16_t));
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp));
 }
 static inline vf vload_i8(const int8_t *p) {
@@ -142,7 +144,7 @@ static inline vf vload_i8(const int8_t *p) {
 }
 static inline vf vload_i8_part(const int8_t *p, int64_t n) {
     int8_t tmp[8] = {0};
-    memcpy(tmp, p, (size_t)n);
+    memcpy(tmp, p, vpart_count(n));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)tmp)));
 }
 
