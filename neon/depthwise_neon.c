@@ -116,22 +116,7 @@ static inline __attribute__((always_inline)) void dwrn_channel(const int K, cons
     }
 }
 
-#define DWRN(K_, S_) dwrn_channel(K_, S_, g, xc, wc, b, yc)
 void nrv_depthwise_rows_neon(const nrv_dw_geom *g, int64_t c, const float *x, const float *w, const float *bias,
                              float *y) {
-    const int64_t K = g->kh, S = g->sh, taps = K * K;
-    for (int64_t ch = 0; ch < c; ch++) {
-        const float *xc = x + ch * g->ih * g->iw, *wc = w + ch * taps;
-        const float b = bias ? bias[ch] : 0.0f;
-        float *yc = y + ch * g->oh * g->ow;
-        switch (K * 4 + S) {
-        case 3 * 4 + 1: DWRN(3, 1); break;
-        case 3 * 4 + 2: DWRN(3, 2); break;
-        case 5 * 4 + 1: DWRN(5, 1); break;
-        case 5 * 4 + 2: DWRN(5, 2); break;
-        case 7 * 4 + 1: DWRN(7, 1); break;
-        default: DWRN(7, 2); break;
-        }
-    }
+    NRV_DW_ROWS_CHANNELS(g, c, x, w, bias, y, dwrn_channel);
 }
-#undef DWRN

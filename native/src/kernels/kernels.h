@@ -250,6 +250,23 @@ static inline int nrv_dw_rows_fit(const nrv_dw_geom *g) {
     return g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) && g->sh == g->sw &&
            (g->sh == 1 || g->sh == 2) && g->dh == 1 && g->dw == 1;
 }
+/* The body of a "depthwise_rows" variant: CHANNEL(K, S, g, x, w, bias, y) once per channel
+ * with its plane, weights, bias and output, and the kernel size K and stride S as constants
+ * (the six shapes nrv_dw_rows_fit takes). */
+#define NRV_DW_ROWS_CHANNELS(g, c, x, w, bias, y, CHANNEL)                                       \
+    for (int64_t ch_ = 0; ch_ < (c); ch_++) {                                                  \
+        const float *xc_ = (x) + ch_ * (g)->ih * (g)->iw, *wc_ = (w) + ch_ * (g)->kh * (g)->kw; \
+        const float b_ = (bias) ? (bias)[ch_] : 0.0f;                                           \
+        float *yc_ = (y) + ch_ * (g)->oh * (g)->ow;                                             \
+        switch ((g)->kh * 4 + (g)->sh) {                                                        \
+        case 3 * 4 + 1: CHANNEL(3, 1, g, xc_, wc_, b_, yc_); break;                             \
+        case 3 * 4 + 2: CHANNEL(3, 2, g, xc_, wc_, b_, yc_); break;                             \
+        case 5 * 4 + 1: CHANNEL(5, 1, g, xc_, wc_, b_, yc_); break;                             \
+        case 5 * 4 + 2: CHANNEL(5, 2, g, xc_, wc_, b_, yc_); break;                             \
+        case 7 * 4 + 1: CHANNEL(7, 1, g, xc_, wc_, b_, yc_); break;                             \
+        default: CHANNEL(7, 2, g, xc_, wc_, b_, yc_); break;                                    \
+        }                                                                                       \
+    }
 /* Floats of a kernel's input tile: one tile row per padded input row of an output row's
  * taps, wp = (ow-1)·sw + (kw-1)·dw + 1 vectors of up to 16 channels each. */
 #define NRV_DW_CH_TILE_FLOATS 6144

@@ -248,22 +248,7 @@ static inline __attribute__((always_inline)) void dwr_channel(const int K, const
     }
 }
 
-#define DWR(K_, S_) dwr_channel(K_, S_, g, xc, wc, b, yc)
 void X86FN(nrv_depthwise_rows)(const nrv_dw_geom *g, int64_t c, const float *x, const float *w, const float *bias,
                                float *y) {
-    const int64_t K = g->kh, S = g->sh, taps = K * K;
-    for (int64_t ch = 0; ch < c; ch++) {
-        const float *xc = x + ch * g->ih * g->iw, *wc = w + ch * taps;
-        const float b = bias ? bias[ch] : 0.0f;
-        float *yc = y + ch * g->oh * g->ow;
-        switch (K * 4 + S) {
-        case 3 * 4 + 1: DWR(3, 1); break;
-        case 3 * 4 + 2: DWR(3, 2); break;
-        case 5 * 4 + 1: DWR(5, 1); break;
-        case 5 * 4 + 2: DWR(5, 2); break;
-        case 7 * 4 + 1: DWR(7, 1); break;
-        default: DWR(7, 2); break;
-        }
-    }
+    NRV_DW_ROWS_CHANNELS(g, c, x, w, bias, y, dwr_channel);
 }
-#undef DWR
