@@ -311,6 +311,23 @@ def _wav_layout(f, n: int, name: str):
     return fmt_info, start, end
 
 
+def _io_error(where: str, path, exc: OSError) -> ModelError:
+    return ModelError(f"{where}: cannot read {os.fspath(path)!r}: {exc.strerror or exc}", code("NRV_ERR_IO"))
+
+
+def _object_bytes(source, where: str) -> bytes:
+    """The contents of a binary file object (refusing text-mode ones)."""
+    data = source.read()
+    if not isinstance(data, (bytes, bytearray)):
+        raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
+                           "(open it in binary mode)")
+    return data
+
+
+def _not_a_source(source, where: str) -> InputError:
+    return _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
+
+
 def _open_wav(source, where: str):
     """(file object, byte count, name) for a path, bytes or binary file object."""
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -321,16 +338,12 @@ def _open_wav(source, where: str):
             f = open(source, "rb")
             size = os.fstat(f.fileno()).st_size
         except OSError as exc:
-            raise ModelError(f"{where}: cannot read {os.fspath(source)!r}: {exc.strerror or exc}",
-                             code("NRV_ERR_IO")) from exc
+            raise _io_error(where, source, exc) from exc
         return f, size, f"{where}: {os.fspath(source)}"
     if hasattr(source, "read"):
-        data = source.read()
-        if not isinstance(data, (bytes, bytearray)):
-            raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
-                               "(open it in binary mode)")
+        data = _object_bytes(source, where)
         return io.BytesIO(data), len(data), f"{where}: {getattr(source, 'name', '<file>')}"
-    raise _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
+    raise _not_a_source(source, where)
 
 
 def _decode_block(raw: bytes, fmt: int, channels: int, block_align: int, name: str) -> np.ndarray:
@@ -409,20 +422,16 @@ class _FlacStream:
                         self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                     data = self._map if size else b""
             except OSError as exc:
-                raise ModelError(f"{where}: cannot read {os.fspath(source)!r}: {exc.strerror or exc}",
-                                 code("NRV_ERR_IO")) from exc
+                raise _io_error(where, source, exc) from exc
             self.name = f"{where}: {os.fspath(source)}"
         elif isinstance(source, (bytes, bytearray, memoryview)):
             data = memoryview(source).cast("B")
             self.name = f"{where}: <bytes>"
         elif hasattr(source, "read"):
-            data = source.read()
-            if not isinstance(data, (bytes, bytearray)):
-                raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
-                                   "(open it in binary mode)")
+            data = _object_bytes(source, where)
             self.name = f"{where}: {getattr(source, 'name', '<file>')}"
         else:
-            raise _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
+            raise _not_a_source(source, where)
         self._data = data
         self._buf = ffi.from_buffer("uint8_t[]", data) if len(data) else ffi.NULL
         out = ffi.new("nrv_flac_t **")
@@ -432,7 +441,6 @@ class _FlacStream:
         check(lib.nrv_flac_info_get(self._ptr, info))
         self.rate = int(info.sample_rate)
         self.channels = int(info.channels)
-        self.bits = int(info.bits_per_sample)
         self.total = int(info.total_frames)  # 0: unknown
         if not 1 <= self.rate <= MAX_RATE:
             self.close()
@@ -455,8 +463,9 @@ class _FlacStream:
 
     def read_all(self) -> np.ndarray:
         parts = []
+        step = min(self.total or 1 << 20, 1 << 22)  # the declared length in one read, if it is sane
         while True:
-            part = self.read(1 << 20)
+            part = self.read(step)
             if not part.size:
                 break
             parts.append(part)
@@ -515,12 +524,11 @@ def _container(source, where: str) -> str:
             with open(source, "rb") as f:
                 head = f.read(4)
         except OSError as exc:
-            raise ModelError(f"{where}: cannot read {os.fspath(source)!r}: {exc.strerror or exc}",
-                             code("NRV_ERR_IO")) from exc
+            raise _io_error(where, source, exc) from exc
     elif isinstance(source, (bytes, bytearray, memoryview)):
         head = bytes(memoryview(source).cast("B")[:4])
     else:
-        raise _input_error(f"{where}: expected a path, bytes or a binary file object, got {type(source).__name__}")
+        raise _not_a_source(source, where)
     if head in (b"RIFF", b"RF64"):
         return "wav"
     if head == b"fLaC" or head[:3] == b"ID3":
@@ -534,11 +542,7 @@ def _readable(source, where: str):
     """A file object's contents as bytes (so it can be sniffed and then decoded); other
     sources as they are."""
     if hasattr(source, "read") and not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        data = source.read()
-        if not isinstance(data, (bytes, bytearray)):
-            raise _input_error(f"{where}: the file object returned {type(data).__name__}, not bytes "
-                               "(open it in binary mode)")
-        return data
+        return _object_bytes(source, where)
     return source
 
 

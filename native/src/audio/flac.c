@@ -18,7 +18,6 @@
 
 #include "internal.h"
 
-#define FLAC_MAX_CHANNELS 8
 #define FLAC_MAX_LPC_ORDER 32
 /* A Rice quotient beyond this is a corrupted stream (no valid residual needs 2^32). */
 #define FLAC_MAX_QUOTIENT (1u << 30)
@@ -144,7 +143,6 @@ static uint16_t crc16_of(const nrv_flac_t *d, const uint8_t *p, size_t n) {
 static inline int64_t asr64(int64_t v, unsigned s) { return v >= 0 ? v >> s : ~(~v >> s); }
 
 typedef struct {
-    const nrv_flac_t *d;
     size_t at;          /* byte offset of the frame */
     uint64_t sample;    /* its first sample number */
 } frame_ctx;
@@ -244,7 +242,7 @@ static const unsigned k_widths[8] = {0, 8, 12, 0, 16, 20, 24, 32};
 
 /* Decodes the frame at d->pos into d->frame. */
 static nrv_status decode_frame(nrv_flac_t *d) {
-    frame_ctx f = {d, d->pos, d->next_sample};
+    frame_ctx f = {d->pos, d->next_sample};
     const uint8_t *p = d->data + d->pos;
     const size_t avail = d->size - d->pos;
     if (avail < 6 || p[0] != 0xFF || (p[1] & 0xFE) != 0xF8) return frame_error(&f, "no frame sync code");
@@ -437,14 +435,14 @@ nrv_status nrv_flac_read(nrv_flac_t *d, int32_t *out, size_t capacity, size_t *f
         if (d->frame_used == d->frame_len) {
             int end = d->ended;
             nrv_status st = end ? NRV_OK : check_end(d, &end);
-            if (st == NRV_OK && end) {
-                d->ended = 1;
-                break;
-            }
-            if (st == NRV_OK) st = decode_frame(d);
+            if (st == NRV_OK && !end) st = decode_frame(d);
             if (st != NRV_OK) {
                 *frames = done; /* what was written before the bad frame stays valid */
                 return st;
+            }
+            if (end) {
+                d->ended = 1;
+                break;
             }
         }
         size_t take = d->frame_len - d->frame_used;

@@ -387,9 +387,8 @@ static void conv_dw_task(void *ctx, int64_t t) {
 
 /* The channel-vector path applies: a narrow output, tiles that hold its rows, and not a
  * scalar reference standing in for a vector plane kernel (aarch64 has no channel variant). */
-static int dw_use_channels(const conv_geom *g, nrv_dw_geom *dg) {
-    *dg = (nrv_dw_geom){g->ih, g->iw, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw};
-    if (g->ow > (g->sw > 1 ? DW_CHANNELS_MAX_OW_STRIDED : DW_CHANNELS_MAX_OW) || !nrv_dw_channels_fit(dg)) return 0;
+static int dw_use_channels(const nrv_dw_geom *dg) {
+    if (dg->ow > (dg->sw > 1 ? DW_CHANNELS_MAX_OW_STRIDED : DW_CHANNELS_MAX_OW) || !nrv_dw_channels_fit(dg)) return 0;
     return strcmp(nrv_kernel_selected("depthwise_channels"), "ref") != 0 ||
            strcmp(nrv_kernel_selected("depthwise"), "ref") == 0;
 }
@@ -434,20 +433,15 @@ static void conv_dwr_task(void *ctx, int64_t t) {
  * CONV_DW_PLANES), up to two per thread. */
 static void conv_depthwise(const conv_geom *g, const nrv_op_args *a, const float *x, const float *w,
                            const float *bias, float *y, int64_t act, float p0, float p1) {
-    nrv_dw_geom dg;
-    const int channels = dw_use_channels(g, &dg);
-    if (dw_use_rows(&dg)) { /* ahead of the channel path too: 960 ch 7x7 88 -> 39 us, 384 ch 28 -> 14 218 -> 49 */
-        const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, g->c);
+    const nrv_dw_geom dg = {g->ih, g->iw, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw};
+    /* rows ahead of the channel path too: 960 ch 7x7 88 -> 39 us, 384 ch 28 -> 14 218 -> 49 */
+    const int rows = dw_use_rows(&dg);
+    if (rows || dw_use_channels(&dg)) {
+        const int64_t units = rows ? g->c : (g->c + 15) / 16; /* channels, or blocks of 16 of them */
+        const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, units);
         conv_dw_job j = {.g = g, .dg = &dg, .x = x, .w = w, .bias = bias, .y = y, .pieces = pieces, .a = a,
                          .act = act, .p0 = p0, .p1 = p1};
-        nrv_parallel_for(a->pool, pieces, conv_dwr_task, &j);
-        return;
-    }
-    if (channels) {
-        const int64_t pieces = nrv_plan_pieces(a->pool, g->c * g->p * g->kdim, 1 << 16, (g->c + 15) / 16);
-        conv_dw_job j = {.g = g, .dg = &dg, .x = x, .w = w, .bias = bias, .y = y, .pieces = pieces, .a = a,
-                         .act = act, .p0 = p0, .p1 = p1};
-        nrv_parallel_for(a->pool, pieces, conv_dwc_task, &j);
+        nrv_parallel_for(a->pool, pieces, rows ? conv_dwr_task : conv_dwc_task, &j);
         return;
     }
     const int64_t plane = dw_plane_floats(g);

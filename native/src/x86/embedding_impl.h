@@ -173,26 +173,30 @@ static inline __attribute__((always_inline)) void emb_gather(int kind, const int
     if (stream) vstream_fence();
 }
 
+/* emb_gather with the prefetch depth of this CPU and row size, each a compile-time constant
+ * in its own copy (a run-time line count measured slower on short rows). */
+static inline __attribute__((always_inline)) void emb_gather_tuned(int kind, const void *table,
+                                                                   const float *row_scales, int64_t dim,
+                                                                   const void *ids, int ids_int64, int64_t n_ids,
+                                                                   float *out) {
+    const uint64_t row_bytes = (uint64_t)dim * (kind == EMB_F32 ? 4 : kind == EMB_F16 ? 2 : 1);
+    if (emb_whole_rows(row_bytes))
+        emb_gather(kind, EMB_PREFETCH_LINES_AMD, table, row_scales, dim, ids, ids_int64, n_ids, out);
+    else
+        emb_gather(kind, EMB_PREFETCH_MAX_LINES, table, row_scales, dim, ids, ids_int64, n_ids, out);
+}
+
 void X86FN(nrv_embedding_f32)(const void *table, const float *row_scales, int64_t dim, const void *ids,
                               int ids_int64, int64_t n_ids, float *out) {
-    if (emb_whole_rows((uint64_t)dim * 4))
-        emb_gather(EMB_F32, EMB_PREFETCH_LINES_AMD, table, row_scales, dim, ids, ids_int64, n_ids, out);
-    else
-        emb_gather(EMB_F32, EMB_PREFETCH_MAX_LINES, table, row_scales, dim, ids, ids_int64, n_ids, out);
+    emb_gather_tuned(EMB_F32, table, row_scales, dim, ids, ids_int64, n_ids, out);
 }
 
 void X86FN(nrv_embedding_f16)(const void *table, const float *row_scales, int64_t dim, const void *ids,
                               int ids_int64, int64_t n_ids, float *out) {
-    if (emb_whole_rows((uint64_t)dim * 2))
-        emb_gather(EMB_F16, EMB_PREFETCH_LINES_AMD, table, row_scales, dim, ids, ids_int64, n_ids, out);
-    else
-        emb_gather(EMB_F16, EMB_PREFETCH_MAX_LINES, table, row_scales, dim, ids, ids_int64, n_ids, out);
+    emb_gather_tuned(EMB_F16, table, row_scales, dim, ids, ids_int64, n_ids, out);
 }
 
 void X86FN(nrv_embedding_q8)(const void *table, const float *row_scales, int64_t dim, const void *ids,
                              int ids_int64, int64_t n_ids, float *out) {
-    if (emb_whole_rows((uint64_t)dim * 1))
-        emb_gather(EMB_Q8, EMB_PREFETCH_LINES_AMD, table, row_scales, dim, ids, ids_int64, n_ids, out);
-    else
-        emb_gather(EMB_Q8, EMB_PREFETCH_MAX_LINES, table, row_scales, dim, ids, ids_int64, n_ids, out);
+    emb_gather_tuned(EMB_Q8, table, row_scales, dim, ids, ids_int64, n_ids, out);
 }

@@ -110,10 +110,10 @@ static void gemm_pack_b(const nrv_x86_gemm_args *g, int64_t pc, int64_t kc, int6
         if (!g->trans_b) {
             /* rows of B are contiguous in j: copy NR-wide row pieces */
             const float *src = g->b + pc * g->ldb + jc + js;
-            const int prefetch = GEMM_PREFETCH_B && g->k <= GEMM_KC && jc + js + GEMM_NR < g->n; /* next: jc + NR */
+            const int prefetch = GEMM_PREFETCH_B && g->k <= GEMM_KC && jc + GEMM_NC + js < g->n;
             for (int64_t p = 0; p < kc; p++, src += g->ldb, dst += GEMM_NR) {
-                if (prefetch) /* the same rows' next NR columns, which the next block packs */
-                    for (int64_t l = 0; l < GEMM_NR; l += 16) __builtin_prefetch(src + GEMM_NR + l, 0, 2);
+                if (prefetch) /* this strip's columns in the next block (NC further), into L2 */
+                    for (int64_t l = 0; l < GEMM_NR; l += 16) __builtin_prefetch(src + GEMM_NC + l, 0, 2);
                 for (int64_t v = 0; v < GEMM_NRV; v++) {
                     const int64_t c0 = v * VL;
                     if (cols - c0 >= VL) vstore(dst + c0, vload(src + c0));
