@@ -40,6 +40,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_SILU] = "silu",
     [NRV_OP_DEPTHWISE_CHANNELS] = "depthwise_channels",
     [NRV_OP_DEPTHWISE_ROWS] = "depthwise_rows",
+    [NRV_OP_MATMUL_INTEGER] = "matmul_integer",
 };
 
 typedef struct op_slot {
@@ -109,6 +110,7 @@ static void init_table(void) {
     add_table(nrv_variants_neon_w8);
     add_table(nrv_variants_neon_f16);
     add_table(nrv_variants_neon_w8a8);
+    add_table(nrv_variants_dotprod_mmi);
     add_table(nrv_variants_dotprod_w4);
     add_table(nrv_variants_neon_w4);
 #endif /* __aarch64__ */

@@ -672,7 +672,7 @@ class Session:
     # op type -> the precision it computes at (memory_report()["layers"])
     _OP_PRECISION = {"linear": "fp32", "layernorm_linear": "fp32", "conv": "fp32", "conv_packed": "fp32", "linear_panels": "fp32", "layernorm_linear_panels": "fp32", "linear_w8": "w8a32",
                      "linear_w8a8": "w8a8", "conv_w8a8": "w8a8", "linear_w4a32": "w4a32", "linear_w4a8": "w4a8", "linear_f16": "fp16",
-                     "gather_q8": "w8 (embedding)"}
+                     "gather_q8": "w8 (embedding)", "matmul_integer": "w8a8 (integer, as the model's)"}
 
     @property
     def inputs(self) -> List[dict]:

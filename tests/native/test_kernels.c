@@ -1117,6 +1117,60 @@ static void test_linear_w8a8(void) {
     }
 }
 
+/* ------------------------------------------------------------------ matmul_integer */
+
+/* The exact integer product through the dispatch table against nrv_matmul_integer_ref: bit
+ * for bit (integers mod 2^32), u8 and s8 rows (flip), a zero point per tensor or per row,
+ * per-column weight zero points or none (wide ones too, so the uint32 wrapping must agree),
+ * an output range [n0, n1) (a thread's share) with everything outside it untouched, and a
+ * canary after y. tests/python/test_contrib_ops.py checks the plan op against onnxruntime. */
+static void test_matmul_integer(void) {
+    lin_case cs[256];
+    const int ncase = lin_cases(cs, 256);
+    const int32_t canary = (int32_t)0x5a5a5a5a;
+    for (int c = 0; c < ncase; c++) {
+        const int64_t rows = cs[c].rows, in = cs[c].in, out = cs[c].out;
+        if (in > NRV_W8A8_MAX_K) continue;
+        const uint8_t flip = c % 2 ? 0x80 : 0;
+        const int per_row = c % 3 == 1, with_zq = c % 4 != 2, wide = c % 7 == 3;
+        const int64_t n0 = c % 5 == 4 ? (out / 2) / 16 * 16 : 0, n1 = c % 5 == 4 ? out - out / 5 : out;
+        uint8_t *a = xalloc((size_t)(rows * in) + 1);
+        int8_t *q = xalloc((size_t)(out * in)), *packed = xalloc((size_t)nrv_linear_w8a8_packed_bytes(out, in));
+        int32_t *za = xalloc((size_t)rows * sizeof(int32_t)), *zq = xalloc((size_t)out * sizeof(int32_t));
+        int32_t *want = xalloc((size_t)(rows * out) * sizeof(int32_t));
+        int32_t *y = xalloc((size_t)(rows * out + 8) * sizeof(int32_t));
+        for (int64_t i = 0; i < rows * in; i++) a[i] = (uint8_t)(nrv_test_u64() % 256u);
+        for (int64_t i = 0; i < out * in; i++) q[i] = (int8_t)((int)(nrv_test_u64() % 256u) - 128);
+        for (int64_t r = 0; r < rows; r++) za[r] = (int32_t)(nrv_test_u64() % 256u);
+        for (int64_t n = 0; n < out; n++)
+            zq[n] = wide ? (int32_t)(uint32_t)nrv_test_u64() : (int32_t)(nrv_test_u64() % 256u) - 128;
+        nrv_linear_w8a8_pack(q, out, in, packed);
+        for (int64_t i = 0; i < rows * out + 8; i++) y[i] = canary;
+        memcpy(want, y, (size_t)(rows * out) * sizeof(int32_t));
+        const int32_t *zqp = with_zq ? zq : NULL;
+        nrv_matmul_integer_ref(a, flip, rows, in, za, per_row, packed, out, n0, n1, zqp, want);
+        nrv_kernel_get(NRV_OP_MATMUL_INTEGER).matmul_integer(a, flip, rows, in, za, per_row, packed, out, n0, n1, zqp,
+                                                             y);
+        int64_t at = 0;
+        while (at < rows * out && y[at] == want[at]) at++;
+        int guards = 1;
+        for (int64_t i = rows * out; i < rows * out + 8; i++) guards &= y[i] == canary;
+        const double err = at < rows * out || !guards ? INFINITY : 0.0;
+        if (at == rows * out) at = 0;
+        record(err, "rows=%lld in=%lld out=%lld [%lld, %lld) flip=%d per_row=%d zq=%d wide=%d at %lld: got %d want "
+               "%d (bit-identical required)%s", (long long)rows, (long long)in, (long long)out, (long long)n0,
+               (long long)n1, flip, per_row, with_zq, wide, (long long)at, (int)y[at], (int)want[at],
+               guards ? "" : " canary overwritten");
+        free(a);
+        free(q);
+        free(packed);
+        free(za);
+        free(zq);
+        free(want);
+        free(y);
+    }
+}
+
 /* ------------------------------------------------------------------ linear_w4a32 / linear_w4a8 */
 
 /* The INT4-weight linears through the dispatch table against their references (variants sum
@@ -1197,6 +1251,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "softmax")) test_softmax();
     else if (!strcmp(op, "linear_w8")) test_linear_w8();
     else if (!strcmp(op, "linear_w8a8")) test_linear_w8a8();
+    else if (!strcmp(op, "matmul_integer")) test_matmul_integer();
     else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();

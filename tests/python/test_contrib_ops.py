@@ -19,7 +19,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import nerve
-from helpers import make_model, op_types, ort_run
+from helpers import forced, make_model, op_types, ort_run, variant_params
 from helpers import onnx_session as session
 
 pytest.importorskip("onnxruntime")
@@ -153,6 +153,123 @@ def test_matmul_integer_and_qlinear_matmul(tmp_path, rng):
     got = session(tmp_path / "q", qm, {}).run({"a": a})["y"]
     diff = np.abs(got.astype(int) - ort_run(qm, {"a": a})["y"].astype(int))
     assert got.dtype == np.uint8 and diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+def _int_ref(a, b, az, bz):
+    """(a − az)·(b − bz) in int64 over the last axis of a: the exact MatMulInteger."""
+    return np.matmul(a.astype(np.int64) - az, b.astype(np.int64) - bz)
+
+
+_ONNX_INT = {np.dtype(np.uint8): T.UINT8, np.dtype(np.int8): T.INT8}
+
+
+@pytest.mark.parametrize("adt,bdt", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8),
+                                     (np.int8, np.uint8)])
+@pytest.mark.parametrize("a_shape,n,zps", [((4, 33), 17, "tensor"), ((1, 1025), 257, "tensor"),
+                                           ((13, 3), 1, "none"), ((2, 5, 97), 13, "row_col"),
+                                           ((97,), 127, "col"), ((7, 4099), 29, "row_col")])
+def test_matmul_integer_exact_op(tmp_path, rng, adt, bdt, a_shape, n, zps):
+    """A constant B runs as op matmul_integer: int32 equal to the exact integer product for
+    u8/s8 A and B, zero points absent, per tensor, per row of A and per column of B, A of
+    rank 1 to 3 and depths whose sums pass 2^24 (an fp32 product could not hold them), and
+    onnxruntime's result where its kernel takes the zero points (not per row of A)."""
+    k = a_shape[-1]
+    info = np.iinfo(adt)
+    a = rng.integers(info.min, info.max + 1, a_shape).astype(adt)
+    b = rng.integers(np.iinfo(bdt).min, np.iinfo(bdt).max + 1, (k, n)).astype(bdt)
+    inits = {"B": b}
+    ins = ["a", "B"]
+    az = bz = np.int64(0)
+    if zps != "none":
+        if zps == "row_col" and len(a_shape) >= 2:
+            az_v = rng.integers(info.min, info.max + 1, a_shape[:-1] + (1,)).astype(adt)
+            az = az_v.astype(np.int64)
+        else:
+            az_v = np.array(rng.integers(info.min, info.max + 1), adt)
+            az = az_v.astype(np.int64)
+        bi = np.iinfo(bdt)
+        bz_v = (rng.integers(bi.min, bi.max + 1, n) if zps in ("row_col", "col") else
+                np.array(rng.integers(bi.min, bi.max + 1))).astype(bdt)
+        bz = bz_v.astype(np.int64)
+        inits.update(az=az_v.reshape(-1) if az_v.ndim else az_v, bz=bz_v)
+        ins += ["az", "bz"]
+    m = make_model([h.make_node("MatMulInteger", ins, ["y"], name="mi")],
+                   [("a", _ONNX_INT[np.dtype(adt)], list(a_shape))], [("y", T.INT32)], inits)
+    sess = session(tmp_path, m, {})
+    assert "matmul_integer" in op_types(sess)
+    got = sess.run({"a": a})["y"]
+    want = _int_ref(a, b, az, bz)
+    assert got.dtype == np.int32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    if zps != "row_col" or len(a_shape) < 2:  # onnxruntime's kernel takes one a_zero_point only
+        np.testing.assert_array_equal(got, ort_run(m, {"a": a})["y"])
+
+
+@pytest.mark.parametrize("variant", variant_params("matmul_integer"))
+@pytest.mark.parametrize("rows", [1, 5, 70])
+def test_matmul_integer_every_variant(tmp_path, rng, variant, rows):
+    """Every variant of the dispatch op through a session: s8 rows and u8 weights with both
+    zero points, at one row (the GEMV path), a few rows and more than two threads' chunks, equal
+    to the exact integers."""
+    k, n = 131, 300  # 5 rows: two threads share the outputs (256 + 44); 70: the rows
+    a = rng.integers(-128, 128, (rows, k)).astype(np.int8)
+    b = rng.integers(0, 256, (k, n)).astype(np.uint8)
+    bz = rng.integers(0, 256, n).astype(np.uint8)
+    m = make_model([h.make_node("MatMulInteger", ["a", "B", "az", "bz"], ["y"], name="mi")],
+                   [("a", T.INT8, [rows, k])], [("y", T.INT32)], {"B": b, "az": np.array(-7, np.int8), "bz": bz})
+    with forced("matmul_integer", variant):
+        got = session(tmp_path, m, {}, threads=2).run({"a": a})["y"]
+    np.testing.assert_array_equal(got, _int_ref(a, b, -7, bz.astype(np.int64)))
+
+
+def test_matmul_integer_keeps_weights_int8_and_checks_zero_points(tmp_path, rng):
+    """The weight is held as one byte per value (plus 4 bytes of column sum per output), and a
+    run-time a_zero_point whose count is neither 1 nor the rows' is refused by name, the
+    output untouched."""
+    k, n = 640, 384
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    m = make_model([h.make_node("MatMulInteger", ["a", "B", "az"], ["y"], name="mi")],
+                   [("a", T.UINT8, ["rows", k]), ("az", T.UINT8, ["z"])], [("y", T.INT32)], {"B": b})
+    sess = session(tmp_path, m, {"rows": 8, "z": 8})
+    assert "matmul_integer" in op_types(sess)
+    assert sess.memory_report()["weight_bytes"] <= k * n + 4 * n + 4096
+    a = rng.integers(0, 256, (5, k)).astype(np.uint8)
+    az = rng.integers(0, 256, 5).astype(np.uint8)
+    np.testing.assert_array_equal(sess.run({"a": a, "az": az})["y"], _int_ref(a, b, az.astype(np.int64)[:, None], 0))
+    with pytest.raises(nerve.NerveError, match="a_zero_point"):
+        sess.run({"a": a, "az": az[:3]})
+
+
+def test_quantize_dynamic_model_matches_onnxruntime_bit_for_bit(tmp_path, rng):
+    """A model quantized by onnxruntime's own quantize_dynamic (DynamicQuantizeLinear ->
+    MatMulInteger -> Cast -> Mul, int8 weights, as Optimum exports them): nerve's outputs equal
+    onnxruntime's bit for bit at 1, 3 and 37 rows, through fused fake_quant (u8 out) and
+    matmul_integer ops, with the weights held at a quarter of fp32's bytes."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    import onnx
+
+    d, f = 96, 200
+    nodes, inits, cur = [], {}, "x"
+    for i in range(2):
+        inits[f"w1_{i}"] = (rng.standard_normal((d, f)) * 0.1).astype(F32)
+        inits[f"w2_{i}"] = (rng.standard_normal((f, d)) * 0.1).astype(F32)
+        nodes += [h.make_node("MatMul", [cur, f"w1_{i}"], [f"h{i}"]), h.make_node("Relu", [f"h{i}"], [f"r{i}"]),
+                  h.make_node("MatMul", [f"r{i}", f"w2_{i}"], [f"o{i}"])]
+        cur = f"o{i}"
+    nodes.append(h.make_node("Identity", [cur], ["y"]))
+    fp32 = make_model(nodes, [("x", T.FLOAT, ["n", d])], [("y", T.FLOAT)], inits)
+    onnx.save(fp32, tmp_path / "fp32.onnx")
+    quantization.quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "q.onnx"),
+                                  weight_type=quantization.QuantType.QInt8)
+    q = onnx.load(tmp_path / "q.onnx")
+    assert "MatMulInteger" in {nd.op_type for nd in q.graph.node}
+    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
+    for rows in (37, 1, 3):
+        x = rng.standard_normal((rows, d)).astype(F32)
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], ort_run(q, {"x": x})["y"])
+    kinds = op_types(sess)
+    assert kinds.count("matmul_integer") == 4 and "fake_quant" in kinds
+    assert sess.memory_report()["weight_bytes"] < 0.3 * sum(v.nbytes for v in inits.values())
 
 
 @pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])

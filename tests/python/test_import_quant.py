@@ -510,16 +510,29 @@ def test_qdq_activation_pair_is_one_fake_quant_pass(tmp_path, rng, dt, zp, scale
     assert np.array_equal(got, want, equal_nan=True)
 
 
-def test_qdq_pair_whose_codes_are_read_is_not_fused(tmp_path, rng):
-    """The quantized codes are also a graph output: the plain ops keep them."""
+@pytest.mark.parametrize("dt,zp", [(np.uint8, 9), (np.int8, -3)])
+def test_qdq_pair_whose_codes_are_read_fuses_only_the_quantize(tmp_path, rng, dt, zp):
+    """The quantized codes are also a graph output: the QuantizeLinear alone becomes a
+    fake_quant with an integer output, bit for bit the unfused ops (ties, saturation, ±inf,
+    NaN) and onnxruntime (finite inputs); the DequantizeLinear stays plain ops on the codes."""
+    s = np.array(0.1, F32)
     nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
-    m = model(nodes, [("x", T.FLOAT, [3, 5])], [("q", T.UINT8), ("y", T.FLOAT)],
-              {"s": np.array(0.1, F32), "z": np.array(9, np.uint8)})
+    m = model(nodes, [("x", T.FLOAT, [13, 5])], [("q", T.UINT8 if dt == np.uint8 else T.INT8), ("y", T.FLOAT)],
+              {"s": s, "z": np.array(zp, dt)})
     sess = session(tmp_path, m, {})
-    assert "fake_quant" not in op_types(sess)
-    x = rng.standard_normal((3, 5)).astype(F32)
+    kinds = op_types(sess)
+    assert kinds.count("fake_quant") == 1 and kinds[0] == "fake_quant" and len(kinds) > 1
+    x = (rng.standard_normal((13, 5)) * 10).astype(F32)
+    x[:8] = (np.arange(-4, 4)[:, None] + 0.5) * s  # ties (x/s within an ulp)
+    x[8, :] = 1e6
+    x[9, :] = -1e6  # saturation
     got, ref = sess.run({"x": x}), ort_run(m, {"x": x}, basic=True)
     assert np.array_equal(got["q"], ref["q"]) and np.array_equal(got["y"], ref["y"])
+    x[10, :4] = [np.inf, -np.inf, np.nan, -0.0]
+    unfused = session(tmp_path, m, {}, fuse=False)
+    assert "fake_quant" not in op_types(unfused)
+    got, want = sess.run({"x": x}), unfused.run({"x": x})
+    assert np.array_equal(got["q"], want["q"]) and np.array_equal(got["y"], want["y"], equal_nan=True)
 
 
 def test_qdq_activation_pair_before_dq_weight(tmp_path, rng):

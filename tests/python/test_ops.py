@@ -28,6 +28,7 @@ COVERED_OPS = {
     "depthwise_channels",  # every variant: test_depthwise_conv_channel_vectors below, natively test_kernels.c
     "depthwise_rows",  # every variant: test_depthwise_conv_rows below, natively test_kernels.c
     "hard_swish", "silu",  # every variant: test_hard_swish_and_silu below (through sessions), natively test_kernels.c
+    "matmul_integer",  # every variant: test_contrib_ops.py::test_matmul_integer_every_variant, natively test_kernels.c
 }
 
 

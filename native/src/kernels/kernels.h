@@ -94,6 +94,26 @@ static inline void nrv_w8a8_row_scale(float amax, float *inv, float *sx) {
 /* Packs q [out, in] (row-major int8) into packed (nrv_linear_w8a8_packed_bytes bytes). */
 void nrv_linear_w8a8_pack(const int8_t *q, int64_t out, int64_t in, int8_t *packed);
 
+/* matmul_integer: ONNX MatMulInteger on a constant int8 weight, exact (docs/ARCHITECTURE.md,
+ * "Integer products"; kernels/matmul_integer.c):
+ *   y[r, n] = Σ_k (a[r, k] − za[r])·(q[n, k] − zq[n])   in int32, wrapping mod 2^32
+ * for outputs n in [n0, n1) (n0 a multiple of 16), rows of a [rows, in] u8, row stride in.
+ * `flip` is 0 for u8 rows, 0x80 for s8 rows (their bytes xor 0x80 are the u8 values + 128;
+ * the caller passes za + 128 then). q [out, in] is packed as for linear_w8a8 (its colsum is
+ * used); za is one value (za_stride 0) or one per row (1); zq [out] or NULL (all 0). y is
+ * [rows, out] (row stride out). Every variant computes
+ *   Σ_k a·q − za·colsum[n] − zq[n]·Σ_k a + in·za·zq[n]
+ * in uint32 arithmetic: the same bits as the exact integer (mod 2^32), whatever the order,
+ * so all variants and onnxruntime agree bit for bit. in <= NRV_W8A8_MAX_K. */
+typedef void (*nrv_matmul_integer_fn)(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
+                                      int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
+                                      const int32_t *zq, int32_t *y);
+/* The epilogue every variant applies to acc = Σ_k a·q (uint32 arithmetic, no overflow UB). */
+static inline int32_t nrv_matmul_integer_finish(uint32_t acc, uint32_t za, int32_t colsum, uint32_t zq, uint32_t asum,
+                                                int64_t in) {
+    return (int32_t)(acc - za * (uint32_t)colsum - zq * asum + (uint32_t)in * za * zq);
+}
+
 /* linear_w4a32 / linear_w4a8: y[r, o] (row stride ldy) = Σ_g scale[o, g]·D[r, o, g] + b[o]
  * for a W4 weight (nerve.h nrv_w4_weight, either layout; checked), where
  *  - w4a32: D = Σ_{k in g} x[r, k]·(q[o, k] - zero[o, g]) in fp32;
@@ -307,6 +327,7 @@ typedef enum nrv_op {
     NRV_OP_SILU,
     NRV_OP_DEPTHWISE_CHANNELS,
     NRV_OP_DEPTHWISE_ROWS,
+    NRV_OP_MATMUL_INTEGER,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -323,6 +344,7 @@ typedef union nrv_kernel_fn {
     nrv_softmax_fn softmax;
     nrv_linear_w8_fn linear_w8;
     nrv_linear_w8a8_fn linear_w8a8;
+    nrv_matmul_integer_fn matmul_integer;
     nrv_linear_w4_fn linear_w4;
     nrv_linear_f16_fn linear_f16;
     nrv_depthwise_fn depthwise;
@@ -371,6 +393,13 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+/* matmul_integer (native/src/x86/matmul_integer_vnni.c, matmul_integer_avx2.c) */
+void nrv_matmul_integer_vnni(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
+                             int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
+                             const int32_t *zq, int32_t *y);
+void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
+                             int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
+                             const int32_t *zq, int32_t *y);
 /* linear_f16 (native/src/x86/linear_f16_avx2.c / linear_f16_avx512.c: the linear_w8 template) */
 void nrv_linear_f16_avx2(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                          float *y, int64_t ldy);
@@ -391,6 +420,11 @@ void nrv_linear_w4a8_avx2(const float *x, int64_t rows, const nrv_w4_weight *w, 
 extern const nrv_kernel_variant nrv_variants_neon_w8a8[];
 void nrv_linear_w8a8_neon(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+/* matmul_integer (neon/matmul_integer_dotprod.c; one-entry table added by dispatch.c) */
+extern const nrv_kernel_variant nrv_variants_dotprod_mmi[];
+void nrv_matmul_integer_dotprod(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
+                                int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
+                                const int32_t *zq, int32_t *y);
 extern const nrv_kernel_variant nrv_variants_neon_w8[];
 void nrv_linear_w8_neon(const float *x, int64_t rows, int64_t in, const int8_t *q, const float *s, const float *z,
                         int64_t sz_stride, const float *b, int64_t out, float *y);
@@ -468,6 +502,9 @@ void nrv_depthwise_channels_ref(const nrv_dw_geom *g, int64_t c, const float *x,
                                 float *y);
 void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                         float *y, int64_t ldy);
+void nrv_matmul_integer_ref(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
+                            int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
+                            const int32_t *zq, int32_t *y);
 /* Quantises row x (n floats) to int8 as linear_w8a8 does; returns sx. */
 float nrv_w8a8_quantise_row_ref(const float *x, int64_t n, int8_t *xq);
 

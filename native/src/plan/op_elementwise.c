@@ -472,7 +472,8 @@ static nrv_status run_binary(const nrv_op_args *a) {
  *   q = round_half_even(x / s) + zq, saturated to [lo, hi] as Cast does (truncation; NaN -> 0)
  *   y = ((float)q - zd) · sd
  *   in[0] x f32; in[1] s, in[2] zq (optional), in[3] zd (optional), in[4] sd (optional): f32
- *   with one element each (absent: 0, 0, 1); out[0] y f32 shaped as x.
+ *   with one element each (absent: 0, 0, 1); out[0] y f32 shaped as x — or y u8/i8 (the
+ *   integer type of the range): q itself, a QuantizeLinear alone (then no zd, sd).
  *   iattr [lo, hi]: the integer type's range, (0, 255) or (-128, 127).
  * The rounding adds and subtracts 1.5·2^23 (exact half-to-even for |v| <= 2^22, as
  * nearbyintf in the default mode); x / s is first clamped to ±2^22, beyond which every value
@@ -486,8 +487,9 @@ static inline fq_v4f fq_select(fq_v4i mask, fq_v4f a, fq_v4f b) {
 
 static inline fq_v4f fq_splat(float v) { return (fq_v4f){v, v, v, v}; }
 
-/* Four lanes of fake_quant (ISO C: no contraction or reassociation of the steps). */
-static inline fq_v4f fake_quant4(fq_v4f x, float s, float zq, float zd, float sd, float below, float lo, float hi) {
+/* Four lanes of q, the quantized integers as floats (ISO C: no contraction or reassociation
+ * of the steps). */
+static inline fq_v4f quant4(fq_v4f x, float s, float zq, float below, float lo, float hi) {
     const fq_v4f big = fq_splat(0x1p22f), nbig = fq_splat(-0x1p22f), magic = fq_splat(0x1.8p23f);
     fq_v4f v = x / fq_splat(s);
     v = fq_select(v < nbig, nbig, fq_select(v > big, big, v)); /* NaN stays NaN */
@@ -496,8 +498,12 @@ static inline fq_v4f fake_quant4(fq_v4f x, float s, float zq, float zd, float sd
     /* Cast: truncate toward zero, saturate, NaN -> 0 (uint8: everything truncating below 0) */
     fq_v4f t = fq_select(v > fq_splat(below), v, fq_select(v == v, fq_splat(lo), fq_splat(0.0f)));
     t = fq_select(t < fq_splat(hi), t, fq_splat(hi));
-    const fq_v4f q = __builtin_convertvector(__builtin_convertvector(t, fq_v4i), fq_v4f);
-    return (q - fq_splat(zd)) * fq_splat(sd);
+    return __builtin_convertvector(__builtin_convertvector(t, fq_v4i), fq_v4f);
+}
+
+/* Four lanes of fake_quant: q dequantized again. */
+static inline fq_v4f fake_quant4(fq_v4f x, float s, float zq, float zd, float sd, float below, float lo, float hi) {
+    return (quant4(x, s, zq, below, lo, hi) - fq_splat(zd)) * fq_splat(sd);
 }
 
 static nrv_status run_fake_quant(const nrv_op_args *a) {
@@ -507,8 +513,8 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
     NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
+    const int to_int = y->dtype != NRV_F32; /* q itself: the integer type of the range */
     static const char *const names[] = {"x", "scale", "zero point", "dequantizing zero point", "dequantizing scale"};
     float p[5] = {0.0f, 1.0f, 0.0f, 0.0f, 1.0f};
     for (int i = 1; i < a->n_in; i++) {
@@ -524,9 +530,34 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
     if (!((lo == 0 && hi == 255) || (lo == -128 && hi == 127)))
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "range [%lld, %lld] is neither uint8's nor int8's", (long long)lo,
                            (long long)hi);
+    if (to_int) {
+        if (y->dtype != (lo == 0 ? NRV_U8 : NRV_I8))
+            return nrv_op_fail(a, NRV_ERR_DTYPE, "y is %s, expected %s (the range's type) or f32",
+                               nrv_dtype_str(y->dtype), lo == 0 ? "u8" : "i8");
+        if (a->n_in > 3 && (a->in[3] || (a->n_in > 4 && a->in[4])))
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "an integer y takes no dequantizing zero point or scale");
+    }
     const float s = p[1], zq = p[2], zd = p[3], sd = p[4];
     const float below = lo == 0 ? -1.0f : -128.0f;
     const float *xs = x->data;
+    if (to_int) { /* q through an int32 block: the narrowing loop vectorises (a per-lane one did not) */
+        uint8_t *yb = y->data;
+        for (int64_t i = 0; i < x->numel; i += 64) {
+            int32_t q[64];
+            const int64_t m = x->numel - i < 64 ? x->numel - i : 64;
+            int64_t j = 0;
+            for (; j + 4 <= m; j += 4) {
+                fq_v4f v;
+                memcpy(&v, xs + i + j, sizeof v);
+                const fq_v4i qi = __builtin_convertvector(quant4(v, s, zq, below, (float)lo, (float)hi), fq_v4i);
+                memcpy(q + j, &qi, sizeof qi);
+            }
+            for (; j < m; j++)
+                q[j] = (int32_t)quant4((fq_v4f){xs[i + j], 0.0f, 0.0f, 0.0f}, s, zq, below, (float)lo, (float)hi)[0];
+            for (j = 0; j < m; j++) yb[i + j] = (uint8_t)q[j]; /* two's complement: an int8 q's byte too */
+        }
+        return NRV_OK;
+    }
     float *ys = y->data;
     int64_t i = 0;
     for (; i + 4 <= x->numel; i += 4) { /* 4 lanes (SSE2 / NEON), each the scalar steps below */

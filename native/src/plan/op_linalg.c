@@ -1,4 +1,5 @@
 /* op_linalg.c — plan ops of the linalg family: matmul, linear, linear_w8, linear_w8a8 (+ pack_w8a8),
+ * matmul_integer,
  * linear_w4a32 / linear_w4a8, linear_f16,
  * layernorm_linear, linear_panels, attention, gemm
  * (contract: plan_ops.h).
@@ -684,6 +685,105 @@ static nrv_status run_pack_w8a8(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ------------------------------------------------------------------ matmul_integer */
+
+/* Threads: rows in chunks of MI_TASK_ROWS, or, for fewer rows than two chunks, the outputs in
+ * runs of MI_TASK_OUT (multiples of 16, as the kernel's n0 must be). Integer sums are exact,
+ * so no split changes a bit. */
+#define MI_TASK_ROWS 32
+#define MI_TASK_OUT 256
+
+typedef struct matmul_integer_job {
+    const uint8_t *a;
+    const void *za; /* a's dtype, za_n values (0: none) */
+    const int32_t *zq;
+    const int8_t *packed;
+    int32_t *y;
+    int64_t rows, k, n, za_n, by_out;
+    uint8_t flip;
+} matmul_integer_job;
+
+/* Rows [r0, r0 + nr) of a task, nr <= 2·MI_TASK_ROWS: the kernel's int32 zero points (an s8
+ * a's + 128, as its bytes enter the kernel flipped). */
+static nrv_matmul_integer_fn mi_run(const matmul_integer_job *j, int64_t r0, int64_t nr, int32_t *za,
+                                    int64_t *za_stride) {
+    const int64_t m = j->za_n > 1 ? nr : 1;
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t at = j->za_n > 1 ? r0 + i : 0;
+        za[i] = !j->za_n ? 0 : j->flip ? (int32_t)((const int8_t *)j->za)[at] : (int32_t)((const uint8_t *)j->za)[at];
+        if (j->flip) za[i] += 128;
+    }
+    *za_stride = j->za_n > 1;
+    return nrv_kernel_get(NRV_OP_MATMUL_INTEGER).matmul_integer;
+}
+
+static void matmul_integer_task(void *ctx, int64_t t) {
+    const matmul_integer_job *j = ctx;
+    int32_t za[2 * MI_TASK_ROWS];
+    int64_t zs;
+    if (j->by_out) { /* rows < 2·MI_TASK_ROWS */
+        const int64_t n0 = t * MI_TASK_OUT, n1 = j->n - n0 < MI_TASK_OUT ? j->n : n0 + MI_TASK_OUT;
+        mi_run(j, 0, j->rows, za, &zs)(j->a, j->flip, j->rows, j->k, za, zs, j->packed, j->n, n0, n1, j->zq, j->y);
+        return;
+    }
+    const int64_t r0 = t * MI_TASK_ROWS, nr = j->rows - r0 < MI_TASK_ROWS ? j->rows - r0 : MI_TASK_ROWS;
+    mi_run(j, r0, nr, za, &zs)(j->a + r0 * j->k, j->flip, nr, j->k, za, zs, j->packed, j->n, 0, j->n, j->zq,
+                               j->y + r0 * j->n);
+}
+
+/* "matmul_integer": ONNX MatMulInteger with a constant weight, exact in int32 (kernels.h
+ * nrv_matmul_integer_fn): y[r, n] = Σ_k (a[r, k] − za[r])·(q[n, k] − zq[n]).
+ *   in[0] a [..., K] u8 or i8 (rank >= 1); in[1] packed i8 [P], P =
+ *   nrv_linear_w8a8_packed_bytes(N, K) (q [N, K] int8 as op "pack_w8a8" writes it; a u8
+ *   weight is imported as q − 128 with its zero point − 128); in[2] za, a's dtype, one value
+ *   or one per row (numel 1 or rows), optional (absent: 0); in[3] zq i32 [N], optional
+ *   (absent: 0); out[0] y [..., N] i32, same rank and leading dims as a.
+ *   iattr [N, K] (K <= NRV_W8A8_MAX_K). No scratch. K == 0 gives y = 0. */
+static nrv_status run_matmul_integer(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 4, 1, 2, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "a"));
+    NRV_TRY(nrv_op_check_in(a, 1, "packed weight"));
+    const nrv_tview *x = a->in[0], *pk = a->in[1], *zav = a->n_in > 2 ? a->in[2] : NULL,
+                    *zqv = a->n_in > 3 ? a->in[3] : NULL;
+    nrv_tview *y = a->out[0];
+    const int64_t N = a->iattr[0], K = a->iattr[1];
+    NRV_TRY(w8a8_dims(a, N, K));
+    if (x->dtype != NRV_U8 && x->dtype != NRV_I8)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "a is %s, expected u8 or i8", nrv_dtype_str(x->dtype));
+    NRV_TRY(nrv_op_expect_dtype(a, pk, "packed weight", NRV_I8));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_I32));
+    NRV_TRY(check_rank(a, x, "a", 1, NRV_PLAN_MAX_RANK));
+    NRV_TRY(check_rank(a, pk, "packed weight", 1, 1));
+    NRV_TRY(check_dim(a, x, "a", x->rank - 1, K));
+    NRV_TRY(check_dim(a, pk, "packed weight", 0, nrv_linear_w8a8_packed_bytes(N, K)));
+    NRV_TRY(check_rows_out(a, x, y, N));
+    const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
+    if (zav) {
+        NRV_TRY(nrv_op_check_in(a, 2, "a_zero_point"));
+        NRV_TRY(nrv_op_expect_dtype(a, zav, "a_zero_point", x->dtype));
+        if (zav->numel != 1 && zav->numel != rows)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "a_zero_point has %lld values, expected 1 or one per row (%lld)",
+                               (long long)zav->numel, (long long)rows);
+    }
+    if (zqv) {
+        NRV_TRY(nrv_op_check_in(a, 3, "b_zero_point"));
+        NRV_TRY(nrv_op_expect_dtype(a, zqv, "b_zero_point", NRV_I32));
+        NRV_TRY(check_rank(a, zqv, "b_zero_point", 1, 1));
+        NRV_TRY(check_dim(a, zqv, "b_zero_point", 0, N));
+    }
+    if (rows == 0 || N == 0) return NRV_OK;
+    if (K == 0) {
+        memset(y->data, 0, (size_t)(rows * N) * sizeof(int32_t));
+        return NRV_OK;
+    }
+    const int by_out = rows < 2 * MI_TASK_ROWS;
+    matmul_integer_job j = {x->data, zav ? zav->data : NULL, zqv ? zqv->data : NULL, pk->data, y->data, rows, K,
+                            N, zav ? zav->numel : 0, by_out, x->dtype == NRV_I8 ? 0x80 : 0};
+    const int64_t tasks = by_out ? (N + MI_TASK_OUT - 1) / MI_TASK_OUT : (rows + MI_TASK_ROWS - 1) / MI_TASK_ROWS;
+    nrv_parallel_for(rows * K * N >= LINEAR_PARALLEL_MIN_MACS ? a->pool : NULL, tasks, matmul_integer_task, &j);
+    return NRV_OK;
+}
+
 /* ------------------------------------------------------------------ linear_w4a32 / linear_w4a8 */
 
 /* Rows at or below this go straight through the W4 kernel (a pass over the packed weight per
@@ -1048,6 +1148,7 @@ const nrv_op_def nrv_plan_ops_linalg[] = {
     {"linear_w8", run_linear_w8, "linear_w8"},
     {"linear_w8a8", run_linear_w8a8, "linear_w8a8"},
     {"pack_w8a8", run_pack_w8a8, NULL},
+    {"matmul_integer", run_matmul_integer, "matmul_integer"},
     {"linear_w4a32", run_linear_w4, "linear_w4a32"},
     {"linear_w4a8", run_linear_w4, "linear_w4a8"},
     {"linear_f16", run_linear_f16, "linear_f16"},

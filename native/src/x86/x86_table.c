@@ -93,6 +93,10 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     {.op = NRV_OP_LINEAR_W8A8, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,
      .fn.linear_w8a8 = nrv_linear_w8a8_vnni},
     AVX2(NRV_OP_LINEAR_W8A8, linear_w8a8, nrv_linear_w8a8_avx2),
+    /* matmul_integer: vpdpbusd is the u8 x s8 product itself; avx2 widens to 16 bits */
+    {.op = NRV_OP_MATMUL_INTEGER, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,
+     .fn.matmul_integer = nrv_matmul_integer_vnni},
+    AVX2(NRV_OP_MATMUL_INTEGER, matmul_integer, nrv_matmul_integer_avx2),
     /* linear_w4a32 / linear_w4a8 */
     AVX512(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_avx512),
     {.op = NRV_OP_LINEAR_W4A8, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,

@@ -483,16 +483,62 @@ def _dynamic_quantize_matmul(ctx: NodeCtx, ins):
 @handler("MatMulInteger")
 def _matmul_integer(ctx: NodeCtx, ins):
     """int32 Y = (A − a_zp) · (B − b_zp), per-tensor or per-row a_zp, per-tensor or per-column
-    b_zp. Products in fp32: exact while every partial sum stays below 2^24 in magnitude,
-    otherwise within fp32 rounding of the int32 result (the usual consumer scales it to float)."""
+    b_zp. A constant 2-D B (what onnxruntime's quantize_dynamic and Optimum export) runs as
+    the exact integer op ``matmul_integer`` (u8/s8 rows x int8 weight, int32 sums: onnxruntime's
+    integers bit for bit; the weight stays one byte per value). Otherwise the product runs in
+    fp32 on the exact integers: exact while every partial sum stays below 2^24 in magnitude,
+    else within fp32 rounding of the int32 result (the usual consumer scales it to float)."""
     a, w = ins[0], ins[1]
     a_zp, w_zp = _opt(ins, 2), _opt(ins, 3)
-    one = ctx.b.const(np.array(1.0, F32))
     if a.dtype not in (np.int8, np.uint8):
         raise ctx.fail(f"A of {a.dtype} is not supported (int8, uint8)")
+    exact = _matmul_integer_exact(ctx, a, w, a_zp, w_zp)
+    if exact is not None:
+        return [exact]
+    one = ctx.b.const(np.array(1.0, F32))
     x = _dequantize_runtime(ctx, a, one, a_zp, max(a.rank - 2, 0), ctx.b.fresh(ctx.name + ".a"))
     y = _product(ctx, x, w, one, w_zp, None, ctx.b.fresh(ctx.name))
     return ctx.b.emit("cast", [y], [spec(ctx.out_name(), np.int32, y.shape)], name=ctx.name)
+
+
+W8A8_MAX_K = 16384  # kernels.h NRV_W8A8_MAX_K (the packed int8 weight's depth limit)
+
+
+def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value], w_zp: Optional[Value]):
+    """MatMulInteger as op ``matmul_integer`` when B is a constant [K, N] int8/uint8 matrix
+    with a constant per-tensor or per-column zero point, K <= W8A8_MAX_K and A is not a
+    scalar; None otherwise. B is stored as q [N, K] int8 packed as linear_w8a8's weight
+    (uint8 codes as u − 128 with the zero point − 128: the same integers u − zp)."""
+    from .passes import _pack_w8a8  # the packed layout is written by the C op, once
+
+    if w.const is None or w.rank != 2 or w.dtype not in (np.int8, np.uint8) or a.rank < 1:
+        return None
+    if w_zp is not None and (w_zp.const is None or w_zp.dtype != w.dtype):
+        return None
+    k, n = (int(d) for d in w.const.shape)
+    if k > W8A8_MAX_K or k == 0 or n == 0:
+        return None
+    if S.is_static(a.shape[-1]) and int(a.shape[-1]) != k:
+        raise ctx.fail(f"inner dimensions differ: A has {a.shape[-1]}, B has {k}")
+    if a_zp is not None and a_zp.dtype != a.dtype:
+        raise ctx.fail(f"a_zero_point of {a_zp.dtype} does not match A of {a.dtype}")
+    zq = np.zeros(n, np.int64)
+    if w_zp is not None:
+        z = w_zp.const.astype(np.int64).reshape(-1)
+        if z.size not in (1, n):
+            raise ctx.fail(f"b_zero_point of shape {list(w_zp.shape)} is neither per tensor nor per column ({n})")
+        zq = np.broadcast_to(z, (n,)).copy()
+    q = w.const.astype(np.int64).T
+    if w.dtype == np.uint8:
+        q, zq = q - 128, zq - 128
+    packed = _pack_w8a8(np.ascontiguousarray(q.astype(np.int8)))
+    pv = ctx.b.const(packed, ctx.b.fresh(ctx.name + ".B.packed"))
+    zv = ctx.b.const(zq.astype(np.int32), ctx.b.fresh(ctx.name + ".B.zero")) if np.any(zq) else None
+    a2 = ctx.b.alias(a, [1, k], ctx.b.fresh(ctx.name)) if a.rank == 1 else a
+    shape = list(a2.shape[:-1]) + [n]
+    y = ctx.b.emit("matmul_integer", [a2, pv, a_zp, zv], [spec(ctx.b.fresh(ctx.name), np.int32, shape)],
+                   iattr=[n, k], name=ctx.name)[0]
+    return ctx.b.alias(y, list(a.shape[:-1]) + [n], ctx.out_name())
 
 
 @handler("ConvInteger")

@@ -409,7 +409,9 @@ def fuse_fake_quant(prog: Program) -> bool:
     scalars throughout -> one ``fake_quant`` op (op_elementwise.c), the same float steps in
     one pass. It is a QuantizeLinear then DequantizeLinear of activations (QDQ models), or a
     DynamicQuantizeLinear into ConvInteger's dequantised input: seven passes over the tensor
-    each (ddddocr's int8 OCR: 130 us a conv around a 34 us conv)."""
+    each (ddddocr's int8 OCR: 130 us a conv around a 34 us conv). A chain whose integer Cast
+    is read by anything but a float Cast ends there: ``fake_quant`` with the integer output
+    (a QuantizeLinear alone, as DynamicQuantizeLinear feeds MatMulInteger)."""
     uses = _Uses(prog)
     changed = False
     for div in list(prog.ops):
@@ -430,11 +432,11 @@ def fuse_fake_quant(prog: Program) -> bool:
             continue
         lo, hi = (0, 255) if node.outputs[0].dtype == np.uint8 else (-128, 127)
         chain.append(node)
-        node = uses.only_reader(node.outputs[0])
-        if not _is(node, "cast") or node.outputs[0].dtype != np.float32:
-            continue
-        chain.append(node)
-        for slot, code in ((2, _SUB), (3, _MUL)):
+        nxt = uses.only_reader(node.outputs[0])
+        if _is(nxt, "cast") and nxt.outputs[0].dtype == np.float32:
+            node = nxt
+            chain.append(node)
+        for slot, code in ((2, _SUB), (3, _MUL)) if node.outputs[0].dtype == np.float32 else ():
             nxt = uses.only_reader(node.outputs[0])
             if _is(nxt, "binary", code) and nxt.inputs[0] is node.outputs[0] and _one_f32(nxt.inputs[1]) \
                     and list(nxt.outputs[0].shape) == list(node.outputs[0].shape):
