@@ -180,10 +180,10 @@ def _copies(nbytes: int, llc: int, cold: bool) -> int:
 
 
 def _nerve_w8_sessions(q: np.ndarray, s: np.ndarray, n_copies: int, bound: int, tmp: str,
-                       precision: str) -> Tuple[List, List]:
-    """n_copies nerve.Sessions (at precision, rows up to bound) of the W8 model; copy i has
-    its output columns rotated by i (distinct bytes: nerve's weight store shares equal ones).
-    Returns (sessions, their op lists)."""
+                       precision: str, make_model=None) -> Tuple[List, List]:
+    """n_copies nerve.Sessions (at precision, rows up to bound) of the W8 model (or
+    make_model(qt, s)'s); copy i has its output columns rotated by i (distinct bytes: nerve's
+    weight store shares equal ones). Returns (sessions, their op lists)."""
     import onnx
 
     from .session import Session
@@ -192,7 +192,7 @@ def _nerve_w8_sessions(q: np.ndarray, s: np.ndarray, n_copies: int, bound: int, 
     for i in range(n_copies):
         qi, si = (q, s) if i == 0 else (np.roll(q, i, axis=0), np.roll(s, i))
         path = os.path.join(tmp, f"w8_{bound}_{i}.onnx")
-        onnx.save(_w8_model(np.ascontiguousarray(qi.T), si), path)
+        onnx.save((make_model or _w8_model)(np.ascontiguousarray(qi.T), si), path)
         sess = Session(path, precision=precision, dims={"rows": bound}, cache=False)
         os.unlink(path)
         sessions.append(sess)
@@ -271,6 +271,12 @@ def _build_engines(W: np.ndarray, batches: Sequence[int], llc: int, cold: bool, 
         data = _matmulinteger_model(qt, s8).SerializeToString()
         engines.append(_Engine("ORT MatMulInteger", "onnxruntime", "w8a8",
                                [_ort_session(ort, data) for _ in range(c8)], w8_bytes, "w8", COS_INT8))
+        # the same quantize_dynamic graph through nerve (op matmul_integer: onnxruntime's integers)
+        sessions, op_lists = _nerve_w8_sessions(q8, s8, c8, max(batches), tmp, "fp32", _matmulinteger_model)
+        engines.append(_Engine("nerve MatMulInteger", "nerve", "w8a8 (MatMulInteger)", [lambda x, s=s: s.run({"x": x})["y"]
+                                                                          for s in sessions],
+                               w8_bytes, "w8", COS_INT8, plan_ops=op_lists[0], rows_bound=max(batches),
+                               activations="int8"))
         # nerve's W8 model as it is; onnxruntime folds Cast and Mul into an fp32 weight
         data = _w8_model(qt, s8).SerializeToString()
         engines.append(_Engine("ORT w8 model (folded fp32)", "onnxruntime", "fp32 (folded)",
@@ -286,7 +292,8 @@ def _build_engines(W: np.ndarray, batches: Sequence[int], llc: int, cold: bool, 
             for acc in (0, 4):
                 if f"ORT MatMulNBits acc{acc}" in by_name:
                     e.peers[f"acc{acc}"] = f"ORT MatMulNBits acc{acc}"
-        elif e.runtime == "nerve" and e.scheme in ("w8", "w8a8") and "ORT MatMulInteger" in by_name:
+        elif e.runtime == "nerve" and e.scheme in ("w8", "w8a8", "w8a8 (MatMulInteger)") \
+                and "ORT MatMulInteger" in by_name:
             e.peers["MMInt"] = "ORT MatMulInteger"
     return engines, weights
 

@@ -76,8 +76,12 @@ def test_onnxruntime_peers(result):
     for r in nerve_w4_rows(result):
         assert set(r["vs_peers"]) == {"acc0", "acc4"} and all(v > 0 for v in r["vs_peers"].values())
     for r in result["rows"]:
-        if r["runtime"] == "nerve" and r["scheme"] in ("w8", "w8a8"):
+        if r["runtime"] == "nerve" and r["scheme"] in ("w8", "w8a8", "w8a8 (MatMulInteger)"):
             assert set(r["vs_peers"]) == {"MMInt"}
+    # onnxruntime's quantize_dynamic graph through nerve: the exact integer op, every batch
+    same = [r for r in result["rows"] if r["engine"] == "nerve MatMulInteger"]
+    assert sorted(r["batch"] for r in same) == sorted(bq.BATCHES)
+    assert all("matmul_integer" in [t for t, _ in r["plan_ops"]] for r in same)
 
 
 def test_format_report_headlines(result):
