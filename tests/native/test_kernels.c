@@ -1117,6 +1117,50 @@ static void test_linear_w8a8(void) {
     }
 }
 
+/* ------------------------------------------------------------------ quantize */
+
+/* The quantize pass (plan op fake_quant) through the dispatch table against
+ * nrv_quantize_ref, bit for bit: both integer ranges, float and byte outputs, awkward
+ * lengths, values at exact ties of x / s, beyond saturation, ±inf, NaN and -0, and a canary
+ * after y. */
+static void test_quantize(void) {
+    static const int64_t lens[] = {1, 3, 13, 63, 64, 65, 97, 257, 1025};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int kind = 0; kind < 4; kind++) {
+            const int64_t n = lens[li];
+            const int is_s8 = kind & 1, to_int = kind >> 1;
+            const nrv_quant_params p = {0.037f + 0.01f * (float)li, is_s8 ? -3.0f : 128.0f, is_s8 ? 1.0f : 120.0f,
+                                        0.037f, is_s8 ? -128 : 0, is_s8 ? 127 : 255, to_int};
+            float *x = xalloc((size_t)n * sizeof(float));
+            nrv_test_fill(x, n, -12.0f, 12.0f);
+            for (int64_t i = 0; i < n; i++) {
+                const uint64_t r = nrv_test_u64() % 16u;
+                if (r == 0) x[i] = ((float)(int)(nrv_test_u64() % 200u) - 100.0f + 0.5f) * p.s; /* a tie */
+                if (r == 1) x[i] = (nrv_test_u64() & 1u) ? 1e30f : -1e30f;
+                if (r == 2) x[i] = (nrv_test_u64() & 1u) ? INFINITY : -INFINITY;
+                if (r == 3) x[i] = NAN;
+                if (r == 4) x[i] = -0.0f;
+            }
+            const size_t bytes = (size_t)n * (to_int ? 1u : 4u);
+            uint8_t *want = xalloc(bytes + 16), *y = xalloc(bytes + 16);
+            memset(want, 0xa5, bytes + 16);
+            memset(y, 0xa5, bytes + 16);
+            nrv_quantize_ref(x, n, &p, want);
+            nrv_kernel_get(NRV_OP_QUANTIZE).quantize(x, n, &p, y);
+            int64_t at = 0;
+            const size_t el = to_int ? 1u : 4u;
+            while (at < n && memcmp(y + at * (int64_t)el, want + at * (int64_t)el, el) == 0) at++;
+            int guards = 1;
+            for (size_t i = bytes; i < bytes + 16; i++) guards &= y[i] == 0xa5;
+            record(at < n || !guards ? INFINITY : 0.0,
+                   "n=%lld s8=%d to_int=%d at %lld (x %.9g): bytes differ from the reference%s", (long long)n, is_s8,
+                   to_int, (long long)(at < n ? at : 0), (double)x[at < n ? at : 0], guards ? "" : " canary overwritten");
+            free(x);
+            free(want);
+            free(y);
+        }
+}
+
 /* ------------------------------------------------------------------ matmul_integer */
 
 /* The exact integer product through the dispatch table against nrv_matmul_integer_ref: bit
@@ -1252,6 +1296,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "linear_w8")) test_linear_w8();
     else if (!strcmp(op, "linear_w8a8")) test_linear_w8a8();
     else if (!strcmp(op, "matmul_integer")) test_matmul_integer();
+    else if (!strcmp(op, "quantize")) test_quantize();
     else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();

@@ -27,7 +27,7 @@ from onnx import numpy_helper as nh
 import nerve
 from helpers import make_model as model
 from helpers import onnx_session as session
-from helpers import op_types, ort_run
+from helpers import forced, op_types, ort_run, variant_params
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -508,6 +508,26 @@ def test_qdq_activation_pair_is_one_fake_quant_pass(tmp_path, rng, dt, zp, scale
     assert "fake_quant" not in op_types(unfused)
     got, want = sess.run({"x": x})["y"], unfused.run({"x": x})["y"]
     assert np.array_equal(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("variant", variant_params("quantize"))
+def test_fake_quant_every_variant(tmp_path, rng, variant):
+    """Every variant of the dispatch kernel behind fake_quant, through sessions: a QDQ pair
+    (float out) and a QuantizeLinear read as codes (u8 out) at an odd length, bit for bit the
+    unfused ops (ties, saturation, ±inf, NaN)."""
+    s = np.array(0.05, F32)
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+             h.make_node("QuantizeLinear", ["x", "s", "z"], ["q2"])]
+    m = model(nodes, [("x", T.FLOAT, [7, 37])], [("y", T.FLOAT), ("q2", T.UINT8)], {"s": s, "z": np.array(131, np.uint8)})
+    x = (rng.standard_normal((7, 37)) * 8).astype(F32)
+    x[0, :10] = (np.arange(-5, 5) + 0.5) * s
+    x[1, :6] = [1e9, -1e9, np.inf, -np.inf, np.nan, -0.0]
+    want = session(tmp_path, m, {}, fuse=False).run({"x": x})
+    with forced("quantize", variant):
+        sess = session(tmp_path, m, {})
+        assert op_types(sess).count("fake_quant") == 2
+        got = sess.run({"x": x})
+    assert np.array_equal(got["q2"], want["q2"]) and np.array_equal(got["y"], want["y"], equal_nan=True)
 
 
 @pytest.mark.parametrize("dt,zp", [(np.uint8, 9), (np.int8, -3)])

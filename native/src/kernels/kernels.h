@@ -114,6 +114,18 @@ static inline int32_t nrv_matmul_integer_finish(uint32_t acc, uint32_t za, int32
     return (int32_t)(acc - za * (uint32_t)colsum - zq * asum + (uint32_t)in * za * zq);
 }
 
+/* quantize: per-tensor QuantizeLinear, optionally followed by DequantizeLinear (the plan op
+ * fake_quant; math in kernels/quantize_impl.h), over n floats x:
+ *   q = saturate_[lo, hi](round_half_even(x / s) + zq)   (Cast's truncation; NaN -> 0)
+ *   y = to_int ? q as bytes (u8 for lo = 0, else s8) : ((float)q − zd)·sd   (f32)
+ * [lo, hi] is [0, 255] or [-128, 127]. Every variant gives the reference's bits. */
+typedef struct nrv_quant_params {
+    float s, zq, zd, sd;
+    int32_t lo, hi;
+    int to_int;
+} nrv_quant_params;
+typedef void (*nrv_quantize_fn)(const float *x, int64_t n, const nrv_quant_params *p, void *y);
+
 /* linear_w4a32 / linear_w4a8: y[r, o] (row stride ldy) = Σ_g scale[o, g]·D[r, o, g] + b[o]
  * for a W4 weight (nerve.h nrv_w4_weight, either layout; checked), where
  *  - w4a32: D = Σ_{k in g} x[r, k]·(q[o, k] - zero[o, g]) in fp32;
@@ -328,6 +340,7 @@ typedef enum nrv_op {
     NRV_OP_DEPTHWISE_CHANNELS,
     NRV_OP_DEPTHWISE_ROWS,
     NRV_OP_MATMUL_INTEGER,
+    NRV_OP_QUANTIZE,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -345,6 +358,7 @@ typedef union nrv_kernel_fn {
     nrv_linear_w8_fn linear_w8;
     nrv_linear_w8a8_fn linear_w8a8;
     nrv_matmul_integer_fn matmul_integer;
+    nrv_quantize_fn quantize;
     nrv_linear_w4_fn linear_w4;
     nrv_linear_f16_fn linear_f16;
     nrv_depthwise_fn depthwise;
@@ -393,6 +407,9 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+/* quantize (native/src/x86/quantize_avx2.c / quantize_avx512.c: kernels/quantize_impl.h) */
+void nrv_quantize_avx2(const float *x, int64_t n, const nrv_quant_params *p, void *y);
+void nrv_quantize_avx512(const float *x, int64_t n, const nrv_quant_params *p, void *y);
 /* matmul_integer (native/src/x86/matmul_integer_vnni.c, matmul_integer_avx2.c) */
 void nrv_matmul_integer_vnni(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
                              int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
@@ -502,6 +519,7 @@ void nrv_depthwise_channels_ref(const nrv_dw_geom *g, int64_t c, const float *x,
                                 float *y);
 void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                         float *y, int64_t ldy);
+void nrv_quantize_ref(const float *x, int64_t n, const nrv_quant_params *p, void *y);
 void nrv_matmul_integer_ref(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
                             int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
                             const int32_t *zq, int32_t *y);

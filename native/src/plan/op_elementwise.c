@@ -475,37 +475,8 @@ static nrv_status run_binary(const nrv_op_args *a) {
  *   with one element each (absent: 0, 0, 1); out[0] y f32 shaped as x — or y u8/i8 (the
  *   integer type of the range): q itself, a QuantizeLinear alone (then no zd, sd).
  *   iattr [lo, hi]: the integer type's range, (0, 255) or (-128, 127).
- * The rounding adds and subtracts 1.5·2^23 (exact half-to-even for |v| <= 2^22, as
- * nearbyintf in the default mode); x / s is first clamped to ±2^22, beyond which every value
- * saturates the same way. */
-typedef float fq_v4f __attribute__((vector_size(16)));
-typedef int32_t fq_v4i __attribute__((vector_size(16)));
-
-static inline fq_v4f fq_select(fq_v4i mask, fq_v4f a, fq_v4f b) {
-    return (fq_v4f)((mask & (fq_v4i)a) | (~mask & (fq_v4i)b));
-}
-
-static inline fq_v4f fq_splat(float v) { return (fq_v4f){v, v, v, v}; }
-
-/* Four lanes of q, the quantized integers as floats (ISO C: no contraction or reassociation
- * of the steps). */
-static inline fq_v4f quant4(fq_v4f x, float s, float zq, float below, float lo, float hi) {
-    const fq_v4f big = fq_splat(0x1p22f), nbig = fq_splat(-0x1p22f), magic = fq_splat(0x1.8p23f);
-    fq_v4f v = x / fq_splat(s);
-    v = fq_select(v < nbig, nbig, fq_select(v > big, big, v)); /* NaN stays NaN */
-    v = (v + magic) - magic;                                  /* round half to even */
-    v = v + fq_splat(zq);
-    /* Cast: truncate toward zero, saturate, NaN -> 0 (uint8: everything truncating below 0) */
-    fq_v4f t = fq_select(v > fq_splat(below), v, fq_select(v == v, fq_splat(lo), fq_splat(0.0f)));
-    t = fq_select(t < fq_splat(hi), t, fq_splat(hi));
-    return __builtin_convertvector(__builtin_convertvector(t, fq_v4i), fq_v4f);
-}
-
-/* Four lanes of fake_quant: q dequantized again. */
-static inline fq_v4f fake_quant4(fq_v4f x, float s, float zq, float zd, float sd, float below, float lo, float hi) {
-    return (quant4(x, s, zq, below, lo, hi) - fq_splat(zd)) * fq_splat(sd);
-}
-
+ * The dispatch kernel "quantize" does the pass (kernels.h nrv_quantize_fn; its steps in
+ * kernels/quantize_impl.h, the same bits at every vector width). */
 static nrv_status run_fake_quant(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 5, 1, 2, 0));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
@@ -537,45 +508,14 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
         if (a->n_in > 3 && (a->in[3] || (a->n_in > 4 && a->in[4])))
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "an integer y takes no dequantizing zero point or scale");
     }
-    const float s = p[1], zq = p[2], zd = p[3], sd = p[4];
-    const float below = lo == 0 ? -1.0f : -128.0f;
-    const float *xs = x->data;
-    if (to_int) { /* q through an int32 block: the narrowing loop vectorises (a per-lane one did not) */
-        uint8_t *yb = y->data;
-        for (int64_t i = 0; i < x->numel; i += 64) {
-            int32_t q[64];
-            const int64_t m = x->numel - i < 64 ? x->numel - i : 64;
-            int64_t j = 0;
-            for (; j + 4 <= m; j += 4) {
-                fq_v4f v;
-                memcpy(&v, xs + i + j, sizeof v);
-                const fq_v4i qi = __builtin_convertvector(quant4(v, s, zq, below, (float)lo, (float)hi), fq_v4i);
-                memcpy(q + j, &qi, sizeof qi);
-            }
-            for (; j < m; j++)
-                q[j] = (int32_t)quant4((fq_v4f){xs[i + j], 0.0f, 0.0f, 0.0f}, s, zq, below, (float)lo, (float)hi)[0];
-            for (j = 0; j < m; j++) yb[i + j] = (uint8_t)q[j]; /* two's complement: an int8 q's byte too */
-        }
-        return NRV_OK;
-    }
-    float *ys = y->data;
-    int64_t i = 0;
-    for (; i + 4 <= x->numel; i += 4) { /* 4 lanes (SSE2 / NEON), each the scalar steps below */
-        fq_v4f v;
-        memcpy(&v, xs + i, sizeof v);
-        v = fake_quant4(v, s, zq, zd, sd, below, (float)lo, (float)hi);
-        memcpy(ys + i, &v, sizeof v);
-    }
-    for (; i < x->numel; i++) {
-        const fq_v4f v = {xs[i], 0.0f, 0.0f, 0.0f};
-        ys[i] = fake_quant4(v, s, zq, zd, sd, below, (float)lo, (float)hi)[0];
-    }
+    const nrv_quant_params qp = {p[1], p[2], p[3], p[4], (int32_t)lo, (int32_t)hi, to_int};
+    nrv_kernel_get(NRV_OP_QUANTIZE).quantize(x->data, x->numel, &qp, y->data);
     return NRV_OK;
 }
 
 const nrv_op_def nrv_plan_ops_elementwise[] = {
     {"unary", run_unary, NULL},
     {"binary", run_binary, NULL},
-    {"fake_quant", run_fake_quant, NULL},
+    {"fake_quant", run_fake_quant, "quantize"},
     {NULL, NULL, NULL},
 };
