@@ -289,9 +289,40 @@ def test_conv_integer_is_exact(tmp_path, rng, xdt, wdt, attrs):
     inits = {"W": w, "xz": np.array(rng.integers(xlo, xhi), xdt), "wz": np.array(rng.integers(lo, hi), wdt)}
     m = make_model([h.make_node("ConvInteger", ["x", "W", "xz", "wz"], ["y"], name="ci", **attrs)],
                    [("x", T.UINT8 if xdt == np.uint8 else T.INT8, list(x.shape))], [("y", T.INT32)], inits)
-    got = session(tmp_path, m, {}).run({"x": x})["y"]
+    sess = session(tmp_path, m, {})
+    assert ("conv_integer" in op_types(sess)) == (group == 1)  # groups: fp32 on the exact integers
+    got = sess.run({"x": x})["y"]
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, ort_run(m, {"x": x})["y"])  # every sum < 2^24: exact
+
+
+@pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.uint8)])
+@pytest.mark.parametrize("case", ["1d", "deep", "wide_pads"])
+def test_conv_integer_exact_op(tmp_path, rng, xdt, wdt, case):
+    """Op conv_integer against onnxruntime, bit for bit: a 1-D conv (run as H = 1), a deep one
+    whose sums pass 2^24 (C·kh·kw = 1250: an fp32 conv could not hold them), asymmetric pads
+    larger than the kernel's reach with stride and dilation (padding holds the zero point), on
+    one and two images; and under every thread count the same."""
+    xi, wi = np.iinfo(xdt), np.iinfo(wdt)
+    if case == "1d":
+        xs, ws, attrs = (2, 5, 37), (7, 5, 4), dict(strides=[3], pads=[2, 1], dilations=[2])
+    elif case == "deep":
+        xs, ws, attrs = (1, 50, 9, 11), (33, 50, 5, 5), dict(pads=[2, 2, 2, 2])
+    else:
+        xs, ws, attrs = (2, 3, 6, 7), (13, 3, 3, 2), dict(strides=[2, 1], pads=[3, 0, 1, 4], dilations=[1, 2])
+    x = rng.integers(xi.min, xi.max + 1, xs).astype(xdt)
+    w = rng.integers(wi.min, wi.max + 1, ws).astype(wdt)
+    inits = {"W": w, "xz": np.array(rng.integers(xi.min, xi.max + 1), xdt),
+             "wz": np.array(rng.integers(wi.min, wi.max + 1), wdt)}
+    m = make_model([h.make_node("ConvInteger", ["x", "W", "xz", "wz"], ["y"], name="ci", **attrs)],
+                   [("x", _ONNX_INT[np.dtype(xdt)], list(xs))], [("y", T.INT32)], inits)
+    want = ort_run(m, {"x": x})["y"]
+    for threads in (1, 2):
+        sess = session(tmp_path, m, {}, threads=threads)
+        assert "conv_integer" in op_types(sess)
+        got = sess.run({"x": x})["y"]
+        assert got.dtype == np.int32 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
 
 
 def test_conv_integer_per_channel_weight_zero_point(tmp_path, rng):

@@ -1,5 +1,5 @@
 /* op_conv.c — plan ops of the conv family (see plan_ops.h for the contract):
- *   conv, conv_packed (+ pack_panels), conv_w8a8, rdft, pool, global_pool, channel_affine,
+ *   conv, conv_packed (+ pack_panels), conv_w8a8, conv_integer, rdft, pool, global_pool, channel_affine,
  *   instancenorm, pad.
  *
  * Spatial ops accept one or two spatial axes. A 1-D problem is run as a 2-D one whose
@@ -1627,6 +1627,193 @@ static nrv_status conv_w8a8_run(const nrv_op_args *a) {
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, y->numel);
 }
 
+/* ---- conv_integer: ONNX ConvInteger (group 1, 2-D; a 1-D conv as H = 1) on a constant
+ * weight, exact in int32 like onnxruntime's: y = conv(x − x_zp, W − w_zp) with the padding
+ * at x_zp (so x − x_zp is 0 there). Each task takes a run of output positions along one
+ * output row: the input window those positions read (the kernel's rows of x, the run's
+ * columns, padding at the zero point's byte) is staged channel-last on the stack, so each
+ * position's im2row row is kh·kw copies of C bytes (the weight's K order is (i, k, c)), and
+ * for a pointwise conv the window is the rows themselves. The rows go through the
+ * matmul_integer kernel and are transposed into y. Integer sums are exact, so neither the
+ * blocking nor the thread count changes a bit.
+ *   in[0] x u8/i8 [N, C, H, W]; in[1] packed i8 (nrv_linear_w8a8_pack of q [M, kh·kw·C],
+ *   q[m, (i·kw + k)·C + c] = W[m, c, i, k]); in[2] x_zero_point, x's dtype, one value,
+ *   optional (absent: 0); in[3] zq i32 [M], optional
+ *   out[0] y i32 [N, M, OH, OW] (conv extents)
+ *   iattr [M, C, kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, pad_bottom, pad_right]
+ *   No scratch (stack staging): NRV_ERR_UNSUPPORTED when one output position's window
+ *   (kh rows x kw columns x C) or M sums do not fit CONV_INT_STAGE bytes. */
+#define CONV_INT_RUN 64      /* output positions per block (along one output row) */
+#define CONV_INT_STAGE 32768 /* bytes of the window, of the rows and of the sums each */
+
+typedef struct conv_integer_job {
+    const uint8_t *x;
+    const int8_t *packed;
+    const int32_t *zq;
+    int32_t *y;
+    int64_t C, H, W, M, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW;
+    int64_t run, runs_per_row; /* positions per task along an output row */
+    int32_t za;   /* the kernel's zero point (s8: + 128) */
+    uint8_t pad;  /* the zero point's raw byte: what padding holds */
+    uint8_t flip; /* 0x80 for s8 x */
+} conv_integer_job;
+
+/* Output positions per task: whole runs of CONV_INT_RUN whose window fits the stage (from the
+ * shape alone). 0 when not even one position's fits. */
+static int64_t conv_integer_run_len(int64_t C, int64_t kh, int64_t kw, int64_t sw, int64_t dh, int64_t dw,
+                                    int64_t OW) {
+    const int64_t rows = (kh - 1) * dh + 1;
+    int64_t run = OW < CONV_INT_RUN ? OW : CONV_INT_RUN;
+    while (run > 0 && rows * ((run - 1) * sw + (kw - 1) * dw + 1) * C > CONV_INT_STAGE) run /= 2;
+    return run;
+}
+
+/* dst[q·C + c] = src[c·stride + q] for c < C, q < n: bytes from channel rows to channel-last,
+ * four channels per 4-byte store. */
+static void conv_integer_interleave(const uint8_t *src, int64_t stride, int64_t C, int64_t n, uint8_t *dst) {
+    int64_t c = 0;
+    for (; c + 4 <= C; c += 4) {
+        const uint8_t *s0 = src + c * stride, *s1 = s0 + stride, *s2 = s1 + stride, *s3 = s2 + stride;
+        for (int64_t q = 0; q < n; q++) {
+            const uint32_t v = (uint32_t)s0[q] | (uint32_t)s1[q] << 8 | (uint32_t)s2[q] << 16 | (uint32_t)s3[q] << 24;
+            memcpy(dst + q * C + c, &v, 4); /* little-endian: byte i is channel c + i */
+        }
+    }
+    for (; c < C; c++)
+        for (int64_t q = 0; q < n; q++) dst[q * C + c] = src[c * stride + q];
+}
+
+/* y[m·ldy + r] = out[r·M + m] for r < nr, m < M: the kernel's [positions, M] sums into the
+ * output's channel planes, 4 x 4 blocks transposed in registers. */
+static void conv_integer_scatter(const int32_t *out, int64_t nr, int64_t M, int32_t *y, int64_t ldy) {
+    typedef int32_t v4i __attribute__((vector_size(16)));
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) {
+        int64_t r = 0;
+        for (; r + 4 <= nr; r += 4) {
+            v4i a0, a1, a2, a3;
+            memcpy(&a0, out + r * M + m, 16);
+            memcpy(&a1, out + (r + 1) * M + m, 16);
+            memcpy(&a2, out + (r + 2) * M + m, 16);
+            memcpy(&a3, out + (r + 3) * M + m, 16);
+            const v4i b0 = __builtin_shuffle(a0, a1, (v4i){0, 4, 1, 5}), b1 = __builtin_shuffle(a2, a3, (v4i){0, 4, 1, 5});
+            const v4i b2 = __builtin_shuffle(a0, a1, (v4i){2, 6, 3, 7}), b3 = __builtin_shuffle(a2, a3, (v4i){2, 6, 3, 7});
+            const v4i c0 = __builtin_shuffle(b0, b1, (v4i){0, 1, 4, 5}), c1 = __builtin_shuffle(b0, b1, (v4i){2, 3, 6, 7});
+            const v4i c2 = __builtin_shuffle(b2, b3, (v4i){0, 1, 4, 5}), c3 = __builtin_shuffle(b2, b3, (v4i){2, 3, 6, 7});
+            memcpy(y + m * ldy + r, &c0, 16);
+            memcpy(y + (m + 1) * ldy + r, &c1, 16);
+            memcpy(y + (m + 2) * ldy + r, &c2, 16);
+            memcpy(y + (m + 3) * ldy + r, &c3, 16);
+        }
+        for (; r < nr; r++)
+            for (int64_t i = 0; i < 4; i++) y[(m + i) * ldy + r] = out[r * M + m + i];
+    }
+    for (; m < M; m++)
+        for (int64_t r = 0; r < nr; r++) y[m * ldy + r] = out[r * M + m];
+}
+
+static void conv_integer_task(void *ctx, int64_t t) {
+    const conv_integer_job *j = ctx;
+    const int64_t rows_per_image = j->OH * j->runs_per_row;
+    const int64_t n = t / rows_per_image, oh = t % rows_per_image / j->runs_per_row;
+    const int64_t ow0 = t % j->runs_per_row * j->run, nw = j->OW - ow0 < j->run ? j->OW - ow0 : j->run;
+    const int64_t C = j->C, K = C * j->kh * j->kw, P = j->OH * j->OW;
+    const int64_t wrows = (j->kh - 1) * j->dh + 1, wcols = (nw - 1) * j->sw + (j->kw - 1) * j->dw + 1;
+    const int64_t ih0 = oh * j->sh - j->pt, iw0 = ow0 * j->sw - j->pl;
+    _Alignas(64) uint8_t win[CONV_INT_STAGE], rows[CONV_INT_STAGE];
+    _Alignas(64) int32_t out[CONV_INT_STAGE / 4];
+    const uint8_t *xn = j->x + n * C * j->H * j->W;
+    /* the window, channel last: win[(r·wcols + q)·C + c] = x[c, ih0 + r, iw0 + q] or pad */
+    for (int64_t r = 0; r < wrows; r++) {
+        const int64_t ih = ih0 + r;
+        uint8_t *wr = win + r * wcols * C;
+        if (ih < 0 || ih >= j->H) {
+            memset(wr, j->pad, (size_t)(wcols * C));
+            continue;
+        }
+        const int64_t q_lo = iw0 < 0 ? -iw0 : 0, q_hi = j->W - iw0 < wcols ? j->W - iw0 : wcols;
+        for (int64_t q = 0; q < q_lo && q < wcols; q++) memset(wr + q * C, j->pad, (size_t)C);
+        for (int64_t q = q_hi > q_lo ? q_hi : q_lo; q < wcols; q++) memset(wr + q * C, j->pad, (size_t)C);
+        if (q_hi > q_lo)
+            conv_integer_interleave(xn + ih * j->W + iw0 + q_lo, j->H * j->W, C, q_hi - q_lo, wr + q_lo * C);
+    }
+    const nrv_matmul_integer_fn kernel = nrv_kernel_get(NRV_OP_MATMUL_INTEGER).matmul_integer;
+    const int direct = j->kh == 1 && j->kw == 1 && j->sw == 1; /* the window is the rows */
+    int64_t rb = CONV_INT_STAGE / K < CONV_INT_STAGE / (4 * j->M) ? CONV_INT_STAGE / K : CONV_INT_STAGE / (4 * j->M);
+    if (direct) rb = CONV_INT_STAGE / (4 * j->M);
+    int32_t *yo = j->y + n * j->M * P + oh * j->OW + ow0;
+    for (int64_t p0 = 0; p0 < nw; p0 += rb) {
+        const int64_t nr = nw - p0 < rb ? nw - p0 : rb;
+        const uint8_t *a = win + p0 * C;
+        if (!direct) {
+            for (int64_t r = 0; r < nr; r++)
+                for (int64_t i = 0; i < j->kh; i++)
+                    for (int64_t k = 0; k < j->kw; k++)
+                        memcpy(rows + r * K + (i * j->kw + k) * C,
+                               win + ((i * j->dh) * wcols + (p0 + r) * j->sw + k * j->dw) * C, (size_t)C);
+            a = rows;
+        }
+        kernel(a, j->flip, nr, K, &j->za, 0, j->packed, j->M, 0, j->M, j->zq, out);
+        conv_integer_scatter(out, nr, j->M, yo + p0, P);
+    }
+}
+
+static nrv_status conv_integer_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 4, 1, 12, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "packed weight"));
+    const nrv_tview *x = a->in[0], *pk = a->in[1], *zav = a->n_in > 2 ? a->in[2] : NULL,
+                    *zqv = a->n_in > 3 ? a->in[3] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    const int64_t *ia = a->iattr;
+    const int64_t M = ia[0], C = ia[1], kh = ia[2], kw = ia[3];
+    static const char *const names[] = {"M", "C", "kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h",
+                                        "dilation_w", "pad_top", "pad_left", "pad_bottom", "pad_right"};
+    for (int i = 0; i < 12; i++) NRV_TRY(check_attr(a, names[i], 0, ia[i], i < 8 ? 1 : 0));
+    const int64_t run = conv_integer_run_len(C, kh, kw, ia[5], ia[6], ia[7], 1);
+    if (C * kh * kw > NRV_W8A8_MAX_K || 4 * M > CONV_INT_STAGE || run < 1)
+        return nrv_op_fail(a, NRV_ERR_UNSUPPORTED, "C·kh·kw %lld or M %lld too large for the staging (%d bytes)",
+                           (long long)(C * kh * kw), (long long)M, CONV_INT_STAGE);
+    if (x->dtype != NRV_U8 && x->dtype != NRV_I8)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected u8 or i8", nrv_dtype_str(x->dtype));
+    NRV_TRY(nrv_op_expect_dtype(a, pk, "packed weight", NRV_I8));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_I32));
+    if (x->rank != 4 || x->dims[1] != C || y->rank != 4 || y->dims[0] != x->dims[0] || y->dims[1] != M)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x must be [N, %lld, H, W] and y [N, %lld, OH, OW]", (long long)C,
+                           (long long)M);
+    const int64_t H = x->dims[2], W = x->dims[3];
+    const int64_t OH = conv_out_extent(H, kh, ia[4], ia[6], ia[8], ia[10]);
+    const int64_t OW = conv_out_extent(W, kw, ia[5], ia[7], ia[9], ia[11]);
+    if (y->dims[2] != OH || y->dims[3] != OW)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output is %lldx%lld, expected %lldx%lld", (long long)y->dims[2],
+                           (long long)y->dims[3], (long long)OH, (long long)OW);
+    if (pk->rank != 1 || pk->dims[0] != nrv_linear_w8a8_packed_bytes(M, C * kh * kw))
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)pk->numel,
+                           (long long)nrv_linear_w8a8_packed_bytes(M, C * kh * kw));
+    if (zav) {
+        NRV_TRY(nrv_op_check_in(a, 2, "x_zero_point"));
+        NRV_TRY(nrv_op_expect_dtype(a, zav, "x_zero_point", x->dtype));
+        if (zav->numel != 1)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "x_zero_point has %lld values, expected 1 (per tensor)",
+                               (long long)zav->numel);
+    }
+    if (zqv) {
+        NRV_TRY(nrv_op_check_in(a, 3, "w_zero_point"));
+        NRV_TRY(nrv_op_expect_dtype(a, zqv, "w_zero_point", NRV_I32));
+        if (zqv->rank != 1 || zqv->dims[0] != M)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "w_zero_point must be [%lld]", (long long)M);
+    }
+    if (y->numel == 0) return NRV_OK;
+    const uint8_t flip = x->dtype == NRV_I8 ? 0x80 : 0, pad = zav ? *(const uint8_t *)zav->data : 0;
+    const int64_t len = conv_integer_run_len(C, kh, kw, ia[5], ia[6], ia[7], OW), runs = (OW + len - 1) / len;
+    conv_integer_job j = {x->data, pk->data, zqv ? zqv->data : NULL, y->data, C, H, W, M, kh, kw, ia[4], ia[5],
+                          ia[6], ia[7], ia[8], ia[9], OH, OW, len, runs, (int32_t)(uint8_t)(pad ^ flip), pad, flip};
+    nrv_parallel_for(OH * OW * M * C * kh * kw >= (1 << 17) ? a->pool : NULL, x->dims[0] * OH * runs,
+                     conv_integer_task, &j);
+    return NRV_OK;
+}
+
 /* ---- rdft: a windowed real DFT of strided frames — what a 1-D conv computes when its
  * weight is a DFT basis (the compiler's select_rdft proves that and swaps this in; the FFT
  * and its table are in kernels/fft.c).
@@ -1691,6 +1878,7 @@ const nrv_op_def nrv_plan_ops_conv[] = {
     {"conv_packed", conv_packed_run, "gemm"},
     {"pack_panels", pack_panels_run, NULL},
     {"conv_w8a8", conv_w8a8_run, "linear_w8a8"},
+    {"conv_integer", conv_integer_run, "matmul_integer"},
     {"rdft", rdft_run, NULL},
     {"pool", pool_run, NULL},
     {"global_pool", global_pool_run, NULL},

@@ -504,13 +504,32 @@ def _matmul_integer(ctx: NodeCtx, ins):
 W8A8_MAX_K = 16384  # kernels.h NRV_W8A8_MAX_K (the packed int8 weight's depth limit)
 
 
+def _packed_int8_weight(ctx: NodeCtx, codes: np.ndarray, dtype, zp: Optional[Value], zp_name: str, per: str):
+    """(packed weight, int32 zero points or None) for the integer ops' weight q [n, k] given
+    as its codes (int64) of `dtype` and a constant zero point per tensor or per output (`per`
+    names an output in errors): uint8 codes become u − 128 with the zero point − 128 (the same
+    integers u − zp); packed as linear_w8a8's weight by the C op (kernels.h layout)."""
+    from .passes import _pack_w8a8  # the packed layout is written by the C op, once
+
+    n = codes.shape[0]
+    zq = np.zeros(n, np.int64)
+    if zp is not None:
+        z = zp.const.astype(np.int64).reshape(-1)
+        if z.size not in (1, n):
+            raise ctx.fail(f"{zp_name} of shape {list(zp.shape)} is neither per tensor nor per {per} ({n})")
+        zq = np.broadcast_to(z, (n,)).copy()
+    if dtype == np.uint8:
+        codes, zq = codes - 128, zq - 128
+    pv = ctx.b.const(_pack_w8a8(np.ascontiguousarray(codes.astype(np.int8))), ctx.b.fresh(ctx.name + ".weight.packed"))
+    zv = ctx.b.const(zq.astype(np.int32), ctx.b.fresh(ctx.name + ".weight.zero")) if np.any(zq) else None
+    return pv, zv
+
+
 def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value], w_zp: Optional[Value]):
     """MatMulInteger as op ``matmul_integer`` when B is a constant [K, N] int8/uint8 matrix
     with a constant per-tensor or per-column zero point, K <= W8A8_MAX_K and A is not a
     scalar; None otherwise. B is stored as q [N, K] int8 packed as linear_w8a8's weight
     (uint8 codes as u − 128 with the zero point − 128: the same integers u − zp)."""
-    from .passes import _pack_w8a8  # the packed layout is written by the C op, once
-
     if w.const is None or w.rank != 2 or w.dtype not in (np.int8, np.uint8) or a.rank < 1:
         return None
     if w_zp is not None and (w_zp.const is None or w_zp.dtype != w.dtype):
@@ -522,18 +541,7 @@ def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value
         raise ctx.fail(f"inner dimensions differ: A has {a.shape[-1]}, B has {k}")
     if a_zp is not None and a_zp.dtype != a.dtype:
         raise ctx.fail(f"a_zero_point of {a_zp.dtype} does not match A of {a.dtype}")
-    zq = np.zeros(n, np.int64)
-    if w_zp is not None:
-        z = w_zp.const.astype(np.int64).reshape(-1)
-        if z.size not in (1, n):
-            raise ctx.fail(f"b_zero_point of shape {list(w_zp.shape)} is neither per tensor nor per column ({n})")
-        zq = np.broadcast_to(z, (n,)).copy()
-    q = w.const.astype(np.int64).T
-    if w.dtype == np.uint8:
-        q, zq = q - 128, zq - 128
-    packed = _pack_w8a8(np.ascontiguousarray(q.astype(np.int8)))
-    pv = ctx.b.const(packed, ctx.b.fresh(ctx.name + ".B.packed"))
-    zv = ctx.b.const(zq.astype(np.int32), ctx.b.fresh(ctx.name + ".B.zero")) if np.any(zq) else None
+    pv, zv = _packed_int8_weight(ctx, w.const.astype(np.int64).T, w.dtype, w_zp, "b_zero_point", "column")
     a2 = ctx.b.alias(a, [1, k], ctx.b.fresh(ctx.name)) if a.rank == 1 else a
     shape = list(a2.shape[:-1]) + [n]
     y = ctx.b.emit("matmul_integer", [a2, pv, a_zp, zv], [spec(ctx.b.fresh(ctx.name), np.int32, shape)],
@@ -544,9 +552,11 @@ def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value
 @handler("ConvInteger")
 def _conv_integer(ctx: NodeCtx, ins):
     """int32 Y = conv(X − x_zp, W − w_zp) (Conv's attributes), per-tensor x_zp, per-tensor or
-    per-output-channel w_zp, W constant. The convolution runs in fp32 on the exact integers:
-    exact while every partial sum stays below 2^24 in magnitude, otherwise within fp32
-    rounding of the int32 result (the usual consumer scales it to float)."""
+    per-output-channel w_zp, W constant. A group-1 1-D or 2-D conv runs as the exact integer
+    op ``conv_integer`` (onnxruntime's int32 bit for bit; the weight one byte per value).
+    Otherwise (groups) the convolution runs in fp32 on the exact integers: exact while every
+    partial sum stays below 2^24 in magnitude, otherwise within fp32 rounding of the int32
+    result (the usual consumer scales it to float)."""
     from .onnx_ops import conv
 
     x, w = ins[0], ins[1]
@@ -557,6 +567,9 @@ def _conv_integer(ctx: NodeCtx, ins):
         raise ctx.fail("the weights W must be a constant")
     if x_zp is not None and S.prod(x_zp.shape) != 1:
         raise ctx.fail(f"x_zero_point of shape {list(x_zp.shape)} is not supported: per tensor only")
+    exact = _conv_integer_exact(ctx, x, w, x_zp, w_zp)
+    if exact is not None:
+        return [exact]
     one = ctx.b.const(np.array(1.0, F32))
     xf = _dequantize_runtime(ctx, x, one, x_zp, 1, ctx.b.fresh(ctx.name + ".x"))
     wf = _dequantize_const(ctx, w, one, w_zp, 0, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
@@ -564,6 +577,57 @@ def _conv_integer(ctx: NodeCtx, ins):
         raise ctx.fail("W − w_zero_point did not fold to a constant")
     y = conv(ctx, xf, wf, None, ctx.b.fresh(ctx.name))
     return ctx.b.emit("cast", [y], [spec(ctx.out_name(), np.int32, y.shape)], name=ctx.name)
+
+
+CONV_INT_STAGE = 32768  # op_conv.c: a task's staging bytes (so at most CONV_INT_STAGE / 4 outputs)
+
+
+def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value], w_zp: Optional[Value]):
+    """ConvInteger as op ``conv_integer`` (group 1, 1-D or 2-D, explicit or auto pads, a
+    constant per-tensor or per-output-channel w_zp, C·kh·kw <= W8A8_MAX_K); None otherwise.
+    W [M, C, kh, kw] is stored as q [M, kh·kw·C] (channel last, as the op stages x) int8
+    packed as matmul_integer's (uint8 codes as u − 128, the zero point − 128). A 1-D conv runs
+    as 2-D with H = 1. A window of one position that does not fit the op's staging
+    (kh·kw·C > 32 KiB) keeps the fp32 route."""
+    from .onnx_ops import _auto_pads, conv_out_dim
+
+    sr = x.rank - 2
+    if sr not in (1, 2) or w.rank != x.rank or ctx.attr("group", 1) != 1:
+        return None
+    if w_zp is not None and (w_zp.const is None or w_zp.dtype != w.dtype):
+        return None
+    if x_zp is not None and x_zp.dtype != x.dtype:
+        raise ctx.fail(f"x_zero_point of {x_zp.dtype} does not match X of {x.dtype}")
+    m = int(w.const.shape[0])
+    kernel = [int(d) for d in w.const.shape[2:]]
+    kdim = int(np.prod(w.const.shape[1:]))
+    if kdim > W8A8_MAX_K or 4 * m > CONV_INT_STAGE or kdim == 0 or m == 0:
+        return None
+    dil_ = list(ctx.attr("dilations", [1] * sr))
+    reach = int(np.prod([(k - 1) * d + 1 for k, d in zip(kernel, dil_)]))  # one position's window
+    if reach * int(w.const.shape[1]) > CONV_INT_STAGE:
+        return None
+    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
+        raise ctx.fail("kernel_shape does not match the weights")
+    c = x.shape[1]
+    if S.is_static(c) and int(c) != int(w.const.shape[1]):
+        raise ctx.fail(f"input has {c} channels, weights expect {int(w.const.shape[1])}")
+    strides = list(ctx.attr("strides", [1] * sr))
+    dil = list(ctx.attr("dilations", [1] * sr))
+    pb, pe = _auto_pads(ctx, x.shape[2:], kernel, strides, dil)
+    out_sp = [conv_out_dim(ctx, d, k, s_, dl, b_, e_) for d, k, s_, dl, b_, e_ in
+              zip(x.shape[2:], kernel, strides, dil, pb, pe)]
+    codes = np.moveaxis(w.const.astype(np.int64), 1, -1).reshape(m, kdim)  # K in (i, k, c) order: op_conv.c
+    pv, zv = _packed_int8_weight(ctx, codes, w.dtype, w_zp, "w_zero_point", "channel")
+    if sr == 1:  # [N, C, W] as [N, C, 1, W]
+        x = ctx.b.alias(x, [x.shape[0], x.shape[1], 1, x.shape[2]], ctx.b.fresh(ctx.name))
+        kernel, strides, dil, pb, pe, out_sp = [1] + kernel, [1] + strides, [1] + dil, [0] + pb, [0] + pe, [1] + out_sp
+    shape = [x.shape[0], m] + out_sp
+    y = ctx.b.emit("conv_integer", [x, pv, x_zp, zv], [spec(ctx.b.fresh(ctx.name), np.int32, shape)],
+                   iattr=[m, int(w.const.shape[1])] + kernel + strides + dil + [pb[0], pb[1], pe[0], pe[1]],
+                   name=ctx.name)[0]
+    final = [shape[0], m] + (out_sp[1:] if sr == 1 else out_sp)
+    return ctx.b.alias(y, final, ctx.out_name())
 
 
 @handler("DynamicQuantizeLSTM", domain="com.microsoft")
