@@ -37,6 +37,7 @@ struct nrv_threadpool {
  * kernel costs tens of them in a VM. So workers (and the caller, waiting for them) spin on
  * the atomics for a while first and only then sleep; an idle session's threads sleep. */
 #define SPIN_ROUNDS 20000
+#define NRV_WORKER_STACK ((size_t)2 << 20) /* bytes of stack per worker thread */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -126,13 +127,20 @@ nrv_status nrv_threadpool_create(int n_threads, nrv_threadpool **out) {
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     p->n_workers = n_threads - 1;
+    /* Kernels stage blocks on the stack (up to ~100 KiB: conv_integer, linear_w8a8): workers
+     * get NRV_WORKER_STACK whatever the C library's default (musl's is 128 KiB). */
+    pthread_attr_t attr;
+    const int have_attr = pthread_attr_init(&attr) == 0;
+    if (have_attr) pthread_attr_setstacksize(&attr, NRV_WORKER_STACK);
     for (int i = 0; i < p->n_workers; i++) {
-        if (pthread_create(&p->threads[i], NULL, worker, p) != 0) {
+        if (pthread_create(&p->threads[i], have_attr ? &attr : NULL, worker, p) != 0) {
+            if (have_attr) pthread_attr_destroy(&attr);
             nrv_threadpool_free(p);
             return nrv_fail(NRV_ERR_OUT_OF_MEMORY, "thread pool: cannot start thread %d of %d", i + 1, n_threads);
         }
         p->started++;
     }
+    if (have_attr) pthread_attr_destroy(&attr);
     *out = p;
     return NRV_OK;
 }
