@@ -41,25 +41,25 @@ static void *xcalloc(size_t n) {
     return p;
 }
 
-static float *rnd(int64_t n, float scale) {
+static inline float *rnd(int64_t n, float scale) {
     float *p = xcalloc((size_t)n * sizeof(float));
     nrv_test_fill(p, n, -scale, scale);
     return p;
 }
 
-static float *outbuf(int64_t n) {
+static inline float *outbuf(int64_t n) {
     float *p = xcalloc((size_t)(n + GUARD) * sizeof(float));
     for (int64_t i = 0; i < n + GUARD; i++) p[i] = SENTINEL;
     return p;
 }
 
-static int tail_intact(const float *p, int64_t n) {
+static inline int tail_intact(const float *p, int64_t n) {
     for (int64_t i = n; i < n + GUARD; i++)
         if (p[i] != SENTINEL) return 0;
     return 1;
 }
 
-static int all_sentinel(const float *p, int64_t n) {
+static inline int all_sentinel(const float *p, int64_t n) {
     for (int64_t i = 0; i < n + GUARD; i++)
         if (p[i] != SENTINEL) return 0;
     return 1;
@@ -67,7 +67,7 @@ static int all_sentinel(const float *p, int64_t n) {
 
 static double worst_seen = 0.0;
 
-static void check_close(const char *what, const float *got, const double *want, int64_t n) {
+static inline void check_close(const char *what, const float *got, const double *want, int64_t n) {
     double worst = 0.0;
     int64_t at = 0;
     for (int64_t i = 0; i < n; i++) {

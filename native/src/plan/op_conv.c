@@ -1760,12 +1760,6 @@ static void conv_integer_task(void *ctx, int64_t t) {
 
 static nrv_status conv_integer_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 4, 1, 12, 0));
-    NRV_TRY(nrv_op_check_in(a, 0, "x"));
-    NRV_TRY(nrv_op_check_in(a, 1, "packed weight"));
-    const nrv_tview *x = a->in[0], *pk = a->in[1], *zav = a->n_in > 2 ? a->in[2] : NULL,
-                    *zqv = a->n_in > 3 ? a->in[3] : NULL;
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
     const int64_t *ia = a->iattr;
     const int64_t M = ia[0], C = ia[1], kh = ia[2], kw = ia[3];
     static const char *const names[] = {"M", "C", "kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h",
@@ -1775,10 +1769,10 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
     if (C * kh * kw > NRV_W8A8_MAX_K || 4 * M > CONV_INT_STAGE || run < 1)
         return nrv_op_fail(a, NRV_ERR_UNSUPPORTED, "C·kh·kw %lld or M %lld too large for the staging (%d bytes)",
                            (long long)(C * kh * kw), (long long)M, CONV_INT_STAGE);
-    if (x->dtype != NRV_U8 && x->dtype != NRV_I8)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected u8 or i8", nrv_dtype_str(x->dtype));
-    NRV_TRY(nrv_op_expect_dtype(a, pk, "packed weight", NRV_I8));
-    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_I32));
+    nrv_int_operands o;
+    NRV_TRY(nrv_op_int_operands(a, 12, M, nrv_linear_w8a8_packed_bytes(M, C * kh * kw), &o));
+    const nrv_tview *x = o.x, *pk = o.w, *zav = o.xz, *zqv = o.wz;
+    nrv_tview *y = o.y;
     if (x->rank != 4 || x->dims[1] != C || y->rank != 4 || y->dims[0] != x->dims[0] || y->dims[1] != M)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "x must be [N, %lld, H, W] and y [N, %lld, OH, OW]", (long long)C,
                            (long long)M);
@@ -1788,22 +1782,9 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
     if (y->dims[2] != OH || y->dims[3] != OW)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "output is %lldx%lld, expected %lldx%lld", (long long)y->dims[2],
                            (long long)y->dims[3], (long long)OH, (long long)OW);
-    if (pk->rank != 1 || pk->dims[0] != nrv_linear_w8a8_packed_bytes(M, C * kh * kw))
-        return nrv_op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)pk->numel,
-                           (long long)nrv_linear_w8a8_packed_bytes(M, C * kh * kw));
-    if (zav) {
-        NRV_TRY(nrv_op_check_in(a, 2, "x_zero_point"));
-        NRV_TRY(nrv_op_expect_dtype(a, zav, "x_zero_point", x->dtype));
-        if (zav->numel != 1)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "x_zero_point has %lld values, expected 1 (per tensor)",
-                               (long long)zav->numel);
-    }
-    if (zqv) {
-        NRV_TRY(nrv_op_check_in(a, 3, "w_zero_point"));
-        NRV_TRY(nrv_op_expect_dtype(a, zqv, "w_zero_point", NRV_I32));
-        if (zqv->rank != 1 || zqv->dims[0] != M)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "w_zero_point must be [%lld]", (long long)M);
-    }
+    if (zav && zav->numel != 1)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x_zero_point has %lld values, expected 1 (per tensor)",
+                           (long long)zav->numel);
     if (y->numel == 0) return NRV_OK;
     const uint8_t flip = x->dtype == NRV_I8 ? 0x80 : 0, pad = zav ? *(const uint8_t *)zav->data : 0;
     const int64_t len = conv_integer_run_len(C, kh, kw, ia[5], ia[6], ia[7], OW), runs = (OW + len - 1) / len;

@@ -741,36 +741,19 @@ static void matmul_integer_task(void *ctx, int64_t t) {
  *   iattr [N, K] (K <= NRV_W8A8_MAX_K). No scratch. K == 0 gives y = 0. */
 static nrv_status run_matmul_integer(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 4, 1, 2, 0));
-    NRV_TRY(nrv_op_check_in(a, 0, "a"));
-    NRV_TRY(nrv_op_check_in(a, 1, "packed weight"));
-    const nrv_tview *x = a->in[0], *pk = a->in[1], *zav = a->n_in > 2 ? a->in[2] : NULL,
-                    *zqv = a->n_in > 3 ? a->in[3] : NULL;
-    nrv_tview *y = a->out[0];
     const int64_t N = a->iattr[0], K = a->iattr[1];
     NRV_TRY(w8a8_dims(a, N, K));
-    if (x->dtype != NRV_U8 && x->dtype != NRV_I8)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "a is %s, expected u8 or i8", nrv_dtype_str(x->dtype));
-    NRV_TRY(nrv_op_expect_dtype(a, pk, "packed weight", NRV_I8));
-    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_I32));
+    nrv_int_operands o;
+    NRV_TRY(nrv_op_int_operands(a, 2, N, nrv_linear_w8a8_packed_bytes(N, K), &o));
+    const nrv_tview *x = o.x, *pk = o.w, *zav = o.xz, *zqv = o.wz;
+    nrv_tview *y = o.y;
     NRV_TRY(check_rank(a, x, "a", 1, NRV_PLAN_MAX_RANK));
-    NRV_TRY(check_rank(a, pk, "packed weight", 1, 1));
     NRV_TRY(check_dim(a, x, "a", x->rank - 1, K));
-    NRV_TRY(check_dim(a, pk, "packed weight", 0, nrv_linear_w8a8_packed_bytes(N, K)));
     NRV_TRY(check_rows_out(a, x, y, N));
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
-    if (zav) {
-        NRV_TRY(nrv_op_check_in(a, 2, "a_zero_point"));
-        NRV_TRY(nrv_op_expect_dtype(a, zav, "a_zero_point", x->dtype));
-        if (zav->numel != 1 && zav->numel != rows)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "a_zero_point has %lld values, expected 1 or one per row (%lld)",
-                               (long long)zav->numel, (long long)rows);
-    }
-    if (zqv) {
-        NRV_TRY(nrv_op_check_in(a, 3, "b_zero_point"));
-        NRV_TRY(nrv_op_expect_dtype(a, zqv, "b_zero_point", NRV_I32));
-        NRV_TRY(check_rank(a, zqv, "b_zero_point", 1, 1));
-        NRV_TRY(check_dim(a, zqv, "b_zero_point", 0, N));
-    }
+    if (zav && zav->numel != 1 && zav->numel != rows)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "a_zero_point has %lld values, expected 1 or one per row (%lld)",
+                           (long long)zav->numel, (long long)rows);
     if (rows == 0 || N == 0) return NRV_OK;
     if (K == 0) {
         memset(y->data, 0, (size_t)(rows * N) * sizeof(int32_t));

@@ -176,6 +176,18 @@ typedef struct nrv_w8_operands {
 } nrv_w8_operands;
 nrv_status nrv_op_w8_operands(const nrv_op_args *a, int n_iattr, nrv_w8_operands *o);
 
+/* The operands of the exact integer ops (matmul_integer, conv_integer): in[0] x u8 or i8,
+ * in[1] the packed int8 weight (rank 1, packed_bytes bytes), in[2] x's zero point in x's
+ * dtype (optional: NULL; its count is the caller's to check), in[3] the weight's int32 zero
+ * points [n] (optional: NULL); out[0] y i32. Checks counts (n_iattr integer attributes, no
+ * float ones), dtypes and the weight's shapes, and unpacks them. */
+typedef struct nrv_int_operands {
+    const nrv_tview *x, *w, *xz, *wz;
+    nrv_tview *y;
+} nrv_int_operands;
+nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int64_t packed_bytes,
+                               nrv_int_operands *o);
+
 /* The per-output parameters of an int8 weight with n outputs (linear_w8, linear_w8a8,
  * conv_w8a8): s f32 [n] or [1]; z f32 shaped like s, optional (NULL); bias f32 [n],
  * optional (NULL). NRV_ERR_DTYPE for a dtype, NRV_ERR_SHAPE for a rank or an extent. */

@@ -63,6 +63,37 @@ nrv_status nrv_op_w8_operands(const nrv_op_args *a, int n_iattr, nrv_w8_operands
     return NRV_OK;
 }
 
+nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int64_t packed_bytes,
+                               nrv_int_operands *o) {
+    NRV_TRY(nrv_op_expect(a, 2, 4, 1, n_iattr, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "packed weight"));
+    o->x = a->in[0];
+    o->w = a->in[1];
+    o->xz = a->n_in > 2 ? a->in[2] : NULL;
+    o->wz = a->n_in > 3 ? a->in[3] : NULL;
+    o->y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, o->y, "y"));
+    if (o->x->dtype != NRV_U8 && o->x->dtype != NRV_I8)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected u8 or i8", nrv_dtype_str(o->x->dtype));
+    NRV_TRY(nrv_op_expect_dtype(a, o->w, "packed weight", NRV_I8));
+    NRV_TRY(nrv_op_expect_dtype(a, o->y, "output", NRV_I32));
+    if (o->w->rank != 1 || o->w->dims[0] != packed_bytes)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)o->w->numel,
+                           (long long)packed_bytes);
+    if (o->xz) {
+        NRV_TRY(nrv_op_check_in(a, 2, "x_zero_point"));
+        NRV_TRY(nrv_op_expect_dtype(a, o->xz, "x_zero_point", o->x->dtype));
+    }
+    if (o->wz) {
+        NRV_TRY(nrv_op_check_in(a, 3, "w_zero_point"));
+        NRV_TRY(nrv_op_expect_dtype(a, o->wz, "w_zero_point", NRV_I32));
+        if (o->wz->rank != 1 || o->wz->dims[0] != n)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "w_zero_point must be [%lld]", (long long)n);
+    }
+    return NRV_OK;
+}
+
 nrv_status nrv_op_check_w8_params(const nrv_op_args *a, const nrv_tview *s, const nrv_tview *z, const nrv_tview *bias,
                                   int64_t n) {
     NRV_TRY(check_f32_vec(a, s, "s", -1));

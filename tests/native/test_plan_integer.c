@@ -1,0 +1,289 @@
+/* test_plan_integer.c — the exact integer plan ops (matmul_integer, conv_integer, and
+ * fake_quant with an integer output) against int64 references written here, under every
+ * variant of the dispatch ops they use, on 1 to 4 threads (integer sums are exact: every
+ * thread count must give the same bits), and their error paths: a wrong dtype, a truncated
+ * packed weight, a zero point of the wrong count or type, a bad attribute each fail with a
+ * clear status naming the node and leave a sentinel-filled output untouched.
+ * (tests/python/test_contrib_ops.py checks them against onnxruntime through sessions.)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "nrv_test.h"
+#include "plan/plan_ops.h"
+
+#define RTOL 0.0
+#define ATOL 0.0
+#define GUARD 16
+#define SENTINEL 12345.5f
+
+static const char *const kOps[] = {"matmul_integer", "quantize"};
+#include "nrv_plan_test.h"
+
+#define I32_SENTINEL 0x5a5a5a5a
+
+static int32_t *ibuf(int64_t n) {
+    int32_t *p = xcalloc((size_t)(n + GUARD) * sizeof(int32_t));
+    for (int64_t i = 0; i < n + GUARD; i++) p[i] = I32_SENTINEL;
+    return p;
+}
+
+static int ibuf_untouched(const int32_t *p, int64_t from, int64_t n) {
+    for (int64_t i = from; i < n + GUARD; i++)
+        if (p[i] != I32_SENTINEL) return 0;
+    return 1;
+}
+
+static uint8_t *rnd_bytes(int64_t n) {
+    uint8_t *p = xcalloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) p[i] = (uint8_t)(nrv_test_u64() % 256u);
+    return p;
+}
+
+/* q [n, k] int8 packed by the pack_w8a8 op (as the compiler does). */
+static int8_t *pack(const int8_t *q, int64_t n, int64_t k, int64_t *bytes) {
+    *bytes = nrv_linear_w8a8_packed_bytes(n, k);
+    int8_t *p = xcalloc((size_t)*bytes);
+    const int64_t qd[2] = {n, k};
+    nrv_tview qv = mkview((void *)q, NRV_I8, 2, qd), pv = mkview(p, NRV_I8, 1, bytes);
+    const nrv_tview *in[1] = {&qv};
+    NRV_EXPECT_STATUS(nrv_plan_run_op("pack_w8a8", in, 1, &pv, NULL, 0, NULL, 0, NULL, 0, NULL), NRV_OK);
+    return p;
+}
+
+static int64_t xval(const uint8_t *x, int is_s8, int64_t i) { return is_s8 ? (int64_t)(int8_t)x[i] : (int64_t)x[i]; }
+
+/* ------------------------------------------------------------------ matmul_integer */
+
+static void matmul_case(int64_t rows, int64_t K, int64_t N, int is_s8, int per_row, int with_zq,
+                        nrv_threadpool *const *pools) {
+    uint8_t *a = rnd_bytes(rows * K), *za = rnd_bytes(rows);
+    int8_t *q = (int8_t *)rnd_bytes(N * K);
+    int32_t *zq = xcalloc((size_t)N * sizeof(int32_t));
+    for (int64_t n = 0; n < N; n++) zq[n] = (int32_t)(nrv_test_u64() % 256u) - 128;
+    int64_t pb;
+    int8_t *packed = pack(q, N, K, &pb);
+    const int64_t ad[2] = {rows, K}, zd[1] = {per_row ? rows : 1}, yd[2] = {rows, N};
+    nrv_tview av = mkview(a, is_s8 ? NRV_I8 : NRV_U8, 2, ad), pv = mkview(packed, NRV_I8, 1, &pb),
+              zav = mkview(za, is_s8 ? NRV_I8 : NRV_U8, 1, zd), zqv = mkview(zq, NRV_I32, 1, &N);
+    const nrv_tview *in[4] = {&av, &pv, &zav, with_zq ? &zqv : NULL};
+    const int64_t ia[2] = {N, K};
+    int32_t *first = NULL;
+    for (int t = 0; t < 4; t++) {
+        int32_t *y = ibuf(rows * N);
+        nrv_tview yv = mkview(y, NRV_I32, 2, yd);
+        NRV_EXPECT_STATUS(nrv_plan_run_op("matmul_integer", in, 4, &yv, ia, 2, NULL, 0, NULL, 0, pools[t]), NRV_OK);
+        NRV_EXPECT(ibuf_untouched(y, rows * N, rows * N), "matmul_integer: canary overwritten");
+        if (!first) {
+            first = y;
+            int64_t bad = 0;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t n = 0; n < N; n++) {
+                    int64_t acc = 0;
+                    const int64_t zr = xval(za, is_s8, per_row ? r : 0), zc = with_zq ? zq[n] : 0;
+                    for (int64_t k = 0; k < K; k++) acc += (xval(a, is_s8, r * K + k) - zr) * (q[n * K + k] - zc);
+                    bad += y[r * N + n] != (int32_t)acc;
+                }
+            NRV_EXPECT(bad == 0, "matmul_integer %lldx%lldx%lld s8=%d per_row=%d zq=%d (%s): %lld values wrong",
+                       (long long)rows, (long long)K, (long long)N, is_s8, per_row, with_zq, round_desc, (long long)bad);
+        } else {
+            NRV_EXPECT(memcmp(first, y, (size_t)(rows * N) * sizeof(int32_t)) == 0,
+                       "matmul_integer: %d threads differ from one", t + 1);
+            free(y);
+        }
+    }
+    free(first);
+    free(a);
+    free(za);
+    free(q);
+    free(zq);
+    free(packed);
+}
+
+/* ------------------------------------------------------------------ conv_integer */
+
+static void conv_case(int64_t B, int64_t C, int64_t H, int64_t W, int64_t M, const int64_t *ia12, int is_s8,
+                      int with_zq, nrv_threadpool *const *pools) {
+    const int64_t kh = ia12[2], kw = ia12[3], sh = ia12[4], sw = ia12[5], dh = ia12[6], dw = ia12[7];
+    const int64_t pt = ia12[8], pl = ia12[9], pb_ = ia12[10], pr = ia12[11];
+    const int64_t OH = (H + pt + pb_ - dh * (kh - 1) - 1) / sh + 1, OW = (W + pl + pr - dw * (kw - 1) - 1) / sw + 1;
+    const int64_t K = C * kh * kw;
+    uint8_t *x = rnd_bytes(B * C * H * W), zx = (uint8_t)(nrv_test_u64() % 256u);
+    int8_t *w = (int8_t *)rnd_bytes(M * K), *q = xcalloc((size_t)(M * K));
+    int32_t *zq = xcalloc((size_t)M * sizeof(int32_t));
+    for (int64_t m = 0; m < M; m++) zq[m] = (int32_t)(nrv_test_u64() % 256u) - 128;
+    /* W [M, C, kh, kw] -> q [M, kh·kw·C] (channel last, the op's K order) */
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < kh * kw; i++) q[m * K + i * C + c] = w[(m * C + c) * kh * kw + i];
+    int64_t pbytes;
+    int8_t *packed = pack(q, M, K, &pbytes);
+    const int64_t xd[4] = {B, C, H, W}, one = 1, yd[4] = {B, M, OH, OW}, n = B * M * OH * OW;
+    nrv_tview xv = mkview(x, is_s8 ? NRV_I8 : NRV_U8, 4, xd), pv = mkview(packed, NRV_I8, 1, &pbytes),
+              zxv = mkview(&zx, is_s8 ? NRV_I8 : NRV_U8, 1, &one), zqv = mkview(zq, NRV_I32, 1, &M);
+    const nrv_tview *in[4] = {&xv, &pv, &zxv, with_zq ? &zqv : NULL};
+    int32_t *first = NULL;
+    for (int t = 0; t < 4; t++) {
+        int32_t *y = ibuf(n);
+        nrv_tview yv = mkview(y, NRV_I32, 4, yd);
+        NRV_EXPECT_STATUS(nrv_plan_run_op("conv_integer", in, 4, &yv, ia12, 12, NULL, 0, NULL, 0, pools[t]), NRV_OK);
+        NRV_EXPECT(ibuf_untouched(y, n, n), "conv_integer: canary overwritten");
+        if (!first) {
+            first = y;
+            int64_t bad = 0;
+            const int64_t z0 = is_s8 ? (int64_t)(int8_t)zx : (int64_t)zx;
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t oh = 0; oh < OH; oh++)
+                        for (int64_t ow = 0; ow < OW; ow++) {
+                            int64_t acc = 0;
+                            for (int64_t c = 0; c < C; c++)
+                                for (int64_t i = 0; i < kh; i++)
+                                    for (int64_t k = 0; k < kw; k++) {
+                                        const int64_t ih = oh * sh - pt + i * dh, iw = ow * sw - pl + k * dw;
+                                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue; /* x − zp = 0 */
+                                        const int64_t xv_ = xval(x, is_s8, ((b * C + c) * H + ih) * W + iw) - z0;
+                                        acc += xv_ * (w[((m * C + c) * kh + i) * kw + k] - (with_zq ? zq[m] : 0));
+                                    }
+                            bad += y[((b * M + m) * OH + oh) * OW + ow] != (int32_t)acc;
+                        }
+            NRV_EXPECT(bad == 0, "conv_integer C%lld %lldx%lld M%lld k%lldx%lld s8=%d (%s): %lld values wrong",
+                       (long long)C, (long long)H, (long long)W, (long long)M, (long long)kh, (long long)kw, is_s8,
+                       round_desc, (long long)bad);
+        } else {
+            NRV_EXPECT(memcmp(first, y, (size_t)n * sizeof(int32_t)) == 0, "conv_integer: %d threads differ", t + 1);
+            free(y);
+        }
+    }
+    free(first);
+    free(x);
+    free(w);
+    free(q);
+    free(zq);
+    free(packed);
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static void expect_int_fail(const char *what, const char *type, const nrv_tview *const *in, int n_in, nrv_tview *y,
+                            const int64_t *ia, int nia, nrv_status want) {
+    int32_t *p = ibuf(y->numel);
+    y->data = p;
+    const nrv_status s = nrv_plan_run_op(type, in, n_in, y, ia, nia, NULL, 0, NULL, 0, NULL);
+    NRV_EXPECT(s == want, "%s: got %s, want %s (%s)", what, nrv_status_str(s), nrv_status_str(want), nrv_last_error());
+    NRV_EXPECT(ibuf_untouched(p, 0, y->numel), "%s: output written on failure", what);
+    if (s != NRV_OK)
+        NRV_EXPECT(strstr(nrv_last_error(), "test_node") != NULL, "%s: message lacks the node name: %s", what,
+                   nrv_last_error());
+    nrv_clear_error();
+    free(p);
+}
+
+static void test_errors(void) {
+    const int64_t K = 13, N = 5, rows = 3;
+    uint8_t *a = rnd_bytes(rows * K);
+    int8_t *q = (int8_t *)rnd_bytes(N * K);
+    int64_t pb;
+    int8_t *packed = pack(q, N, K, &pb);
+    float f[64] = {0};
+    int32_t zq[8] = {0};
+    uint8_t za[8] = {0};
+    const int64_t ad[2] = {rows, K}, yd[2] = {rows, N}, short_pb = pb - 1, two = 2, n5 = N, n4 = 4;
+    nrv_tview av = mkview(a, NRV_U8, 2, ad), fv = mkview(f, NRV_F32, 2, ad), pv = mkview(packed, NRV_I8, 1, &pb);
+    nrv_tview pshort = mkview(packed, NRV_I8, 1, &short_pb), za2 = mkview(za, NRV_U8, 1, &two);
+    nrv_tview zas8 = mkview(za, NRV_I8, 1, &two), zq5 = mkview(zq, NRV_I32, 1, &n5), zq4 = mkview(zq, NRV_I32, 1, &n4);
+    nrv_tview y = mkview(NULL, NRV_I32, 2, yd), yf = mkview(NULL, NRV_F32, 2, yd);
+    const int64_t ia[2] = {N, K}, ia_bad[2] = {N, K + 1};
+    {
+        const nrv_tview *in[2] = {&fv, &pv};
+        expect_int_fail("matmul_integer float a", "matmul_integer", in, 2, &y, ia, 2, NRV_ERR_DTYPE);
+    }
+    {
+        const nrv_tview *in[2] = {&av, &pshort};
+        expect_int_fail("matmul_integer truncated weight", "matmul_integer", in, 2, &y, ia, 2, NRV_ERR_SHAPE);
+    }
+    {
+        const nrv_tview *in[2] = {&av, &pv};
+        expect_int_fail("matmul_integer K attribute vs a", "matmul_integer", in, 2, &y, ia_bad, 2, NRV_ERR_SHAPE);
+        expect_int_fail("matmul_integer float output", "matmul_integer", in, 2, &yf, ia, 2, NRV_ERR_DTYPE);
+    }
+    {
+        const nrv_tview *in[3] = {&av, &pv, &za2};
+        expect_int_fail("matmul_integer 2 zero points for 3 rows", "matmul_integer", in, 3, &y, ia, 2, NRV_ERR_SHAPE);
+    }
+    {
+        const nrv_tview *in[3] = {&av, &pv, &zas8};
+        expect_int_fail("matmul_integer s8 zero point for u8 a", "matmul_integer", in, 3, &y, ia, 2, NRV_ERR_DTYPE);
+    }
+    {
+        const nrv_tview *in[4] = {&av, &pv, NULL, &zq4};
+        expect_int_fail("matmul_integer 4 weight zero points for 5 outputs", "matmul_integer", in, 4, &y, ia, 2,
+                        NRV_ERR_SHAPE);
+        (void)zq5;
+    }
+    /* conv_integer: C 2, 3x3 on 4x5, M 3 */
+    const int64_t C = 2, M = 3, xd[4] = {1, C, 4, 5}, cyd[4] = {1, M, 4, 5}, cyd_bad[4] = {1, M, 3, 5};
+    int64_t cpb;
+    int8_t *cpacked = pack(q, M, C * 9, &cpb);
+    nrv_tview xv = mkview(a, NRV_U8, 4, xd), cpv = mkview(cpacked, NRV_I8, 1, &cpb);
+    nrv_tview cy = mkview(NULL, NRV_I32, 4, cyd), cy_bad = mkview(NULL, NRV_I32, 4, cyd_bad);
+    const int64_t cia[12] = {M, C, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, cia_stride0[12] = {M, C, 3, 3, 0, 1, 1, 1, 1, 1, 1, 1};
+    {
+        const nrv_tview *in[2] = {&xv, &cpv};
+        expect_int_fail("conv_integer wrong output extent", "conv_integer", in, 2, &cy_bad, cia, 12, NRV_ERR_SHAPE);
+        expect_int_fail("conv_integer stride 0", "conv_integer", in, 2, &cy, cia_stride0, 12, NRV_ERR_INVALID_ARG);
+        expect_int_fail("conv_integer 11 attributes", "conv_integer", in, 2, &cy, cia, 11, NRV_ERR_INVALID_ARG);
+    }
+    {
+        const nrv_tview *in[3] = {&xv, &cpv, &za2};
+        expect_int_fail("conv_integer 2 zero points", "conv_integer", in, 3, &cy, cia, 12, NRV_ERR_SHAPE);
+    }
+    {
+        const nrv_tview *in[2] = {&xv, &pv};
+        expect_int_fail("conv_integer weight of another shape", "conv_integer", in, 2, &cy, cia, 12, NRV_ERR_SHAPE);
+    }
+    free(a);
+    free(q);
+    free(packed);
+    free(cpacked);
+}
+
+int main(void) {
+    NRV_EXPECT(nrv_plan_op_find("matmul_integer") &&
+                   !strcmp(nrv_plan_op_find("matmul_integer")->kernel_op, "matmul_integer"),
+               "matmul_integer registered");
+    NRV_EXPECT(nrv_plan_op_find("conv_integer") != NULL, "conv_integer registered");
+    nrv_threadpool *pools[4] = {NULL, NULL, NULL, NULL};
+    for (int t = 1; t < 4; t++) NRV_EXPECT_STATUS(nrv_threadpool_create(t + 1, &pools[t]), NRV_OK);
+    const int nr = rounds();
+    for (int k = 0; k < nr; k++) {
+        nrv_test_seed(0x1e7u + (uint64_t)k);
+        force_round(k);
+        printf("round %d: %s\n", k, round_desc);
+        matmul_case(1, 1, 1, 0, 0, 0, pools);
+        matmul_case(1, 257, 300, 1, 0, 1, pools);
+        matmul_case(5, 97, 300, 0, 1, 1, pools);
+        matmul_case(70, 131, 45, 1, 1, 0, pools);
+        matmul_case(130, 3, 17, 0, 0, 1, pools);
+        const int64_t c3[12] = {0, 0, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, c1[12] = {0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+        const int64_t odd[12] = {0, 0, 3, 2, 2, 1, 1, 2, 3, 0, 1, 4}, wide[12] = {0, 0, 1, 5, 1, 3, 1, 2, 0, 2, 0, 1};
+        int64_t ia[12];
+        memcpy(ia, c3, sizeof ia), ia[0] = 7, ia[1] = 5;
+        conv_case(2, 5, 9, 11, 7, ia, 0, 1, pools);
+        memcpy(ia, c1, sizeof ia), ia[0] = 24, ia[1] = 24;
+        conv_case(1, 24, 6, 70, 24, ia, 1, 0, pools);
+        memcpy(ia, odd, sizeof ia), ia[0] = 13, ia[1] = 3;
+        conv_case(2, 3, 6, 7, 13, ia, 1, 1, pools);
+        memcpy(ia, wide, sizeof ia), ia[0] = 4, ia[1] = 6;
+        conv_case(1, 6, 1, 150, 4, ia, 0, 1, pools);
+    }
+    unforce();
+    test_errors();
+    for (int t = 1; t < 4; t++) nrv_threadpool_free(pools[t]);
+    return nrv_test_summary("test_plan_integer");
+}
