@@ -6,7 +6,8 @@ quantized by onnxruntime's own tool on random calibration images (per tensor and
 channel), and run by nerve and onnxruntime on fresh images: nerve computes each op as its
 definition reads (dequantize, float op, quantize), onnxruntime in integers, so a value may
 round one quantization step apart — the outputs must agree within a few output steps, and
-both be near the float model."""
+both be near the float model. QLinearConv of group 1 is the exception: nerve runs it in
+onnxruntime's integer arithmetic (exact int32 conv, then its requantization), bit for bit."""
 
 from __future__ import annotations
 
@@ -96,3 +97,48 @@ def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
             # still the float model's answer: 8-bit rounding of this small random CNN moves its
             # outputs by 2-23% of their scale (25 seeds; onnxruntime's by exactly as much)
             assert np.abs(got[k] - exact[k]).max() < 0.5 * np.abs(exact[k]).max(), k
+
+
+@pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
+@pytest.mark.parametrize("case", ["3x3_s2_bias", "1x1_per_channel", "1d_dilated", "5x5_asym_pads"])
+def test_qlinear_conv_group1_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, wdt, case):
+    """QLinearConv of group 1 runs as conv_integer + requantize: the exact int32 conv, then
+    saturate(round_half_even(float(acc + B)·(x_scale·w_scale[m] / y_scale)) + y_zp), as
+    onnxruntime computes it; equal to onnxruntime's output byte for byte, per-tensor and
+    per-channel weight scales, with and without the int32 bias, 1-D and 2-D."""
+    xi, wi = np.iinfo(xdt), np.iinfo(wdt)
+    if case == "3x3_s2_bias":
+        xs, ws, attrs, per_ch, with_b = (1, 5, 13, 11), (12, 5, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), False, True
+    elif case == "1x1_per_channel":
+        xs, ws, attrs, per_ch, with_b = (2, 24, 9, 7), (40, 24, 1, 1), {}, True, True
+    elif case == "1d_dilated":
+        xs, ws, attrs, per_ch, with_b = (1, 6, 50), (9, 6, 3), dict(dilations=[2], pads=[2, 2]), True, False
+    else:
+        xs, ws, attrs, per_ch, with_b = (1, 3, 10, 12), (7, 3, 5, 5), dict(pads=[0, 3, 2, 1]), True, True
+    m = ws[0]
+    x = rng.integers(xi.min, xi.max + 1, xs).astype(xdt)
+    w = rng.integers(wi.min, wi.max + 1, ws).astype(wdt)
+    w_scale = (rng.random(m if per_ch else 1) * 0.02 + 0.002).astype(np.float32)
+    inits = {"xs": np.array(0.0173, np.float32), "xz": np.array(rng.integers(xi.min, xi.max + 1), xdt), "W": w,
+             "ws": w_scale if per_ch else w_scale.reshape(()),
+             "wz": (np.zeros(m, wdt) if per_ch else np.array(0, wdt)) if wdt == np.int8 else
+             (np.full(m, 128, wdt) if per_ch else np.array(128, wdt)),
+             "ys": np.array(0.37, np.float32), "yz": np.array(rng.integers(xi.min, xi.max + 1), xdt)}
+    ins = ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz"]
+    if with_b:
+        inits["B"] = rng.integers(-5000, 5000, m).astype(np.int32)
+        ins.append("B")
+    onnx_t = T.UINT8 if xdt == np.uint8 else T.INT8
+    g = h.make_graph([h.make_node("QLinearConv", ins, ["y"], **attrs)], "g", [h.make_tensor_value_info("x", onnx_t, list(xs))],
+                     [h.make_tensor_value_info("y", onnx_t, None)], [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "q.onnx")
+    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
+    assert [o["type"] for o in sess.ops()] == ["conv_integer", "requantize"]
+    got = sess.run({"x": x})["y"]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

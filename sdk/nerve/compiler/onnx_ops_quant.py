@@ -582,7 +582,8 @@ def _conv_integer(ctx: NodeCtx, ins):
 CONV_INT_STAGE = 32768  # op_conv.c: a task's staging bytes (so at most CONV_INT_STAGE / 4 outputs)
 
 
-def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value], w_zp: Optional[Value]):
+def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value], w_zp: Optional[Value],
+                        name: Optional[str] = None):
     """ConvInteger as op ``conv_integer`` (group 1, 1-D or 2-D, explicit or auto pads, a
     constant per-tensor or per-output-channel w_zp, C·kh·kw <= W8A8_MAX_K); None otherwise.
     W [M, C, kh, kw] is stored as q [M, kh·kw·C] (channel last, as the op stages x) int8
@@ -627,7 +628,7 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
                    iattr=[m, int(w.const.shape[1])] + kernel + strides + dil + [pb[0], pb[1], pe[0], pe[1]],
                    name=ctx.name)[0]
     final = [shape[0], m] + (out_sp[1:] if sr == 1 else out_sp)
-    return ctx.b.alias(y, final, ctx.out_name())
+    return ctx.b.alias(y, final, name or ctx.out_name())
 
 
 @handler("DynamicQuantizeLSTM", domain="com.microsoft")
@@ -718,10 +719,38 @@ def _qlinear_conv(ctx: NodeCtx, ins):
     if w.dtype not in (np.int8, np.uint8) or w.const is None or w_scale.const is None or \
             (w_zp is not None and w_zp.const is None):
         raise ctx.fail("the weights, their scale and zero point must be int8/uint8 constants")
+    exact = _qlinear_conv_exact(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias)
+    if exact is not None:
+        return [exact]
     xf = _activation(ctx, x, x_scale, x_zp, "x")
     wf = _dequantize_const(ctx, w, w_scale, w_zp, 0, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
     b = _bias_of_int32(ctx, bias, x_scale, w_scale, int(w.shape[0])) if bias is not None else None
     return [_requantized(ctx, conv(ctx, xf, wf, b, ctx.b.fresh(ctx.name)), y_scale, y_zp)]
+
+
+def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias):
+    """QLinearConv in onnxruntime's integer arithmetic: the exact int32 conv (op conv_integer,
+    group 1), then op requantize with scale[m] = x_scale·w_scale[m] / y_scale in fp32 (as
+    onnxruntime computes it), bias added in int32. None when the conv is not conv_integer's
+    (groups) or a scale is not a finite positive constant: the float route then."""
+    if any(v is None or v.const is None for v in (x_scale, y_scale)) or (y_zp is not None and y_zp.const is None):
+        return None
+    if x.dtype not in (np.int8, np.uint8) or (bias is not None and (bias.const is None or bias.dtype != np.int32)):
+        return None
+    m = int(w.shape[0])
+    ws = np.asarray(w_scale.const, np.float32).reshape(-1)
+    xs, ys = np.float32(np.asarray(x_scale.const).reshape(-1)[0]), np.float32(np.asarray(y_scale.const).reshape(-1)[0])
+    if ws.size not in (1, m) or not (np.all(np.isfinite(ws)) and np.all(ws > 0) and np.isfinite(xs) and xs > 0
+                                     and np.isfinite(ys) and ys > 0):
+        return None
+    acc = _conv_integer_exact(ctx, x, w, x_zp, w_zp, name=ctx.b.fresh(ctx.name + ".acc"))
+    if acc is None:
+        return None
+    scale = ((xs * ws).astype(np.float32) / ys).astype(np.float32)
+    out_dt = np.dtype(y_zp.dtype) if y_zp is not None else np.dtype(np.uint8)
+    ins = [acc, ctx.b.const(bias.const.reshape(-1), ctx.b.fresh(ctx.name + ".bias")) if bias is not None else None,
+           ctx.b.const(scale, ctx.b.fresh(ctx.name + ".scale")), y_zp]
+    return ctx.b.emit("requantize", ins, [spec(ctx.out_name(), out_dt, acc.shape)], iattr=[1], name=ctx.name)[0]
 
 
 def _qlinear_elementwise(ctx: NodeCtx, ins, float_op: str, **attrs):
