@@ -1,5 +1,5 @@
-/* test_plan_integer.c — the exact integer plan ops (matmul_integer, conv_integer, and
- * fake_quant with an integer output) against int64 references written here, under every
+/* test_plan_integer.c — the exact integer plan ops (matmul_integer, conv_integer, requantize)
+ * against references written here, under every
  * variant of the dispatch ops they use, on 1 to 4 threads (integer sums are exact: every
  * thread count must give the same bits), and their error paths: a wrong dtype, a truncated
  * packed weight, a zero point of the wrong count or type, a bad attribute each fail with a
@@ -253,6 +253,57 @@ static void test_errors(void) {
     free(cpacked);
 }
 
+/* requantize: a reference of its arithmetic on awkward values (ties, saturation both ways,
+ * a wrapping bias), and its errors leave y untouched. */
+static void test_requantize(void) {
+    const int64_t xd[3] = {2, 3, 5}, c3 = 3, one = 1;
+    int32_t x[30];
+    for (int i = 0; i < 30; i++) x[i] = (int32_t)(nrv_test_u64() % 4001u) - 2000;
+    x[0] = INT32_MAX, x[1] = INT32_MIN, x[2] = 25, x[3] = -25; /* 25·0.1 = 2.5: a tie (to 2) */
+    int32_t bias[3] = {7, -900, INT32_MAX};
+    float scale[3] = {0.1f, 0.013f, 1e-9f}, bad_scale[3] = {0.1f, 0.0f, 0.2f};
+    int8_t zp = -3;
+    uint8_t y[30 + GUARD];
+    nrv_tview xv = mkview(x, NRV_I32, 3, xd), bv = mkview(bias, NRV_I32, 1, &c3), sv = mkview(scale, NRV_F32, 1, &c3);
+    nrv_tview zv = mkview(&zp, NRV_I8, 1, &one), badv = mkview(bad_scale, NRV_F32, 1, &c3), b2 = mkview(bias, NRV_I32, 1, &one);
+    nrv_tview yv = mkview(y, NRV_I8, 3, xd), yf = mkview(y, NRV_F32, 3, xd);
+    const int64_t axis[1] = {1};
+    const nrv_tview *in[4] = {&xv, &bv, &sv, &zv};
+    memset(y, 0xa5, sizeof y);
+    NRV_EXPECT_STATUS(nrv_plan_run_op("requantize", in, 4, &yv, axis, 1, NULL, 0, NULL, 0, NULL), NRV_OK);
+    int bad = 0;
+    for (int i = 0; i < 30; i++) {
+        const int c = i / 5 % 3;
+        float v = (float)(int32_t)((uint32_t)x[i] + (uint32_t)bias[c]) * scale[c];
+        const float lo = -128.0f - zp, hi = 127.0f - zp;
+        v = v < lo ? lo : v > hi ? hi : v;
+        bad += (int8_t)y[i] != (int8_t)((int32_t)nearbyintf(v) + zp);
+    }
+    for (int i = 30; i < 30 + GUARD; i++) bad += y[i] != 0xa5;
+    NRV_EXPECT(bad == 0, "requantize: %d bytes differ from the reference (or past y)", bad);
+    struct {
+        const char *what;
+        const nrv_tview *in[4];
+        nrv_tview *y;
+        nrv_status want;
+    } cases[] = {
+        {"requantize zero scale", {&xv, &bv, &badv, &zv}, &yv, NRV_ERR_INVALID_ARG},
+        {"requantize 1 bias for 3 channels", {&xv, &b2, &sv, &zv}, &yv, NRV_ERR_SHAPE},
+        {"requantize float output", {&xv, &bv, &sv, &zv}, &yf, NRV_ERR_DTYPE},
+        {"requantize float x", {&sv, &bv, &sv, &zv}, &yv, NRV_ERR_DTYPE},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        memset(y, 0xa5, sizeof y);
+        const nrv_status st = nrv_plan_run_op("requantize", cases[k].in, 4, cases[k].y, axis, 1, NULL, 0, NULL, 0, NULL);
+        NRV_EXPECT(st == cases[k].want, "%s: got %s, want %s (%s)", cases[k].what, nrv_status_str(st),
+                   nrv_status_str(cases[k].want), nrv_last_error());
+        int touched = 0;
+        for (size_t i = 0; i < sizeof y; i++) touched |= y[i] != 0xa5;
+        NRV_EXPECT(!touched, "%s: output written on failure", cases[k].what);
+        nrv_clear_error();
+    }
+}
+
 int main(void) {
     NRV_EXPECT(nrv_plan_op_find("matmul_integer") &&
                    !strcmp(nrv_plan_op_find("matmul_integer")->kernel_op, "matmul_integer"),
@@ -284,6 +335,7 @@ int main(void) {
     }
     unforce();
     test_errors();
+    test_requantize();
     for (int t = 1; t < 4; t++) nrv_threadpool_free(pools[t]);
     return nrv_test_summary("test_plan_integer");
 }
