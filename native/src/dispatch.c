@@ -42,6 +42,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_DEPTHWISE_ROWS] = "depthwise_rows",
     [NRV_OP_MATMUL_INTEGER] = "matmul_integer",
     [NRV_OP_QUANTIZE] = "quantize",
+    [NRV_OP_REQUANT] = "requant",
 };
 
 typedef struct op_slot {

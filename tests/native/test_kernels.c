@@ -1161,6 +1161,44 @@ static void test_quantize(void) {
         }
 }
 
+/* ------------------------------------------------------------------ requant */
+
+/* The requantization of int32 sums (plan ops requantize, conv_integer for QLinearConv)
+ * through the dispatch table against nrv_requant_ref, byte for byte: u8 and s8 ranges,
+ * awkward lengths, sums near ties, saturation both ways, wrapping biases; canary after y. */
+static void test_requant(void) {
+    static const int64_t lens[] = {1, 3, 13, 63, 64, 65, 97, 257, 1025};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int kind = 0; kind < 4; kind++) {
+            const int64_t n = lens[li];
+            const int is_s8 = kind & 1;
+            const int32_t z = is_s8 ? -5 + (int32_t)li : 3 * (int32_t)li, bias = kind & 2 ? INT32_MAX - 100 : -731;
+            const float scale = 0.0137f * (float)(li + 1), lo = (float)((is_s8 ? -128 : 0) - z),
+                        hi = (float)((is_s8 ? 127 : 255) - z);
+            int32_t *x = xalloc((size_t)n * sizeof(int32_t));
+            for (int64_t i = 0; i < n; i++) {
+                const uint64_t r = nrv_test_u64();
+                x[i] = r % 5u == 0 ? (int32_t)(uint32_t)nrv_test_u64() : (int32_t)(r % 40001u) - 20000;
+                if (r % 7u == 1) x[i] = (int32_t)(((float)(int)(r % 300u) - 150.0f + 0.5f) / scale) - bias; /* near ties */
+            }
+            uint8_t *want = xalloc((size_t)n + 16), *y = xalloc((size_t)n + 16);
+            memset(want, 0xa5, (size_t)n + 16);
+            memset(y, 0xa5, (size_t)n + 16);
+            nrv_requant_ref(x, n, bias, scale, lo, hi, z, want);
+            nrv_kernel_get(NRV_OP_REQUANT).requant(x, n, bias, scale, lo, hi, z, y);
+            int64_t at = 0;
+            while (at < n && y[at] == want[at]) at++;
+            int guards = 1;
+            for (int64_t i = n; i < n + 16; i++) guards &= y[i] == 0xa5;
+            record(at < n || !guards ? INFINITY : 0.0, "n=%lld s8=%d at %lld: %u, want %u%s", (long long)n, is_s8,
+                   (long long)(at < n ? at : 0), (unsigned)y[at < n ? at : 0], (unsigned)want[at < n ? at : 0],
+                   guards ? "" : " canary overwritten");
+            free(x);
+            free(want);
+            free(y);
+        }
+}
+
 /* ------------------------------------------------------------------ matmul_integer */
 
 /* The exact integer product through the dispatch table against nrv_matmul_integer_ref: bit
@@ -1297,6 +1335,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "linear_w8a8")) test_linear_w8a8();
     else if (!strcmp(op, "matmul_integer")) test_matmul_integer();
     else if (!strcmp(op, "quantize")) test_quantize();
+    else if (!strcmp(op, "requant")) test_requant();
     else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();

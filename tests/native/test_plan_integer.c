@@ -22,7 +22,7 @@
 #define GUARD 16
 #define SENTINEL 12345.5f
 
-static const char *const kOps[] = {"matmul_integer", "quantize"};
+static const char *const kOps[] = {"matmul_integer", "requant"};
 #include "nrv_plan_test.h"
 
 #define I32_SENTINEL 0x5a5a5a5a
@@ -332,10 +332,10 @@ int main(void) {
         conv_case(2, 3, 6, 7, 13, ia, 1, 1, pools);
         memcpy(ia, wide, sizeof ia), ia[0] = 4, ia[1] = 6;
         conv_case(1, 6, 1, 150, 4, ia, 0, 1, pools);
+        test_requantize();
     }
     unforce();
     test_errors();
-    test_requantize();
     for (int t = 1; t < 4; t++) nrv_threadpool_free(pools[t]);
     return nrv_test_summary("test_plan_integer");
 }

@@ -30,6 +30,7 @@ COVERED_OPS = {
     "hard_swish", "silu",  # every variant: test_hard_swish_and_silu below (through sessions), natively test_kernels.c
     "matmul_integer",  # every variant: test_contrib_ops.py::test_matmul_integer_every_variant, natively test_kernels.c
     "quantize",  # every variant: test_import_quant.py::test_fake_quant_every_variant, natively test_kernels.c
+    "requant",  # every variant: test_qoperator_models.py::test_qlinear_conv_every_requant_variant, natively test_kernels.c
 }
 
 

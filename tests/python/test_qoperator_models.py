@@ -21,6 +21,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import nerve
+from helpers import forced, variant_params
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -141,4 +142,27 @@ def test_qlinear_conv_group1_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, wdt,
     so.log_severity_level = 3
     want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("variant", variant_params("requant"))
+def test_qlinear_conv_every_requant_variant(tmp_path, rng, variant):
+    """Every variant of the dispatch kernel requant through a QLinearConv session (s8 in and
+    out, per-channel scales, a bias), byte for byte onnxruntime's output."""
+    x = rng.integers(-128, 128, (1, 8, 11, 13)).astype(np.int8)
+    w = rng.integers(-127, 128, (19, 8, 3, 3)).astype(np.int8)
+    inits = {"xs": np.array(0.021, np.float32), "xz": np.array(-4, np.int8), "W": w,
+             "ws": (rng.random(19) * 0.01 + 0.001).astype(np.float32), "wz": np.zeros(19, np.int8),
+             "ys": np.array(0.09, np.float32), "yz": np.array(9, np.int8), "B": rng.integers(-900, 900, 19).astype(np.int32)}
+    g = h.make_graph([h.make_node("QLinearConv", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz", "B"], ["y"],
+                                  pads=[1, 1, 1, 1])], "g", [h.make_tensor_value_info("x", T.INT8, list(x.shape))],
+                     [h.make_tensor_value_info("y", T.INT8, None)], [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "q.onnx")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with forced("requant", variant):
+        got = nerve.Session(tmp_path / "q.onnx", cache=False).run({"x": x})["y"]
     np.testing.assert_array_equal(got, want)

@@ -126,6 +126,15 @@ typedef struct nrv_quant_params {
 } nrv_quant_params;
 typedef void (*nrv_quantize_fn)(const float *x, int64_t n, const nrv_quant_params *p, void *y);
 
+/* requant: n int32 sums of one channel back to bytes, as onnxruntime requantizes
+ * (MlasRequantizeOutput):
+ *   y[i] = round_half_even(clamp((float)(x[i] + bias) · scale, lo, hi)) + z
+ * with the int32 addition wrapping, lo/hi the output type's range minus z (|lo|, |hi| <= 383)
+ * and the byte an int8's two's complement for s8 outputs. Every variant gives the
+ * reference's bytes (kernels/requant_impl.h). */
+typedef void (*nrv_requant_fn)(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
+                               uint8_t *y);
+
 /* linear_w4a32 / linear_w4a8: y[r, o] (row stride ldy) = Σ_g scale[o, g]·D[r, o, g] + b[o]
  * for a W4 weight (nerve.h nrv_w4_weight, either layout; checked), where
  *  - w4a32: D = Σ_{k in g} x[r, k]·(q[o, k] - zero[o, g]) in fp32;
@@ -341,6 +350,7 @@ typedef enum nrv_op {
     NRV_OP_DEPTHWISE_ROWS,
     NRV_OP_MATMUL_INTEGER,
     NRV_OP_QUANTIZE,
+    NRV_OP_REQUANT,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -359,6 +369,7 @@ typedef union nrv_kernel_fn {
     nrv_linear_w8a8_fn linear_w8a8;
     nrv_matmul_integer_fn matmul_integer;
     nrv_quantize_fn quantize;
+    nrv_requant_fn requant;
     nrv_linear_w4_fn linear_w4;
     nrv_linear_f16_fn linear_f16;
     nrv_depthwise_fn depthwise;
@@ -407,6 +418,11 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
+/* requant (native/src/x86/requant_avx2.c / requant_avx512.c: kernels/requant_impl.h) */
+void nrv_requant_avx2(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
+                      uint8_t *y);
+void nrv_requant_avx512(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
+                        uint8_t *y);
 /* quantize (native/src/x86/quantize_avx2.c / quantize_avx512.c: kernels/quantize_impl.h) */
 void nrv_quantize_avx2(const float *x, int64_t n, const nrv_quant_params *p, void *y);
 void nrv_quantize_avx512(const float *x, int64_t n, const nrv_quant_params *p, void *y);
@@ -520,6 +536,8 @@ void nrv_depthwise_channels_ref(const nrv_dw_geom *g, int64_t c, const float *x,
 void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                         float *y, int64_t ldy);
 void nrv_quantize_ref(const float *x, int64_t n, const nrv_quant_params *p, void *y);
+void nrv_requant_ref(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
+                     uint8_t *y);
 void nrv_matmul_integer_ref(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
                             int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
                             const int32_t *zq, int32_t *y);

@@ -25,6 +25,7 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_LINEAR_W8A8, linear_w8a8, nrv_linear_w8a8_ref),
     REF(NRV_OP_MATMUL_INTEGER, matmul_integer, nrv_matmul_integer_ref),
     REF(NRV_OP_QUANTIZE, quantize, nrv_quantize_ref),
+    REF(NRV_OP_REQUANT, requant, nrv_requant_ref),
     REF(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_ref),
     REF(NRV_OP_LINEAR_W4A8, linear_w4, nrv_linear_w4a8_ref),
     REF(NRV_OP_LINEAR_F16, linear_f16, nrv_linear_f16_ref),

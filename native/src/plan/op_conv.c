@@ -1639,7 +1639,7 @@ static nrv_status conv_w8a8_run(const nrv_op_args *a) {
  *   in[0] x u8/i8 [N, C, H, W]; in[1] packed i8 (nrv_linear_w8a8_pack of q [M, kh·kw·C],
  *   q[m, (i·kw + k)·C + c] = W[m, c, i, k]); in[2] x_zero_point, x's dtype, one value,
  *   optional (absent: 0); in[3] zq i32 [M], optional
- *   out[0] y i32 [N, M, OH, OW] (conv extents)
+ *   out[0] y i32 [N, M, OH, OW] (conv extents; QLinearConv: then op requantize)
  *   iattr [M, C, kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, pad_bottom, pad_right]
  *   No scratch (stack staging): NRV_ERR_UNSUPPORTED when one output position's window
  *   (kh rows x kw columns x C) or M sums do not fit CONV_INT_STAGE bytes. */
@@ -1741,20 +1741,27 @@ static void conv_integer_task(void *ctx, int64_t t) {
     const int direct = j->kh == 1 && j->kw == 1 && j->sw == 1; /* the window is the rows */
     int64_t rb = CONV_INT_STAGE / K < CONV_INT_STAGE / (4 * j->M) ? CONV_INT_STAGE / K : CONV_INT_STAGE / (4 * j->M);
     if (direct) rb = CONV_INT_STAGE / (4 * j->M);
-    int32_t *yo = j->y + n * j->M * P + oh * j->OW + ow0;
+    const int64_t at = n * j->M * P + oh * j->OW + ow0; /* y's element of (n, m = 0, this run's first position) */
+    /* taps of one kernel row that are contiguous in the window (dilation 1 along w): one copy */
+    const int64_t seg = j->dw == 1 ? j->kw * C : C, segs = j->dw == 1 ? 1 : j->kw;
     for (int64_t p0 = 0; p0 < nw; p0 += rb) {
         const int64_t nr = nw - p0 < rb ? nw - p0 : rb;
         const uint8_t *a = win + p0 * C;
         if (!direct) {
             for (int64_t r = 0; r < nr; r++)
                 for (int64_t i = 0; i < j->kh; i++)
-                    for (int64_t k = 0; k < j->kw; k++)
-                        memcpy(rows + r * K + (i * j->kw + k) * C,
-                               win + ((i * j->dh) * wcols + (p0 + r) * j->sw + k * j->dw) * C, (size_t)C);
+                    for (int64_t k = 0; k < segs; k++) {
+                        const uint8_t *src = win + ((i * j->dh) * wcols + (p0 + r) * j->sw + k * j->dw) * C;
+                        uint8_t *dst = rows + r * K + (i * j->kw + k) * C;
+                        if (seg < 16) /* a call per few bytes cost more than the bytes (C = 3: the stem) */
+                            for (int64_t b = 0; b < seg; b++) dst[b] = src[b];
+                        else
+                            memcpy(dst, src, (size_t)seg);
+                    }
             a = rows;
         }
         kernel(a, j->flip, nr, K, &j->za, 0, j->packed, j->M, 0, j->M, j->zq, out);
-        conv_integer_scatter(out, nr, j->M, yo + p0, P);
+        conv_integer_scatter(out, nr, j->M, j->y + at + p0, P);
     }
 }
 

@@ -100,6 +100,9 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     /* quantize: the reference's vector code at 16 and 8 lanes (kernels/quantize_impl.h) */
     AVX512(NRV_OP_QUANTIZE, quantize, nrv_quantize_avx512),
     AVX2(NRV_OP_QUANTIZE, quantize, nrv_quantize_avx2),
+    /* requant: the reference's vector code at 16 and 8 lanes (kernels/requant_impl.h) */
+    AVX512(NRV_OP_REQUANT, requant, nrv_requant_avx512),
+    AVX2(NRV_OP_REQUANT, requant, nrv_requant_avx2),
     /* linear_w4a32 / linear_w4a8 */
     AVX512(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_avx512),
     {.op = NRV_OP_LINEAR_W4A8, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,

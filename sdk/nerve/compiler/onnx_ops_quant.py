@@ -589,7 +589,8 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
     W [M, C, kh, kw] is stored as q [M, kh·kw·C] (channel last, as the op stages x) int8
     packed as matmul_integer's (uint8 codes as u − 128, the zero point − 128). A 1-D conv runs
     as 2-D with H = 1. A window of one position that does not fit the op's staging
-    (kh·kw·C > 32 KiB) keeps the fp32 route."""
+    (kh·kw·C > 32 KiB) keeps the fp32 route. name: the int32 result's (default: the node's
+    output)."""
     from .onnx_ops import _auto_pads, conv_out_dim
 
     sr = x.rank - 2
@@ -731,7 +732,8 @@ def _qlinear_conv(ctx: NodeCtx, ins):
 def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias):
     """QLinearConv in onnxruntime's integer arithmetic: the exact int32 conv (op conv_integer,
     group 1), then op requantize with scale[m] = x_scale·w_scale[m] / y_scale in fp32 (as
-    onnxruntime computes it), bias added in int32. None when the conv is not conv_integer's
+    onnxruntime computes it), bias added in int32 (plan_ops.h nrv_requant). (Requantizing
+    inside conv_integer, per run of positions, measured slower than the separate pass.) None when the conv is not conv_integer's
     (groups) or a scale is not a finite positive constant: the float route then."""
     if any(v is None or v.const is None for v in (x_scale, y_scale)) or (y_zp is not None and y_zp.const is None):
         return None
