@@ -517,8 +517,7 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
  * QLinearConv / QLinearMatMul do it (arithmetic: plan_ops.h nrv_requant).
  *   in[0] x i32, rank >= 1; in[1] bias i32 [C], optional; in[2] scale f32 [C] or [1];
  *   in[3] zp, y's dtype, one value, optional (absent: 0); out[0] y u8 or i8 shaped as x.
- *   iattr [axis]: the channel axis of x that bias and scale run along (C = dims[axis]).
- * (conv_integer takes the same three inputs to requantize its own sums.) */
+ *   iattr [axis]: the channel axis of x that bias and scale run along (C = dims[axis]). */
 static nrv_status run_requantize(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 4, 1, 1, 0));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
