@@ -536,7 +536,10 @@ static nrv_status run_requantize(const nrv_op_args *a) {
     uint8_t *ys = y->data;
     const int64_t outer = x->numel / (C * inner);
     for (int64_t o = 0; o < outer; o++)
-        for (int64_t c = 0; c < C; c++) nrv_requant_span(&rq, c, xs + (o * C + c) * inner, inner, ys + (o * C + c) * inner);
+        for (int64_t c = 0; c < C; c++) {
+            const int64_t at = (o * C + c) * inner;
+            nrv_requant_span(&rq, c, xs + at, inner, ys + at);
+        }
     return NRV_OK;
 }
 
