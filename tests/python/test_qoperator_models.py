@@ -166,3 +166,35 @@ def test_qlinear_conv_every_requant_variant(tmp_path, rng, variant):
     with forced("requant", variant):
         got = nerve.Session(tmp_path / "q.onnx", cache=False).run({"x": x})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("adt,bdt,per_col,shape", [(np.uint8, np.int8, True, (5, 37)), (np.int8, np.int8, False, (2, 3, 64)),
+                                                   (np.uint8, np.uint8, False, (37,)), (np.int8, np.int8, True, (1, 300))])
+def test_qlinear_matmul_is_onnxruntime_bit_for_bit(tmp_path, rng, adt, bdt, per_col, shape):
+    """QLinearMatMul with a constant B runs as matmul_integer + requantize along the last axis:
+    onnxruntime's output byte for byte, per-tensor and per-column B scales, A of rank 1 to 3."""
+    ai, bi = np.iinfo(adt), np.iinfo(bdt)
+    k, n = shape[-1], 29
+    a = rng.integers(ai.min, ai.max + 1, shape).astype(adt)
+    b = rng.integers(bi.min, bi.max + 1, (k, n)).astype(bdt)
+    b_scale = (rng.random(n if per_col else 1) * 0.02 + 0.002).astype(np.float32)
+    inits = {"as": np.array(0.031, np.float32), "az": np.array(rng.integers(ai.min, ai.max + 1), adt), "B": b,
+             "bs": b_scale if per_col else b_scale.reshape(()),
+             "bz": (np.zeros(n, bdt) if per_col else np.array(0, bdt)) if bdt == np.int8 else
+             (np.full(n, 128, bdt) if per_col else np.array(128, bdt)),
+             "ys": np.array(0.8, np.float32), "yz": np.array(rng.integers(ai.min, ai.max + 1), adt)}
+    onnx_t = T.UINT8 if adt == np.uint8 else T.INT8
+    g = h.make_graph([h.make_node("QLinearMatMul", ["a", "as", "az", "B", "bs", "bz", "ys", "yz"], ["y"])], "g",
+                     [h.make_tensor_value_info("a", onnx_t, list(shape))], [h.make_tensor_value_info("y", onnx_t, None)],
+                     [nh.from_array(np.asarray(v), kk) for kk, v in inits.items()])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "q.onnx")
+    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
+    assert [o["type"] for o in sess.ops()] == ["matmul_integer", "requantize"]
+    got = sess.run({"a": a})["y"]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -525,7 +525,8 @@ def _packed_int8_weight(ctx: NodeCtx, codes: np.ndarray, dtype, zp: Optional[Val
     return pv, zv
 
 
-def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value], w_zp: Optional[Value]):
+def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value], w_zp: Optional[Value],
+                          name: Optional[str] = None):
     """MatMulInteger as op ``matmul_integer`` when B is a constant [K, N] int8/uint8 matrix
     with a constant per-tensor or per-column zero point, K <= W8A8_MAX_K and A is not a
     scalar; None otherwise. B is stored as q [N, K] int8 packed as linear_w8a8's weight
@@ -546,7 +547,7 @@ def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value
     shape = list(a2.shape[:-1]) + [n]
     y = ctx.b.emit("matmul_integer", [a2, pv, a_zp, zv], [spec(ctx.b.fresh(ctx.name), np.int32, shape)],
                    iattr=[n, k], name=ctx.name)[0]
-    return ctx.b.alias(y, list(a.shape[:-1]) + [n], ctx.out_name())
+    return ctx.b.alias(y, list(a.shape[:-1]) + [n], name or ctx.out_name())
 
 
 @handler("ConvInteger")
@@ -680,8 +681,16 @@ def _dynamic_quantize_lstm(ctx: NodeCtx, ins):
 
 @handler("QLinearMatMul")
 def _qlinear_matmul(ctx: NodeCtx, ins):
-    """y = quantize(dequantize(a) · dequantize(b), y_scale, y_zp): the product in float."""
+    """y = quantize(dequantize(a) · dequantize(b), y_scale, y_zp). With a constant 2-D b and
+    constant scales, in onnxruntime's integer arithmetic: the exact int32 product (op
+    matmul_integer), then op requantize along the last axis with scale[n] = a_scale·b_scale[n] /
+    y_scale in fp32 (onnxruntime's output bit for bit); otherwise the product in float."""
     a, a_scale, a_zp, w, w_scale, w_zp, y_scale, y_zp = ins
+    scale = _requant_scale(a_scale, w_scale, y_scale, int(w.shape[-1]) if w.rank == 2 else 0)
+    if scale is not None and (y_zp is None or y_zp.const is not None) and a.dtype in (np.int8, np.uint8):
+        acc = _matmul_integer_exact(ctx, a, w, a_zp, w_zp, name=ctx.b.fresh(ctx.name + ".acc"))
+        if acc is not None:
+            return [_requantize(ctx, acc, None, scale, y_zp, -1)]
     x = _activation(ctx, a, a_scale, a_zp)
     y = _product(ctx, x, w, w_scale, w_zp, None, ctx.b.fresh(ctx.name))
     return [_quantize(ctx, y, y_scale, y_zp, 0, np.dtype(y_zp.dtype), ctx.out_name())]
@@ -735,24 +744,39 @@ def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scal
     onnxruntime computes it), bias added in int32 (plan_ops.h nrv_requant). (Requantizing
     inside conv_integer, per run of positions, measured slower than the separate pass.) None when the conv is not conv_integer's
     (groups) or a scale is not a finite positive constant: the float route then."""
-    if any(v is None or v.const is None for v in (x_scale, y_scale)) or (y_zp is not None and y_zp.const is None):
+    if (y_zp is not None and y_zp.const is None) or x.dtype not in (np.int8, np.uint8) or \
+            (bias is not None and (bias.const is None or bias.dtype != np.int32)):
         return None
-    if x.dtype not in (np.int8, np.uint8) or (bias is not None and (bias.const is None or bias.dtype != np.int32)):
-        return None
-    m = int(w.shape[0])
-    ws = np.asarray(w_scale.const, np.float32).reshape(-1)
-    xs, ys = np.float32(np.asarray(x_scale.const).reshape(-1)[0]), np.float32(np.asarray(y_scale.const).reshape(-1)[0])
-    if ws.size not in (1, m) or not (np.all(np.isfinite(ws)) and np.all(ws > 0) and np.isfinite(xs) and xs > 0
-                                     and np.isfinite(ys) and ys > 0):
+    scale = _requant_scale(x_scale, w_scale, y_scale, int(w.shape[0]))
+    if scale is None:
         return None
     acc = _conv_integer_exact(ctx, x, w, x_zp, w_zp, name=ctx.b.fresh(ctx.name + ".acc"))
     if acc is None:
         return None
-    scale = ((xs * ws).astype(np.float32) / ys).astype(np.float32)
+    return _requantize(ctx, acc, bias, scale, y_zp, 1)
+
+
+def _requant_scale(x_scale: Value, w_scale: Value, y_scale: Value, n: int) -> Optional[np.ndarray]:
+    """x_scale·w_scale[i] / y_scale in fp32, as onnxruntime computes its requantization
+    scales (per tensor or per output, n outputs); None unless all three are constants, finite
+    and > 0, and w_scale has 1 or n values."""
+    if any(v is None or v.const is None for v in (x_scale, w_scale, y_scale)) or n <= 0:
+        return None
+    ws = np.asarray(w_scale.const, np.float32).reshape(-1)
+    xs, ys = np.float32(np.asarray(x_scale.const).reshape(-1)[0]), np.float32(np.asarray(y_scale.const).reshape(-1)[0])
+    if ws.size not in (1, n) or not (np.all(np.isfinite(ws)) and np.all(ws > 0) and np.isfinite(xs) and xs > 0
+                                     and np.isfinite(ys) and ys > 0):
+        return None
+    return ((xs * ws).astype(np.float32) / ys).astype(np.float32)
+
+
+def _requantize(ctx: NodeCtx, acc: Value, bias: Optional[Value], scale: np.ndarray, y_zp: Optional[Value],
+                axis: int) -> Value:
+    """The node's output: op requantize of the int32 sums acc (+ the int32 bias) along axis."""
     out_dt = np.dtype(y_zp.dtype) if y_zp is not None else np.dtype(np.uint8)
     ins = [acc, ctx.b.const(bias.const.reshape(-1), ctx.b.fresh(ctx.name + ".bias")) if bias is not None else None,
            ctx.b.const(scale, ctx.b.fresh(ctx.name + ".scale")), y_zp]
-    return ctx.b.emit("requantize", ins, [spec(ctx.out_name(), out_dt, acc.shape)], iattr=[1], name=ctx.name)[0]
+    return ctx.b.emit("requantize", ins, [spec(ctx.out_name(), out_dt, acc.shape)], iattr=[axis], name=ctx.name)[0]
 
 
 def _qlinear_elementwise(ctx: NodeCtx, ins, float_op: str, **attrs):
