@@ -198,3 +198,46 @@ def test_qlinear_matmul_is_onnxruntime_bit_for_bit(tmp_path, rng, adt, bdt, per_
     want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
+@pytest.mark.parametrize("case", ["3x3_s1", "3x3_s2", "5x5_s2_dil", "1d"])
+def test_qlinear_depthwise_conv_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, wdt, case):
+    """A depthwise QLinearConv (group = channels) runs as the fp32 depthwise conv on the exact
+    integers (exact: 9-49 taps of |x·w| <= 255² stay below 2^24) cast to int32, then
+    requantize: onnxruntime's output byte for byte, per-channel scales and a bias, strides,
+    dilation, asymmetric pads, 1-D."""
+    xi, wi = np.iinfo(xdt), np.iinfo(wdt)
+    c = 12
+    if case == "3x3_s1":
+        xs, ks, attrs = (1, c, 9, 14), (3, 3), dict(pads=[1, 1, 1, 1])
+    elif case == "3x3_s2":
+        xs, ks, attrs = (2, c, 15, 13), (3, 3), dict(pads=[1, 0, 1, 2], strides=[2, 2])
+    elif case == "5x5_s2_dil":
+        xs, ks, attrs = (1, c, 17, 16), (5, 5), dict(pads=[2, 4, 2, 4], strides=[2, 1], dilations=[1, 2])
+    else:
+        xs, ks, attrs = (1, c, 40), (7,), dict(pads=[3, 3], strides=[2])
+    x = rng.integers(xi.min, xi.max + 1, xs).astype(xdt)
+    w = rng.integers(wi.min, wi.max + 1, (c, 1) + ks).astype(wdt)
+    inits = {"xs": np.array(0.019, np.float32), "xz": np.array(rng.integers(xi.min, xi.max + 1), xdt), "W": w,
+             "ws": (rng.random(c) * 0.02 + 0.002).astype(np.float32),
+             "wz": np.zeros(c, wdt) if wdt == np.int8 else np.full(c, 128, wdt),
+             "ys": np.array(0.21, np.float32), "yz": np.array(rng.integers(xi.min, xi.max + 1), xdt),
+             "B": rng.integers(-3000, 3000, c).astype(np.int32)}
+    onnx_t = T.UINT8 if xdt == np.uint8 else T.INT8
+    g = h.make_graph([h.make_node("QLinearConv", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz", "B"], ["y"], group=c,
+                                  **attrs)], "g", [h.make_tensor_value_info("x", onnx_t, list(xs))],
+                     [h.make_tensor_value_info("y", onnx_t, None)], [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "q.onnx")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for threads in (1, 2):
+        sess = nerve.Session(tmp_path / "q.onnx", cache=False, threads=threads)
+        kinds = [o["type"] for o in sess.ops()]
+        assert kinds[-1] == "requantize" and "cast" in kinds and "fake_quant" not in kinds
+        got = sess.run({"x": x})["y"]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)

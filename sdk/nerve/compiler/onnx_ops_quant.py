@@ -558,8 +558,6 @@ def _conv_integer(ctx: NodeCtx, ins):
     Otherwise (groups) the convolution runs in fp32 on the exact integers: exact while every
     partial sum stays below 2^24 in magnitude, otherwise within fp32 rounding of the int32
     result (the usual consumer scales it to float)."""
-    from .onnx_ops import conv
-
     x, w = ins[0], ins[1]
     x_zp, w_zp = _opt(ins, 2), _opt(ins, 3)
     if x.dtype not in (np.int8, np.uint8) or w.dtype not in (np.int8, np.uint8):
@@ -571,13 +569,22 @@ def _conv_integer(ctx: NodeCtx, ins):
     exact = _conv_integer_exact(ctx, x, w, x_zp, w_zp)
     if exact is not None:
         return [exact]
+    return [_conv_on_exact_integers(ctx, x, w, x_zp, w_zp, ctx.out_name())]
+
+
+def _conv_on_exact_integers(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value], w_zp: Optional[Value],
+                            name: str) -> Value:
+    """int32 conv(X − x_zp, W − w_zp) computed by the fp32 conv on the exact integers (the
+    node's attributes, groups included): exact while every partial sum stays below 2^24."""
+    from .onnx_ops import conv
+
     one = ctx.b.const(np.array(1.0, F32))
     xf = _dequantize_runtime(ctx, x, one, x_zp, 1, ctx.b.fresh(ctx.name + ".x"))
     wf = _dequantize_const(ctx, w, one, w_zp, 0, 0, F32, ctx.b.fresh(ctx.name + ".weight"))
     if wf.const is None:
         raise ctx.fail("W − w_zero_point did not fold to a constant")
     y = conv(ctx, xf, wf, None, ctx.b.fresh(ctx.name))
-    return ctx.b.emit("cast", [y], [spec(ctx.out_name(), np.int32, y.shape)], name=ctx.name)
+    return ctx.b.emit("cast", [y], [spec(name, np.int32, y.shape)], name=ctx.name)[0]
 
 
 CONV_INT_STAGE = 32768  # op_conv.c: a task's staging bytes (so at most CONV_INT_STAGE / 4 outputs)
@@ -595,12 +602,15 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
     from .onnx_ops import _auto_pads, conv_out_dim
 
     sr = x.rank - 2
-    if sr not in (1, 2) or w.rank != x.rank or ctx.attr("group", 1) != 1:
+    group = ctx.attr("group", 1)
+    if sr not in (1, 2) or w.rank != x.rank:
         return None
     if w_zp is not None and (w_zp.const is None or w_zp.dtype != w.dtype):
         return None
     if x_zp is not None and x_zp.dtype != x.dtype:
         raise ctx.fail(f"x_zero_point of {x_zp.dtype} does not match X of {x.dtype}")
+    if group != 1:
+        return None
     m = int(w.const.shape[0])
     kernel = [int(d) for d in w.const.shape[2:]]
     kdim = int(np.prod(w.const.shape[1:]))
@@ -752,7 +762,12 @@ def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scal
         return None
     acc = _conv_integer_exact(ctx, x, w, x_zp, w_zp, name=ctx.b.fresh(ctx.name + ".acc"))
     if acc is None:
-        return None
+        # grouped (depthwise): the fp32 conv on the exact integers is exact while each output's
+        # taps x 255² stay below 2^24 (at most 258 taps), and its depthwise kernels are fast
+        taps = int(np.prod(w.const.shape[1:])) if w.const is not None else 1 << 30
+        if taps * 255 * 255 >= 1 << 24 or w.const is None or (w_zp is not None and w_zp.const is None):
+            return None
+        acc = _conv_on_exact_integers(ctx, x, w, x_zp, w_zp, ctx.b.fresh(ctx.name + ".acc"))
     return _requantize(ctx, acc, bias, scale, y_zp, 1)
 
 
