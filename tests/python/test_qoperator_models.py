@@ -59,8 +59,9 @@ def _float_cnn(rng, path):
     onnx.save(m, path)
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
-def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
+def _quantized_cnn(tmp_path, rng, per_channel, fmt):
+    """The small CNN quantized by onnxruntime's own tool in format fmt (tmp_path/q.onnx, the
+    float one in f32.onnx) on 12 random images; returns 8 fresh images to check on."""
     _float_cnn(rng, tmp_path / "f32.onnx")
     images = [rng.standard_normal((1, 3, 17, 15)).astype(np.float32) for _ in range(20)]
 
@@ -72,32 +73,65 @@ def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
             return next(self.feeds, None)
 
     quantization.quantize_static(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), Calibration(),
-                                 quant_format=quantization.QuantFormat.QOperator, per_channel=per_channel,
+                                 quant_format=fmt, per_channel=per_channel,
                                  activation_type=quantization.QuantType.QUInt8,
                                  weight_type=quantization.QuantType.QInt8)
-    kinds = collections.Counter(n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node)
-    for op in ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
-               "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool"):
-        assert kinds[op] >= 1, (op, kinds)
+    return images[12:]
+
+
+def _check_cnn_outputs(tmp_path, sess, steps, images):
+    """nerve's outputs y and z within 3 output steps of onnxruntime's run of q.onnx, and still
+    the float model's answer: 8-bit rounding of this small random CNN moves its outputs by
+    2-23% of their scale (25 seeds; onnxruntime's by exactly as much)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
     ref = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"])
     f32 = ort.InferenceSession(str(tmp_path / "f32.onnx"), so, providers=["CPUExecutionProvider"])
+    for x in images:
+        got = sess.run({"x": x})
+        want = dict(zip(["y", "z"], ref.run(["y", "z"], {"x": x})))
+        exact = dict(zip(["y", "z"], f32.run(["y", "z"], {"x": x})))
+        for k, step in steps.items():
+            assert np.abs(got[k] - want[k]).max() <= 3 * step + 1e-6, (k, np.abs(got[k] - want[k]).max(), step)
+            assert np.abs(got[k] - exact[k]).max() < 0.5 * np.abs(exact[k]).max(), k
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
+    images = _quantized_cnn(tmp_path, rng, per_channel, quantization.QuantFormat.QOperator)
+    kinds = collections.Counter(n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node)
+    for op in ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+               "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool"):
+        assert kinds[op] >= 1, (op, kinds)
     sess = nerve.Session(tmp_path / "q.onnx", cache=False)
     # the outputs' quantization steps: the scales of the heads' outputs
     m = onnx.load(tmp_path / "q.onnx")
     inits = {t.name: nh.to_array(t) for t in m.graph.initializer}
     steps = {"y": float(inits[next(n for n in m.graph.node if n.op_type == "QLinearMatMul").input[6]]),
              "z": float(inits[next(n for n in m.graph.node if n.op_type == "QGemm").input[7]])}
-    for x in images[12:]:
-        got = sess.run({"x": x})
-        want = dict(zip(["y", "z"], ref.run(["y", "z"], {"x": x})))
-        exact = dict(zip(["y", "z"], f32.run(["y", "z"], {"x": x})))
-        for k, step in steps.items():
-            assert np.abs(got[k] - want[k]).max() <= 3 * step + 1e-6, (k, np.abs(got[k] - want[k]).max(), step)
-            # still the float model's answer: 8-bit rounding of this small random CNN moves its
-            # outputs by 2-23% of their scale (25 seeds; onnxruntime's by exactly as much)
-            assert np.abs(got[k] - exact[k]).max() < 0.5 * np.abs(exact[k]).max(), k
+    _check_cnn_outputs(tmp_path, sess, steps, images)
+
+
+def _one_node_is_onnxruntime(tmp_path, node, x, inits, check_ops, threads=(1,)):
+    """node (input "x", output "y" of x's type) with inits, saved and run by nerve (each thread
+    count) and onnxruntime: nerve's ops pass check_ops, and its output is onnxruntime's byte
+    for byte."""
+    onnx_t = T.UINT8 if x.dtype == np.uint8 else T.INT8
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", onnx_t, list(x.shape))],
+                     [h.make_tensor_value_info("y", onnx_t, None)], [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "q.onnx")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for t in threads:
+        sess = nerve.Session(tmp_path / "q.onnx", cache=False, threads=t)
+        kinds = [o["type"] for o in sess.ops()]
+        assert check_ops(kinds), kinds
+        got = sess.run({"x": x})["y"]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
@@ -129,20 +163,8 @@ def test_qlinear_conv_group1_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, wdt,
     if with_b:
         inits["B"] = rng.integers(-5000, 5000, m).astype(np.int32)
         ins.append("B")
-    onnx_t = T.UINT8 if xdt == np.uint8 else T.INT8
-    g = h.make_graph([h.make_node("QLinearConv", ins, ["y"], **attrs)], "g", [h.make_tensor_value_info("x", onnx_t, list(xs))],
-                     [h.make_tensor_value_info("y", onnx_t, None)], [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "q.onnx")
-    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
-    assert [o["type"] for o in sess.ops()] == ["conv_integer", "requantize"]
-    got = sess.run({"x": x})["y"]
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
+    _one_node_is_onnxruntime(tmp_path, h.make_node("QLinearConv", ins, ["y"], **attrs), x, inits,
+                             lambda kinds: kinds == ["conv_integer", "requantize"])
 
 
 @pytest.mark.parametrize("variant", variant_params("requant"))
@@ -154,18 +176,9 @@ def test_qlinear_conv_every_requant_variant(tmp_path, rng, variant):
     inits = {"xs": np.array(0.021, np.float32), "xz": np.array(-4, np.int8), "W": w,
              "ws": (rng.random(19) * 0.01 + 0.001).astype(np.float32), "wz": np.zeros(19, np.int8),
              "ys": np.array(0.09, np.float32), "yz": np.array(9, np.int8), "B": rng.integers(-900, 900, 19).astype(np.int32)}
-    g = h.make_graph([h.make_node("QLinearConv", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz", "B"], ["y"],
-                                  pads=[1, 1, 1, 1])], "g", [h.make_tensor_value_info("x", T.INT8, list(x.shape))],
-                     [h.make_tensor_value_info("y", T.INT8, None)], [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "q.onnx")
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    node = h.make_node("QLinearConv", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz", "B"], ["y"], pads=[1, 1, 1, 1])
     with forced("requant", variant):
-        got = nerve.Session(tmp_path / "q.onnx", cache=False).run({"x": x})["y"]
-    np.testing.assert_array_equal(got, want)
+        _one_node_is_onnxruntime(tmp_path, node, x, inits, lambda kinds: "requantize" in kinds)
 
 
 @pytest.mark.parametrize("adt,bdt,per_col,shape", [(np.uint8, np.int8, True, (5, 37)), (np.int8, np.int8, False, (2, 3, 64)),
@@ -183,21 +196,8 @@ def test_qlinear_matmul_is_onnxruntime_bit_for_bit(tmp_path, rng, adt, bdt, per_
              "bz": (np.zeros(n, bdt) if per_col else np.array(0, bdt)) if bdt == np.int8 else
              (np.full(n, 128, bdt) if per_col else np.array(128, bdt)),
              "ys": np.array(0.8, np.float32), "yz": np.array(rng.integers(ai.min, ai.max + 1), adt)}
-    onnx_t = T.UINT8 if adt == np.uint8 else T.INT8
-    g = h.make_graph([h.make_node("QLinearMatMul", ["a", "as", "az", "B", "bs", "bz", "ys", "yz"], ["y"])], "g",
-                     [h.make_tensor_value_info("a", onnx_t, list(shape))], [h.make_tensor_value_info("y", onnx_t, None)],
-                     [nh.from_array(np.asarray(v), kk) for kk, v in inits.items()])
-    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "q.onnx")
-    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
-    assert [o["type"] for o in sess.ops()] == ["matmul_integer", "requantize"]
-    got = sess.run({"a": a})["y"]
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
+    _one_node_is_onnxruntime(tmp_path, h.make_node("QLinearMatMul", ["x", "as", "az", "B", "bs", "bz", "ys", "yz"], ["y"]),
+                             a, inits, lambda kinds: kinds == ["matmul_integer", "requantize"])
 
 
 @pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
@@ -224,20 +224,74 @@ def test_qlinear_depthwise_conv_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, w
              "wz": np.zeros(c, wdt) if wdt == np.int8 else np.full(c, 128, wdt),
              "ys": np.array(0.21, np.float32), "yz": np.array(rng.integers(xi.min, xi.max + 1), xdt),
              "B": rng.integers(-3000, 3000, c).astype(np.int32)}
-    onnx_t = T.UINT8 if xdt == np.uint8 else T.INT8
-    g = h.make_graph([h.make_node("QLinearConv", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz", "B"], ["y"], group=c,
-                                  **attrs)], "g", [h.make_tensor_value_info("x", onnx_t, list(xs))],
-                     [h.make_tensor_value_info("y", onnx_t, None)], [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "q.onnx")
+    node = h.make_node("QLinearConv", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz", "B"], ["y"], group=c, **attrs)
+    _one_node_is_onnxruntime(tmp_path, node, x, inits,
+                             lambda kinds: kinds[-1] == "requantize" and "cast" in kinds and "fake_quant" not in kinds,
+                             threads=(1, 2))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qdq_cnn_runs_its_products_in_integers(tmp_path, rng, per_channel):
+    """A QDQ model (quantize_static's default format): each DequantizeLinear → Conv/MatMul →
+    QuantizeLinear becomes QLinearConv/QLinearMatMul before import, as onnxruntime fuses them,
+    so those products run as conv_integer/matmul_integer + requantize; the outputs agree
+    with onnxruntime's run of the same file within a few output steps (the ops left in float
+    — LeakyRelu, Sigmoid, pools — round apart), and stay near the float model."""
+    images = _quantized_cnn(tmp_path, rng, per_channel, quantization.QuantFormat.QDQ)
+    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
+    kinds = collections.Counter(o["type"] for o in sess.ops())
+    assert kinds["conv_integer"] >= 3 and kinds["matmul_integer"] >= 1 and kinds["requantize"] >= 4, kinds
+    m = onnx.load(tmp_path / "q.onnx")
+    inits = {t.name: nh.to_array(t) for t in m.graph.initializer}
+    # the outputs' quantization steps: the scales of the DequantizeLinear that yields each
+    steps = {n.output[0]: float(inits[n.input[1]]) for n in m.graph.node
+             if n.op_type == "DequantizeLinear" and n.output[0] in ("y", "z")}
+    assert set(steps) == {"y", "z"}
+    _check_cnn_outputs(tmp_path, sess, steps, images)
+
+
+def test_qdq_conv_is_onnxruntime_bit_for_bit_and_unfusable_triples_stay(tmp_path, rng):
+    """One DQ → Conv → Q triple with an int32 bias: onnxruntime's bytes exactly. The same triple
+    whose Conv output is also a graph output, or goes through a Relu first, is not rewritten
+    (the QLinearConv would not mean the same) and runs as before."""
+    w = rng.integers(-127, 128, (10, 4, 3, 3)).astype(np.int8)
+    ws = (rng.random(10) * 0.01 + 0.002).astype(np.float32)
+    xs = np.array(0.05, np.float32)
+    inits = {"xs": xs, "xz": np.array(121, np.uint8), "W": w, "ws": ws, "wz": np.zeros(10, np.int8),
+             "B": rng.integers(-4000, 4000, 10).astype(np.int32), "bs": (xs * ws).astype(np.float32),
+             "ys": np.array(0.11, np.float32), "yz": np.array(17, np.uint8)}
+
+    def model(relu: bool, expose: bool):
+        nodes = [h.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+                 h.make_node("DequantizeLinear", ["W", "ws", "wz"], ["wf"], axis=0),
+                 h.make_node("DequantizeLinear", ["B", "bs"], ["bf"], axis=0),
+                 h.make_node("Conv", ["xf", "wf", "bf"], ["c"], pads=[1, 1, 1, 1], strides=[2, 1])]
+        last = "c"
+        if relu:
+            nodes.append(h.make_node("Relu", ["c"], ["r"]))
+            last = "r"
+        nodes.append(h.make_node("QuantizeLinear", [last, "ys", "yz"], ["y"]))
+        outs = [h.make_tensor_value_info("y", T.UINT8, None)] + ([h.make_tensor_value_info("c", T.FLOAT, None)]
+                                                                 if expose else [])
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.UINT8, [1, 4, 11, 9])], outs,
+                         [nh.from_array(np.asarray(v), k) for k, v in inits.items()])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+        m.ir_version = 8
+        return m
+
+    x = rng.integers(0, 256, (1, 4, 11, 9)).astype(np.uint8)
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    for threads in (1, 2):
-        sess = nerve.Session(tmp_path / "q.onnx", cache=False, threads=threads)
+    for relu, expose in ((False, False), (True, False), (False, True)):
+        onnx.save(model(relu, expose), tmp_path / "q.onnx")
+        sess = nerve.Session(tmp_path / "q.onnx", cache=False)
         kinds = [o["type"] for o in sess.ops()]
-        assert kinds[-1] == "requantize" and "cast" in kinds and "fake_quant" not in kinds
         got = sess.run({"x": x})["y"]
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
+        want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(["y"],
+                                                                                                          {"x": x})[0]
+        if not relu and not expose:
+            assert "conv_integer" in kinds and "requantize" in kinds
+            np.testing.assert_array_equal(got, want)
+        else:
+            assert "conv_integer" not in kinds
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1

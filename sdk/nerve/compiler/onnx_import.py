@@ -373,6 +373,9 @@ class Importer:
         for n in self.symbols:
             if not 0 <= int(self.dims[n]) < 2 ** 62:
                 raise CompileError(f"bound of dimension '{n}' must be in [0, 2**62), got {self.dims[n]}")
+        from .onnx_qdq import rewrite_qdq
+
+        rewrite_qdq(g)  # DQ → Conv/MatMul → Q as onnxruntime fuses them: its integer arithmetic
         self.run_graph(g, scope)
         graph_outputs = list(g.output)
         if keep_outputs is not None:
