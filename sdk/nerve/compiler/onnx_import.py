@@ -186,6 +186,8 @@ class Importer:
         # computed, so they may be asked for as outputs (calibration taps, debugging)
         self.branch_values: Dict[str, Value] = {}
         self.widened: Dict[int, Value] = {}  # uid of a float16 value -> it as float32 (as_float32)
+        # id(graph) -> the node list to import instead of graph.node (onnx_qdq.rewrite_qdq)
+        self.node_override: Dict[int, Optional[list]] = {}
 
     # ---- tensors
     def load_initializer(self, tensor) -> np.ndarray:
@@ -276,7 +278,8 @@ class Importer:
             scope[t.name] = self.b.const(self.load_initializer(t), t.name)
         for t in getattr(graph, "sparse_initializer", []):
             raise CompileError(f"sparse initializer '{t.values.name}' is not supported")
-        for i, node in enumerate(graph.node):
+        nodes = self.node_override.get(id(graph)) or graph.node
+        for i, node in enumerate(nodes):
             ctx = NodeCtx(self, node, i)
             if node.domain not in ("", "ai.onnx"):
                 fn = _DOMAIN_HANDLERS.get((node.domain, node.op_type))
@@ -375,7 +378,9 @@ class Importer:
                 raise CompileError(f"bound of dimension '{n}' must be in [0, 2**62), got {self.dims[n]}")
         from .onnx_qdq import rewrite_qdq
 
-        rewrite_qdq(g)  # DQ → Conv/MatMul → Q as onnxruntime fuses them: its integer arithmetic
+        # DQ → Conv/MatMul → Q as onnxruntime fuses them (its integer arithmetic); the model
+        # itself (perhaps the caller's ModelProto) is left as it is
+        self.node_override = {id(g): rewrite_qdq(g)}
         self.run_graph(g, scope)
         graph_outputs = list(g.output)
         if keep_outputs is not None:

@@ -41,9 +41,11 @@ def _consts(graph) -> Dict[str, np.ndarray]:
     return out
 
 
-def rewrite_qdq(graph) -> int:
-    """Rewrites graph's DQ → Conv/MatMul → Q triples (module docstring) in place into
-    QLinearConv / QLinearMatMul nodes; returns how many. The top-level graph only."""
+def rewrite_qdq(graph) -> Optional[list]:
+    """graph's nodes with its DQ → Conv/MatMul → Q triples (module docstring) rewritten into
+    QLinearConv / QLinearMatMul nodes, or None when there are none; graph itself is not
+    changed (the product and the QuantizeLinear are dropped from the list, the
+    DequantizeLinears kept: others may read them, and unread ones are never computed)."""
     from onnx import helper
 
     consts = _consts(graph)
@@ -126,12 +128,5 @@ def rewrite_qdq(graph) -> int:
         replaced[id(q)] = new
         dropped.add(id(node))
     if not replaced:
-        return 0
-    nodes = []
-    for n in graph.node:
-        if id(n) in dropped:
-            continue
-        nodes.append(replaced.get(id(n), n))
-    del graph.node[:]
-    graph.node.extend(nodes)
-    return len(replaced)
+        return None
+    return [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
