@@ -1179,7 +1179,9 @@ static void test_requant(void) {
             for (int64_t i = 0; i < n; i++) {
                 const uint64_t r = nrv_test_u64();
                 x[i] = r % 5u == 0 ? (int32_t)(uint32_t)nrv_test_u64() : (int32_t)(r % 40001u) - 20000;
-                if (r % 7u == 1) x[i] = (int32_t)(((float)(int)(r % 300u) - 150.0f + 0.5f) / scale) - bias; /* near ties */
+                if (r % 7u == 1) /* near ties once the bias is added (mod 2^32, as the kernels add it) */
+                    x[i] = (int32_t)((uint32_t)(int32_t)(((float)(int)(r % 300u) - 150.0f + 0.5f) / scale) -
+                                     (uint32_t)bias);
             }
             uint8_t *want = xalloc((size_t)n + 16), *y = xalloc((size_t)n + 16);
             memset(want, 0xa5, (size_t)n + 16);
