@@ -1731,9 +1731,11 @@ static void conv_integer_task(void *ctx, int64_t t) {
             memset(wr, j->pad, (size_t)(wcols * C));
             continue;
         }
-        const int64_t q_lo = iw0 < 0 ? -iw0 : 0, q_hi = j->W - iw0 < wcols ? j->W - iw0 : wcols;
-        for (int64_t q = 0; q < q_lo && q < wcols; q++) memset(wr + q * C, j->pad, (size_t)C);
-        for (int64_t q = q_hi > q_lo ? q_hi : q_lo; q < wcols; q++) memset(wr + q * C, j->pad, (size_t)C);
+        /* columns [q_lo, q_hi) are inside x, the rest padding */
+        const int64_t q_lo = iw0 < 0 ? (-iw0 < wcols ? -iw0 : wcols) : 0;
+        const int64_t q_hi = j->W - iw0 < wcols ? (j->W - iw0 > q_lo ? j->W - iw0 : q_lo) : wcols;
+        memset(wr, j->pad, (size_t)(q_lo * C));
+        memset(wr + q_hi * C, j->pad, (size_t)((wcols - q_hi) * C));
         if (q_hi > q_lo)
             conv_integer_interleave(xn + ih * j->W + iw0 + q_lo, j->H * j->W, C, q_hi - q_lo, wr + q_lo * C);
     }

@@ -703,32 +703,31 @@ typedef struct matmul_integer_job {
     uint8_t flip;
 } matmul_integer_job;
 
-/* Rows [r0, r0 + nr) of a task, nr <= 2·MI_TASK_ROWS: the kernel's int32 zero points (an s8
- * a's + 128, as its bytes enter the kernel flipped). */
-static nrv_matmul_integer_fn mi_run(const matmul_integer_job *j, int64_t r0, int64_t nr, int32_t *za,
-                                    int64_t *za_stride) {
-    const int64_t m = j->za_n > 1 ? nr : 1;
-    for (int64_t i = 0; i < m; i++) {
-        const int64_t at = j->za_n > 1 ? r0 + i : 0;
-        za[i] = !j->za_n ? 0 : j->flip ? (int32_t)((const int8_t *)j->za)[at] : (int32_t)((const uint8_t *)j->za)[at];
-        if (j->flip) za[i] += 128;
+/* The kernel's int32 zero points for rows [r0, r0 + nr) (nr <= 2·MI_TASK_ROWS) into za: an s8
+ * a's + 128, as its bytes enter the kernel flipped. Returns their stride (0: one for all). */
+static int64_t mi_zero_points(const matmul_integer_job *j, int64_t r0, int64_t nr, int32_t *za) {
+    const int per_row = j->za_n > 1;
+    for (int64_t i = 0; i < (per_row ? nr : 1); i++) {
+        const int64_t at = per_row ? r0 + i : 0;
+        const int32_t z = !j->za_n ? 0 : j->flip ? ((const int8_t *)j->za)[at] : ((const uint8_t *)j->za)[at];
+        za[i] = z + (j->flip ? 128 : 0);
     }
-    *za_stride = j->za_n > 1;
-    return nrv_kernel_get(NRV_OP_MATMUL_INTEGER).matmul_integer;
+    return per_row;
 }
 
 static void matmul_integer_task(void *ctx, int64_t t) {
     const matmul_integer_job *j = ctx;
+    const nrv_matmul_integer_fn kernel = nrv_kernel_get(NRV_OP_MATMUL_INTEGER).matmul_integer;
     int32_t za[2 * MI_TASK_ROWS];
-    int64_t zs;
     if (j->by_out) { /* rows < 2·MI_TASK_ROWS */
         const int64_t n0 = t * MI_TASK_OUT, n1 = j->n - n0 < MI_TASK_OUT ? j->n : n0 + MI_TASK_OUT;
-        mi_run(j, 0, j->rows, za, &zs)(j->a, j->flip, j->rows, j->k, za, zs, j->packed, j->n, n0, n1, j->zq, j->y);
+        const int64_t zs = mi_zero_points(j, 0, j->rows, za);
+        kernel(j->a, j->flip, j->rows, j->k, za, zs, j->packed, j->n, n0, n1, j->zq, j->y);
         return;
     }
     const int64_t r0 = t * MI_TASK_ROWS, nr = j->rows - r0 < MI_TASK_ROWS ? j->rows - r0 : MI_TASK_ROWS;
-    mi_run(j, r0, nr, za, &zs)(j->a + r0 * j->k, j->flip, nr, j->k, za, zs, j->packed, j->n, 0, j->n, j->zq,
-                               j->y + r0 * j->n);
+    const int64_t zs = mi_zero_points(j, r0, nr, za);
+    kernel(j->a + r0 * j->k, j->flip, nr, j->k, za, zs, j->packed, j->n, 0, j->n, j->zq, j->y + r0 * j->n);
 }
 
 /* "matmul_integer": ONNX MatMulInteger with a constant weight, exact in int32 (kernels.h

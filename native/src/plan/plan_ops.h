@@ -188,29 +188,6 @@ typedef struct nrv_int_operands {
 nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int64_t packed_bytes,
                                nrv_int_operands *o);
 
-/* Requantization of int32 sums to u8/s8 as onnxruntime does it (MlasRequantizeOutput), per
- * channel c:  y = saturate(round_half_even(clamp((float)(x + bias[c]) · scale[c], lo, hi)) + z)
- * with lo/hi the type's range minus z: the int32 sum wraps like the hardware's, its float
- * conversion rounds to nearest, one fp32 product, the clamp in float, then the rounding. */
-typedef void (*nrv_requant_kernel)(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi,
-                                   int32_t z, uint8_t *y); /* kernels.h nrv_requant_fn */
-typedef struct nrv_requant {
-    const int32_t *bias; /* [C] or NULL */
-    const float *scale;  /* [C], or [1] when scale_n == 1 */
-    int64_t scale_n;
-    float lo, hi;
-    int32_t z;
-    nrv_requant_kernel kernel; /* the dispatch table's requant, read once per op call */
-} nrv_requant;
-/* Its parameters from in[first] bias i32 [C] (optional), in[first + 1] scale f32 [C] or [1]
- * (each finite and > 0), in[first + 2] zero point in y's dtype (optional, one value), for a
- * u8/i8 output y. */
-nrv_status nrv_op_requant_params(const nrv_op_args *a, int first, int64_t C, const nrv_tview *y, nrv_requant *rq);
-/* y[i] = the requantized x[i], i < n, all in channel c (bytes: an int8's two's complement). */
-static inline void nrv_requant_span(const nrv_requant *rq, int64_t c, const int32_t *x, int64_t n, uint8_t *y) {
-    rq->kernel(x, n, rq->bias ? rq->bias[c] : 0, rq->scale[rq->scale_n == 1 ? 0 : c], rq->lo, rq->hi, rq->z, y);
-}
-
 /* The per-output parameters of an int8 weight with n outputs (linear_w8, linear_w8a8,
  * conv_w8a8): s f32 [n] or [1]; z f32 shaped like s, optional (NULL); bias f32 [n],
  * optional (NULL). NRV_ERR_DTYPE for a dtype, NRV_ERR_SHAPE for a rank or an extent. */

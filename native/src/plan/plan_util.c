@@ -94,48 +94,6 @@ nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int
     return NRV_OK;
 }
 
-nrv_status nrv_op_requant_params(const nrv_op_args *a, int first, int64_t C, const nrv_tview *y, nrv_requant *rq) {
-    const nrv_tview *bias = a->n_in > first ? a->in[first] : NULL, *sc = a->n_in > first + 1 ? a->in[first + 1] : NULL,
-                    *zp = a->n_in > first + 2 ? a->in[first + 2] : NULL;
-    if (y->dtype != NRV_U8 && y->dtype != NRV_I8)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "y is %s, expected u8 or i8", nrv_dtype_str(y->dtype));
-    NRV_TRY(nrv_op_check_in(a, first + 1, "scale"));
-    NRV_TRY(nrv_op_expect_dtype(a, sc, "scale", NRV_F32));
-    if (sc->numel != C && sc->numel != 1)
-        return nrv_op_fail(a, NRV_ERR_SHAPE, "scale has %lld values, expected 1 or %lld", (long long)sc->numel,
-                           (long long)C);
-    const float *s = sc->data;
-    for (int64_t c = 0; c < sc->numel; c++)
-        if (!(s[c] > 0.0f) || !isfinite(s[c]))
-            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scale[%lld] is %g: must be finite and > 0", (long long)c,
-                               (double)s[c]);
-    if (bias) {
-        NRV_TRY(nrv_op_check_in(a, first, "bias"));
-        NRV_TRY(nrv_op_expect_dtype(a, bias, "bias", NRV_I32));
-        if (bias->numel != C)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "bias has %lld values, expected %lld", (long long)bias->numel,
-                               (long long)C);
-    }
-    const int is_s8 = y->dtype == NRV_I8;
-    int32_t z = 0;
-    if (zp) {
-        NRV_TRY(nrv_op_check_in(a, first + 2, "zero point"));
-        NRV_TRY(nrv_op_expect_dtype(a, zp, "zero point", y->dtype));
-        if (zp->numel != 1)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "zero point has %lld values, expected 1", (long long)zp->numel);
-        z = is_s8 ? (int32_t) * (const int8_t *)zp->data : (int32_t) * (const uint8_t *)zp->data;
-    }
-    rq->bias = bias ? bias->data : NULL;
-    rq->scale = s;
-    rq->scale_n = sc->numel;
-    rq->z = z;
-    rq->lo = (float)((is_s8 ? -128 : 0) - z);
-    rq->hi = (float)((is_s8 ? 127 : 255) - z);
-    rq->kernel = nrv_kernel_get(NRV_OP_REQUANT).requant;
-    return NRV_OK;
-}
-
-
 nrv_status nrv_op_check_w8_params(const nrv_op_args *a, const nrv_tview *s, const nrv_tview *z, const nrv_tview *bias,
                                   int64_t n) {
     NRV_TRY(check_f32_vec(a, s, "s", -1));

@@ -501,9 +501,6 @@ def _matmul_integer(ctx: NodeCtx, ins):
     return ctx.b.emit("cast", [y], [spec(ctx.out_name(), np.int32, y.shape)], name=ctx.name)
 
 
-W8A8_MAX_K = 16384  # kernels.h NRV_W8A8_MAX_K (the packed int8 weight's depth limit)
-
-
 def _packed_int8_weight(ctx: NodeCtx, codes: np.ndarray, dtype, zp: Optional[Value], zp_name: str, per: str):
     """(packed weight, int32 zero points or None) for the integer ops' weight q [n, k] given
     as its codes (int64) of `dtype` and a constant zero point per tensor or per output (`per`
@@ -531,6 +528,8 @@ def _matmul_integer_exact(ctx: NodeCtx, a: Value, w: Value, a_zp: Optional[Value
     with a constant per-tensor or per-column zero point, K <= W8A8_MAX_K and A is not a
     scalar; None otherwise. B is stored as q [N, K] int8 packed as linear_w8a8's weight
     (uint8 codes as u − 128 with the zero point − 128: the same integers u − zp)."""
+    from .passes import W8A8_MAX_K
+
     if w.const is None or w.rank != 2 or w.dtype not in (np.int8, np.uint8) or a.rank < 1:
         return None
     if w_zp is not None and (w_zp.const is None or w_zp.dtype != w.dtype):
@@ -600,24 +599,22 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
     (kh·kw·C > 32 KiB) keeps the fp32 route. name: the int32 result's (default: the node's
     output)."""
     from .onnx_ops import _auto_pads, conv_out_dim
+    from .passes import W8A8_MAX_K
 
     sr = x.rank - 2
-    group = ctx.attr("group", 1)
-    if sr not in (1, 2) or w.rank != x.rank:
+    if sr not in (1, 2) or w.rank != x.rank or ctx.attr("group", 1) != 1:
         return None
     if w_zp is not None and (w_zp.const is None or w_zp.dtype != w.dtype):
         return None
     if x_zp is not None and x_zp.dtype != x.dtype:
         raise ctx.fail(f"x_zero_point of {x_zp.dtype} does not match X of {x.dtype}")
-    if group != 1:
-        return None
     m = int(w.const.shape[0])
     kernel = [int(d) for d in w.const.shape[2:]]
     kdim = int(np.prod(w.const.shape[1:]))
     if kdim > W8A8_MAX_K or 4 * m > CONV_INT_STAGE or kdim == 0 or m == 0:
         return None
-    dil_ = list(ctx.attr("dilations", [1] * sr))
-    reach = int(np.prod([(k - 1) * d + 1 for k, d in zip(kernel, dil_)]))  # one position's window
+    dil = list(ctx.attr("dilations", [1] * sr))
+    reach = int(np.prod([(k - 1) * d + 1 for k, d in zip(kernel, dil)]))  # one position's window
     if reach * int(w.const.shape[1]) > CONV_INT_STAGE:
         return None
     if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
@@ -626,7 +623,6 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
     if S.is_static(c) and int(c) != int(w.const.shape[1]):
         raise ctx.fail(f"input has {c} channels, weights expect {int(w.const.shape[1])}")
     strides = list(ctx.attr("strides", [1] * sr))
-    dil = list(ctx.attr("dilations", [1] * sr))
     pb, pe = _auto_pads(ctx, x.shape[2:], kernel, strides, dil)
     out_sp = [conv_out_dim(ctx, d, k, s_, dl, b_, e_) for d, k, s_, dl, b_, e_ in
               zip(x.shape[2:], kernel, strides, dil, pb, pe)]
@@ -749,11 +745,13 @@ def _qlinear_conv(ctx: NodeCtx, ins):
 
 
 def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias):
-    """QLinearConv in onnxruntime's integer arithmetic: the exact int32 conv (op conv_integer,
-    group 1), then op requantize with scale[m] = x_scale·w_scale[m] / y_scale in fp32 (as
-    onnxruntime computes it), bias added in int32 (plan_ops.h nrv_requant). (Requantizing
-    inside conv_integer, per run of positions, measured slower than the separate pass.) None when the conv is not conv_integer's
-    (groups) or a scale is not a finite positive constant: the float route then."""
+    """QLinearConv in onnxruntime's integer arithmetic: the exact int32 conv (op conv_integer
+    for group 1; a grouped one, depthwise, by the fp32 conv on the exact integers while that
+    is exact), then op requantize with scale[m] = x_scale·w_scale[m] / y_scale in fp32 (as
+    onnxruntime computes it), the bias added in int32. None when a scale is not a finite
+    positive constant or the sums could leave fp32's exact range: the float route then.
+    (Requantizing inside conv_integer, per run of positions, measured slower than the
+    separate pass.)"""
     if (y_zp is not None and y_zp.const is None) or x.dtype not in (np.int8, np.uint8) or \
             (bias is not None and (bias.const is None or bias.dtype != np.int32)):
         return None
@@ -764,8 +762,7 @@ def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scal
     if acc is None:
         # grouped (depthwise): the fp32 conv on the exact integers is exact while each output's
         # taps x 255² stay below 2^24 (at most 258 taps), and its depthwise kernels are fast
-        taps = int(np.prod(w.const.shape[1:])) if w.const is not None else 1 << 30
-        if taps * 255 * 255 >= 1 << 24 or w.const is None or (w_zp is not None and w_zp.const is None):
+        if int(np.prod(w.const.shape[1:])) * 255 * 255 >= 1 << 24:  # W and w_zp: constants (checked)
             return None
         acc = _conv_on_exact_integers(ctx, x, w, x_zp, w_zp, ctx.b.fresh(ctx.name + ".acc"))
     return _requantize(ctx, acc, bias, scale, y_zp, 1)

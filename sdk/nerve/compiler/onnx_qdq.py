@@ -62,9 +62,7 @@ def rewrite_qdq(graph) -> Optional[list]:
         n = producer.get(name)
         return n if n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") else None
 
-    def scalar(name: Optional[str], want_float: bool) -> bool:
-        if not name:
-            return not want_float
+    def scalar(name: str, want_float: bool) -> bool:
         v = consts.get(name)
         return v is not None and v.size == 1 and (v.dtype == np.float32) == want_float
 
@@ -93,7 +91,7 @@ def rewrite_qdq(graph) -> Optional[list]:
         w = consts.get(dw.input[0])
         if w is None or w.dtype not in (np.int8, np.uint8) or not scalar(xs, True) or not scalar(ys, True):
             continue
-        if (xz and not scalar(xz, False)) or (yz and not scalar(yz, False)) or not yz or not xz:
+        if not xz or not yz or not scalar(xz, False) or not scalar(yz, False):
             continue  # the zero points give the types: both present, as the quantizers write them
         if consts[xz].dtype != consts[yz].dtype:
             continue
