@@ -572,6 +572,37 @@ static void pool_reference(const pool_case *pc, const float *x, float *y) {
             }
 }
 
+/* The direct loop in float, in onnxruntime's order (window rows down, taps across; the sum
+ * started at +0 and divided once): the op must give these bits exactly. */
+static void pool_reference_f32(const pool_case *pc, const float *x, float *y) {
+    int64_t in[2] = {1, 1}, k[2] = {1, 1}, s[2] = {1, 1}, d[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0},
+            o[2] = {1, 1};
+    for (int i = 0; i < pc->sr; i++) {
+        const int a = 2 - pc->sr + i;
+        in[a] = pc->in[i], k[a] = pc->k[i], s[a] = pc->s[i], d[a] = pc->d[i], pb[a] = pc->pb[i], pe[a] = pc->pe[i];
+        o[a] = pool_out(pc, i);
+    }
+    for (int64_t pl = 0; pl < pc->n * pc->c; pl++)
+        for (int64_t oy = 0; oy < o[0]; oy++)
+            for (int64_t ox = 0; ox < o[1]; ox++) {
+                float mx = -FLT_MAX, sum = 0.0f;
+                int64_t real = 0, inpad = 0;
+                for (int64_t j = 0; j < k[0]; j++)
+                    for (int64_t i = 0; i < k[1]; i++) {
+                        const int64_t py = oy * s[0] - pb[0] + j * d[0], px = ox * s[1] - pb[1] + i * d[1];
+                        if (py >= in[0] + pe[0] || px >= in[1] + pe[1]) continue;
+                        inpad++;
+                        if (py < 0 || px < 0 || py >= in[0] || px >= in[1]) continue;
+                        const float v = x[(pl * in[0] + py) * in[1] + px];
+                        real++;
+                        sum += v;
+                        mx = v > mx ? v : mx;
+                    }
+                const int64_t cnt = pc->cip ? inpad : real;
+                y[(pl * o[0] + oy) * o[1] + ox] = pc->kind == 0 ? mx : cnt ? sum / (float)cnt : 0.0f;
+            }
+}
+
 static void pool_check(const pool_case *pc) {
     const int rank = 2 + pc->sr;
     int64_t xd[4] = {pc->n, pc->c}, yd[4] = {pc->n, pc->c}, ia[13];
@@ -605,6 +636,16 @@ static void pool_check(const pool_case *pc) {
                    (long long)pc->s[pc->sr - 1], (long long)pc->d[pc->sr - 1], (long long)pc->pb[pc->sr - 1],
                    (long long)pc->pe[pc->sr - 1], err, (long long)where, where >= 0 ? y.p[where] : 0.0,
                    where >= 0 ? want[where] : 0.0);
+        pool_reference_f32(pc, x, want);
+        int64_t differ = -1;
+        for (int64_t e = 0; e < y.n && differ < 0; e++)
+            if (memcmp(&y.p[e], &want[e], sizeof(float)) != 0) differ = e;
+        NRV_EXPECT(differ < 0, "pool kind %d sr %d cip %d in %lldx%lld k %lldx%lld s %lld,%lld d %lld,%lld: "
+                   "output %lld is %.9g, the direct loop's bits %.9g",
+                   pc->kind, pc->sr, pc->cip, (long long)pc->in[0], (long long)pc->in[pc->sr - 1],
+                   (long long)pc->k[0], (long long)pc->k[pc->sr - 1], (long long)pc->s[0],
+                   (long long)pc->s[pc->sr - 1], (long long)pc->d[0], (long long)pc->d[pc->sr - 1],
+                   (long long)differ, differ >= 0 ? y.p[differ] : 0.0, differ >= 0 ? want[differ] : 0.0);
         free(want);
     }
     NRV_EXPECT(obuf_guards_ok(&y), "pool wrote outside y");
@@ -653,6 +694,31 @@ static void test_pool(void) {
         pc.kind = 1, pc.cip = 0;
         pool_check(&pc);
         cases += 3;
+    }
+    /* Larger planes: output rows wider than the 16 lanes folded at once, bands that split a
+     * tall plane, windows of 16 taps and more (max: the separable passes), strides 1-3 and
+     * dilation; and windows the band cannot hold (300 taps), which take the direct loop. */
+    for (int i = 0; i < 48; i++) {
+        pool_case pc;
+        memset(&pc, 0, sizeof pc);
+        pc.kind = i & 1;
+        pc.sr = i % 6 == 5 ? 1 : 2;
+        pc.cip = (i >> 1) & 1;
+        pc.ceil = (i >> 2) & 1;
+        pc.n = 1;
+        pc.c = rand_int(1, 3);
+        for (int a = 0; a < pc.sr; a++) {
+            pc.k[a] = rand_int(1, 5);
+            pc.s[a] = rand_int(1, 3);
+            pc.d[a] = i % 7 == 3 ? 2 : 1;
+            pc.pb[a] = rand_int(0, pc.k[a] - 1);
+            pc.pe[a] = rand_int(0, pc.k[a] - 1);
+            pc.in[a] = rand_int(17, 60);
+        }
+        if (i % 8 == 6) pc.in[0] = 150, pc.in[1] = 70, pc.s[0] = 1; /* several bands */
+        if (i % 12 == 11) pc.sr = 1, pc.k[0] = 300, pc.in[0] = 700, pc.s[0] = 2, pc.d[0] = 1; /* direct loop */
+        pool_check(&pc);
+        cases++;
     }
     printf("pool: %d cases\n", cases);
 
