@@ -67,3 +67,60 @@ def test_backend_data_case(case):
             np.testing.assert_allclose(g, ref, rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=out.name)
         else:
             np.testing.assert_array_equal(g, ref, err_msg=out.name)
+
+
+# The onnx wheel's "light" model zoo: AlexNet, DenseNet-121, Inception v1/v2, ResNet-50,
+# ShuffleNet, SqueezeNet, VGG-19, ZFNet-512 as exported for the ONNX model zoo (opset 9: LRN,
+# BatchNormalization, Sum, Dropout, channel shuffles, Concat trees), with every weight made by a
+# ConstantOfShape of 0.02, so every class comes out alike. Here each fill becomes a random
+# initializer (He-scaled; 1-D parameters in [0.5, 1), which keeps BatchNormalization's variance
+# positive) and a final Softmax is dropped, so the logits of a random image are compared with
+# onnxruntime's. The three with 100-500 MB of fully connected weights are left out.
+LIGHT = os.path.join(DATA, "light")
+LIGHT_MODELS = ["densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet"]
+
+
+def _light_with_weights(name, rng):
+    model = onnx.load(os.path.join(LIGHT, f"light_{name}.onnx"))
+    known = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            known[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    kept, weights = [], []
+    for node in model.graph.node:
+        if node.op_type == "ConstantOfShape" and node.input[0] in known:
+            shape = [int(d) for d in known[node.input[0]]]
+            if len(shape) == 1:
+                w = rng.uniform(0.5, 1.0, shape)
+            else:
+                w = rng.standard_normal(shape) * np.sqrt(2.0 / max(1, int(np.prod(shape[1:]))))
+            weights.append(numpy_helper.from_array(w.astype(np.float32), node.output[0]))
+        else:
+            kept.append(node)
+    del model.graph.node[:]
+    model.graph.initializer.extend(weights)
+    last = kept[-1]
+    assert last.output[0] == model.graph.output[0].name
+    if last.op_type == "Softmax":  # DenseNet-121 ends at its classifier's Conv
+        kept.pop()
+        del model.graph.output[:]
+        model.graph.output.append(onnx.helper.make_tensor_value_info(last.input[0], onnx.TensorProto.FLOAT, None))
+    model.graph.node.extend(kept)
+    return model
+
+
+@pytest.mark.skipif(not os.path.isdir(LIGHT), reason="this onnx wheel ships no light models")
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_zoo_model_matches_onnxruntime(name, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(sum(map(ord, name)))
+    model = _light_with_weights(name, rng)
+    path = str(tmp_path / f"{name}.onnx")
+    onnx.save(model, path)
+    feed_name = next(vi.name for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer})
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {feed_name: x})[0]
+    got = nerve.Session(path, cache=False).run({feed_name: x})[model.graph.output[0].name]
+    assert got.shape == want.shape and np.isfinite(want).all()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert np.argmax(got) == np.argmax(want)

@@ -1123,20 +1123,20 @@ static void pool_band_fill(const pool_job *job, const pool_band_geom *g, float *
                            int64_t rows) {
     const int64_t s0 = job->s[0], s1 = job->s[1], iw = job->iw;
     const float empty = job->kind == 1 ? 0.0f : -FLT_MAX;
-    for (int64_t a = 0; a < s0; a++)
-        for (int64_t r = 0; r < rows + g->halo; r++) {
-            const int64_t xi = (oy0 + r) * s0 + a - job->pb[0]; /* input row, or padding */
-            for (int64_t b = 0; b < s1; b++) {
+    for (int64_t b = 0; b < s1; b++) {
+        int64_t tlo, thi; /* phase columns t with input column t·s1 + b - pb1 inside the row */
+        nrv_valid_range(b - job->pb[1], s1, iw, g->pw, &tlo, &thi);
+        const int64_t n = thi - tlo;
+        for (int64_t a = 0; a < s0; a++)
+            for (int64_t r = 0; r < rows + g->halo; r++) {
+                const int64_t xi = (oy0 + r) * s0 + a - job->pb[0]; /* input row, or padding */
                 float *dst = buf + (a * s1 + b) * g->phase + r * g->pw;
                 if (xi < 0 || xi >= job->ih) {
                     for (int64_t t = 0; t < g->pw; t++) dst[t] = empty;
                     continue;
                 }
-                int64_t tlo, thi; /* phase columns t with input column t·s1 + b - pb1 inside the row */
-                nrv_valid_range(b - job->pb[1], s1, iw, g->pw, &tlo, &thi);
-                const float *src = xp + xi * iw + tlo * s1 + b - job->pb[1];
-                const int64_t n = thi - tlo;
                 if (n <= 0) continue;
+                const float *src = xp + xi * iw + tlo * s1 + b - job->pb[1];
                 if (s1 == 1) memcpy(dst + tlo, src, (size_t)n * sizeof(float));
                 else if (s1 == 2) { /* the vector loads read src[2n - 3] at most: inside the row */
                     copy_stride2(dst + tlo, src, n - 1);
@@ -1144,13 +1144,9 @@ static void pool_band_fill(const pool_job *job, const pool_band_geom *g, float *
                 } else
                     for (int64_t t = 0; t < n; t++) dst[tlo + t] = src[t * s1];
             }
-        }
+    }
 }
 
-/* Max of output row ry of the band in two passes (max is separable, and its bits do not
- * depend on the order): each column phase's maxima down the window's rows into the vmax row,
- * then each output's taps across it. The lanes past pw read the next phase row (the slack
- * after the last); what they fold lands only in lanes past ow. */
 static void pool_band_row_max(const pool_job *job, const pool_band_geom *g, const float *buf, int64_t ry,
                               float *yr) {
     const int64_t s1 = job->s[1], ow = job->ow;
