@@ -1255,6 +1255,64 @@ static void test_matmul_integer(void) {
     }
 }
 
+/* matmul_integer's planes entry point (a pointwise conv's x read in place), where the selected
+ * variant has one: bit for bit nrv_matmul_integer_ref on the transposed planes, at awkward
+ * position counts (partial vectors of 16, blocks of 64), K not a multiple of 4 and past
+ * 512 (smaller position blocks), planes lda apart, u8 and s8, with and without (wide)
+ * weight zero points; canaries after every row of y and the padding between rows kept. */
+static void test_matmul_integer_planes(void) {
+    const nrv_matmul_integer_planes_fn planes = nrv_kernel_get_implicit(NRV_OP_MATMUL_INTEGER).matmul_integer_planes;
+    if (!planes) {
+        printf("  matmul_integer planes: this variant has none (conv_integer stages x instead)\n");
+        return;
+    }
+    static const int64_t ns[] = {1, 3, 15, 16, 17, 63, 64, 65, 97, 200};
+    static const int64_t ins[] = {1, 3, 4, 5, 16, 33, 96, 130, 576, 1031, NRV_MI_PLANES_MAX_K};
+    static const int64_t outs[] = {1, 3, 4, 7, 16, 17, 96};
+    const int32_t canary = (int32_t)0x5a5a5a5a;
+    int cases = 0;
+    for (int ci = 0; ci < 60; ci++) {
+        const int64_t n = ns[ci % 10], in = ins[(ci * 7 + ci / 10) % 11], out = outs[(ci * 3 + ci / 7) % 7];
+        const int64_t lda = n + (ci % 3) * 5, ldy = n + (ci % 4 == 1 ? 3 : 0);
+        const uint8_t flip = ci % 2 ? 0x80 : 0;
+        const int with_zq = ci % 4 != 2, wide = ci % 5 == 3;
+        uint8_t *a = xalloc((size_t)(in * lda)), *at = xalloc((size_t)(n * in));
+        int8_t *q = xalloc((size_t)(out * in)), *packed = xalloc((size_t)nrv_linear_w8a8_packed_bytes(out, in));
+        int32_t *zq = xalloc((size_t)out * sizeof(int32_t)), *want_t = xalloc((size_t)(n * out) * sizeof(int32_t));
+        int32_t *y = xalloc((size_t)(out * ldy + 8) * sizeof(int32_t));
+        for (int64_t i = 0; i < in * lda; i++) a[i] = (uint8_t)(nrv_test_u64() % 256u);
+        for (int64_t i = 0; i < out * in; i++) q[i] = (int8_t)((int)(nrv_test_u64() % 256u) - 128);
+        for (int64_t m = 0; m < out; m++)
+            zq[m] = wide ? (int32_t)(uint32_t)nrv_test_u64() : (int32_t)(nrv_test_u64() % 256u) - 128;
+        const int32_t za = (int32_t)(nrv_test_u64() % 256u);
+        for (int64_t p = 0; p < n; p++)
+            for (int64_t k = 0; k < in; k++) at[p * in + k] = a[k * lda + p];
+        nrv_linear_w8a8_pack(q, out, in, packed);
+        const int32_t *zqp = with_zq ? zq : NULL;
+        nrv_matmul_integer_ref(at, flip, n, in, &za, 0, packed, out, 0, out, zqp, want_t);
+        for (int64_t i = 0; i < out * ldy + 8; i++) y[i] = canary;
+        planes(a, lda, flip, n, in, za, packed, out, zqp, y, ldy);
+        int64_t bad = -1;
+        for (int64_t m = 0; m < out && bad < 0; m++)
+            for (int64_t p = 0; p < ldy && bad < 0; p++)
+                if (y[m * ldy + p] != (p < n ? want_t[p * out + m] : canary)) bad = m * ldy + p;
+        for (int64_t i = out * ldy; i < out * ldy + 8; i++)
+            if (y[i] != canary) bad = i;
+        record(bad < 0 ? 0.0 : INFINITY, "planes n=%lld in=%lld out=%lld lda=%lld ldy=%lld flip=%d zq=%d wide=%d: "
+               "element %lld differs (bit-identical required, canaries kept)", (long long)n, (long long)in,
+               (long long)out, (long long)lda, (long long)ldy, flip, with_zq, wide, (long long)bad);
+        cases++;
+        free(a);
+        free(at);
+        free(q);
+        free(packed);
+        free(zq);
+        free(want_t);
+        free(y);
+    }
+    printf("  matmul_integer planes: %d cases\n", cases);
+}
+
 /* ------------------------------------------------------------------ linear_w4a32 / linear_w4a8 */
 
 /* The INT4-weight linears through the dispatch table against their references (variants sum
@@ -1335,7 +1393,10 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "softmax")) test_softmax();
     else if (!strcmp(op, "linear_w8")) test_linear_w8();
     else if (!strcmp(op, "linear_w8a8")) test_linear_w8a8();
-    else if (!strcmp(op, "matmul_integer")) test_matmul_integer();
+    else if (!strcmp(op, "matmul_integer")) {
+        test_matmul_integer();
+        test_matmul_integer_planes();
+    }
     else if (!strcmp(op, "quantize")) test_quantize();
     else if (!strcmp(op, "requant")) test_requant();
     else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);

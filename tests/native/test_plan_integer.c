@@ -328,6 +328,14 @@ int main(void) {
         conv_case(2, 5, 9, 11, 7, ia, 0, 1, pools);
         memcpy(ia, c1, sizeof ia), ia[0] = 24, ia[1] = 24;
         conv_case(1, 24, 6, 70, 24, ia, 1, 0, pools);
+        /* pointwise: x's planes read in place where the variant has a planes kernel (several
+         * 256-position blocks, C past 4·k, u8 with zq, s8 without), and a stride-2 1x1 that stages */
+        memcpy(ia, c1, sizeof ia), ia[0] = 96, ia[1] = 16;
+        conv_case(2, 16, 23, 29, 96, ia, 0, 1, pools);
+        memcpy(ia, c1, sizeof ia), ia[0] = 17, ia[1] = 130;
+        conv_case(1, 130, 5, 9, 17, ia, 1, 0, pools);
+        memcpy(ia, c1, sizeof ia), ia[0] = 5, ia[1] = 7, ia[4] = 2, ia[5] = 2;
+        conv_case(1, 7, 9, 10, 5, ia, 0, 1, pools);
         memcpy(ia, odd, sizeof ia), ia[0] = 13, ia[1] = 3;
         conv_case(2, 3, 6, 7, 13, ia, 1, 1, pools);
         memcpy(ia, wide, sizeof ia), ia[0] = 4, ia[1] = 6;

@@ -34,3 +34,22 @@ void nrv_matmul_integer_ref(const uint8_t *a, uint8_t flip, int64_t rows, int64_
         }
     }
 }
+
+void nrv_matmul_integer_planes_ref(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int32_t za,
+                                   const int8_t *packed, int64_t out, const int32_t *zq, int32_t *y, int64_t ldy) {
+    const int64_t kb_n = (in + 3) / 4, np = (out + 15) / 16 * 16;
+    const int8_t *colsum_bytes = packed + np * kb_n * 4;
+    for (int64_t p = 0; p < n; p++) {
+        uint32_t asum = 0;
+        for (int64_t k = 0; k < in; k++) asum += (uint8_t)(a[k * lda + p] ^ flip);
+        for (int64_t m = 0; m < out; m++) {
+            const int8_t *blk = packed + (m / 16) * kb_n * 64 + (m % 16) * 4;
+            uint32_t acc = 0;
+            for (int64_t k = 0; k < in; k++)
+                acc += (uint32_t)(uint8_t)(a[k * lda + p] ^ flip) * (uint32_t)(int32_t)blk[(k / 4) * 64 + (k % 4)];
+            int32_t colsum;
+            memcpy(&colsum, colsum_bytes + 4 * m, sizeof colsum);
+            y[m * ldy + p] = nrv_matmul_integer_finish(acc, (uint32_t)za, colsum, zq ? (uint32_t)zq[m] : 0u, asum, in);
+        }
+    }
+}

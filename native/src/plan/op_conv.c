@@ -1948,6 +1948,37 @@ static void conv_integer_task(void *ctx, int64_t t) {
     }
 }
 
+/* A pointwise conv (1x1, stride 1, no padding) where the selected matmul_integer variant has
+ * a planes entry point: x's channel planes are the product's rows as they lie and the sums
+ * come out as y's planes, with no window staged and no transpose. Each task takes a range of
+ * CONV_INT_PLANES_BLOCK-position blocks of the images laid end to end. */
+#define CONV_INT_PLANES_BLOCK 256
+typedef struct conv_integer_planes_job {
+    nrv_matmul_integer_planes_fn planes;
+    const uint8_t *x;
+    const int8_t *packed;
+    const int32_t *zq;
+    int32_t *y;
+    int64_t C, M, P, blocks_per_image, pieces, blocks;
+    int32_t za;
+    uint8_t flip;
+} conv_integer_planes_job;
+
+static void conv_integer_planes_task(void *ctx, int64_t t) {
+    const conv_integer_planes_job *j = ctx;
+    const int64_t b1 = (t + 1) * j->blocks / j->pieces;
+    for (int64_t b = t * j->blocks / j->pieces; b < b1;) {
+        const int64_t img = b / j->blocks_per_image, first = b % j->blocks_per_image;
+        const int64_t last = b1 - img * j->blocks_per_image < j->blocks_per_image ? b1 - img * j->blocks_per_image
+                                                                                : j->blocks_per_image;
+        const int64_t p0 = first * CONV_INT_PLANES_BLOCK, p1 = last * CONV_INT_PLANES_BLOCK < j->P
+                                                                 ? last * CONV_INT_PLANES_BLOCK : j->P;
+        j->planes(j->x + img * j->C * j->P + p0, j->P, j->flip, p1 - p0, j->C, j->za, j->packed, j->M, j->zq,
+                  j->y + img * j->M * j->P + p0, j->P);
+        b = img * j->blocks_per_image + last;
+    }
+}
+
 static nrv_status conv_integer_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 4, 1, 12, 0));
     const int64_t *ia = a->iattr;
@@ -1977,6 +2008,17 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
                            (long long)zav->numel);
     if (y->numel == 0) return NRV_OK;
     const uint8_t flip = x->dtype == NRV_I8 ? 0x80 : 0, pad = zav ? *(const uint8_t *)zav->data : 0;
+    const nrv_matmul_integer_planes_fn planes = nrv_kernel_get_implicit(NRV_OP_MATMUL_INTEGER).matmul_integer_planes;
+    const int pointwise = kh == 1 && kw == 1 && ia[4] == 1 && ia[5] == 1 && ia[8] == 0 && ia[9] == 0 &&
+                          ia[10] == 0 && ia[11] == 0;
+    if (planes && pointwise && C <= NRV_MI_PLANES_MAX_K) {
+        const int64_t P = H * W, bpi = (P + CONV_INT_PLANES_BLOCK - 1) / CONV_INT_PLANES_BLOCK;
+        conv_integer_planes_job j = {planes, x->data, pk->data, zqv ? zqv->data : NULL, y->data, C, M, P, bpi, 1,
+                                     x->dims[0] * bpi, (int32_t)(uint8_t)(pad ^ flip), flip};
+        j.pieces = nrv_plan_pieces(a->pool, x->dims[0] * P * M * C, 1 << 17, j.blocks);
+        nrv_parallel_for(j.pieces > 1 ? a->pool : NULL, j.pieces, conv_integer_planes_task, &j);
+        return NRV_OK;
+    }
     const int64_t len = conv_integer_run_len(C, kh, kw, ia[5], ia[6], ia[7], OW), runs = (OW + len - 1) / len;
     conv_integer_job j = {x->data, pk->data, zqv ? zqv->data : NULL, y->data, C, H, W, M, kh, kw, ia[4], ia[5],
                           ia[6], ia[7], ia[8], ia[9], OH, OW, len, runs, (int32_t)(uint8_t)(pad ^ flip), pad, flip};

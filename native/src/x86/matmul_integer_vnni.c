@@ -172,3 +172,121 @@ void nrv_matmul_integer_vnni(const uint8_t *a, uint8_t flip, int64_t rows, int64
         }
     }
 }
+
+/* ---------------------------------------------------------------- planes */
+
+/* nrv_matmul_integer_planes (kernels.h): a pointwise conv's x as K planes of positions, the
+ * sums written as planes too. Per block of up to 64 positions (fewer when K is large: the
+ * stage stays within MIP_STAGE bytes) every group of 4 planes is interleaved into the
+ * vpdpbusd operand, one position's 4 bytes per int32 lane (a 4 x 16 byte transpose by
+ * unpacks), and Σ a is taken from it with a dpbusd against bytes of 1. A register tile of
+ * 4 outputs x 4 vectors of 16 positions then reads the stage once per 4 outputs, each
+ * output's 4 weight bytes broadcast. Planes past `in` stage as zeros (their weight bytes are
+ * zero too); lanes past n hold whatever the masked loads gave and are never stored. The
+ * lanes wrap like the reference's uint32: bit-identical. */
+#define MIP_STAGE 32768
+#define MIP_MO 4
+#define MIP_PV 4
+
+/* Stage the groups of 4 planes for PV vectors of 16 positions from p0 (n real), and Σ a. */
+static void planes_stage(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int64_t kb_n, int PV,
+                         uint8_t *stage, __m512i *asum) {
+    const __m128i fv = _mm_set1_epi8((char)flip);
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int pv = 0; pv < PV; pv++) asum[pv] = _mm512_setzero_si512();
+    for (int64_t kb = 0; kb < kb_n; kb++)
+        for (int pv = 0; pv < PV; pv++) {
+            const int64_t left = n - 16 * pv;
+            const __mmask16 km = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+            __m128i r[4];
+            for (int j = 0; j < 4; j++) {
+                const int64_t c = kb * 4 + j;
+                r[j] = c < in ? _mm_xor_si128(_mm_maskz_loadu_epi8(km, a + c * lda + 16 * pv), fv) : _mm_setzero_si128();
+            }
+            const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+            const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+            uint8_t *dst = stage + (kb * PV + pv) * 64;
+            _mm_store_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(lo01, lo23));      /* positions 0-3 */
+            _mm_store_si128((__m128i *)(void *)(dst + 16), _mm_unpackhi_epi16(lo01, lo23)); /* 4-7 */
+            _mm_store_si128((__m128i *)(void *)(dst + 32), _mm_unpacklo_epi16(hi01, hi23)); /* 8-11 */
+            _mm_store_si128((__m128i *)(void *)(dst + 48), _mm_unpackhi_epi16(hi01, hi23)); /* 12-15 */
+            asum[pv] = _mm512_dpbusd_epi32(asum[pv], _mm512_load_si512(dst), ones);
+        }
+}
+
+/* MO outputs from m0 x PV vectors of positions: the sums, the kernels.h epilogue, y. */
+static inline __attribute__((always_inline)) void planes_tile(const int MO, const int PV, const uint8_t *stage,
+                                                              const __m512i *asum, int64_t n, int64_t in,
+                                                              int64_t kb_n, int32_t za, const int8_t *packed,
+                                                              int64_t m0, const int32_t *colsum, const int32_t *zq,
+                                                              int32_t *y, int64_t ldy) {
+    const int8_t *w[MIP_MO];
+    for (int i = 0; i < MO; i++) w[i] = packed + ((m0 + i) / 16) * kb_n * 64 + ((m0 + i) % 16) * 4;
+    __m512i acc[MIP_MO][MIP_PV];
+    for (int i = 0; i < MO; i++)
+        for (int pv = 0; pv < PV; pv++) acc[i][pv] = _mm512_setzero_si512();
+    for (int64_t kb = 0; kb < kb_n; kb++) {
+        __m512i xv[MIP_PV];
+        for (int pv = 0; pv < PV; pv++) xv[pv] = _mm512_load_si512(stage + (kb * PV + pv) * 64);
+        for (int i = 0; i < MO; i++) {
+            int32_t quad;
+            memcpy(&quad, w[i] + kb * 64, 4);
+            const __m512i wb = _mm512_set1_epi32(quad);
+            for (int pv = 0; pv < PV; pv++) acc[i][pv] = _mm512_dpbusd_epi32(acc[i][pv], xv[pv], wb);
+        }
+    }
+    for (int i = 0; i < MO; i++) {
+        const int64_t m = m0 + i;
+        const uint32_t zqm = zq ? (uint32_t)zq[m] : 0u;
+        /* acc − za·colsum − zq·Σa + in·za·zq, the constant part folded once per output */
+        int32_t cs;
+        memcpy(&cs, colsum + m, sizeof cs);
+        const __m512i c = _mm512_set1_epi32((int32_t)((uint32_t)in * (uint32_t)za * zqm - (uint32_t)za * (uint32_t)cs));
+        for (int pv = 0; pv < PV; pv++) {
+            __m512i v = _mm512_add_epi32(acc[i][pv], c);
+            if (zq) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32((int32_t)zqm), asum[pv]));
+            const int64_t left = n - 16 * pv;
+            const __mmask16 km = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_epi32(y + m * ldy + 16 * pv, km, v);
+        }
+    }
+}
+
+#define MIP_CASE(MO_, PV_)                                                                              \
+    case (MO_) * 8 + (PV_):                                                                             \
+        planes_tile(MO_, PV_, stage, asum, n, in, kb_n, za, packed, m0, colsum, zq, y, ldy);          \
+        return;
+
+static __attribute__((noinline)) void planes_tiles(int MO, int PV, const uint8_t *stage, const __m512i *asum,
+                                                   int64_t n, int64_t in, int64_t kb_n, int32_t za,
+                                                   const int8_t *packed, int64_t m0, const int32_t *colsum,
+                                                   const int32_t *zq, int32_t *y, int64_t ldy) {
+    switch (MO * 8 + PV) {
+        MIP_CASE(1, 1) MIP_CASE(1, 2) MIP_CASE(1, 3) MIP_CASE(1, 4)
+        MIP_CASE(2, 1) MIP_CASE(2, 2) MIP_CASE(2, 3) MIP_CASE(2, 4)
+        MIP_CASE(3, 1) MIP_CASE(3, 2) MIP_CASE(3, 3) MIP_CASE(3, 4)
+        MIP_CASE(4, 1) MIP_CASE(4, 2) MIP_CASE(4, 3) MIP_CASE(4, 4)
+    default: return;
+    }
+}
+#undef MIP_CASE
+
+void nrv_matmul_integer_planes_vnni(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int32_t za,
+                                    const int8_t *packed, int64_t out, const int32_t *zq, int32_t *y, int64_t ldy) {
+    const int64_t kb_n = (in + 3) / 4, np = (out + 15) / 16 * 16;
+    const int32_t *colsum = (const int32_t *)(const void *)(packed + np * kb_n * 4);
+    _Alignas(64) uint8_t stage[MIP_STAGE];
+    int64_t block_vecs = MIP_STAGE / (kb_n * 64); /* in <= NRV_MI_PLANES_MAX_K: at least 1 */
+    if (block_vecs > MIP_PV) block_vecs = MIP_PV;
+    if (block_vecs < 1) return;
+    for (int64_t p0 = 0; p0 < n; p0 += 16 * block_vecs) {
+        const int64_t np_ = n - p0 < 16 * block_vecs ? n - p0 : 16 * block_vecs;
+        const int PV = (int)((np_ + 15) / 16);
+        __m512i asum[MIP_PV];
+        planes_stage(a + p0, lda, flip, np_, in, kb_n, PV, stage, asum);
+        for (int64_t m0 = 0; m0 < out; m0 += MIP_MO) {
+            const int MO = (int)(out - m0 < MIP_MO ? out - m0 : MIP_MO);
+            planes_tiles(MO, PV, stage, asum, np_, in, kb_n, za, packed, m0, colsum, zq, y + p0, ldy);
+        }
+    }
+}

@@ -95,7 +95,7 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_LINEAR_W8A8, linear_w8a8, nrv_linear_w8a8_avx2),
     /* matmul_integer: vpdpbusd is the u8 x s8 product itself; avx2 widens to 16 bits */
     {.op = NRV_OP_MATMUL_INTEGER, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,
-     .fn.matmul_integer = nrv_matmul_integer_vnni},
+     .fn.matmul_integer = nrv_matmul_integer_vnni, .implicit.matmul_integer_planes = nrv_matmul_integer_planes_vnni},
     AVX2(NRV_OP_MATMUL_INTEGER, matmul_integer, nrv_matmul_integer_avx2),
     /* quantize: the reference's vector code at 16 and 8 lanes (kernels/quantize_impl.h) */
     AVX512(NRV_OP_QUANTIZE, quantize, nrv_quantize_avx512),
