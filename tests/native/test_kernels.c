@@ -1291,7 +1291,7 @@ static void test_matmul_integer_planes(void) {
         const int32_t *zqp = with_zq ? zq : NULL;
         nrv_matmul_integer_ref(at, flip, n, in, &za, 0, packed, out, 0, out, zqp, want_t);
         for (int64_t i = 0; i < out * ldy + 8; i++) y[i] = canary;
-        planes(a, lda, flip, n, in, za, packed, out, zqp, y, ldy);
+        planes(a, lda, flip, n, in, za, packed, out, zqp, NULL, y, ldy);
         int64_t bad = -1;
         for (int64_t m = 0; m < out && bad < 0; m++)
             for (int64_t p = 0; p < ldy && bad < 0; p++)
@@ -1301,6 +1301,40 @@ static void test_matmul_integer_planes(void) {
         record(bad < 0 ? 0.0 : INFINITY, "planes n=%lld in=%lld out=%lld lda=%lld ldy=%lld flip=%d zq=%d wide=%d: "
                "element %lld differs (bit-identical required, canaries kept)", (long long)n, (long long)in,
                (long long)out, (long long)lda, (long long)ldy, flip, with_zq, wide, (long long)bad);
+        /* requantized into bytes: nrv_requant_ref on the same sums, per channel (scales from
+         * 1e-5 to 0.1 so both clamps and the ties in between are met), bias or none, u8/s8 */
+        {
+            const int s8 = ci % 3 == 0, per_channel = ci % 4 != 3;
+            int32_t *bias = xalloc((size_t)out * sizeof(int32_t)), *col = xalloc((size_t)n * sizeof(int32_t));
+            float *scale = xalloc((size_t)out * sizeof(float));
+            for (int64_t m = 0; m < out; m++) {
+                bias[m] = (int32_t)(nrv_test_u64() % 200001u) - 100000;
+                scale[m] = (float)(1e-5 * pow(1e4, (double)(nrv_test_u64() % 1000u) / 1000.0));
+            }
+            const int32_t z = s8 ? (int32_t)(nrv_test_u64() % 256u) - 128 : (int32_t)(nrv_test_u64() % 256u);
+            const nrv_requant_out rq = {ci % 5 == 1 ? NULL : bias, scale, per_channel, (float)((s8 ? -128 : 0) - z),
+                                        (float)((s8 ? 127 : 255) - z), z};
+            uint8_t *yb = xalloc((size_t)(out * ldy + 32)), *wb = xalloc((size_t)n + 1);
+            memset(yb, 0xa5, (size_t)(out * ldy + 32));
+            planes(a, lda, flip, n, in, za, packed, out, zqp, &rq, yb, ldy);
+            int64_t bad_b = -1;
+            for (int64_t m = 0; m < out && bad_b < 0; m++) {
+                for (int64_t p = 0; p < n; p++) col[p] = want_t[p * out + m];
+                nrv_requant_ref(col, n, rq.bias ? rq.bias[m] : 0, scale[m * rq.scale_stride], rq.lo, rq.hi, z, wb);
+                for (int64_t p = 0; p < ldy && bad_b < 0; p++)
+                    if (yb[m * ldy + p] != (p < n ? wb[p] : 0xa5)) bad_b = m * ldy + p;
+            }
+            for (int64_t i = out * ldy; i < out * ldy + 32; i++)
+                if (yb[i] != 0xa5) bad_b = i;
+            record(bad_b < 0 ? 0.0 : INFINITY, "planes requantized n=%lld in=%lld out=%lld s8=%d per_channel=%d: "
+                   "byte %lld differs from nrv_requant_ref (or past y)", (long long)n, (long long)in, (long long)out,
+                   s8, per_channel, (long long)bad_b);
+            free(bias);
+            free(col);
+            free(scale);
+            free(yb);
+            free(wb);
+        }
         cases++;
         free(a);
         free(at);

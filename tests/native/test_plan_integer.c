@@ -160,6 +160,47 @@ static void conv_case(int64_t B, int64_t C, int64_t H, int64_t W, int64_t M, con
             free(y);
         }
     }
+    /* requantized in the op (QLinearConv): the bytes of nrv_requant_ref on the int32 sums,
+     * per channel (bias, a scale per channel or one, u8 or s8 output by case), on 1-4 threads */
+    const int y_s8 = (int)(C % 2), per_channel = M % 3 != 0;
+    int32_t *bias = xcalloc((size_t)M * sizeof(int32_t));
+    float *scale = xcalloc((size_t)M * sizeof(float));
+    for (int64_t m = 0; m < M; m++) {
+        bias[m] = (int32_t)(nrv_test_u64() % 20001u) - 10000;
+        scale[m] = (float)(1e-4 * (1.0 + (double)(nrv_test_u64() % 1000u)));
+    }
+    uint8_t zy = (uint8_t)(nrv_test_u64() % 256u);
+    const int32_t z = y_s8 ? (int32_t)(int8_t)zy : (int32_t)zy;
+    const int64_t nscale = per_channel ? M : 1;
+    uint8_t *want = xcalloc((size_t)n + 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t m = 0; m < M; m++) {
+            const int64_t at = (b * M + m) * OH * OW;
+            nrv_requant_ref(first + at, OH * OW, bias[m], scale[per_channel ? m : 0], (float)((y_s8 ? -128 : 0) - z),
+                            (float)((y_s8 ? 127 : 255) - z), z, want + at);
+        }
+    nrv_tview bv = mkview(bias, NRV_I32, 1, &M), sv = mkview(scale, NRV_F32, 1, &nscale),
+              zyv = mkview(&zy, y_s8 ? NRV_I8 : NRV_U8, 1, &one);
+    const nrv_tview *rin[7] = {&xv, &pv, &zxv, with_zq ? &zqv : NULL, &bv, &sv, &zyv};
+    int32_t *scratch = xcalloc((size_t)n * sizeof(int32_t)); /* the staged route's int32 sums */
+    for (int t = 0; t < 4; t++) {
+        uint8_t *yb = xcalloc((size_t)n + 64);
+        memset(yb, 0xa5, (size_t)n + 64);
+        nrv_tview yv = mkview(yb, y_s8 ? NRV_I8 : NRV_U8, 4, yd);
+        NRV_EXPECT_STATUS(nrv_plan_run_op("conv_integer", rin, 7, &yv, ia12, 12, NULL, 0, scratch,
+                                          (size_t)n * sizeof(int32_t), pools[t]),
+                          NRV_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += yb[i] != want[i];
+        for (int64_t i = n; i < n + 64; i++) bad += yb[i] != 0xa5;
+        NRV_EXPECT(bad == 0, "conv_integer requantized C%lld M%lld k%lldx%lld s8 y=%d (%s, %d threads): %lld bytes wrong",
+                   (long long)C, (long long)M, (long long)kh, (long long)kw, y_s8, round_desc, t + 1, (long long)bad);
+        free(yb);
+    }
+    free(scratch);
+    free(want);
+    free(bias);
+    free(scale);
     free(first);
     free(x);
     free(w);
@@ -227,7 +268,7 @@ static void test_errors(void) {
         (void)zq5;
     }
     /* conv_integer: C 2, 3x3 on 4x5, M 3 */
-    const int64_t C = 2, M = 3, xd[4] = {1, C, 4, 5}, cyd[4] = {1, M, 4, 5}, cyd_bad[4] = {1, M, 3, 5};
+    const int64_t C = 2, M = 3, xd[4] = {1, C, 4, 5}, cyd[4] = {1, M, 4, 5}, cyd_bad[4] = {1, M, 3, 5}, one_ = 1;
     int64_t cpb;
     int8_t *cpacked = pack(q, M, C * 9, &cpb);
     nrv_tview xv = mkview(a, NRV_U8, 4, xd), cpv = mkview(cpacked, NRV_I8, 1, &cpb);
@@ -246,6 +287,26 @@ static void test_errors(void) {
     {
         const nrv_tview *in[2] = {&xv, &pv};
         expect_int_fail("conv_integer weight of another shape", "conv_integer", in, 2, &cy, cia, 12, NRV_ERR_SHAPE);
+    }
+    { /* requantized: a bias without its scale, a zero scale, an int32 output, a zero point's dtype */
+        const int64_t m3 = M;
+        int32_t cbias[3] = {1, 2, 3};
+        float zero_scale[3] = {0.5f, 0.0f, 0.5f}, good_scale[3] = {0.5f, 0.25f, 0.125f};
+        int8_t zs8 = 0;
+        nrv_tview bv = mkview(cbias, NRV_I32, 1, &m3), zsv = mkview(zero_scale, NRV_F32, 1, &m3),
+                  gsv = mkview(good_scale, NRV_F32, 1, &m3), cyu8 = mkview(NULL, NRV_U8, 4, cyd),
+                  zs8v = mkview(&zs8, NRV_I8, 1, &one_);
+        const nrv_tview *no_scale[5] = {&xv, &cpv, NULL, NULL, &bv};
+        expect_int_fail("conv_integer bias without scale", "conv_integer", no_scale, 5, &cyu8, cia, 12,
+                        NRV_ERR_INVALID_ARG);
+        const nrv_tview *zero[6] = {&xv, &cpv, NULL, NULL, &bv, &zsv};
+        expect_int_fail("conv_integer zero requant scale", "conv_integer", zero, 6, &cyu8, cia, 12, NRV_ERR_INVALID_ARG);
+        const nrv_tview *good[7] = {&xv, &cpv, NULL, NULL, &bv, &gsv, &zs8v};
+        expect_int_fail("conv_integer requantized into int32", "conv_integer", good, 6, &cy, cia, 12, NRV_ERR_DTYPE);
+        expect_int_fail("conv_integer s8 zero point for a u8 y", "conv_integer", good, 7, &cyu8, cia, 12,
+                        NRV_ERR_DTYPE);
+        expect_int_fail("conv_integer requantized without its scratch", "conv_integer", good, 6, &cyu8, cia, 12,
+                        NRV_ERR_INVALID_ARG);
     }
     free(a);
     free(q);

@@ -108,16 +108,29 @@ void nrv_linear_w8a8_pack(const int8_t *q, int64_t out, int64_t in, int8_t *pack
 typedef void (*nrv_matmul_integer_fn)(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
                                       int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
                                       const int32_t *zq, int32_t *y);
+/* Requantization of int32 sums to bytes, per output channel m (the requant kernel's
+ * arguments, kernels.h nrv_requant_fn below): bias [m] (NULL: 0), scale[m·scale_stride],
+ * the clamp [lo, hi] (already less the zero point) and the zero point z. */
+typedef struct nrv_requant_out {
+    const int32_t *bias;
+    const float *scale;
+    int64_t scale_stride;
+    float lo, hi;
+    int32_t z;
+} nrv_requant_out;
+
 /* matmul_integer's second entry point (nrv_kernel_get_implicit; NULL in variants without
  * one): the same product with a's rows as planes, a pointwise conv's x read in place:
  *   y[m·ldy + p] = Σ_k (a[k·lda + p] − za)·(q[m, k] − zq[m])   for m < out, p < n
  * a: `in` planes of n bytes, lda apart; za one value; flip, packed and zq as above. The same
  * epilogue, so the same bits as matmul_integer on a's transpose; y comes out in planes (no
- * transpose of the sums). in <= NRV_MI_PLANES_MAX_K. */
+ * transpose of the sums): int32 when rq is NULL, else bytes, each sum requantized by rq with
+ * the requant kernel's arithmetic (the same bytes as nrv_requant_ref on the sums).
+ * in <= NRV_MI_PLANES_MAX_K. */
 #define NRV_MI_PLANES_MAX_K 2048
 typedef void (*nrv_matmul_integer_planes_fn)(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in,
                                              int32_t za, const int8_t *packed, int64_t out, const int32_t *zq,
-                                             int32_t *y, int64_t ldy);
+                                             const nrv_requant_out *rq, void *y, int64_t ldy);
 /* The epilogue every variant applies to acc = Σ_k a·q (uint32 arithmetic, no overflow UB). */
 static inline int32_t nrv_matmul_integer_finish(uint32_t acc, uint32_t za, int32_t colsum, uint32_t zq, uint32_t asum,
                                                 int64_t in) {
@@ -439,7 +452,8 @@ void nrv_quantize_avx2(const float *x, int64_t n, const nrv_quant_params *p, voi
 void nrv_quantize_avx512(const float *x, int64_t n, const nrv_quant_params *p, void *y);
 /* matmul_integer (native/src/x86/matmul_integer_vnni.c, matmul_integer_avx2.c) */
 void nrv_matmul_integer_planes_vnni(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int32_t za,
-                                    const int8_t *packed, int64_t out, const int32_t *zq, int32_t *y, int64_t ldy);
+                                    const int8_t *packed, int64_t out, const int32_t *zq, const nrv_requant_out *rq,
+                                    void *y, int64_t ldy);
 void nrv_matmul_integer_vnni(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
                              int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
                              const int32_t *zq, int32_t *y);
@@ -552,7 +566,8 @@ void nrv_quantize_ref(const float *x, int64_t n, const nrv_quant_params *p, void
 void nrv_requant_ref(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
                      uint8_t *y);
 void nrv_matmul_integer_planes_ref(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int32_t za,
-                                   const int8_t *packed, int64_t out, const int32_t *zq, int32_t *y, int64_t ldy);
+                                   const int8_t *packed, int64_t out, const int32_t *zq, const nrv_requant_out *rq,
+                                   void *y, int64_t ldy);
 void nrv_matmul_integer_ref(const uint8_t *a, uint8_t flip, int64_t rows, int64_t in, const int32_t *za,
                             int64_t za_stride, const int8_t *packed, int64_t out, int64_t n0, int64_t n1,
                             const int32_t *zq, int32_t *y);

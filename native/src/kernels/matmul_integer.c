@@ -36,7 +36,8 @@ void nrv_matmul_integer_ref(const uint8_t *a, uint8_t flip, int64_t rows, int64_
 }
 
 void nrv_matmul_integer_planes_ref(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int32_t za,
-                                   const int8_t *packed, int64_t out, const int32_t *zq, int32_t *y, int64_t ldy) {
+                                   const int8_t *packed, int64_t out, const int32_t *zq, const nrv_requant_out *rq,
+                                   void *y, int64_t ldy) {
     const int64_t kb_n = (in + 3) / 4, np = (out + 15) / 16 * 16;
     const int8_t *colsum_bytes = packed + np * kb_n * 4;
     for (int64_t p = 0; p < n; p++) {
@@ -49,7 +50,12 @@ void nrv_matmul_integer_planes_ref(const uint8_t *a, int64_t lda, uint8_t flip, 
                 acc += (uint32_t)(uint8_t)(a[k * lda + p] ^ flip) * (uint32_t)(int32_t)blk[(k / 4) * 64 + (k % 4)];
             int32_t colsum;
             memcpy(&colsum, colsum_bytes + 4 * m, sizeof colsum);
-            y[m * ldy + p] = nrv_matmul_integer_finish(acc, (uint32_t)za, colsum, zq ? (uint32_t)zq[m] : 0u, asum, in);
+            const int32_t v = nrv_matmul_integer_finish(acc, (uint32_t)za, colsum, zq ? (uint32_t)zq[m] : 0u, asum, in);
+            if (rq)
+                nrv_requant_ref(&v, 1, rq->bias ? rq->bias[m] : 0, rq->scale[m * rq->scale_stride], rq->lo, rq->hi,
+                                rq->z, (uint8_t *)y + m * ldy + p);
+            else
+                ((int32_t *)y)[m * ldy + p] = v;
         }
     }
 }

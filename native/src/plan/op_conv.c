@@ -1820,10 +1820,15 @@ static nrv_status conv_w8a8_run(const nrv_op_args *a) {
  *   in[0] x u8/i8 [N, C, H, W]; in[1] packed i8 (nrv_linear_w8a8_pack of q [M, kh·kw·C],
  *   q[m, (i·kw + k)·C + c] = W[m, c, i, k]); in[2] x_zero_point, x's dtype, one value,
  *   optional (absent: 0); in[3] zq i32 [M], optional
- *   out[0] y i32 [N, M, OH, OW] (conv extents; QLinearConv: then op requantize)
+ *   in[4] bias i32 [M], in[5] scale f32 [M] or [1], in[6] y_zero_point (u8/i8, one value):
+ *   optional, and together (scale present) they requantize y as op requantize does
+ *   (QLinearConv: onnxruntime's MlasRequantizeOutput arithmetic, the requant kernel's)
+ *   out[0] y i32 [N, M, OH, OW] (conv extents), or u8/i8 when requantized
+ *   scratch: when requantized, 4·numel(y) bytes (the int32 sums of the staged route; the
+ *   planes route requantizes in registers and leaves it unused)
  *   iattr [M, C, kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, pad_bottom, pad_right]
- *   No scratch (stack staging): NRV_ERR_UNSUPPORTED when one output position's window
- *   (kh rows x kw columns x C) or M sums do not fit CONV_INT_STAGE bytes. */
+ *   The windows are staged on the stack: NRV_ERR_UNSUPPORTED when one output position's
+ *   window (kh rows x kw columns x C) or M sums do not fit CONV_INT_STAGE bytes. */
 #define CONV_INT_RUN 64      /* output positions per block (along one output row) */
 #define CONV_INT_STAGE 32768 /* bytes of the window, of the rows and of the sums each */
 
@@ -1958,7 +1963,8 @@ typedef struct conv_integer_planes_job {
     const uint8_t *x;
     const int8_t *packed;
     const int32_t *zq;
-    int32_t *y;
+    const nrv_requant_out *rq;
+    void *y; /* int32 sums, or bytes when rq is set */
     int64_t C, M, P, blocks_per_image, pieces, blocks;
     int32_t za;
     uint8_t flip;
@@ -1973,14 +1979,15 @@ static void conv_integer_planes_task(void *ctx, int64_t t) {
                                                                                 : j->blocks_per_image;
         const int64_t p0 = first * CONV_INT_PLANES_BLOCK, p1 = last * CONV_INT_PLANES_BLOCK < j->P
                                                                  ? last * CONV_INT_PLANES_BLOCK : j->P;
-        j->planes(j->x + img * j->C * j->P + p0, j->P, j->flip, p1 - p0, j->C, j->za, j->packed, j->M, j->zq,
-                  j->y + img * j->M * j->P + p0, j->P);
+        const int64_t width = j->rq ? 1 : 4; /* bytes per output */
+        j->planes(j->x + img * j->C * j->P + p0, j->P, j->flip, p1 - p0, j->C, j->za, j->packed, j->M, j->zq, j->rq,
+                  (uint8_t *)j->y + (img * j->M * j->P + p0) * width, j->P);
         b = img * j->blocks_per_image + last;
     }
 }
 
 static nrv_status conv_integer_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 2, 4, 1, 12, 0));
+    NRV_TRY(nrv_op_expect(a, 2, 7, 1, 12, 0));
     const int64_t *ia = a->iattr;
     const int64_t M = ia[0], C = ia[1], kh = ia[2], kw = ia[3];
     static const char *const names[] = {"M", "C", "kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h",
@@ -1991,7 +1998,15 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
         return nrv_op_fail(a, NRV_ERR_UNSUPPORTED, "C·kh·kw %lld or M %lld too large for the staging (%d bytes)",
                            (long long)(C * kh * kw), (long long)M, CONV_INT_STAGE);
     nrv_int_operands o;
-    NRV_TRY(nrv_op_int_operands(a, 12, M, nrv_linear_w8a8_packed_bytes(M, C * kh * kw), &o));
+    NRV_TRY(nrv_op_int_operands(a, 7, 12, M, nrv_linear_w8a8_packed_bytes(M, C * kh * kw), &o));
+    nrv_requant_out rq;
+    const int requantized = a->n_in > 5 && a->in[5] != NULL;
+    if (a->n_in > 4 && !requantized)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "a bias or an output zero point without the requantization scale");
+    if (requantized) NRV_TRY(nrv_op_requant_out(a, 4, 5, 6, o.y, M, &rq));
+    if (requantized && (a->scratch_bytes < (size_t)o.y->numel * sizeof(int32_t) || (uintptr_t)a->scratch % 4 != 0))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "requantized: scratch of %zu bytes, expected %lld (the int32 sums)",
+                           a->scratch_bytes, (long long)(o.y->numel * 4));
     const nrv_tview *x = o.x, *pk = o.w, *zav = o.xz, *zqv = o.wz;
     nrv_tview *y = o.y;
     if (x->rank != 4 || x->dims[1] != C || y->rank != 4 || y->dims[0] != x->dims[0] || y->dims[1] != M)
@@ -2013,17 +2028,30 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
                           ia[10] == 0 && ia[11] == 0;
     if (planes && pointwise && C <= NRV_MI_PLANES_MAX_K) {
         const int64_t P = H * W, bpi = (P + CONV_INT_PLANES_BLOCK - 1) / CONV_INT_PLANES_BLOCK;
-        conv_integer_planes_job j = {planes, x->data, pk->data, zqv ? zqv->data : NULL, y->data, C, M, P, bpi, 1,
-                                     x->dims[0] * bpi, (int32_t)(uint8_t)(pad ^ flip), flip};
+        conv_integer_planes_job j = {planes, x->data, pk->data, zqv ? zqv->data : NULL, requantized ? &rq : NULL,
+                                     y->data, C, M, P, bpi, 1, x->dims[0] * bpi, (int32_t)(uint8_t)(pad ^ flip),
+                                     flip};
         j.pieces = nrv_plan_pieces(a->pool, x->dims[0] * P * M * C, 1 << 17, j.blocks);
         nrv_parallel_for(j.pieces > 1 ? a->pool : NULL, j.pieces, conv_integer_planes_task, &j);
         return NRV_OK;
     }
     const int64_t len = conv_integer_run_len(C, kh, kw, ia[5], ia[6], ia[7], OW), runs = (OW + len - 1) / len;
-    conv_integer_job j = {x->data, pk->data, zqv ? zqv->data : NULL, y->data, C, H, W, M, kh, kw, ia[4], ia[5],
+    /* the staged route: int32 sums into y, or when requantized into the scratch, then each
+     * plane through the requant kernel as op requantize does (requantizing each run of
+     * positions as it was staged measured slower than this pass over whole planes) */
+    int32_t *sums = requantized ? a->scratch : y->data;
+    conv_integer_job j = {x->data, pk->data, zqv ? zqv->data : NULL, sums, C, H, W, M, kh, kw, ia[4], ia[5],
                           ia[6], ia[7], ia[8], ia[9], OH, OW, len, runs, (int32_t)(uint8_t)(pad ^ flip), pad, flip};
     nrv_parallel_for(OH * OW * M * C * kh * kw >= (1 << 17) ? a->pool : NULL, x->dims[0] * OH * runs,
                      conv_integer_task, &j);
+    if (requantized) {
+        const nrv_requant_fn requant = nrv_kernel_get(NRV_OP_REQUANT).requant;
+        for (int64_t plane = 0; plane < x->dims[0] * M; plane++) {
+            const int64_t m = plane % M;
+            requant(sums + plane * OH * OW, OH * OW, rq.bias ? rq.bias[m] : 0, rq.scale[m * rq.scale_stride], rq.lo,
+                    rq.hi, rq.z, (uint8_t *)y->data + plane * OH * OW);
+        }
+    }
     return NRV_OK;
 }
 

@@ -524,52 +524,26 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
 static nrv_status run_requantize(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 4, 1, 1, 0));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
-    NRV_TRY(nrv_op_check_in(a, 2, "scale"));
-    const nrv_tview *x = a->in[0], *bias = a->in[1], *sc = a->in[2], *zp = a->n_in > 3 ? a->in[3] : NULL;
+    const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_I32));
-    NRV_TRY(nrv_op_expect_dtype(a, sc, "scale", NRV_F32));
-    if (y->dtype != NRV_U8 && y->dtype != NRV_I8)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "y is %s, expected u8 or i8", nrv_dtype_str(y->dtype));
     NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
     int32_t axis;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &axis));
     const int64_t C = x->dims[axis], inner = nrv_dims_product(x->dims, axis + 1, x->rank);
-    if (sc->numel != C && sc->numel != 1)
-        return nrv_op_fail(a, NRV_ERR_SHAPE, "scale has %lld values, expected 1 or %lld", (long long)sc->numel,
-                           (long long)C);
-    const float *s = sc->data;
-    for (int64_t c = 0; c < sc->numel; c++)
-        if (!(s[c] > 0.0f) || !isfinite(s[c]))
-            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scale[%lld] is %g: must be finite and > 0", (long long)c,
-                               (double)s[c]);
-    if (bias) {
-        NRV_TRY(nrv_op_check_in(a, 1, "bias"));
-        NRV_TRY(nrv_op_expect_dtype(a, bias, "bias", NRV_I32));
-        if (bias->numel != C)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "bias has %lld values, expected %lld", (long long)bias->numel,
-                               (long long)C);
-    }
-    const int is_s8 = y->dtype == NRV_I8;
-    int32_t z = 0;
-    if (zp) {
-        NRV_TRY(nrv_op_check_in(a, 3, "zero point"));
-        NRV_TRY(nrv_op_expect_dtype(a, zp, "zero point", y->dtype));
-        if (zp->numel != 1)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "zero point has %lld values, expected 1", (long long)zp->numel);
-        z = is_s8 ? (int32_t) * (const int8_t *)zp->data : (int32_t) * (const uint8_t *)zp->data;
-    }
+    nrv_requant_out rq;
+    NRV_TRY(nrv_op_requant_out(a, 1, 2, 3, y, C, &rq));
     if (x->numel == 0) return NRV_OK;
-    const float lo = (float)((is_s8 ? -128 : 0) - z), hi = (float)((is_s8 ? 127 : 255) - z);
     const nrv_requant_fn requant = nrv_kernel_get(NRV_OP_REQUANT).requant;
-    const int32_t *xs = x->data, *b = bias ? bias->data : NULL;
+    const int32_t *xs = x->data;
     uint8_t *ys = y->data;
     const int64_t outer = x->numel / (C * inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t c = 0; c < C; c++) {
             const int64_t at = (o * C + c) * inner;
-            requant(xs + at, inner, b ? b[c] : 0, s[sc->numel == 1 ? 0 : c], lo, hi, z, ys + at);
+            requant(xs + at, inner, rq.bias ? rq.bias[c] : 0, rq.scale[c * rq.scale_stride], rq.lo, rq.hi, rq.z,
+                    ys + at);
         }
     return NRV_OK;
 }

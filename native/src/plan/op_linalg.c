@@ -743,7 +743,7 @@ static nrv_status run_matmul_integer(const nrv_op_args *a) {
     const int64_t N = a->iattr[0], K = a->iattr[1];
     NRV_TRY(w8a8_dims(a, N, K));
     nrv_int_operands o;
-    NRV_TRY(nrv_op_int_operands(a, 2, N, nrv_linear_w8a8_packed_bytes(N, K), &o));
+    NRV_TRY(nrv_op_int_operands(a, 4, 2, N, nrv_linear_w8a8_packed_bytes(N, K), &o));
     const nrv_tview *x = o.x, *pk = o.w, *zav = o.xz, *zqv = o.wz;
     nrv_tview *y = o.y;
     NRV_TRY(check_rank(a, x, "a", 1, NRV_PLAN_MAX_RANK));

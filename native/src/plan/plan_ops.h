@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "../internal.h"
+#include "../kernels/kernels.h"
 
 #define NRV_PLAN_MAX_RANK 8
 
@@ -179,14 +180,22 @@ nrv_status nrv_op_w8_operands(const nrv_op_args *a, int n_iattr, nrv_w8_operands
 /* The operands of the exact integer ops (matmul_integer, conv_integer): in[0] x u8 or i8,
  * in[1] the packed int8 weight (rank 1, packed_bytes bytes), in[2] x's zero point in x's
  * dtype (optional: NULL; its count is the caller's to check), in[3] the weight's int32 zero
- * points [n] (optional: NULL); out[0] y i32. Checks counts (n_iattr integer attributes, no
- * float ones), dtypes and the weight's shapes, and unpacks them. */
+ * points [n] (optional: NULL); out[0] y i32, unless inputs past in[3] (up to max_in: the
+ * op's requantization, nrv_op_requant_out) make it bytes. Checks counts (n_iattr integer
+ * attributes, no float ones), dtypes and the weight's shapes, and unpacks them. */
 typedef struct nrv_int_operands {
     const nrv_tview *x, *w, *xz, *wz;
     nrv_tview *y;
 } nrv_int_operands;
-nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int64_t packed_bytes,
+nrv_status nrv_op_int_operands(const nrv_op_args *a, int max_in, int n_iattr, int64_t n, int64_t packed_bytes,
                                nrv_int_operands *o);
+
+/* Requantization parameters for C channels into the byte output y (ops requantize and
+ * conv_integer): in[i_bias] bias i32 [C] (optional), in[i_scale] scale f32 [C] or [1] (each
+ * finite and > 0), in[i_zp] zero point of y's dtype, one value (optional: 0); y u8 or i8.
+ * Fills rq (bias NULL when absent, the clamp less the zero point). */
+nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int i_zp, const nrv_tview *y, int64_t C,
+                              nrv_requant_out *rq);
 
 /* The per-output parameters of an int8 weight with n outputs (linear_w8, linear_w8a8,
  * conv_w8a8): s f32 [n] or [1]; z f32 shaped like s, optional (NULL); bias f32 [n],

@@ -63,9 +63,9 @@ nrv_status nrv_op_w8_operands(const nrv_op_args *a, int n_iattr, nrv_w8_operands
     return NRV_OK;
 }
 
-nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int64_t packed_bytes,
+nrv_status nrv_op_int_operands(const nrv_op_args *a, int max_in, int n_iattr, int64_t n, int64_t packed_bytes,
                                nrv_int_operands *o) {
-    NRV_TRY(nrv_op_expect(a, 2, 4, 1, n_iattr, 0));
+    NRV_TRY(nrv_op_expect(a, 2, max_in, 1, n_iattr, 0));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
     NRV_TRY(nrv_op_check_in(a, 1, "packed weight"));
     o->x = a->in[0];
@@ -77,7 +77,7 @@ nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int
     if (o->x->dtype != NRV_U8 && o->x->dtype != NRV_I8)
         return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected u8 or i8", nrv_dtype_str(o->x->dtype));
     NRV_TRY(nrv_op_expect_dtype(a, o->w, "packed weight", NRV_I8));
-    NRV_TRY(nrv_op_expect_dtype(a, o->y, "output", NRV_I32));
+    if (a->n_in <= 4) NRV_TRY(nrv_op_expect_dtype(a, o->y, "output", NRV_I32)); /* else requantized bytes */
     if (o->w->rank != 1 || o->w->dims[0] != packed_bytes)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "packed weight has %lld bytes, expected %lld", (long long)o->w->numel,
                            (long long)packed_bytes);
@@ -91,6 +91,47 @@ nrv_status nrv_op_int_operands(const nrv_op_args *a, int n_iattr, int64_t n, int
         if (o->wz->rank != 1 || o->wz->dims[0] != n)
             return nrv_op_fail(a, NRV_ERR_SHAPE, "w_zero_point must be [%lld]", (long long)n);
     }
+    return NRV_OK;
+}
+
+nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int i_zp, const nrv_tview *y, int64_t C,
+                              nrv_requant_out *rq) {
+    NRV_TRY(nrv_op_check_in(a, i_scale, "scale"));
+    const nrv_tview *bias = a->n_in > i_bias ? a->in[i_bias] : NULL, *sc = a->in[i_scale];
+    const nrv_tview *zp = a->n_in > i_zp ? a->in[i_zp] : NULL;
+    NRV_TRY(nrv_op_expect_dtype(a, sc, "scale", NRV_F32));
+    if (y->dtype != NRV_U8 && y->dtype != NRV_I8)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "y is %s, expected u8 or i8", nrv_dtype_str(y->dtype));
+    if (sc->numel != C && sc->numel != 1)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "scale has %lld values, expected 1 or %lld", (long long)sc->numel,
+                           (long long)C);
+    const float *s = sc->data;
+    for (int64_t c = 0; c < sc->numel; c++)
+        if (!(s[c] > 0.0f) || !isfinite(s[c]))
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scale[%lld] is %g: must be finite and > 0", (long long)c,
+                               (double)s[c]);
+    if (bias) {
+        NRV_TRY(nrv_op_check_in(a, i_bias, "bias"));
+        NRV_TRY(nrv_op_expect_dtype(a, bias, "bias", NRV_I32));
+        if (bias->numel != C)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "bias has %lld values, expected %lld", (long long)bias->numel,
+                               (long long)C);
+    }
+    const int is_s8 = y->dtype == NRV_I8;
+    int32_t z = 0;
+    if (zp) {
+        NRV_TRY(nrv_op_check_in(a, i_zp, "zero point"));
+        NRV_TRY(nrv_op_expect_dtype(a, zp, "zero point", y->dtype));
+        if (zp->numel != 1)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "zero point has %lld values, expected 1", (long long)zp->numel);
+        z = is_s8 ? (int32_t) * (const int8_t *)zp->data : (int32_t) * (const uint8_t *)zp->data;
+    }
+    rq->bias = bias ? bias->data : NULL;
+    rq->scale = s;
+    rq->scale_stride = sc->numel == 1 ? 0 : 1;
+    rq->lo = (float)((is_s8 ? -128 : 0) - z);
+    rq->hi = (float)((is_s8 ? 127 : 255) - z);
+    rq->z = z;
     return NRV_OK;
 }
 

@@ -219,7 +219,7 @@ static inline __attribute__((always_inline)) void planes_tile(const int MO, cons
                                                               const __m512i *asum, int64_t n, int64_t in,
                                                               int64_t kb_n, int32_t za, const int8_t *packed,
                                                               int64_t m0, const int32_t *colsum, const int32_t *zq,
-                                                              int32_t *y, int64_t ldy) {
+                                                              const nrv_requant_out *rq, void *y, int64_t ldy) {
     const int8_t *w[MIP_MO];
     for (int i = 0; i < MO; i++) w[i] = packed + ((m0 + i) / 16) * kb_n * 64 + ((m0 + i) % 16) * 4;
     __m512i acc[MIP_MO][MIP_PV];
@@ -235,6 +235,7 @@ static inline __attribute__((always_inline)) void planes_tile(const int MO, cons
             for (int pv = 0; pv < PV; pv++) acc[i][pv] = _mm512_dpbusd_epi32(acc[i][pv], xv[pv], wb);
         }
     }
+    const __m512 magic = _mm512_set1_ps(0x1.8p23f);
     for (int i = 0; i < MO; i++) {
         const int64_t m = m0 + i;
         const uint32_t zqm = zq ? (uint32_t)zq[m] : 0u;
@@ -247,20 +248,32 @@ static inline __attribute__((always_inline)) void planes_tile(const int MO, cons
             if (zq) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32((int32_t)zqm), asum[pv]));
             const int64_t left = n - 16 * pv;
             const __mmask16 km = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_epi32(y + m * ldy + 16 * pv, km, v);
+            if (!rq) {
+                _mm512_mask_storeu_epi32((int32_t *)y + m * ldy + 16 * pv, km, v);
+                continue;
+            }
+            /* requant_impl.h's steps: + bias (wrapping), one conversion, one product, the clamp,
+             * half to even by the magic constant, + z, the low byte */
+            v = _mm512_add_epi32(v, _mm512_set1_epi32(rq->bias ? rq->bias[m] : 0));
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(rq->scale[m * rq->scale_stride]));
+            f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(rq->lo)), _mm512_set1_ps(rq->hi));
+            f = _mm512_sub_ps(_mm512_add_ps(f, magic), magic);
+            v = _mm512_add_epi32(_mm512_cvttps_epi32(f), _mm512_set1_epi32(rq->z));
+            _mm_mask_storeu_epi8((uint8_t *)y + m * ldy + 16 * pv, km, _mm512_cvtepi32_epi8(v));
         }
     }
 }
 
 #define MIP_CASE(MO_, PV_)                                                                              \
     case (MO_) * 8 + (PV_):                                                                             \
-        planes_tile(MO_, PV_, stage, asum, n, in, kb_n, za, packed, m0, colsum, zq, y, ldy);          \
+        planes_tile(MO_, PV_, stage, asum, n, in, kb_n, za, packed, m0, colsum, zq, rq, y, ldy);      \
         return;
 
 static __attribute__((noinline)) void planes_tiles(int MO, int PV, const uint8_t *stage, const __m512i *asum,
                                                    int64_t n, int64_t in, int64_t kb_n, int32_t za,
                                                    const int8_t *packed, int64_t m0, const int32_t *colsum,
-                                                   const int32_t *zq, int32_t *y, int64_t ldy) {
+                                                   const int32_t *zq, const nrv_requant_out *rq, void *y,
+                                                   int64_t ldy) {
     switch (MO * 8 + PV) {
         MIP_CASE(1, 1) MIP_CASE(1, 2) MIP_CASE(1, 3) MIP_CASE(1, 4)
         MIP_CASE(2, 1) MIP_CASE(2, 2) MIP_CASE(2, 3) MIP_CASE(2, 4)
@@ -272,8 +285,9 @@ static __attribute__((noinline)) void planes_tiles(int MO, int PV, const uint8_t
 #undef MIP_CASE
 
 void nrv_matmul_integer_planes_vnni(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int32_t za,
-                                    const int8_t *packed, int64_t out, const int32_t *zq, int32_t *y, int64_t ldy) {
-    const int64_t kb_n = (in + 3) / 4, np = (out + 15) / 16 * 16;
+                                    const int8_t *packed, int64_t out, const int32_t *zq, const nrv_requant_out *rq,
+                                    void *y, int64_t ldy) {
+    const int64_t kb_n = (in + 3) / 4, np = (out + 15) / 16 * 16, width = rq ? 1 : 4; /* bytes per output */
     const int32_t *colsum = (const int32_t *)(const void *)(packed + np * kb_n * 4);
     _Alignas(64) uint8_t stage[MIP_STAGE];
     int64_t block_vecs = MIP_STAGE / (kb_n * 64); /* in <= NRV_MI_PLANES_MAX_K: at least 1 */
@@ -286,7 +300,8 @@ void nrv_matmul_integer_planes_vnni(const uint8_t *a, int64_t lda, uint8_t flip,
         planes_stage(a + p0, lda, flip, np_, in, kb_n, PV, stage, asum);
         for (int64_t m0 = 0; m0 < out; m0 += MIP_MO) {
             const int MO = (int)(out - m0 < MIP_MO ? out - m0 : MIP_MO);
-            planes_tiles(MO, PV, stage, asum, np_, in, kb_n, za, packed, m0, colsum, zq, y + p0, ldy);
+            planes_tiles(MO, PV, stage, asum, np_, in, kb_n, za, packed, m0, colsum, zq, rq, (uint8_t *)y + p0 * width,
+                         ldy);
         }
     }
 }

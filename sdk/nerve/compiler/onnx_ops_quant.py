@@ -590,14 +590,15 @@ CONV_INT_STAGE = 32768  # op_conv.c: a task's staging bytes (so at most CONV_INT
 
 
 def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value], w_zp: Optional[Value],
-                        name: Optional[str] = None):
+                        name: Optional[str] = None, requant: Optional[tuple] = None):
     """ConvInteger as op ``conv_integer`` (group 1, 1-D or 2-D, explicit or auto pads, a
     constant per-tensor or per-output-channel w_zp, C·kh·kw <= W8A8_MAX_K); None otherwise.
     W [M, C, kh, kw] is stored as q [M, kh·kw·C] (channel last, as the op stages x) int8
     packed as matmul_integer's (uint8 codes as u − 128, the zero point − 128). A 1-D conv runs
     as 2-D with H = 1. A window of one position that does not fit the op's staging
-    (kh·kw·C > 32 KiB) keeps the fp32 route. name: the int32 result's (default: the node's
-    output)."""
+    (kh·kw·C > 32 KiB) keeps the fp32 route. name: the result's (default: the node's output).
+    requant (bias or None, scale [M] or [1] fp32, y_zp or None): requantize in the op, the
+    result then bytes of y_zp's dtype (uint8 without one), as op requantize gives them."""
     from .onnx_ops import _auto_pads, conv_out_dim
     from .passes import W8A8_MAX_K
 
@@ -632,9 +633,18 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
         x = ctx.b.alias(x, [x.shape[0], x.shape[1], 1, x.shape[2]], ctx.b.fresh(ctx.name))
         kernel, strides, dil, pb, pe, out_sp = [1] + kernel, [1] + strides, [1] + dil, [0] + pb, [0] + pe, [1] + out_sp
     shape = [x.shape[0], m] + out_sp
-    y = ctx.b.emit("conv_integer", [x, pv, x_zp, zv], [spec(ctx.b.fresh(ctx.name), np.int32, shape)],
+    ins, out_dt, scratch = [x, pv, x_zp, zv], np.int32, None
+    if requant is not None:  # (bias or None, scale, y_zp or None): op requantize's inputs, in the op
+        bias, scale, y_zp = requant
+        ins += [ctx.b.const(bias.const.reshape(-1), ctx.b.fresh(ctx.name + ".bias")) if bias is not None else None,
+                ctx.b.const(scale, ctx.b.fresh(ctx.name + ".scale")), y_zp]
+        out_dt = np.dtype(y_zp.dtype) if y_zp is not None else np.dtype(np.uint8)
+        scratch = 4  # the staged route's int32 sums (op_conv.c), 4 bytes an output
+        for d in shape:
+            scratch = S.dim_mul(scratch, d)
+    y = ctx.b.emit("conv_integer", ins, [spec(ctx.b.fresh(ctx.name), out_dt, shape)],
                    iattr=[m, int(w.const.shape[1])] + kernel + strides + dil + [pb[0], pb[1], pe[0], pe[1]],
-                   name=ctx.name)[0]
+                   scratch_bytes=scratch, name=ctx.name)[0]
     final = [shape[0], m] + (out_sp[1:] if sr == 1 else out_sp)
     return ctx.b.alias(y, final, name or ctx.out_name())
 
@@ -745,26 +755,27 @@ def _qlinear_conv(ctx: NodeCtx, ins):
 
 
 def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias):
-    """QLinearConv in onnxruntime's integer arithmetic: the exact int32 conv (op conv_integer
-    for group 1; a grouped one, depthwise, by the fp32 conv on the exact integers while that
-    is exact), then op requantize with scale[m] = x_scale·w_scale[m] / y_scale in fp32 (as
-    onnxruntime computes it), the bias added in int32. None when a scale is not a finite
-    positive constant or the sums could leave fp32's exact range: the float route then.
-    (Requantizing inside conv_integer, per run of positions, measured slower than the
-    separate pass.)"""
+    """QLinearConv in onnxruntime's integer arithmetic: the exact int32 conv requantized with
+    scale[m] = x_scale·w_scale[m] / y_scale in fp32 (as onnxruntime computes it), the bias
+    added in int32. Group 1: op conv_integer with the requantization inside (its bytes are op
+    requantize's; a pointwise conv's sums never reach memory as int32); a grouped one
+    (depthwise): the fp32 conv on the exact integers while that is exact, then op requantize.
+    None when a scale is not a finite positive constant or the sums could leave fp32's exact
+    range: the float route then."""
     if (y_zp is not None and y_zp.const is None) or x.dtype not in (np.int8, np.uint8) or \
             (bias is not None and (bias.const is None or bias.dtype != np.int32)):
         return None
     scale = _requant_scale(x_scale, w_scale, y_scale, int(w.shape[0]))
     if scale is None:
         return None
-    acc = _conv_integer_exact(ctx, x, w, x_zp, w_zp, name=ctx.b.fresh(ctx.name + ".acc"))
-    if acc is None:
-        # grouped (depthwise): the fp32 conv on the exact integers is exact while each output's
-        # taps x 255² stay below 2^24 (at most 258 taps), and its depthwise kernels are fast
-        if int(np.prod(w.const.shape[1:])) * 255 * 255 >= 1 << 24:  # W and w_zp: constants (checked)
-            return None
-        acc = _conv_on_exact_integers(ctx, x, w, x_zp, w_zp, ctx.b.fresh(ctx.name + ".acc"))
+    fused = _conv_integer_exact(ctx, x, w, x_zp, w_zp, requant=(bias, scale, y_zp))
+    if fused is not None:
+        return fused
+    # grouped (depthwise): the fp32 conv on the exact integers is exact while each output's
+    # taps x 255² stay below 2^24 (at most 258 taps), and its depthwise kernels are fast
+    if int(np.prod(w.const.shape[1:])) * 255 * 255 >= 1 << 24:  # W and w_zp: constants (checked)
+        return None
+    acc = _conv_on_exact_integers(ctx, x, w, x_zp, w_zp, ctx.b.fresh(ctx.name + ".acc"))
     return _requantize(ctx, acc, bias, scale, y_zp, 1)
 
 
