@@ -938,11 +938,17 @@ static int cast_fast(int32_t from, int32_t to, const void *x, void *y, int64_t n
             }
             return 1;
         }
-        case NRV_I32: { /* truncate, saturate, NaN -> 0 */
+        case NRV_I32: { /* truncate, saturate, NaN -> 0; selects on the input and the result
+                           only, so the loop vectorizes (the nested conditional ran one value a
+                           cycle: a quarter of int8 MobileNetV2's depthwise route) */
             int32_t *dst = y;
             for (int64_t i = 0; i < n; i++) {
                 const float v = src[i];
-                dst[i] = v != v ? 0 : v >= 0x1p31f ? INT32_MAX : v < -0x1p31f ? INT32_MIN : (int32_t)v;
+                const float inside = v > -0x1p31f && v < 0x1p31f ? v : 0.0f; /* NaN: 0 */
+                int32_t r = (int32_t)inside;
+                r = v >= 0x1p31f ? INT32_MAX : r;
+                r = v <= -0x1p31f ? INT32_MIN : r;
+                dst[i] = r;
             }
             return 1;
         }
