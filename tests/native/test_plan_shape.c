@@ -1038,6 +1038,57 @@ static void test_cast(void) {
         freev(&l8);
         freev(&bad);
     }
+    /* the dequantizing cast (fattr [zd, sd]): ((float)x − zd)·sd for every u8 and i8 value, the
+     * bits of a cast then a Sub then a Mul in float; other dtypes and attribute counts fail */
+    {
+        int64_t n = 256;
+        nrv_tview xu = mk(NRV_U8, 1, &n), xs = mk(NRV_I8, 1, &n), y = mk(NRV_F32, 1, &n), yi = mk(NRV_I32, 1, &n);
+        for (int i = 0; i < 256; i++) ((uint8_t *)xu.data)[i] = (uint8_t)i, ((int8_t *)xs.data)[i] = (int8_t)(i - 128);
+        const float params[3][2] = {{121.0f, 0.0173f}, {-7.0f, 1.0f}, {0.0f, 3.1e-5f}};
+        int bad = 0;
+        for (int p = 0; p < 3; p++)
+            for (int sgn = 0; sgn < 2; sgn++) {
+                call c = mkcall();
+                c.in[0] = sgn ? &xs : &xu;
+                c.n_in = 1;
+                c.out[0] = &y;
+                c.n_out = 1;
+                c.fattr[0] = params[p][0], c.fattr[1] = params[p][1];
+                c.n_fattr = 2;
+                NRV_EXPECT_STATUS(run("cast", &c), NRV_OK);
+                for (int i = 0; i < 256; i++) {
+                    const float xf = sgn ? (float)(i - 128) : (float)i, d = xf - params[p][0], want = d * params[p][1];
+                    bad += memcmp(&((float *)y.data)[i], &want, sizeof want) != 0;
+                }
+            }
+        NRV_EXPECT(bad == 0, "dequantizing cast: %d values differ from cast, Sub, Mul", bad);
+        nrv_tview y2 = mk(NRV_F32, 1, &n);
+        const struct {
+            const nrv_tview *x;
+            nrv_tview *y;
+            int nf;
+            nrv_status want;
+        } fails[3] = {{&y, &y2, 2, NRV_ERR_DTYPE}, {&xu, &yi, 2, NRV_ERR_DTYPE}, {&xu, &y2, 1, NRV_ERR_INVALID_ARG}};
+        for (int k = 0; k < 3; k++) {
+            memset(fails[k].y->data, 0x5a, (size_t)(n * 4));
+            call c = mkcall();
+            c.in[0] = fails[k].x;
+            c.n_in = 1;
+            c.out[0] = fails[k].y;
+            c.n_out = 1;
+            c.fattr[0] = 1.0f, c.fattr[1] = 2.0f;
+            c.n_fattr = fails[k].nf;
+            NRV_EXPECT_STATUS(run("cast", &c), fails[k].want);
+            int touched = 0;
+            for (int64_t b = 0; b < n * 4; b++) touched |= ((uint8_t *)fails[k].y->data)[b] != 0x5a;
+            NRV_EXPECT(!touched, "dequantizing cast error case %d wrote y", k);
+        }
+        freev(&y2);
+        freev(&xu);
+        freev(&xs);
+        freev(&y);
+        freev(&yi);
+    }
     printf("cast: %d dtype pairs\n", pairs);
 }
 

@@ -480,6 +480,30 @@ def test_quantize_linear_matches_onnxruntime_exactly(tmp_path, rng, dt, per_axis
     assert np.array_equal(got["y"], ref["y"])
 
 
+@pytest.mark.parametrize("dt", [np.int8, np.uint8])
+@pytest.mark.parametrize("zp", [None, 0, 77])
+def test_dequantize_linear_of_an_input_is_one_cast_pass(tmp_path, rng, dt, zp):
+    """A per-tensor DequantizeLinear of run-time codes (a QDQ model's input, a depthwise
+    QLinearConv's x − x_zp) runs as one dequantizing cast, ((float)q − zp)·scale: onnxruntime's
+    bits for every code; a per-axis one keeps its ops (a scale per channel)."""
+    zp_arr = None if zp is None else np.array(zp if dt == np.uint8 else zp - 128, dt)
+    inits = {"s": np.array(0.0173, F32)}
+    ins = ["q", "s"]
+    if zp_arr is not None:
+        inits["z"] = zp_arr
+        ins.append("z")
+    m = model([h.make_node("DequantizeLinear", ins, ["y"])], [("q", T.INT8 if dt == np.int8 else T.UINT8, [4, 64])],
+              [("y", T.FLOAT)], inits)
+    sess = session(tmp_path, m, {})
+    assert op_types(sess) == ["cast"], op_types(sess)
+    q = np.arange(256).astype(np.uint8).view(dt).reshape(4, 64)
+    assert np.array_equal(sess.run({"q": q})["y"], ort_run(m, {"q": q})["y"])
+    per_axis = model([h.make_node("DequantizeLinear", ["q", "sc"], ["y"], axis=1)],
+                     [("q", T.INT8 if dt == np.int8 else T.UINT8, [4, 64])], [("y", T.FLOAT)],
+                     {"sc": (0.01 + rng.random(64)).astype(F32)})
+    assert op_types(session(tmp_path, per_axis, {})) != ["cast"]
+
+
 @pytest.mark.parametrize("dt,zp,scale_out", [(np.uint8, 128, True), (np.int8, 3, True), (np.int8, None, True),
                                             (np.uint8, 7, False)])
 def test_qdq_activation_pair_is_one_fake_quant_pass(tmp_path, rng, dt, zp, scale_out):

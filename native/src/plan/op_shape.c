@@ -973,7 +973,10 @@ static int cast_fast(int32_t from, int32_t to, const void *x, void *y, int64_t n
  *  - integer -> narrower integer: wraps (two's complement), like ONNX Runtime and numpy.
  *  - anything -> BOOL: x != 0 (NaN is true); BOOL -> number: 0 or 1 (any nonzero byte is 1).
  *  - F16 through nrv_half_to_float / nrv_float_to_half (round to nearest even); F64 -> F16
- *    rounds to float first; integers -> floats round to nearest. */
+ *    rounds to float first; integers -> floats round to nearest.
+ *  fattr (optional, 2): [zd, sd], a U8 or I8 x dequantized into an F32 y in the same pass:
+ *    y = ((float)x − zd)·sd, the float steps of Cast, Sub and Mul (DequantizeLinear of an
+ *    activation; the compiler's fuse_dequantize). */
 static nrv_status op_cast(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
@@ -981,8 +984,22 @@ static nrv_status op_cast(const nrv_op_args *a) {
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
     NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
+    if (a->n_fattr != 0 && a->n_fattr != 2)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d float attributes, expected none or 2 (zd, sd)", a->n_fattr);
+    if (a->n_fattr == 2 && ((x->dtype != NRV_U8 && x->dtype != NRV_I8) || y->dtype != NRV_F32))
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "dequantizing cast of %s to %s, expected u8 or i8 to f32",
+                           nrv_dtype_str(x->dtype), nrv_dtype_str(y->dtype));
     const int64_t n = x->numel;
     if (n == 0) return NRV_OK;
+    if (a->n_fattr == 2) {
+        const float zd = a->fattr[0], sd = a->fattr[1];
+        float *dst = y->data;
+        if (x->dtype == NRV_U8)
+            for (int64_t i = 0; i < n; i++) dst[i] = ((float)((const uint8_t *)x->data)[i] - zd) * sd;
+        else
+            for (int64_t i = 0; i < n; i++) dst[i] = ((float)((const int8_t *)x->data)[i] - zd) * sd;
+        return NRV_OK;
+    }
     if (x->dtype == y->dtype) {
         if (y->data != x->data) memmove(y->data, x->data, (size_t)n * nrv_dtype_size((nrv_dtype)x->dtype));
         return NRV_OK;

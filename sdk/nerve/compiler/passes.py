@@ -455,6 +455,38 @@ def fuse_fake_quant(prog: Program) -> bool:
     return changed
 
 
+def fuse_dequantize(prog: Program) -> bool:
+    """Cast of a uint8/int8 tensor to float → [− zd] → [· sd], per-tensor constant scalars
+    (a DequantizeLinear of activations; the depthwise QLinearConv's x − x_zp) -> one ``cast``
+    with fattr [zd, sd] (op_shape.c): the same float steps, y = ((float)x − zd)·sd, in one
+    pass instead of three (int8 MobileNetV2: 0.8 ms of its depthwise route). Runs after
+    fuse_fake_quant, whose chains end in the same Cast."""
+    uses = _Uses(prog)
+    changed = False
+    for cast in list(prog.ops):
+        if not _is(cast, "cast") or cast.fattr or len(cast.inputs) != 1 or cast.inputs[0] is None \
+                or cast.inputs[0].dtype not in (np.uint8, np.int8) or cast.outputs[0].dtype != np.float32:
+            continue
+        chain, node, params = [cast], cast, [0.0, 1.0]
+        for slot, code in ((0, _SUB), (1, _MUL)):
+            nxt = uses.only_reader(node.outputs[0])
+            if _is(nxt, "binary", code) and nxt.inputs[0] is node.outputs[0] and _one_f32(nxt.inputs[1]) \
+                    and nxt.inputs[1].const is not None and len(nxt.iattr) == 1 \
+                    and list(nxt.outputs[0].shape) == list(node.outputs[0].shape):
+                params[slot] = float(np.asarray(nxt.inputs[1].const, np.float32).reshape(-1)[0])
+                chain.append(nxt)
+                node = nxt
+        if len(chain) == 1:
+            continue
+        fused = Op("cast", [cast.inputs[0]], [node.outputs[0]], fattr=params, name=cast.name)
+        _swap_op(prog, prog.ops.index(node), fused)
+        for o in chain[:-1]:
+            prog.ops.remove(o)
+        uses = _Uses(prog)
+        changed = True
+    return changed
+
+
 def fold_pad_into_conv(prog: Program) -> bool:
     """Pad with zeros on the spatial axes only -> the conv's own padding: the padded copy of x
     is never made. TensorFlow-style exports pad explicitly before every strided conv (Hugging
@@ -1469,6 +1501,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_hard_swish(prog)
     fuse_silu(prog)
     fuse_fake_quant(prog)
+    fuse_dequantize(prog)
     fuse_bias(prog)
     select_rdft(prog)
     if scheme in ("w4a32", "w4a8") or layers:
