@@ -1054,6 +1054,29 @@ static inline pool_v4f pool_max(pool_v4f x, pool_v4f acc) {
 #endif
 }
 
+/* POOL_LANES accumulators all set to v (the fold's identity) */
+static inline void pool_splat(pool_v4f *acc, float v) {
+    for (int k = 0; k < POOL_VECS; k++) acc[k] = (pool_v4f){v, v, v, v};
+}
+
+/* one tap of POOL_LANES outputs: src's run folded in (a sum, or the direct loop's max) */
+static inline void pool_fold(pool_v4f *acc, const float *src, int average) {
+    for (int k = 0; k < POOL_VECS; k++) {
+        pool_v4f x;
+        memcpy(&x, src + 4 * k, sizeof x);
+        acc[k] = average ? acc[k] + x : pool_max(x, acc[k]);
+    }
+}
+
+/* the first n (<= POOL_LANES) lanes into y: whole vectors when all are outputs */
+static inline void pool_store(const pool_v4f *acc, float *y, int64_t n) {
+    float out[POOL_LANES];
+    memcpy(out, acc, sizeof out);
+    if (n >= POOL_LANES) memcpy(y, out, sizeof out); /* a fixed size: vector stores */
+    else
+        for (int64_t k = 0; k < n; k++) y[k] = out[k];
+}
+
 typedef struct pool_band_geom {
     int64_t pw;     /* floats a phase row holds: ceil(width / s1), width the padded columns read */
     int64_t halo;   /* phase rows a window reaches below its output's row: (kh-1)·d0 / s0 */
@@ -1147,40 +1170,22 @@ static void pool_band_fill(const pool_job *job, const pool_band_geom *g, float *
     }
 }
 
-static void pool_band_row_max(const pool_job *job, const pool_band_geom *g, const float *buf, int64_t ry,
-                              float *yr) {
+static void pool_band_row_max(const pool_job *job, const pool_band_geom *g, float *buf, int64_t ry, float *yr) {
     const int64_t s1 = job->s[1], ow = job->ow;
-    float *vmax = (float *)buf + g->vmax; /* the fold's scratch row, owned by this task like the band */
+    float *vmax = buf + g->vmax; /* the row of column maxima, in this task's buffer */
     for (int64_t b = 0; b < s1; b++)
         for (int64_t t0 = 0; t0 < g->pw; t0 += POOL_LANES) {
             pool_v4f acc[POOL_VECS];
-            for (int v = 0; v < POOL_VECS; v++) acc[v] = (pool_v4f){-FLT_MAX, -FLT_MAX, -FLT_MAX, -FLT_MAX};
-            for (int64_t j = 0; j < job->kh; j++) {
-                const float *src = buf + g->off[j * job->kw] + b * g->phase + ry * g->pw + t0; /* tap (j, 0) */
-                for (int v = 0; v < POOL_VECS; v++) {
-                    pool_v4f x;
-                    memcpy(&x, src + 4 * v, sizeof x);
-                    acc[v] = pool_max(x, acc[v]);
-                }
-            }
+            pool_splat(acc, -FLT_MAX);
+            for (int64_t j = 0; j < job->kh; j++) /* tap (j, 0) */
+                pool_fold(acc, buf + g->off[j * job->kw] + b * g->phase + ry * g->pw + t0, 0);
             memcpy(vmax + b * g->vpw + t0, acc, sizeof acc);
         }
     for (int64_t ox0 = 0; ox0 < ow; ox0 += POOL_LANES) {
         pool_v4f acc[POOL_VECS];
-        for (int v = 0; v < POOL_VECS; v++) acc[v] = (pool_v4f){-FLT_MAX, -FLT_MAX, -FLT_MAX, -FLT_MAX};
-        for (int64_t i = 0; i < job->kw; i++) {
-            const float *src = vmax + g->across[i] + ox0;
-            for (int v = 0; v < POOL_VECS; v++) {
-                pool_v4f x;
-                memcpy(&x, src + 4 * v, sizeof x);
-                acc[v] = pool_max(x, acc[v]);
-            }
-        }
-        float out[POOL_LANES];
-        memcpy(out, acc, sizeof out);
-        if (ow - ox0 >= POOL_LANES) memcpy(yr + ox0, out, sizeof out);
-        else
-            for (int64_t k = 0; k < ow - ox0; k++) yr[ox0 + k] = out[k];
+        pool_splat(acc, -FLT_MAX);
+        for (int64_t i = 0; i < job->kw; i++) pool_fold(acc, vmax + g->across[i] + ox0, 0);
+        pool_store(acc, yr + ox0, ow - ox0);
     }
 }
 
@@ -1210,15 +1215,8 @@ static inline __attribute__((always_inline)) void pool_band_plane(const pool_job
             for (int64_t ox0 = 0; ox0 < ow; ox0 += POOL_LANES) {
                 const float *at = buf + ry * g->pw + ox0;
                 pool_v4f acc[POOL_VECS];
-                for (int v = 0; v < POOL_VECS; v++) acc[v] = (pool_v4f){empty, empty, empty, empty};
-                for (int64_t t = 0; t < taps; t++) {
-                    const float *src = at + g->off[t];
-                    for (int v = 0; v < POOL_VECS; v++) {
-                        pool_v4f x;
-                        memcpy(&x, src + 4 * v, sizeof x);
-                        acc[v] = average ? acc[v] + x : pool_max(x, acc[v]);
-                    }
-                }
+                pool_splat(acc, empty);
+                for (int64_t t = 0; t < taps; t++) pool_fold(acc, at + g->off[t], average);
                 if (average) /* sum / (rows · columns): exact floats, so one rounding, as the direct loop's */
                     for (int v = 0; v < POOL_VECS; v++) {
                         pool_v4f cols;
@@ -1228,11 +1226,7 @@ static inline __attribute__((always_inline)) void pool_band_plane(const pool_job
                         const pool_v4f div = (pool_v4f)(((pool_v4i)cnt & some) | ((pool_v4i)ones & ~some));
                         acc[v] = (pool_v4f)((pool_v4i)(acc[v] / div) & some);
                     }
-                float out[POOL_LANES];
-                memcpy(out, acc, sizeof out);
-                if (ow - ox0 >= POOL_LANES) memcpy(yr + ox0, out, sizeof out); /* a fixed size: vector stores */
-                else
-                    for (int64_t k = 0; k < ow - ox0; k++) yr[ox0 + k] = out[k];
+                pool_store(acc, yr + ox0, ow - ox0);
             }
         }
     }
@@ -1972,17 +1966,15 @@ typedef struct conv_integer_planes_job {
 
 static void conv_integer_planes_task(void *ctx, int64_t t) {
     const conv_integer_planes_job *j = ctx;
-    const int64_t b1 = (t + 1) * j->blocks / j->pieces;
-    for (int64_t b = t * j->blocks / j->pieces; b < b1;) {
-        const int64_t img = b / j->blocks_per_image, first = b % j->blocks_per_image;
-        const int64_t last = b1 - img * j->blocks_per_image < j->blocks_per_image ? b1 - img * j->blocks_per_image
-                                                                                : j->blocks_per_image;
-        const int64_t p0 = first * CONV_INT_PLANES_BLOCK, p1 = last * CONV_INT_PLANES_BLOCK < j->P
-                                                                 ? last * CONV_INT_PLANES_BLOCK : j->P;
-        const int64_t width = j->rq ? 1 : 4; /* bytes per output */
+    const int64_t bpi = j->blocks_per_image, b1 = (t + 1) * j->blocks / j->pieces, width = j->rq ? 1 : 4;
+    for (int64_t b = t * j->blocks / j->pieces; b < b1;) { /* one call per image the range touches */
+        const int64_t img = b / bpi, stop = b1 < (img + 1) * bpi ? b1 : (img + 1) * bpi;
+        const int64_t p0 = (b - img * bpi) * CONV_INT_PLANES_BLOCK;
+        const int64_t p1 = (stop - img * bpi) * CONV_INT_PLANES_BLOCK < j->P ? (stop - img * bpi) * CONV_INT_PLANES_BLOCK
+                                                                              : j->P;
         j->planes(j->x + img * j->C * j->P + p0, j->P, j->flip, p1 - p0, j->C, j->za, j->packed, j->M, j->zq, j->rq,
                   (uint8_t *)j->y + (img * j->M * j->P + p0) * width, j->P);
-        b = img * j->blocks_per_image + last;
+        b = stop;
     }
 }
 
@@ -2044,14 +2036,7 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
                           ia[6], ia[7], ia[8], ia[9], OH, OW, len, runs, (int32_t)(uint8_t)(pad ^ flip), pad, flip};
     nrv_parallel_for(OH * OW * M * C * kh * kw >= (1 << 17) ? a->pool : NULL, x->dims[0] * OH * runs,
                      conv_integer_task, &j);
-    if (requantized) {
-        const nrv_requant_fn requant = nrv_kernel_get(NRV_OP_REQUANT).requant;
-        for (int64_t plane = 0; plane < x->dims[0] * M; plane++) {
-            const int64_t m = plane % M;
-            requant(sums + plane * OH * OW, OH * OW, rq.bias ? rq.bias[m] : 0, rq.scale[m * rq.scale_stride], rq.lo,
-                    rq.hi, rq.z, (uint8_t *)y->data + plane * OH * OW);
-        }
-    }
+    if (requantized) nrv_requant_planes(&rq, sums, x->dims[0], M, OH * OW, y->data);
     return NRV_OK;
 }
 

@@ -535,16 +535,7 @@ static nrv_status run_requantize(const nrv_op_args *a) {
     nrv_requant_out rq;
     NRV_TRY(nrv_op_requant_out(a, 1, 2, 3, y, C, &rq));
     if (x->numel == 0) return NRV_OK;
-    const nrv_requant_fn requant = nrv_kernel_get(NRV_OP_REQUANT).requant;
-    const int32_t *xs = x->data;
-    uint8_t *ys = y->data;
-    const int64_t outer = x->numel / (C * inner);
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t c = 0; c < C; c++) {
-            const int64_t at = (o * C + c) * inner;
-            requant(xs + at, inner, rq.bias ? rq.bias[c] : 0, rq.scale[c * rq.scale_stride], rq.lo, rq.hi, rq.z,
-                    ys + at);
-        }
+    nrv_requant_planes(&rq, x->data, x->numel / (C * inner), C, inner, y->data);
     return NRV_OK;
 }
 

@@ -197,6 +197,11 @@ nrv_status nrv_op_int_operands(const nrv_op_args *a, int max_in, int n_iattr, in
 nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int i_zp, const nrv_tview *y, int64_t C,
                               nrv_requant_out *rq);
 
+/* x [outer, C, inner] int32 sums into y's bytes through the requant kernel, one call per
+ * (outer, channel) plane of inner values (ops requantize and conv_integer). */
+void nrv_requant_planes(const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C, int64_t inner,
+                        uint8_t *y);
+
 /* The per-output parameters of an int8 weight with n outputs (linear_w8, linear_w8a8,
  * conv_w8a8): s f32 [n] or [1]; z f32 shaped like s, optional (NULL); bias f32 [n],
  * optional (NULL). NRV_ERR_DTYPE for a dtype, NRV_ERR_SHAPE for a rank or an extent. */

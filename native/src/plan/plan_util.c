@@ -135,6 +135,17 @@ nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int
     return NRV_OK;
 }
 
+void nrv_requant_planes(const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C, int64_t inner,
+                        uint8_t *y) {
+    const nrv_requant_fn requant = nrv_kernel_get(NRV_OP_REQUANT).requant;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t c = 0; c < C; c++) {
+            const int64_t at = (o * C + c) * inner;
+            requant(x + at, inner, rq->bias ? rq->bias[c] : 0, rq->scale[c * rq->scale_stride], rq->lo, rq->hi, rq->z,
+                    y + at);
+        }
+}
+
 nrv_status nrv_op_check_w8_params(const nrv_op_args *a, const nrv_tview *s, const nrv_tview *z, const nrv_tview *bias,
                                   int64_t n) {
     NRV_TRY(check_f32_vec(a, s, "s", -1));
