@@ -122,6 +122,14 @@ def test_qoperator_cnn_matches_onnxruntime(tmp_path, rng, per_channel):
     _check_cnn_outputs(tmp_path, sess, steps, images)
 
 
+def _weight_scale_and_zero(rng, dt, n, per):
+    """A random weight scale and the type's symmetric zero point (0 for int8, 128 for uint8),
+    per output (n of each) or per tensor (scalars)."""
+    scale = (rng.random(n if per else 1) * 0.02 + 0.002).astype(np.float32)
+    zero = 0 if dt == np.int8 else 128
+    return (scale, np.full(n, zero, dt)) if per else (scale.reshape(()), np.array(zero, dt))
+
+
 def _one_node_is_onnxruntime(tmp_path, node, x, inits, check_ops, threads=(1,)):
     """node (input "x", output "y" of x's type) with inits, saved and run by nerve (each thread
     count) and onnxruntime: nerve's ops pass check_ops, and its output is onnxruntime's byte
@@ -165,11 +173,9 @@ def test_qlinear_conv_group1_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, wdt,
     m = ws[0]
     x = rng.integers(xi.min, xi.max + 1, xs).astype(xdt)
     w = rng.integers(wi.min, wi.max + 1, ws).astype(wdt)
-    w_scale = (rng.random(m if per_ch else 1) * 0.02 + 0.002).astype(np.float32)
+    w_scale, w_zero = _weight_scale_and_zero(rng, wdt, m, per_ch)
     inits = {"xs": np.array(0.0173, np.float32), "xz": np.array(rng.integers(xi.min, xi.max + 1), xdt), "W": w,
-             "ws": w_scale if per_ch else w_scale.reshape(()),
-             "wz": (np.zeros(m, wdt) if per_ch else np.array(0, wdt)) if wdt == np.int8 else
-             (np.full(m, 128, wdt) if per_ch else np.array(128, wdt)),
+             "ws": w_scale, "wz": w_zero,
              "ys": np.array(0.37, np.float32), "yz": np.array(rng.integers(xi.min, xi.max + 1), xdt)}
     ins = ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz"]
     if with_b:
@@ -202,11 +208,9 @@ def test_qlinear_matmul_is_onnxruntime_bit_for_bit(tmp_path, rng, adt, bdt, per_
     k, n = shape[-1], 29
     a = rng.integers(ai.min, ai.max + 1, shape).astype(adt)
     b = rng.integers(bi.min, bi.max + 1, (k, n)).astype(bdt)
-    b_scale = (rng.random(n if per_col else 1) * 0.02 + 0.002).astype(np.float32)
+    b_scale, b_zero = _weight_scale_and_zero(rng, bdt, n, per_col)
     inits = {"as": np.array(0.031, np.float32), "az": np.array(rng.integers(ai.min, ai.max + 1), adt), "B": b,
-             "bs": b_scale if per_col else b_scale.reshape(()),
-             "bz": (np.zeros(n, bdt) if per_col else np.array(0, bdt)) if bdt == np.int8 else
-             (np.full(n, 128, bdt) if per_col else np.array(128, bdt)),
+             "bs": b_scale, "bz": b_zero,
              "ys": np.array(0.8, np.float32), "yz": np.array(rng.integers(ai.min, ai.max + 1), adt)}
     _one_node_is_onnxruntime(tmp_path, h.make_node("QLinearMatMul", ["x", "as", "az", "B", "bs", "bz", "ys", "yz"], ["y"]),
                              a, inits, lambda kinds: kinds == ["matmul_integer", "requantize"])

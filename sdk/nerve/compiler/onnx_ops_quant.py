@@ -634,14 +634,10 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
         kernel, strides, dil, pb, pe, out_sp = [1] + kernel, [1] + strides, [1] + dil, [0] + pb, [0] + pe, [1] + out_sp
     shape = [x.shape[0], m] + out_sp
     ins, out_dt, scratch = [x, pv, x_zp, zv], np.int32, None
-    if requant is not None:  # (bias or None, scale, y_zp or None): op requantize's inputs, in the op
-        bias, scale, y_zp = requant
-        ins += [ctx.b.const(bias.const.reshape(-1), ctx.b.fresh(ctx.name + ".bias")) if bias is not None else None,
-                ctx.b.const(scale, ctx.b.fresh(ctx.name + ".scale")), y_zp]
-        out_dt = np.dtype(y_zp.dtype) if y_zp is not None else np.dtype(np.uint8)
-        scratch = 4  # the staged route's int32 sums (op_conv.c), 4 bytes an output
-        for d in shape:
-            scratch = S.dim_mul(scratch, d)
+    if requant is not None:  # op requantize's inputs, in the op
+        params, out_dt = _requant_params(ctx, *requant)
+        ins += params
+        scratch = S.dim_mul(4, S.prod(shape))  # the staged route's int32 sums (op_conv.c)
     y = ctx.b.emit("conv_integer", ins, [spec(ctx.b.fresh(ctx.name), out_dt, shape)],
                    iattr=[m, int(w.const.shape[1])] + kernel + strides + dil + [pb[0], pb[1], pe[0], pe[1]],
                    scratch_bytes=scratch, name=ctx.name)[0]
@@ -793,13 +789,20 @@ def _requant_scale(x_scale: Value, w_scale: Value, y_scale: Value, n: int) -> Op
     return ((xs * ws).astype(np.float32) / ys).astype(np.float32)
 
 
+def _requant_params(ctx: NodeCtx, bias: Optional[Value], scale: np.ndarray, y_zp: Optional[Value]):
+    """The requantization's inputs as ops requantize and conv_integer take them ([bias or None,
+    scale, y_zp or None]) and the output dtype (y_zp's; uint8 without one)."""
+    out_dt = np.dtype(y_zp.dtype) if y_zp is not None else np.dtype(np.uint8)
+    b = ctx.b.const(bias.const.reshape(-1), ctx.b.fresh(ctx.name + ".bias")) if bias is not None else None
+    return [b, ctx.b.const(scale, ctx.b.fresh(ctx.name + ".scale")), y_zp], out_dt
+
+
 def _requantize(ctx: NodeCtx, acc: Value, bias: Optional[Value], scale: np.ndarray, y_zp: Optional[Value],
                 axis: int) -> Value:
     """The node's output: op requantize of the int32 sums acc (+ the int32 bias) along axis."""
-    out_dt = np.dtype(y_zp.dtype) if y_zp is not None else np.dtype(np.uint8)
-    ins = [acc, ctx.b.const(bias.const.reshape(-1), ctx.b.fresh(ctx.name + ".bias")) if bias is not None else None,
-           ctx.b.const(scale, ctx.b.fresh(ctx.name + ".scale")), y_zp]
-    return ctx.b.emit("requantize", ins, [spec(ctx.out_name(), out_dt, acc.shape)], iattr=[axis], name=ctx.name)[0]
+    params, out_dt = _requant_params(ctx, bias, scale, y_zp)
+    return ctx.b.emit("requantize", [acc] + params, [spec(ctx.out_name(), out_dt, acc.shape)], iattr=[axis],
+                      name=ctx.name)[0]
 
 
 def _qlinear_elementwise(ctx: NodeCtx, ins, float_op: str, **attrs):

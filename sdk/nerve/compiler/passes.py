@@ -436,13 +436,9 @@ def fuse_fake_quant(prog: Program) -> bool:
         if _is(nxt, "cast") and nxt.outputs[0].dtype == np.float32:
             node = nxt
             chain.append(node)
-        for slot, code in ((2, _SUB), (3, _MUL)) if node.outputs[0].dtype == np.float32 else ():
-            nxt = uses.only_reader(node.outputs[0])
-            if _is(nxt, "binary", code) and nxt.inputs[0] is node.outputs[0] and _one_f32(nxt.inputs[1]) \
-                    and list(nxt.outputs[0].shape) == list(node.outputs[0].shape):
-                scalars[slot] = nxt.inputs[1]
-                chain.append(nxt)
-                node = nxt
+        if node.outputs[0].dtype == np.float32:
+            scalars[2:4], tail, node = _dequantize_tail(uses, node)
+            chain += tail
         ins = [div.inputs[0]] + scalars
         while ins[-1] is None:
             ins.pop()
@@ -453,6 +449,22 @@ def fuse_fake_quant(prog: Program) -> bool:
         uses = _Uses(prog)
         changed = True
     return changed
+
+
+def _dequantize_tail(uses: "_Uses", node: Op, constant: bool = False):
+    """The float steps a DequantizeLinear writes after its Cast, node: a Sub of a per-tensor
+    scalar, then a Mul by one, each optional, each the only reader of the step before (and
+    with a constant scalar if `constant`). ([zd, sd] Values or None, those ops, the last op)."""
+    found, ops = [None, None], []
+    for slot, code in ((0, _SUB), (1, _MUL)):
+        nxt = uses.only_reader(node.outputs[0])
+        if _is(nxt, "binary", code) and nxt.inputs[0] is node.outputs[0] and _one_f32(nxt.inputs[1]) \
+                and (not constant or nxt.inputs[1].const is not None) \
+                and list(nxt.outputs[0].shape) == list(node.outputs[0].shape):
+            found[slot] = nxt.inputs[1]
+            ops.append(nxt)
+            node = nxt
+    return found, ops, node
 
 
 def fuse_dequantize(prog: Program) -> bool:
@@ -467,20 +479,14 @@ def fuse_dequantize(prog: Program) -> bool:
         if not _is(cast, "cast") or cast.fattr or len(cast.inputs) != 1 or cast.inputs[0] is None \
                 or cast.inputs[0].dtype not in (np.uint8, np.int8) or cast.outputs[0].dtype != np.float32:
             continue
-        chain, node, params = [cast], cast, [0.0, 1.0]
-        for slot, code in ((0, _SUB), (1, _MUL)):
-            nxt = uses.only_reader(node.outputs[0])
-            if _is(nxt, "binary", code) and nxt.inputs[0] is node.outputs[0] and _one_f32(nxt.inputs[1]) \
-                    and nxt.inputs[1].const is not None and len(nxt.iattr) == 1 \
-                    and list(nxt.outputs[0].shape) == list(node.outputs[0].shape):
-                params[slot] = float(np.asarray(nxt.inputs[1].const, np.float32).reshape(-1)[0])
-                chain.append(nxt)
-                node = nxt
-        if len(chain) == 1:
+        (zd, sd), tail, node = _dequantize_tail(uses, cast, constant=True)
+        if not tail:
             continue
+        params = [float(np.asarray(v.const, np.float32).reshape(-1)[0]) if v is not None else default
+                  for v, default in ((zd, 0.0), (sd, 1.0))]
         fused = Op("cast", [cast.inputs[0]], [node.outputs[0]], fattr=params, name=cast.name)
         _swap_op(prog, prog.ops.index(node), fused)
-        for o in chain[:-1]:
+        for o in [cast] + tail[:-1]:
             prog.ops.remove(o)
         uses = _Uses(prog)
         changed = True
