@@ -143,6 +143,32 @@ def test_dropout_inference_and_mask(tmp_path, rng, opset):
     check(tmp_path, m, {"x": x})
 
 
+def test_dropout_training_mode(tmp_path, rng):
+    """A constant false training_mode is inference (an identity); true, or one fed at run
+    time, asks for random masks, which nerve refuses at compile time instead of ignoring."""
+    x = randn(rng, (3, 1, 5))
+
+    def dropout(training, as_input=False):
+        inputs = [("x", F32, (3, 1, 5))] + ([("t", BOOL, ())] if as_input else [])
+        inits = {"r": np.array(0.5, F32)} | ({} if as_input else {"t": np.array(training)})
+        return model([h.make_node("Dropout", ["x", "r", "t"], ["y"])], inputs, [("y", F32)], inits, 13)
+
+    check(tmp_path, dropout(False), {"x": x})
+    with pytest.raises(nerve.ModelError, match="training_mode is true"):
+        nerve_session(tmp_path, dropout(True))
+    with pytest.raises(nerve.ModelError, match="training_mode must be a constant"):
+        nerve_session(tmp_path, dropout(None, as_input=True))
+
+
+def test_softmax_of_float64_is_refused_at_compile_time(tmp_path):
+    """An attention's softmax_precision spelt as Cast to double: refused when compiled (nerve
+    computes in float32), not failing later at run time."""
+    m = model([h.make_node("Cast", ["x"], ["xd"], to=T.DOUBLE), h.make_node("Softmax", ["xd"], ["p"]),
+               h.make_node("Cast", ["p"], ["y"], to=T.FLOAT)], [("x", F32, (2, 5))], [("y", F32)])
+    with pytest.raises(nerve.ModelError, match="Softmax of float64 is not supported"):
+        nerve_session(tmp_path, m)
+
+
 @pytest.mark.parametrize("attr, value, dt", [
     ("value", nh.from_array(np.arange(6, dtype=F32).reshape(2, 3) - 2.5), F32),
     ("value", nh.from_array(np.array(-7, I64)), I64),
@@ -408,6 +434,52 @@ def test_binary_int(tmp_path, rng, op, sa, sb, dt):
     a, b = binary_inputs(rng, op, sa, sb, dt)
     out = BOOL if op in COMPARE else dt
     check_op(tmp_path, op, {"a": a, "b": b}, out_dtypes=[out], opset=13 if op in ("Min", "Max") else 17)
+
+
+def _binary_8bit_reference(op, a, b, fmod=0):
+    """ONNX semantics on int8/uint8 in int64, wrapped back to the dtype: add/sub/mul wrap,
+    division truncates toward zero, Mod takes the divisor's sign (fmod=1: the dividend's)."""
+    x, y = a.astype(np.int64), b.astype(np.int64)
+    cmp = {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
+           "GreaterOrEqual": np.greater_equal}
+    if op in cmp:
+        return cmp[op](x, y)
+    if op == "Div":
+        r = np.sign(x) * np.sign(y) * (np.abs(x) // np.abs(y))
+    elif op == "Mod":
+        r = np.fmod(x, y) if fmod else np.mod(x, y)
+    else:
+        r = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Min": np.minimum, "Max": np.maximum}[op](x, y)
+    return r.astype(a.dtype)  # two's complement wrap, as the runtime's
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8])
+@pytest.mark.parametrize("op, fmod", [(op, 0) for op in ARITH + COMPARE + ["Mod"]] + [("Mod", 1)])
+def test_binary_8bit(tmp_path, rng, op, fmod, dt):
+    """int8/uint8 operands over their whole range (onnxruntime lacks most of these kernels):
+    against numpy in int64, with every wrap-around and int8's -128 / -1 included."""
+    info = np.iinfo(dt)
+    a = rng.integers(info.min, info.max + 1, (3, 1, 37)).astype(dt)
+    b = rng.integers(info.min, info.max + 1, (4, 37)).astype(dt)
+    if op in ("Div", "Mod"):
+        b[b == 0] = 1
+        if info.min < 0:
+            a[0, 0, :3], b[0, :3] = info.min, -1
+    attrs = {"fmod": fmod} if op == "Mod" else {}
+    out = np.bool_ if op in COMPARE else dt
+    m = model([h.make_node(op, ["a", "b"], ["y"], **attrs)], [("a", dt, a.shape), ("b", dt, b.shape)], [("y", out)],
+              opset=13)
+    got = nerve_session(tmp_path, m).run({"a": a, "b": b})["y"]
+    want = _binary_8bit_reference(op, a, b, fmod)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_integer_8bit_div_by_zero_is_an_error(tmp_path):
+    m = model([h.make_node("Div", ["a", "b"], ["y"])], [("a", np.uint8, (3,)), ("b", np.uint8, (3,))],
+              [("y", np.uint8)])
+    with pytest.raises(nerve.InputError, match="division by zero"):
+        nerve_session(tmp_path, m).run({"a": np.array([1, 2, 3], np.uint8), "b": np.array([1, 0, 1], np.uint8)})
 
 
 @pytest.mark.parametrize("sa, sb", [((3, 1, 5), (4, 1)), ((7,), (7,)), ((), (2, 3))], ids=str)

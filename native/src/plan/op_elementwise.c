@@ -386,6 +386,19 @@ LOOP(f32_ge, float, uint8_t, x >= y)
     LOOP_C(T, P##_ge, x >= y)
 INT_FAMILY(int64_t, uint64_t, i64)
 INT_FAMILY(int32_t, uint32_t, i32)
+INT_FAMILY(int8_t, uint8_t, i8)
+/* uint8: add/sub/mul wrap modulo 256 (computed in unsigned int, then truncated); no sign. */
+LOOP_T(uint8_t, u8_add, (unsigned)x + (unsigned)y)
+LOOP_T(uint8_t, u8_sub, (unsigned)x - (unsigned)y)
+LOOP_T(uint8_t, u8_mul, (unsigned)x * (unsigned)y)
+LOOP_T(uint8_t, u8_div, x / y)
+LOOP_T(uint8_t, u8_min, x < y ? x : y)
+LOOP_T(uint8_t, u8_max, x > y ? x : y)
+LOOP_T(uint8_t, u8_mod, x % y)
+LOOP_C(uint8_t, u8_lt, x < y)
+LOOP_C(uint8_t, u8_gt, x > y)
+LOOP_C(uint8_t, u8_le, x <= y)
+LOOP_C(uint8_t, u8_ge, x >= y)
 LOOP(u8_eq, uint8_t, uint8_t, x == y)
 LOOP(u8_and, uint8_t, uint8_t, x && y)
 LOOP(u8_or, uint8_t, uint8_t, x || y)
@@ -417,6 +430,22 @@ static inner_fn pick_inner(int64_t code, int32_t dtype) {
             [B_GREATER_EQUAL] = F(i32_ge)};
         return code >= 0 && code < B_COUNT ? t[code] : NULL;
     }
+    if (dtype == NRV_I8) {
+        static const inner_fn t[B_COUNT] = {
+            [B_ADD] = F(i8_add), [B_SUB] = F(i8_sub), [B_MUL] = F(i8_mul), [B_DIV] = F(i8_div),
+            [B_MIN] = F(i8_min), [B_MAX] = F(i8_max), [B_MOD] = F(i8_mod), [B_FMOD] = F(i8_fmod),
+            [B_EQUAL] = F(i8_eq), [B_LESS] = F(i8_lt), [B_GREATER] = F(i8_gt), [B_LESS_EQUAL] = F(i8_le),
+            [B_GREATER_EQUAL] = F(i8_ge)};
+        return code >= 0 && code < B_COUNT ? t[code] : NULL;
+    }
+    if (dtype == NRV_U8) { /* mod and fmod agree without signs */
+        static const inner_fn t[B_COUNT] = {
+            [B_ADD] = F(u8_add), [B_SUB] = F(u8_sub), [B_MUL] = F(u8_mul), [B_DIV] = F(u8_div),
+            [B_MIN] = F(u8_min), [B_MAX] = F(u8_max), [B_MOD] = F(u8_mod), [B_FMOD] = F(u8_mod),
+            [B_EQUAL] = F(u8_eq), [B_LESS] = F(u8_lt), [B_GREATER] = F(u8_gt), [B_LESS_EQUAL] = F(u8_le),
+            [B_GREATER_EQUAL] = F(u8_ge)};
+        return code >= 0 && code < B_COUNT ? t[code] : NULL;
+    }
     if (dtype == NRV_BOOL) {
         static const inner_fn t[B_COUNT] = {
             [B_EQUAL] = F(u8_eq), [B_AND] = F(u8_and), [B_OR] = F(u8_or), [B_XOR] = F(u8_xor)};
@@ -439,7 +468,8 @@ static nrv_status check_int_divisor(const nrv_op_args *a, const nrv_tview *b) {
  * z's dims. iattr [code]: 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 min, 6 max, 7 mod (sign of
  * the divisor, ONNX fmod=0), 8 fmod (sign of the dividend, fmod=1), 9 equal, 10 less,
  * 11 greater, 12 less_equal, 13 greater_equal, 14 and, 15 or, 16 xor. dtypes: f32 (all
- * arithmetic and comparisons), i64 and i32 (all but pow), bool (equal, and, or, xor).
+ * arithmetic and comparisons), i64, i32, i8 and u8 (all but pow; add/sub/mul wrap), bool
+ * (equal, and, or, xor).
  * Comparisons and logic give bool; the rest give a's dtype. z may equal a or b when that
  * operand has z's shape (in place ok). Integer div/mod by zero is refused. */
 static nrv_status run_binary(const nrv_op_args *a) {
@@ -459,7 +489,7 @@ static nrv_status run_binary(const nrv_op_args *a) {
     bcast bc = {0};
     NRV_TRY(bcast_plan(a, x, y, z, &bc));
     if (z->numel == 0) return NRV_OK;
-    if ((x->dtype == NRV_I64 || x->dtype == NRV_I32) && (code == B_DIV || code == B_MOD || code == B_FMOD))
+    if (x->dtype != NRV_F32 && (code == B_DIV || code == B_MOD || code == B_FMOD))
         NRV_TRY(check_int_divisor(a, y));
     const size_t ea = nrv_dtype_size((nrv_dtype)x->dtype), ez = nrv_dtype_size(zt);
     bcast_run(&bc, x->data, y->data, z->data, ea, ez, inner, z->numel, a->pool);

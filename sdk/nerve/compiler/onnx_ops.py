@@ -65,6 +65,14 @@ def spec(name: str, dtype, shape) -> tuple:
 @handler("Identity", "Dropout")
 def _identity(ctx: NodeCtx, ins):
     if ctx.op_type == "Dropout":
+        # inference: an identity, unless the graph asks for training-mode dropout (random masks)
+        training = ins[2] if len(ins) > 2 else None
+        if training is not None:
+            known = ctx.b.known_values(training)
+            if known is None or not all(S.is_static(v) for v in known):
+                raise ctx.fail("training_mode must be a constant false (nerve runs inference only)")
+            if any(int(v) for v in known):
+                raise ctx.fail("training_mode is true: training-mode dropout is not supported (inference only)")
         if len(ctx.outputs) > 1 and ctx.outputs[1]:
             mask = ctx.b.const(np.ones([int(d) for d in ins[0].shape], dtype=bool)) if ins[0].static else None
             if mask is None:
@@ -947,6 +955,8 @@ def _argmax(ctx: NodeCtx, ins):
 @handler("Softmax", "LogSoftmax")
 def _softmax(ctx: NodeCtx, ins):
     x = ins[0]
+    if x.dtype != np.float32:
+        raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32 only)")
     kind = "softmax" if ctx.op_type == "Softmax" else "log_softmax"
     if ctx.opset >= 13:
         axis = norm_axis(ctx, ctx.attr("axis", -1), x.rank)

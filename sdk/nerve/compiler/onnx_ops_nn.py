@@ -330,7 +330,9 @@ def _groupnorm(ctx: NodeCtx, ins):
 
 @handler("LpNormalization")
 def _lp_normalization(ctx: NodeCtx, ins):
-    """x / ||x||_p along one axis (p = 1 or 2); a zero norm gives 0 / 0, as in onnxruntime."""
+    """x / ||x||_p along one axis (p = 1 or 2). A zero norm gives 0, as in onnxruntime and the
+    ONNX reference: the norm is floored at the smallest normal float, which leaves every other
+    norm as it is (plans run with denormals flushed, so nothing lies between 0 and the floor)."""
     from .onnx_ops import binary, norm_axis
 
     x = ins[0]
@@ -348,6 +350,8 @@ def _lp_normalization(ctx: NodeCtx, ins):
                      name=ctx.name)[0]  # |x|
     norm = b.emit("reduce", [src], [spec(b.fresh(ctx.name), np.float32, shape)], iattr=[0 if p == 1 else 6, 1, axis],
                   name=ctx.name)[0]  # ReduceSum of |x|, or ReduceL2
+    floor = b.const(np.array(np.finfo(np.float32).tiny, np.float32))
+    norm = binary(ctx, "Max", norm, floor, b.fresh(ctx.name))
     return [binary(ctx, "Div", x, norm, ctx.out_name())]
 
 
@@ -377,7 +381,14 @@ def _pixel_shuffle(ctx: NodeCtx, x: Value, blocks: int, to_space: bool) -> Value
             if S.is_static(d) and int(d) % blocks:
                 raise ctx.fail(f"spatial size {d} is not a multiple of blocksize {blocks}")
         hb, wb = S.dim_floordiv(h, blocks), S.dim_floordiv(w, blocks)
-        six, perm = [n, c, hb, blocks, wb, blocks], [0, 3, 5, 1, 2, 4]
+        six = [n, c, hb, blocks, wb, blocks]
+        mode = ctx.attr("mode", "DCR")  # opset 28 added CRD to SpaceToDepth, DepthToSpace's inverse
+        if mode == "DCR":
+            perm = [0, 3, 5, 1, 2, 4]  # channel = (row offset, column offset, c)
+        elif mode == "CRD":
+            perm = [0, 1, 3, 5, 2, 4]  # channel = (c, row offset, column offset)
+        else:
+            raise ctx.fail(f"mode {mode!r} is not DCR or CRD")
         out = [n, S.dim_mul(c, blocks * blocks), hb, wb]
     v = b.alias(x, six, b.fresh(ctx.name))
     t = b.emit("transpose", [v], [spec(b.fresh(ctx.name), x.dtype, [six[i] for i in perm])], iattr=perm,
