@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Rewrites tests/data/onnx_node_cases_passing.txt: the ONNX node test cases that nerve
+compiles and runs correctly today (tests/python/test_onnx_node_cases.py holds them to it).
+Run after a change that makes more of them pass; a case that goes wrong raises here."""
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    spec = importlib.util.spec_from_file_location("node_cases", REPO / "tests/python/test_onnx_node_cases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    passing = []
+    with tempfile.TemporaryDirectory() as d:
+        for name in sorted(mod.CASES):
+            if mod.run_case(name, Path(d)):
+                passing.append(name)
+    header = [line for line in mod.PASSING_FILE.read_text().splitlines() if line.startswith("#")]
+    mod.PASSING_FILE.write_text("\n".join(header + passing) + "\n")
+    print(f"{len(passing)} of {len(mod.CASES)} cases pass; written to {mod.PASSING_FILE.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
