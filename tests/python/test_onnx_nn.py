@@ -267,8 +267,9 @@ def test_instancenorm_symbolic_and_runtime_params(tmp_path, rng):
 
 def _rnn_model(rng, kind, seq, batch, inp, hid, direction="forward", with_b=True, init=False, seq_lens=None,
                peep=False, symbolic=False, **attrs):
-    gates = 4 if kind == "LSTM" else 3
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
     dirs = 2 if direction == "bidirectional" else 1
+    batch_first = attrs.get("layout", 0) == 1  # X [batch, seq, input], states [batch, dirs, hidden]
     inits = [("W", _rand(rng, dirs, gates * hid, inp) * 0.5), ("R", _rand(rng, dirs, gates * hid, hid) * 0.5)]
     names = ["X", "W", "R"]
     if with_b:
@@ -281,16 +282,22 @@ def _rnn_model(rng, kind, seq, batch, inp, hid, direction="forward", with_b=True
         names.append("sl")
     else:
         names.append("")
-    inputs = [("X", ["S", "N", inp] if symbolic else [seq, batch, inp])]
-    feeds = {"X": _rand(rng, seq, batch, inp)}
+    x_shape = [seq, batch, inp] if not symbolic else ["S", "N", inp]
+    state_shape = [dirs, "N" if symbolic else batch, hid]
+    x_feed, state_feed = [seq, batch, inp], [dirs, batch, hid]
+    if batch_first:
+        x_shape, state_shape = [x_shape[1], x_shape[0], inp], [state_shape[1], dirs, hid]
+        x_feed, state_feed = [batch, seq, inp], [batch, dirs, hid]
+    inputs = [("X", x_shape)]
+    feeds = {"X": _rand(rng, *x_feed)}
     if init:
         names.append("h0")
-        inputs.append(("h0", [dirs, "N" if symbolic else batch, hid]))
-        feeds["h0"] = _rand(rng, dirs, batch, hid)
+        inputs.append(("h0", state_shape))
+        feeds["h0"] = _rand(rng, *state_feed)
         if kind == "LSTM":
             names.append("c0")
-            inputs.append(("c0", [dirs, "N" if symbolic else batch, hid]))
-            feeds["c0"] = _rand(rng, dirs, batch, hid)
+            inputs.append(("c0", state_shape))
+            feeds["c0"] = _rand(rng, *state_feed)
     if peep:
         while len(names) < 7:
             names.append("")
@@ -340,6 +347,40 @@ def test_gru(tmp_path, rng, lbr, seq, batch, inp, hid, direction, with_b, init, 
                           linear_before_reset=lbr, **attrs)
     sess = check(tmp_path, m, feeds)
     assert [o["type"] for o in sess.ops()] == ["gru"]
+
+
+@pytest.mark.parametrize("acts", [None, ["Relu"], ["Sigmoid"]])
+@pytest.mark.parametrize("seq, batch, inp, hid, direction, with_b, init, seq_lens, attrs", RNN_CASES)
+def test_elman_rnn(tmp_path, rng, acts, seq, batch, inp, hid, direction, with_b, init, seq_lens, attrs):
+    """ONNX RNN (torch.nn.RNN's export): h = f(x·Wᵀ + h·Rᵀ + Wb + Rb), f one per direction."""
+    if acts is not None:
+        attrs = dict(attrs, activations=acts * (2 if direction == "bidirectional" else 1))
+    m, feeds = _rnn_model(rng, "RNN", seq, batch, inp, hid, direction, with_b, init, seq_lens, **attrs)
+    sess = check(tmp_path, m, feeds)
+    assert [o["type"] for o in sess.ops()] == ["rnn"]
+
+
+def test_elman_rnn_activation_per_direction(tmp_path, rng):
+    m, feeds = _rnn_model(rng, "RNN", 6, 2, 5, 9, "bidirectional", True, True, [6, 3], activations=["Relu", "Tanh"])
+    check(tmp_path, m, feeds)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction, init, seq_lens", [("forward", False, None), ("bidirectional", True, [4, 2, 5])])
+def test_rnn_batch_first(tmp_path, rng, kind, direction, init, seq_lens):
+    """layout = 1 (X [batch, seq, input], Y [batch, seq, dirs, hidden], states [batch, dirs,
+    hidden]): the layout-0 op between transposes. onnxruntime runs layout 0 only: the
+    reference is its run of the same weights at layout 0, on transposed feeds."""
+    seed = int(rng.integers(1 << 31))  # both models draw the same weights
+    m0, feeds0 = _rnn_model(np.random.default_rng(seed), kind, 5, 3, 4, 8, direction, True, init, seq_lens)
+    m1, _ = _rnn_model(np.random.default_rng(seed), kind, 5, 3, 4, 8, direction, True, init, seq_lens, layout=1)
+    feeds1 = {k: v.transpose(1, 0, 2) for k, v in feeds0.items()}  # the same numbers, batch first
+
+    def reference(_):
+        want = _ort(m0, feeds0)
+        return {k: v.transpose(2, 0, 1, 3) if k == "Y" else v.transpose(1, 0, 2) for k, v in want.items()}
+
+    check(tmp_path, m1, feeds1, reference=reference)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
@@ -421,12 +462,13 @@ def test_maxpool_indices_output_fails(tmp_path):
     _expect_model_error(tmp_path, m, "mp0", "Indices")
 
 
-def test_lstm_layout_1_fails(tmp_path, rng):
-    m, _ = _rnn_model(rng, "LSTM", 5, 3, 4, 8, layout=1)
+def test_rnn_layout_2_fails(tmp_path, rng):
+    m, _ = _rnn_model(rng, "LSTM", 5, 3, 4, 8, layout=2)
     _expect_model_error(tmp_path, m, "rnn0", "layout")
 
 
-@pytest.mark.parametrize("kind, acts", [("LSTM", ["Sigmoid", "Relu", "Tanh"]), ("GRU", ["HardSigmoid", "Tanh"])])
+@pytest.mark.parametrize("kind, acts", [("LSTM", ["Sigmoid", "Relu", "Tanh"]), ("GRU", ["HardSigmoid", "Tanh"]),
+                                        ("RNN", ["LeakyRelu"]), ("RNN", ["Tanh", "Tanh"])])
 def test_rnn_non_default_activations_fail(tmp_path, rng, kind, acts):
     m, _ = _rnn_model(rng, kind, 5, 3, 4, 8, activations=acts)
     _expect_model_error(tmp_path, m, "rnn0", "activations")

@@ -1,5 +1,5 @@
 /* op_rnn.c — plan ops of the rnn family: ONNX LSTM and GRU (opset 14, layout 0, default
- * activations only) (contract: plan_ops.h).
+ * activations only) and RNN (tanh, relu or sigmoid) (contract: plan_ops.h).
  *
  * Both ops walk time step by step. A step computes the gate pre-activations of the whole
  * batch with two calls of the linear kernel (X_t · Wᵀ + Wb — or, when the scratch has room,
@@ -423,8 +423,88 @@ static nrv_status run_gru(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ------------------------------------------------------------------ rnn */
+
+enum { RNN_ACT_TANH = 0, RNN_ACT_RELU = 1, RNN_ACT_SIGMOID = 2 };
+
+/* "rnn": ONNX RNN (opset 14), the plain Elman cell h = f(X_t · Wᵀ + h · Rᵀ + Wb + Rb),
+ * layout 0.
+ *   in[0] X [seq, batch, I]; in[1] W [dirs, H, I]; in[2] R [dirs, H, H]; in[3] B [dirs, 2H]
+ *   optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted) optional, each in
+ *   [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional.
+ *   out[0] Y [seq, dirs, batch, H]; out[1] Y_h [dirs, batch, H] (both always present). All f32
+ *   but sequence_lens.
+ *   iattr [direction (0 forward, 1 reverse, 2 bidirectional), hidden_size H (> 0),
+ *          f of direction 0, f of direction 1 (0 tanh, 1 relu, 2 sigmoid)];
+ *   fattr [clip] (> 0: pre-activations clamped to [-clip, clip]; 0 or negative: none).
+ *   scratch: scratch_bytes >= 4 · batch · H · 2; less is NRV_ERR_INVALID_ARG. With
+ *   4 · seq · batch · H bytes more, every step's input projection comes from one product
+ *   before the time loop. */
+static nrv_status run_rnn(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 6, 2, 4, 1));
+    rnn_dims d;
+    NRV_TRY(rnn_check_common(a, 1, &d));
+    NRV_TRY(nrv_op_expect_dtype(a, a->in[2], "R", NRV_F32));
+    for (int k = 0; k < 2; k++)
+        if (a->iattr[2 + k] < RNN_ACT_TANH || a->iattr[2 + k] > RNN_ACT_SIGMOID)
+            return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): activation code %lld (0 tanh, 1 relu, 2 sigmoid)",
+                            a->type, a->name, (long long)a->iattr[2 + k]);
+    const int64_t H = d.hid, batch = d.batch, seq = d.seq, I = d.in, dirs = d.dirs;
+    if (batch == 0) return NRV_OK;
+    NRV_TRY(rnn_check_scratch(a, 2, batch, H, 0));
+
+    const float *X = a->in[0]->data, *W = a->in[1]->data, *R = a->in[2]->data;
+    const float *Bv = a->n_in > 3 && a->in[3] ? a->in[3]->data : NULL;
+    const nrv_tview *sl = a->n_in > 4 ? a->in[4] : NULL;
+    const nrv_tview *init_h = a->n_in > 5 ? a->in[5] : NULL;
+    const float clip = a->fattr[0];
+    float *Y = a->out[0]->data, *Yh = a->out[1]->data;
+    rnn_init_state(Yh, init_h, dirs * batch * H);
+
+    const rnn_r_w8 no_w8 = {NULL, NULL, NULL};
+    float *g1 = a->scratch;     /* [batch, H]: X_t · Wᵀ + Wb, then h_new */
+    float *g2 = g1 + batch * H; /* [batch, H]: h · Rᵀ + Rb */
+    float *xproj = rnn_projection_room(a, 2 * (uint64_t)batch * H * sizeof(float), seq, batch, H);
+
+    for (int64_t dir = 0; dir < dirs; dir++) {
+        const int reverse = d.direction == 1 || dir == 1;
+        const int64_t act = a->iattr[2 + dir];
+        const nrv_unary_fn f = act == RNN_ACT_TANH    ? nrv_kernel_get(NRV_OP_TANH).unary
+                               : act == RNN_ACT_SIGMOID ? nrv_kernel_get(NRV_OP_SIGMOID).unary
+                                                        : NULL;
+        const float *Wd = W + dir * H * I;
+        const float *Wb = Bv ? Bv + dir * 2 * H : NULL, *Rb = Bv ? Bv + dir * 2 * H + H : NULL;
+        float *h = Yh + dir * batch * H;
+        if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, H, xproj);
+        for (int64_t s = 0; s < seq; s++) {
+            const int64_t t = reverse ? seq - 1 - s : s;
+            if (xproj) g1 = xproj + t * batch * H;
+            else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, H, g1);
+            rnn_recurrent(&no_w8, R, dir, H, 0, H, h, batch, H, Rb, g2);
+            float *yt = Y + (t * dirs + dir) * batch * H;
+            for (int64_t b = 0; b < batch; b++) {
+                float *gb = g1 + b * H, *hb = h + b * H, *yb = yt + b * H;
+                if (t >= seq_len_of(sl, b, seq)) {
+                    memset(yb, 0, (size_t)H * sizeof(float));
+                    continue;
+                }
+                const float *r = g2 + b * H;
+                for (int64_t j = 0; j < H; j++) gb[j] += r[j];
+                if (clip > 0.0f) clip_vec(gb, H, clip);
+                if (f) f(gb, H, gb);
+                else
+                    for (int64_t j = 0; j < H; j++) gb[j] = gb[j] > 0.0f ? gb[j] : 0.0f;
+                memcpy(hb, gb, (size_t)H * sizeof(float));
+                memcpy(yb, gb, (size_t)H * sizeof(float));
+            }
+        }
+    }
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_rnn[] = {
     {"lstm", run_lstm, "linear"},
     {"gru", run_gru, "linear"},
+    {"rnn", run_rnn, "linear"},
     {NULL, NULL, NULL},
 };

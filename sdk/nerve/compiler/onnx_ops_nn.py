@@ -2,12 +2,12 @@
 GlobalMaxPool, GlobalAveragePool), local response normalisation (LRN, as a pool over the
 channels), normalisation (BatchNormalization — folded into the
 preceding Conv when it is that Conv's only reader — InstanceNormalization and
-GroupNormalization), the recurrent cells (LSTM, GRU), ConvTranspose, Resize/Upsample and the
+GroupNormalization), the recurrent cells (LSTM, GRU, RNN), ConvTranspose, Resize/Upsample and the
 pixel shuffles (DepthToSpace, SpaceToDepth).
 
 The runtime ops and their attribute layouts are documented at the C run functions:
 ``pool``, ``global_pool``, ``channel_affine``, ``instancenorm`` in
-``native/src/plan/op_conv.c``; ``lstm``, ``gru`` in ``native/src/plan/op_rnn.c``;
+``native/src/plan/op_conv.c``; ``lstm``, ``gru``, ``rnn`` in ``native/src/plan/op_rnn.c``;
 ``conv_transpose``, ``resize`` in ``native/src/plan/op_upsample.c``.
 """
 
@@ -410,26 +410,48 @@ def _space_to_depth(ctx: NodeCtx, ins):
 
 _DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}
 _DEFAULT_ACTS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_RNN_ACTS = {"tanh": 0, "relu": 1, "sigmoid": 2}  # op rnn's codes (op_rnn.c)
+
+
+def _transposed(ctx: NodeCtx, v: Optional[Value], perm: List[int], name: Optional[str] = None) -> Optional[Value]:
+    if v is None:
+        return None
+    shape = [v.shape[i] for i in perm]
+    return ctx.b.emit("transpose", [v], [spec(name or ctx.b.fresh(ctx.name + ".layout"), v.dtype, shape)],
+                      iattr=perm, name=ctx.name)[0]
 
 
 def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Value]]] = None) -> List[Value]:
-    """An LSTM or GRU node (kind) on float inputs ins = [X, W, R, B, sequence_lens,
+    """An LSTM, GRU or RNN node (kind) on float inputs ins = [X, W, R, B, sequence_lens,
     initial_h(, initial_c, P)] as one runtime op; the attributes come from ctx. r_w8: R is
     int8 codes with these per-row scales and offsets ([dirs, gates·hidden] f32; op_rnn.c),
-    R = scale·q + offset."""
-    gates = 4 if kind == "LSTM" else 3
-    extra = ["input_forget"] if kind == "LSTM" else ["linear_before_reset"]
+    R = scale·q + offset. layout = 1 (batch first) is the op between transposes."""
+    gates = _GATES[kind]
+    extra = {"LSTM": ["input_forget"], "GRU": ["linear_before_reset"], "RNN": []}[kind]
     ctx.require_attrs(["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
                        "layout"] + extra)
-    if ctx.attr("layout", 0) != 0:
-        raise ctx.fail(f"layout = {ctx.attr('layout')} (batch first) is not supported; only layout = 0")
+    layout = int(ctx.attr("layout", 0))
+    if layout not in (0, 1):
+        raise ctx.fail(f"layout = {layout}, expected 0 (sequence first) or 1 (batch first)")
+    if layout == 1:  # X [batch, seq, in] and the states [batch, dirs, hidden]: the op's layout 0
+        ins = list(ins)
+        for i, perm in ((0, [1, 0, 2]), (5, [1, 0, 2]), (6, [1, 0, 2])):
+            if len(ins) > i and ins[i] is not None and ins[i].rank == 3:
+                ins[i] = _transposed(ctx, ins[i], perm)
     direction = ctx.attr("direction", "forward")
     if direction not in _DIRECTIONS:
         raise ctx.fail(f"direction {direction!r} is not supported (forward, reverse, bidirectional)")
     code = _DIRECTIONS[direction]
     dirs = 2 if code == 2 else 1
     acts = ctx.attr("activations")
-    if acts is not None:
+    act_codes = [0, 0]  # RNN: tanh, per direction
+    if acts is not None and kind == "RNN":
+        got = [a.decode() if isinstance(a, bytes) else str(a) for a in acts]
+        if len(got) != dirs or any(a.lower() not in _RNN_ACTS for a in got):
+            raise ctx.fail(f"activations {got} are not supported; RNN takes Tanh, Relu or Sigmoid, one per direction")
+        act_codes = [_RNN_ACTS[a.lower()] for a in got] * (2 // dirs)
+    elif acts is not None:
         got = [a.decode() if isinstance(a, bytes) else str(a) for a in acts]
         if [a.lower() for a in got] != _DEFAULT_ACTS[kind] * dirs:
             raise ctx.fail(f"activations {got} are not supported; only the defaults "
@@ -499,20 +521,28 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
         inputs.pop()
     y_shape = [seq, dirs, batch, hidden]
     h_shape = [dirs, batch, hidden]
-    outs = [spec(ctx.out_name(0), np.float32, y_shape), spec(ctx.out_name(1), np.float32, h_shape)]
+    n_out = 3 if kind == "LSTM" else 2
+    names = [ctx.out_name(i) if layout == 0 else ctx.b.fresh(f"{ctx.name}.{i}") for i in range(n_out)]
+    outs = [spec(names[0], np.float32, y_shape)] + [spec(n, np.float32, h_shape) for n in names[1:]]
     if kind == "LSTM":
-        outs.append(spec(ctx.out_name(2), np.float32, h_shape))
-        flag = int(ctx.attr("input_forget", 0))
+        iattr = [code, hidden, int(ctx.attr("input_forget", 0))]
         scratch = S.dim_mul(batch, 4 * 4 * hidden * 2)
-    else:
-        flag = int(ctx.attr("linear_before_reset", 0))
+    elif kind == "GRU":
+        iattr = [code, hidden, int(ctx.attr("linear_before_reset", 0))]
         scratch = S.dim_mul(batch, 4 * 3 * hidden * 2 + 4 * hidden)
+    else:
+        iattr = [code, hidden] + act_codes
+        scratch = S.dim_mul(batch, 4 * hidden * 2)
     # and room for every step's input projection, computed in one product (op_rnn.c)
     scratch = S.dim_add(scratch, S.dim_mul(S.dim_mul(seq, batch), 4 * gates * hidden))
-    if flag not in (0, 1):
-        raise ctx.fail(f"{extra[0]} = {flag}, expected 0 or 1")
-    return ctx.b.emit(kind.lower(), inputs, outs, iattr=[code, hidden, flag], fattr=[clip], scratch_bytes=scratch,
-                      name=ctx.name)
+    if extra and iattr[2] not in (0, 1):
+        raise ctx.fail(f"{extra[0]} = {iattr[2]}, expected 0 or 1")
+    got = ctx.b.emit(kind.lower(), inputs, outs, iattr=iattr, fattr=[clip], scratch_bytes=scratch, name=ctx.name)
+    if layout == 0:
+        return got
+    # batch first: Y [batch, seq, dirs, hidden], the states [batch, dirs, hidden]
+    return [_transposed(ctx, got[0], [2, 0, 1, 3], ctx.out_name(0))] + \
+        [_transposed(ctx, v, [1, 0, 2], ctx.out_name(i + 1)) for i, v in enumerate(got[1:])]
 
 
 @handler("LSTM")
@@ -523,6 +553,11 @@ def _lstm(ctx: NodeCtx, ins):
 @handler("GRU")
 def _gru(ctx: NodeCtx, ins):
     return _rnn(ctx, ins, "GRU")
+
+
+@handler("RNN")
+def _elman_rnn(ctx: NodeCtx, ins):
+    return _rnn(ctx, ins, "RNN")
 
 
 # ---------------------------------------------------------------- ConvTranspose
