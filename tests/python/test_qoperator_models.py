@@ -152,6 +152,81 @@ def _one_node_is_onnxruntime(tmp_path, node, x, inits, check_ops, threads=(1,)):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),  # ResNet's stem
+                                   dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+                                   dict(kernel_shape=[3], strides=[1], pads=[0, 2])])
+def test_maxpool_of_codes_is_onnxruntime(tmp_path, rng, dt, attrs):
+    """MaxPool of uint8/int8 (the QOperator format pools codes directly, with no QLinear op):
+    the codes' maximum, exactly onnxruntime's."""
+    info = np.iinfo(dt)
+    shape = (1, 5, 13, 11) if len(attrs["kernel_shape"]) == 2 else (2, 3, 17)
+    x = rng.integers(info.min, info.max + 1, shape).astype(dt)
+    _one_node_is_onnxruntime(tmp_path, h.make_node("MaxPool", ["x"], ["y"], **attrs), x, {},
+                             lambda kinds: "pool" in kinds)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_nearest_resize_of_codes_is_onnxruntime(tmp_path, rng, dt):
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max + 1, (1, 3, 7, 5)).astype(dt)
+    node = h.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    _one_node_is_onnxruntime(tmp_path, node, x, {"scales": np.array([1, 1, 2, 1.5], np.float32)},
+                             lambda kinds: "resize" in kinds)
+    linear = h.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    with pytest.raises(nerve.ModelError, match="linear Resize of (u)?int8 is not supported"):
+        _one_node_is_onnxruntime(tmp_path, linear, x, {"scales": np.array([1, 1, 2, 2], np.float32)}, bool)
+
+
+def test_qoperator_maxpool_resize_model_is_onnxruntime(tmp_path, rng):
+    """A detector-like float CNN (stem conv, MaxPool, nearest 2x upsample, a head) through
+    onnxruntime's QOperator quantizer, which leaves MaxPool, Resize, Transpose and Reshape on
+    the uint8 codes: nerve's outputs are onnxruntime's bit for bit."""
+    inits = []
+
+    def w(name, *shape, value=None):
+        arr = value if value is not None else (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        inits.append(nh.from_array(arr, name))
+        return name
+
+    nodes = [h.make_node("Conv", ["x", w("w1", 8, 3, 3, 3), w("b1", 8)], ["c1"], pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c1"], ["r1"]),
+             h.make_node("MaxPool", ["r1"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             h.make_node("Conv", ["mp", w("w2", 8, 8, 3, 3), w("b2", 8)], ["c2"], pads=[1, 1, 1, 1]),
+             h.make_node("Resize", ["c2", "", w("sc", value=np.array([1, 1, 2, 2], np.float32))], ["up"],
+                         mode="nearest"),
+             h.make_node("Conv", ["up", w("w3", 4, 8, 1, 1), w("b3", 4)], ["c3"]),
+             h.make_node("Transpose", ["c3"], ["t"], perm=[0, 2, 3, 1]),
+             h.make_node("Reshape", ["t", w("shape", value=np.array([-1, 4], np.int64))], ["rs"]),
+             h.make_node("MatMul", ["rs", w("wf", 4, 5)], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 16, 14])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "f32.onnx")
+    images = [rng.standard_normal((1, 3, 16, 14)).astype(np.float32) for _ in range(12)]
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter({"x": x} for x in images[:8])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantization.quantize_static(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), Calibration(),
+                                 quant_format=quantization.QuantFormat.QOperator,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    kinds = collections.Counter(n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node)
+    assert kinds["MaxPool"] == 1 and kinds["Resize"] == 1 and kinds["QLinearConv"] == 3, kinds
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"])
+    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
+    for x in images[8:]:
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], ref.run(None, {"x": x})[0])
+
+
 @pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
 @pytest.mark.parametrize("case", ["3x3_s2_bias", "1x1_per_channel", "1d_dilated", "5x5_asym_pads"])
 def test_qlinear_conv_group1_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, wdt, case):

@@ -51,8 +51,13 @@ def _pool(ctx: NodeCtx, ins):
                       + (["storage_order"] if is_max else ["count_include_pad"]))
     if is_max and len(ctx.outputs) > 1 and ctx.outputs[1]:
         raise ctx.fail("the Indices output of MaxPool is not supported")
+    codes = is_max and x.dtype in (np.uint8, np.int8)
+    if codes:
+        # MaxPool of 8-bit codes (onnxruntime's QOperator format pools uint8 directly, e.g.
+        # after ResNet's stem): the max of the codes widened exactly to float, narrowed back
+        x = ctx.b.emit("cast", [x], [spec(ctx.b.fresh(ctx.name + ".f32"), np.float32, x.shape)], name=ctx.name)[0]
     if x.dtype != np.float32:
-        raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32 only)")
+        raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32, and int8/uint8 for MaxPool)")
     sr = x.rank - 2
     if sr not in (1, 2):
         raise ctx.fail(f"{sr}-D pooling is not supported (1-D and 2-D are)")
@@ -99,6 +104,10 @@ def _pool(ctx: NodeCtx, ins):
             out_sp.append(_pool_out_dim(d, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode))
     shape = [x.shape[0], x.shape[1]] + out_sp
     iattr = [0 if is_max else 1, sr, cip] + kernel + strides + dil + pb + pe
+    if codes:
+        pooled = ctx.b.emit("pool", [x], [spec(ctx.b.fresh(ctx.name), np.float32, shape)], iattr=iattr,
+                            name=ctx.name)[0]
+        return ctx.b.emit("cast", [pooled], [spec(ctx.out_name(), ins[0].dtype, shape)], name=ctx.name)
     return ctx.b.emit("pool", [x], [spec(ctx.out_name(), np.float32, shape)], iattr=iattr, name=ctx.name)
 
 
@@ -690,8 +699,15 @@ def _resize(ctx: NodeCtx, ins):
     coordinate transformation but tf_crop_and_resize, scales or sizes (constants or shape
     arithmetic), the axes attribute; as op resize (native/src/plan/op_upsample.c)."""
     x = ins[0]
-    if x.dtype != np.float32:
-        raise ctx.fail(f"Resize is supported for float32 input, got {x.dtype}")
+    codes = x.dtype in (np.uint8, np.int8)
+    if codes and ctx.attr("mode", "nearest") != "nearest":
+        raise ctx.fail(f"{ctx.attr('mode')} Resize of {x.dtype} is not supported (nearest is; or float32 input)")
+    if x.dtype != np.float32 and not codes:
+        raise ctx.fail(f"Resize is supported for float32 input (and nearest of int8/uint8), got {x.dtype}")
+    if codes:
+        # nearest of 8-bit codes (onnxruntime's QOperator format resizes uint8 directly): a
+        # copy of chosen elements, done on the codes widened exactly to float, narrowed back
+        x = ctx.b.emit("cast", [x], [spec(ctx.b.fresh(ctx.name + ".f32"), np.float32, x.shape)], name=ctx.name)[0]
     r = x.rank
     # Upsample and Resize-10: inputs (X, scales), asymmetric coordinates, and onnxruntime's
     # legacy nearest rounding (floor when enlarging, ceil when shrinking)
@@ -757,6 +773,9 @@ def _resize(ctx: NodeCtx, ins):
                     and int(S.dim_sub(out[i], x.shape[i])) == 0) for i in range(r)]
     iattr = [_RESIZE_MODES[mode_name], _COORD_MODES[coord_name], _NEAREST_MODES[nearest_name],
              int(ctx.attr("exclude_outside", 0)), r]
-    return ctx.b.emit("resize", [x], [spec(ctx.out_name(), np.float32, out)], iattr=iattr,
-                      fattr=[float(ctx.attr("cubic_coeff_a", -0.75))] + scales,
-                      scratch_bytes=_resize_scratch(x.shape, out, resized), name=ctx.name)
+    y = ctx.b.emit("resize", [x], [spec(ctx.b.fresh(ctx.name) if codes else ctx.out_name(), np.float32, out)],
+                   iattr=iattr, fattr=[float(ctx.attr("cubic_coeff_a", -0.75))] + scales,
+                   scratch_bytes=_resize_scratch(x.shape, out, resized), name=ctx.name)
+    if codes:
+        return ctx.b.emit("cast", y, [spec(ctx.out_name(), ins[0].dtype, out)], name=ctx.name)
+    return y
