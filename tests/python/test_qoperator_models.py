@@ -1,7 +1,7 @@
 """Models in onnxruntime's QOperator format (what `quantize_static(...,
 quant_format=QuantFormat.QOperator)` writes, and the ONNX model zoo's int8 models): QLinearConv
 and QLinearMatMul, com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
-QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool. A small CNN is built in float,
+QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool, QLinearSoftmax. A small CNN is built in float,
 quantized by onnxruntime's own tool on random calibration images (per tensor and per
 channel), and run by nerve and onnxruntime on fresh images: nerve computes each op as its
 definition reads (dequantize, float op, quantize), onnxruntime in integers, so a value may
@@ -150,6 +150,49 @@ def _one_node_is_onnxruntime(tmp_path, node, x, inits, check_ops, threads=(1,)):
         got = sess.run({"x": x})["y"]
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_qoperator_softmax_head_is_onnxruntime(tmp_path, rng, opset):
+    """A classifier's final Softmax becomes com.microsoft QLinearSoftmax in the QOperator
+    format (over [axis:] flattened below opset 13, one axis from 13): within one output step
+    of onnxruntime, which uses an exp lookup table, and the same top class."""
+    inits = [nh.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n)
+             for n, s in (("w1", (6, 3, 3, 3)), ("wg", (10, 6)), ("bg", (10,)))]
+    nodes = [h.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
+             h.make_node("GlobalAveragePool", ["r1"], ["gap"]), h.make_node("Flatten", ["gap"], ["f"]),
+             h.make_node("Gemm", ["f", "wg", "bg"], ["logits"], transB=1),
+             h.make_node("Softmax", ["logits"], ["p"], axis=1)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 9, 11])],
+                     [h.make_tensor_value_info("p", T.FLOAT, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 7
+    onnx.save(m, tmp_path / "f32.onnx")
+    images = [(rng.standard_normal((2, 3, 9, 11)) * 2).astype(np.float32) for _ in range(12)]
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter({"x": x} for x in images[:8])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantization.quantize_static(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), Calibration(),
+                                 quant_format=quantization.QuantFormat.QOperator,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    q = onnx.load(tmp_path / "q.onnx")
+    sm = next(n for n in q.graph.node if n.op_type == "QLinearSoftmax")
+    step = float(nh.to_array(next(t for t in q.graph.initializer if t.name == sm.input[3])))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"])
+    sess = nerve.Session(tmp_path / "q.onnx", cache=False)
+    for x in images[8:]:
+        got, want = sess.run({"x": x})["p"], ref.run(None, {"x": x})[0]
+        assert np.abs(got - want).max() <= step + 1e-7, (np.abs(got - want).max(), step)
+        top = want.argmax(1)  # onnxruntime's top class is nerve's too, or tied within a step
+        assert np.all(got[np.arange(len(top)), top] >= got.max(1) - step - 1e-7)
 
 
 @pytest.mark.parametrize("dt", [np.uint8, np.int8])

@@ -38,6 +38,8 @@ QuantizeLinear→DequantizeLinear pair on a float weight ends as an int8-recorde
 
 from __future__ import annotations
 
+import copy
+
 from typing import Optional
 
 import numpy as np
@@ -836,6 +838,20 @@ def _qlinear_sigmoid(ctx: NodeCtx, ins):
 @handler("QLinearLeakyRelu", domain="com.microsoft")
 def _qlinear_leaky_relu(ctx: NodeCtx, ins):
     return _qlinear_unary(ctx, ins, "LeakyRelu", alpha=float(ctx.attr("alpha", 0.01)))
+
+
+@handler("QLinearSoftmax", domain="com.microsoft")
+def _qlinear_softmax(ctx: NodeCtx, ins):
+    """(X, X_scale, X_zp, Y_scale, Y_zp; axis, opset): what onnxruntime's quantizer writes for
+    a classifier's final Softmax. `opset` is the Softmax's own: below 13 it normalises the
+    flattened [axis:] block (default axis 1), from 13 one axis (default -1)."""
+    ctx.require_attrs(("axis", "opset"))
+    softmax_opset = int(ctx.attr("opset", ctx.opset))
+    axis = int(ctx.attr("axis", -1 if softmax_opset >= 13 else 1))
+    x = _activation(ctx, ins[0], ins[1], _opt(ins, 2), "X")
+    sub = copy.copy(ctx)
+    sub.opset = softmax_opset
+    return [_requantized(ctx, sub.call("Softmax", [x], axis=axis)[0], ins[3], _opt(ins, 4))]
 
 
 @handler("QLinearGlobalAveragePool", domain="com.microsoft")
