@@ -913,6 +913,13 @@ def test_gemm_defaults_and_beta_zero(tmp_path, rng):
     ((1, 40, 61, 67), (6, 40, 3, 3), {"pads": [1, 1, 1, 1]}, True),
     ((1, 24, 83, 129), (5, 24, 3, 3), {"strides": [2, 2], "pads": [1, 1, 0, 2]}, True),
     ((1, 9, 20, 31), (4, 9, 3, 3), {"strides": [1, 2], "dilations": [2, 2], "pads": [2, 1, 2, 3]}, False),
+    # [kh, 1] kernels over one-column inputs (1-D models exported in 2-D): run as 1-D convs along H
+    ((2, 6, 37, 1), (5, 6, 5, 1), {"pads": [2, 0, 1, 0]}, True),
+    ((1, 8, 40, 1), (8, 2, 3, 1), {"group": 4, "strides": [2, 1], "dilations": [3, 1], "pads": [1, 0, 2, 0]}, False),
+    ((1, 6, 29, 1), (6, 1, 7, 1), {"group": 6, "pads": [3, 0, 3, 0]}, True),              # depthwise
+    ((1, 5, 17, 1), (3, 5, 1, 1), {"strides": [2, 1]}, True),                            # 1x1, stride 2
+    ((1, 4, 1, 1), (3, 4, 1, 1), {"pads": [0, 0, 0, 0]}, True),                          # one position
+    ((1, 3, 12, 1), (2, 3, 3, 3), {"pads": [1, 1, 1, 1]}, True),                         # W padded: stays 2-D
 ])
 def test_conv(tmp_path, rng, xs, ws, attrs, bias):
     consts = {"w": randn(rng, ws)}
@@ -975,6 +982,16 @@ def test_sigmoid_read_elsewhere_is_not_fused_as_silu(tmp_path, rng):
     m = model(nodes, [("x", F32, (4, 5))], [("y", F32), ("z", F32)], {})
     s = check(tmp_path, m, {"x": randn(rng, (4, 5))})
     assert sorted(op_types(s)) == ["binary", "unary", "unary"]
+
+
+def test_conv_one_column_symbolic_height(tmp_path, rng):
+    """A [5, 1] kernel over [H, 1] with H symbolic: planned at H's bound, run at other heights."""
+    w, b = randn(rng, (4, 3, 5, 1)), randn(rng, (4,))
+    m = model([h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[2, 0, 2, 0])],
+              [("x", F32, (1, 3, "t", 1))], [("y", F32)], {"w": w, "b": b})
+    s = nerve_session(tmp_path, m, {"t": 60})
+    for t in (60, 1, 7, 33):
+        check(tmp_path, m, {"x": randn(rng, (1, 3, t, 1))}, RED, sess=s)
 
 
 def test_conv_symbolic_length(tmp_path, rng):

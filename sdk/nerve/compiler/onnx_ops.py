@@ -1220,8 +1220,18 @@ def conv_scratch(cg: int, mg: int, kernel, strides, dil, out_sp, packed: bool = 
     k = cg * int(np.prod(kernel))
     if packed and pointwise:
         return (k * 8 + 63) // 64 * 64
+    if len(kernel) == 2 and kernel[1] == 1 and S.is_static(out_sp[1]) and int(out_sp[1]) == 1:
+        # a [kh, 1] kernel giving one output column: the op runs it as a 1-D conv along H when
+        # the input is one column wide too (op_conv.c); reserve for both shapes
+        return S.dim_max(_conv_scratch_2d(cg, mg, k, kernel, strides, dil, out_sp, packed),
+                         _conv_scratch_2d(cg, mg, k, [1, kernel[0]], [1, strides[0]], [1, dil[0]],
+                                          [1, out_sp[0]], packed))
     if len(kernel) == 1:
         kernel, strides, dil, out_sp = [1] + list(kernel), [1] + list(strides), [1] + list(dil), [1] + list(out_sp)
+    return _conv_scratch_2d(cg, mg, k, kernel, strides, dil, out_sp, packed)
+
+
+def _conv_scratch_2d(cg: int, mg: int, k: int, kernel, strides, dil, out_sp, packed: bool) -> Dim:
     extent = [S.dim_ceildiv(S.dim_add(S.dim_mul(S.dim_sub(o, 1), s), (kk - 1) * d + 1), s)
               for o, kk, s, d in zip(out_sp, kernel, strides, dil)]
     planes = CONV_DW_PLANES if cg == 1 and mg == 1 else cg
