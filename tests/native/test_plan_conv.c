@@ -578,9 +578,9 @@ static void pool_references(const pool_case *pc, const float *x, float *want, fl
             }
 }
 
-static void pool_check(const pool_case *pc) {
-    const int rank = 2 + pc->sr;
-    int64_t xd[4] = {pc->n, pc->c}, yd[4] = {pc->n, pc->c}, ia[13];
+/* The op's x and y dims and its iattr for case pc. */
+static void pool_case_args(const pool_case *pc, int64_t *xd, int64_t *yd, int64_t *ia) {
+    xd[0] = yd[0] = pc->n, xd[1] = yd[1] = pc->c;
     ia[0] = pc->kind, ia[1] = pc->sr, ia[2] = pc->cip;
     for (int i = 0; i < pc->sr; i++) {
         xd[2 + i] = pc->in[i];
@@ -591,6 +591,52 @@ static void pool_check(const pool_case *pc) {
         ia[3 + 3 * pc->sr + i] = pc->pb[i];
         ia[3 + 4 * pc->sr + i] = pc->pe[i];
     }
+}
+
+/* Max pooling of u8 / i8 codes (dt): the codes of the float direct loop's maxima over the
+ * codes widened, an empty window giving the type's lowest code. */
+static void pool_check_codes(const pool_case *pc, nrv_dtype dt) {
+    const int rank = 2 + pc->sr;
+    int64_t xd[4], yd[4], ia[13];
+    pool_case_args(pc, xd, yd, ia);
+    const int64_t nx = tv(NULL, NRV_F32, rank, xd).numel, ny = tv(NULL, NRV_F32, rank, yd).numel;
+    const int lo = dt == NRV_U8 ? 0 : -128;
+    float *xf = xmalloc((size_t)nx * sizeof(float)), *want = xmalloc((size_t)ny * sizeof(float));
+    float *exact = xmalloc((size_t)ny * sizeof(float));
+    uint8_t *x = xmalloc((size_t)nx);
+    for (int64_t e = 0; e < nx; e++) {
+        const int v = (int)rand_int(lo, lo + 255);
+        xf[e] = (float)v;
+        if (dt == NRV_U8) x[e] = (uint8_t)v;
+        else { const int8_t c = (int8_t)v; memcpy(&x[e], &c, 1); }
+    }
+    pool_references(pc, xf, want, exact);
+    uint8_t *y = xmalloc((size_t)ny + 128);
+    memset(y, 0xA5, (size_t)ny + 128);
+    nrv_tview xv = tv(x, dt, rank, xd), yv = tv(y + 64, dt, rank, yd);
+    const nrv_tview *ins[1] = {&xv};
+    const nrv_status st = run_op("pool", ins, 1, &yv, ia, 3 + 5 * pc->sr, NULL, 0, NULL, 0);
+    NRV_EXPECT(st == NRV_OK, "pool of %s codes: %s (%s)", nrv_dtype_str(dt), nrv_status_str(st), nrv_last_error());
+    int64_t differ = -1;
+    for (int64_t e = 0; e < ny && differ < 0 && st == NRV_OK; e++) {
+        const int want_code = exact[e] < (float)lo ? lo : (int)exact[e];
+        const int got = dt == NRV_U8 ? (int)y[64 + e] : (int)(int8_t)y[64 + e];
+        if (got != want_code) differ = e;
+    }
+    NRV_EXPECT(differ < 0, "pool of %s codes sr %d in %lld k %lld s %lld d %lld: output %lld differs", nrv_dtype_str(dt),
+               pc->sr, (long long)pc->in[pc->sr - 1], (long long)pc->k[pc->sr - 1], (long long)pc->s[pc->sr - 1],
+               (long long)pc->d[pc->sr - 1], (long long)differ);
+    int guards = 1;
+    for (int64_t e = 0; e < 64; e++) guards &= y[e] == 0xA5 && y[64 + ny + e] == 0xA5;
+    NRV_EXPECT(guards, "pool of codes wrote outside y");
+    free(xf), free(want), free(exact), free(x), free(y);
+}
+
+static void pool_check(const pool_case *pc) {
+    const int rank = 2 + pc->sr;
+    int64_t xd[4], yd[4], ia[13];
+    pool_case_args(pc, xd, yd, ia);
+    if (pc->kind == 0) pool_check_codes(pc, pc->c % 2 ? NRV_U8 : NRV_I8);
     nrv_tview xv = tv(NULL, NRV_F32, rank, xd);
     float *x = rand_floats(xv.numel, -2.0f, 1.0f); /* mostly negative: a max that counts padding as 0 shows */
     xv.data = x;
@@ -695,6 +741,16 @@ static void test_pool(void) {
         pool_check(&pc);
         cases++;
     }
+    { /* max through the direct loop (300 taps), floats and codes */
+        pool_case pc;
+        memset(&pc, 0, sizeof pc);
+        pc.kind = 0, pc.sr = 1, pc.n = 1, pc.c = 2;
+        pc.in[0] = 640, pc.k[0] = 300, pc.s[0] = 3, pc.d[0] = 1, pc.pb[0] = 2, pc.pe[0] = 1;
+        pool_check(&pc);
+        pc.c = 3;
+        pool_check(&pc);
+        cases += 2;
+    }
     printf("pool: %d cases\n", cases);
 
     /* errors: y untouched */
@@ -730,6 +786,8 @@ static void test_pool(void) {
     POOL_ERR(NRV_ERR_SHAPE, xv.dims[2] = 0; ia[6] = 0; ia[7] = 0); /* window exceeds input */
     POOL_ERR(NRV_ERR_DTYPE, xv.dtype = NRV_F64);
     POOL_ERR(NRV_ERR_DTYPE, yv.dtype = NRV_F16);
+    POOL_ERR(NRV_ERR_DTYPE, xv.dtype = NRV_U8);            /* codes in, floats out */
+    POOL_ERR(NRV_ERR_DTYPE, xv.dtype = NRV_I8; yv.dtype = NRV_I8; ia[0] = 1); /* average of codes */
 #undef POOL_ERR
     free(x);
     free(y.base);

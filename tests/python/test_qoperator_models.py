@@ -196,14 +196,18 @@ def test_qoperator_softmax_head_is_onnxruntime(tmp_path, rng, opset):
 
 
 @pytest.mark.parametrize("dt", [np.uint8, np.int8])
-@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),  # ResNet's stem
-                                   dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
-                                   dict(kernel_shape=[3], strides=[1], pads=[0, 2])])
-def test_maxpool_of_codes_is_onnxruntime(tmp_path, rng, dt, attrs):
+@pytest.mark.parametrize("shape, attrs", [
+    ((1, 5, 13, 11), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # ResNet's stem
+    ((1, 5, 13, 11), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ((2, 3, 17), dict(kernel_shape=[3], strides=[1], pads=[0, 2])),
+    ((1, 4, 12, 10), dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2])),  # separable (YOLO's SPP)
+    ((1, 2, 613), dict(kernel_shape=[300], strides=[7])),                           # too many taps: direct loop
+    ((1, 2, 9000), dict(kernel_shape=[2], strides=[1], dilations=[3])),             # too wide a row: direct loop
+], ids=["stem", "ceil", "1d", "separable", "taps", "wide"])
+def test_maxpool_of_codes_is_onnxruntime(tmp_path, rng, dt, shape, attrs):
     """MaxPool of uint8/int8 (the QOperator format pools codes directly, with no QLinear op):
-    the codes' maximum, exactly onnxruntime's."""
+    the codes' maximum, exactly onnxruntime's, through the band fold and the direct loop."""
     info = np.iinfo(dt)
-    shape = (1, 5, 13, 11) if len(attrs["kernel_shape"]) == 2 else (2, 3, 17)
     x = rng.integers(info.min, info.max + 1, shape).astype(dt)
     _one_node_is_onnxruntime(tmp_path, h.make_node("MaxPool", ["x"], ["y"], **attrs), x, {},
                              lambda kinds: "pool" in kinds)

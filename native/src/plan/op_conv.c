@@ -1030,8 +1030,9 @@ static nrv_status pack_panels_run(const nrv_op_args *a) {
 
 /* Pooling shared out across threads in ranges of (image, channel) planes. */
 typedef struct pool_job {
-    const float *x;
-    float *y;
+    const void *x; /* f32, or (max only) u8/i8 codes: code */
+    void *y;       /* x's dtype */
+    int code;      /* POOL_F32, POOL_U8, POOL_I8 */
     int64_t ih, iw, oh, ow, kh, kw, kind, cip, planes, pieces;
     int64_t s[2], d[2], pb[2], pe[2];
 } pool_job;
@@ -1048,6 +1049,25 @@ typedef struct pool_job {
  * is never -0), so the bits are the direct loop's, and onnxruntime's. Inception's 3x3
  * stride-1 average pools over 14x14 planes ran at 6.7 ns an output through the direct loop
  * (onnxruntime: 0.5). */
+enum { POOL_F32, POOL_U8, POOL_I8 };
+
+/* Max pooling of 8-bit codes (onnxruntime's QOperator format pools uint8 directly) runs the
+ * same float fold: the band fill widens the codes exactly, and each output row is narrowed
+ * back from a row of floats (an empty window's -FLT_MAX becomes the type's lowest code). */
+static inline float pool_code_at(const pool_job *job, const void *plane, int64_t i) {
+    return job->code == POOL_U8 ? (float)((const uint8_t *)plane)[i] : (float)((const int8_t *)plane)[i];
+}
+
+static void pool_codes_store(const pool_job *job, const float *row, void *plane, int64_t i0, int64_t n) {
+    if (job->code == POOL_U8) {
+        uint8_t *y = (uint8_t *)plane + i0;
+        for (int64_t k = 0; k < n; k++) y[k] = row[k] < 0.0f ? 0 : (uint8_t)row[k];
+    } else {
+        int8_t *y = (int8_t *)plane + i0;
+        for (int64_t k = 0; k < n; k++) y[k] = row[k] < -128.0f ? -128 : (int8_t)row[k];
+    }
+}
+
 #define POOL_LANES 16
 #define POOL_VECS (POOL_LANES / 4)
 #define POOL_BAND_FLOATS 8192 /* the band, the lanes' overshoot, the column counts: 32 KiB of stack */
@@ -1108,8 +1128,9 @@ typedef struct pool_band_geom {
  * index product far from overflow and the counts exact floats. */
 static int pool_band_plan(const pool_job *job, pool_band_geom *g) {
     const int64_t s0 = job->s[0], s1 = job->s[1], d0 = job->d[0], d1 = job->d[1], lim = POOL_BAND_FLOATS;
+    /* codes: an output row of floats, then narrowed, in a second buffer of lim floats */
     if (job->kh > POOL_TAPS || job->kw > POOL_TAPS || job->kh * job->kw > POOL_TAPS || s0 >= lim || s1 >= lim ||
-        d0 >= lim || d1 >= lim || job->ow >= lim)
+        d0 >= lim || d1 >= lim || job->ow >= lim - POOL_LANES)
         return 0;
     const int64_t width = (job->ow - 1) * s1 + (job->kw - 1) * d1 + 1;
     g->pw = (width + s1 - 1) / s1;
@@ -1153,8 +1174,8 @@ static void pool_band_setup(const pool_job *job, const pool_band_geom *g, float 
     }
 }
 
-/* The phases of band rows [oy0, oy0 + rows + halo) of plane xp. */
-static void pool_band_fill(const pool_job *job, const pool_band_geom *g, float *buf, const float *xp, int64_t oy0,
+/* The phases of band rows [oy0, oy0 + rows + halo) of plane xp (floats, or codes widened). */
+static void pool_band_fill(const pool_job *job, const pool_band_geom *g, float *buf, const void *xp, int64_t oy0,
                            int64_t rows) {
     const int64_t s0 = job->s[0], s1 = job->s[1], iw = job->iw;
     const float empty = job->kind == 1 ? 0.0f : -FLT_MAX;
@@ -1171,7 +1192,12 @@ static void pool_band_fill(const pool_job *job, const pool_band_geom *g, float *
                     continue;
                 }
                 if (n <= 0) continue;
-                const float *src = xp + xi * iw + tlo * s1 + b - job->pb[1];
+                const int64_t i0 = xi * iw + tlo * s1 + b - job->pb[1];
+                if (job->code != POOL_F32) {
+                    for (int64_t t = 0; t < n; t++) dst[tlo + t] = pool_code_at(job, xp, i0 + t * s1);
+                    continue;
+                }
+                const float *src = (const float *)xp + i0;
                 if (s1 == 1) memcpy(dst + tlo, src, (size_t)n * sizeof(float));
                 else if (s1 == 2) { /* the vector loads read src[2n - 3] at most: inside the row */
                     copy_stride2(dst + tlo, src, n - 1);
@@ -1201,9 +1227,11 @@ static void pool_band_row_max(const pool_job *job, const pool_band_geom *g, floa
     }
 }
 
+/* One plane by bands. Codes (rowf != NULL): each output row is folded into rowf, then
+ * narrowed into y's plane yp. */
 static inline __attribute__((always_inline)) void pool_band_plane(const pool_job *job, const pool_band_geom *g,
-                                                                  float *buf, const float *xp, float *yp,
-                                                                  const int average) {
+                                                                  float *buf, const void *xp, void *yp,
+                                                                  float *rowf, const int average) {
     const int64_t oh = job->oh, ow = job->ow, taps = g->taps;
     const float empty = average ? 0.0f : -FLT_MAX;
     const float *col_count = buf + g->counts;
@@ -1219,9 +1247,10 @@ static inline __attribute__((always_inline)) void pool_band_plane(const pool_job
                 nrv_valid_range(y0, job->d[0], job->ih, job->kh, &jlo, &jhi);
                 row_count = (float)(job->cip ? count_below(y0, job->d[0], job->ih + job->pe[0], job->kh) : jhi - jlo);
             }
-            float *yr = yp + oy * ow;
+            float *yr = rowf ? rowf : (float *)yp + oy * ow;
             if (!average && g->separable) {
                 pool_band_row_max(job, g, buf, ry, yr);
+                if (rowf) pool_codes_store(job, rowf, yp, oy * ow, ow);
                 continue;
             }
             for (int64_t ox0 = 0; ox0 < ow; ox0 += POOL_LANES) {
@@ -1240,15 +1269,18 @@ static inline __attribute__((always_inline)) void pool_band_plane(const pool_job
                     }
                 pool_store(acc, yr + ox0, ow - ox0);
             }
+            if (rowf) pool_codes_store(job, rowf, yp, oy * ow, ow);
         }
     }
 }
 
-static void pool_band_max(const pool_job *job, const pool_band_geom *g, float *buf, const float *xp, float *yp) {
-    pool_band_plane(job, g, buf, xp, yp, 0);
+static void pool_band_max(const pool_job *job, const pool_band_geom *g, float *buf, const void *xp, void *yp,
+                          float *rowf) {
+    pool_band_plane(job, g, buf, xp, yp, rowf, 0);
 }
-static void pool_band_average(const pool_job *job, const pool_band_geom *g, float *buf, const float *xp, float *yp) {
-    pool_band_plane(job, g, buf, xp, yp, 1);
+static void pool_band_average(const pool_job *job, const pool_band_geom *g, float *buf, const void *xp, void *yp,
+                              float *rowf) {
+    pool_band_plane(job, g, buf, xp, yp, rowf, 1);
 }
 
 static void pool_task(void *ctx, int64_t t) {
@@ -1257,17 +1289,23 @@ static void pool_task(void *ctx, int64_t t) {
     const int64_t kind = job->kind, cip = job->cip;
     const int64_t *s_ = job->s, *d_ = job->d, *pb_ = job->pb, *pe_ = job->pe;
     const int64_t pl0 = t * job->planes / job->pieces, pl1 = (t + 1) * job->planes / job->pieces;
+    const size_t esz = job->code == POOL_F32 ? sizeof(float) : 1;
     pool_band_geom g;
     if (pool_band_plan(job, &g)) {
         float buf[POOL_BAND_FLOATS];
+        float rowf[POOL_BAND_FLOATS]; /* codes: an output row (ow < its size, pool_band_plan) */
         pool_band_setup(job, &g, buf);
         for (int64_t pl = pl0; pl < pl1; pl++)
-            (kind == 1 ? pool_band_average : pool_band_max)(job, &g, buf, job->x + pl * ih * iw, job->y + pl * oh * ow);
+            (kind == 1 ? pool_band_average : pool_band_max)(job, &g, buf, (const char *)job->x + pl * ih * iw * esz,
+                                                          (char *)job->y + pl * oh * ow * esz,
+                                                          job->code == POOL_F32 ? NULL : rowf);
         return;
     }
     for (int64_t pl = pl0; pl < pl1; pl++) { /* the direct loop: windows too wide or too many taps for the band */
-        const float *xp = job->x + pl * ih * iw;
-        float *yp = job->y + pl * oh * ow;
+        const void *xv = (const char *)job->x + pl * ih * iw * esz;
+        void *yv = (char *)job->y + pl * oh * ow * esz;
+        const float *xp = xv; /* f32 planes */
+        float *yp = yv;
         for (int64_t oy = 0; oy < oh; oy++) {
             const int64_t y0 = oy * s_[0] - pb_[0];
             int64_t jlo, jhi;
@@ -1281,11 +1319,16 @@ static void pool_task(void *ctx, int64_t t) {
                 if (kind == 0) {
                     float mx = -FLT_MAX;
                     for (int64_t j = jlo; j < jhi; j++) {
-                        const float *xr = xp + (y0 + j * d_[0]) * iw;
+                        const int64_t row = (y0 + j * d_[0]) * iw;
                         for (int64_t i = ilo; i < ihi; i++) {
-                            const float v = xr[x0 + i * d_[1]];
+                            const float v = job->code == POOL_F32 ? xp[row + x0 + i * d_[1]]
+                                                                  : pool_code_at(job, xv, row + x0 + i * d_[1]);
                             mx = v > mx ? v : mx;
                         }
+                    }
+                    if (job->code != POOL_F32) {
+                        pool_codes_store(job, &mx, yv, oy * ow + ox, 1);
+                        continue;
                     }
                     r = mx;
                 } else {
@@ -1305,8 +1348,8 @@ static void pool_task(void *ctx, int64_t t) {
 }
 
 /* pool: max or average pooling over 1 or 2 spatial axes.
- *   in[0]  x f32 [N, C, *spatial]         sr = 1 or 2 spatial axes
- *   out[0] y f32 [N, C, *out_spatial]     out_spatial computed by the compiler (ceil_mode
+ *   in[0]  x f32 [N, C, *spatial]         sr = 1 or 2 spatial axes; max also of u8 / i8 codes
+ *   out[0] y [N, C, *out_spatial], x's dtype; out_spatial computed by the compiler (ceil_mode
  *          included); accepted when between the floor and the ceil of
  *          (in + pads_begin + pads_end - dilation*(kernel-1) - 1) / stride, plus 1; a window
  *          larger than the padded input, by less than a stride, gives 1 (ceil_mode).
@@ -1320,7 +1363,7 @@ static void pool_task(void *ctx, int64_t t) {
  * (count_include_pad = 0), or the number of window positions inside
  * [-pads_begin, in + pads_end) (count_include_pad = 1; onnxruntime's rule).
  * A window holding no real element (possible only through dilation or ceil_mode) gives
- * -FLT_MAX for max and 0 for average. */
+ * -FLT_MAX for max (codes: the type's lowest) and 0 for average. */
 static nrv_status pool_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
     if (a->n_iattr < 3)
@@ -1338,8 +1381,12 @@ static nrv_status pool_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_require_input(a, 0));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_F32));
+    const int code = x->dtype == NRV_U8 ? POOL_U8 : x->dtype == NRV_I8 ? POOL_I8 : POOL_F32;
+    if (code == POOL_F32) NRV_TRY(nrv_op_expect_dtype(a, x, "input", NRV_F32));
+    else if (kind != 0)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "average pooling of %s codes is not defined (max only)",
+                           nrv_dtype_str((nrv_dtype)x->dtype));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", (nrv_dtype)x->dtype));
     const int rank = (int)(2 + sr);
     if (x->rank != rank || y->rank != rank)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, y %d; expected %d for %lld spatial axes", (int)x->rank,
@@ -1379,7 +1426,7 @@ static nrv_status pool_run(const nrv_op_args *a) {
         in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
     }
     if (y->numel == 0) return NRV_OK;
-    pool_job j = {.x = x->data, .y = y->data, .ih = in_[0], .iw = in_[1], .oh = o_[0], .ow = o_[1], .kh = k_[0],
+    pool_job j = {.x = x->data, .y = y->data, .code = code, .ih = in_[0], .iw = in_[1], .oh = o_[0], .ow = o_[1], .kh = k_[0],
                   .kw = k_[1], .kind = kind, .cip = cip};
     for (int i = 0; i < 2; i++) j.s[i] = s_[i], j.d[i] = d_[i], j.pb[i] = pb_[i], j.pe[i] = pe_[i];
     const int64_t planes = x->dims[0] * x->dims[1];

@@ -51,12 +51,10 @@ def _pool(ctx: NodeCtx, ins):
                       + (["storage_order"] if is_max else ["count_include_pad"]))
     if is_max and len(ctx.outputs) > 1 and ctx.outputs[1]:
         raise ctx.fail("the Indices output of MaxPool is not supported")
+    # MaxPool of 8-bit codes: onnxruntime's QOperator format pools uint8 directly (ResNet's
+    # stem, SqueezeNet); op pool takes them as they are
     codes = is_max and x.dtype in (np.uint8, np.int8)
-    if codes:
-        # MaxPool of 8-bit codes (onnxruntime's QOperator format pools uint8 directly, e.g.
-        # after ResNet's stem): the max of the codes widened exactly to float, narrowed back
-        x = ctx.b.emit("cast", [x], [spec(ctx.b.fresh(ctx.name + ".f32"), np.float32, x.shape)], name=ctx.name)[0]
-    if x.dtype != np.float32:
+    if x.dtype != np.float32 and not codes:
         raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32, and int8/uint8 for MaxPool)")
     sr = x.rank - 2
     if sr not in (1, 2):
@@ -104,11 +102,7 @@ def _pool(ctx: NodeCtx, ins):
             out_sp.append(_pool_out_dim(d, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode))
     shape = [x.shape[0], x.shape[1]] + out_sp
     iattr = [0 if is_max else 1, sr, cip] + kernel + strides + dil + pb + pe
-    if codes:
-        pooled = ctx.b.emit("pool", [x], [spec(ctx.b.fresh(ctx.name), np.float32, shape)], iattr=iattr,
-                            name=ctx.name)[0]
-        return ctx.b.emit("cast", [pooled], [spec(ctx.out_name(), ins[0].dtype, shape)], name=ctx.name)
-    return ctx.b.emit("pool", [x], [spec(ctx.out_name(), np.float32, shape)], iattr=iattr, name=ctx.name)
+    return ctx.b.emit("pool", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=iattr, name=ctx.name)
 
 
 @handler("LRN")
