@@ -59,23 +59,27 @@ def _float_cnn(rng, path):
     onnx.save(m, path)
 
 
+def _ort_quantize(tmp_path, images, fmt=None, per_channel=False):
+    """tmp_path/f32.onnx (input "x") quantized by onnxruntime's own tool into tmp_path/q.onnx,
+    calibrated on images: uint8 activations, int8 weights, QOperator format unless fmt."""
+    feeds = iter({"x": x} for x in images)
+
+    class Calibration(quantization.CalibrationDataReader):
+        def get_next(self):
+            return next(feeds, None)
+
+    quantization.quantize_static(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), Calibration(),
+                                 quant_format=fmt or quantization.QuantFormat.QOperator, per_channel=per_channel,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+
+
 def _quantized_cnn(tmp_path, rng, per_channel, fmt):
     """The small CNN quantized by onnxruntime's own tool in format fmt (tmp_path/q.onnx, the
     float one in f32.onnx) on 12 random images; returns 8 fresh images to check on."""
     _float_cnn(rng, tmp_path / "f32.onnx")
     images = [rng.standard_normal((1, 3, 17, 15)).astype(np.float32) for _ in range(20)]
-
-    class Calibration(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter({"x": x} for x in images[:12])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    quantization.quantize_static(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), Calibration(),
-                                 quant_format=fmt, per_channel=per_channel,
-                                 activation_type=quantization.QuantType.QUInt8,
-                                 weight_type=quantization.QuantType.QInt8)
+    _ort_quantize(tmp_path, images[:12], fmt, per_channel)
     return images[12:]
 
 
@@ -169,18 +173,7 @@ def test_qoperator_softmax_head_is_onnxruntime(tmp_path, rng, opset):
     m.ir_version = 7
     onnx.save(m, tmp_path / "f32.onnx")
     images = [(rng.standard_normal((2, 3, 9, 11)) * 2).astype(np.float32) for _ in range(12)]
-
-    class Calibration(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter({"x": x} for x in images[:8])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    quantization.quantize_static(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), Calibration(),
-                                 quant_format=quantization.QuantFormat.QOperator,
-                                 activation_type=quantization.QuantType.QUInt8,
-                                 weight_type=quantization.QuantType.QInt8)
+    _ort_quantize(tmp_path, images[:8])
     q = onnx.load(tmp_path / "q.onnx")
     sm = next(n for n in q.graph.node if n.op_type == "QLinearSoftmax")
     step = float(nh.to_array(next(t for t in q.graph.initializer if t.name == sm.input[3])))
@@ -252,18 +245,7 @@ def test_qoperator_maxpool_resize_model_is_onnxruntime(tmp_path, rng):
     m.ir_version = 8
     onnx.save(m, tmp_path / "f32.onnx")
     images = [rng.standard_normal((1, 3, 16, 14)).astype(np.float32) for _ in range(12)]
-
-    class Calibration(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter({"x": x} for x in images[:8])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    quantization.quantize_static(str(tmp_path / "f32.onnx"), str(tmp_path / "q.onnx"), Calibration(),
-                                 quant_format=quantization.QuantFormat.QOperator,
-                                 activation_type=quantization.QuantType.QUInt8,
-                                 weight_type=quantization.QuantType.QInt8)
+    _ort_quantize(tmp_path, images[:8])
     kinds = collections.Counter(n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node)
     assert kinds["MaxPool"] == 1 and kinds["Resize"] == 1 and kinds["QLinearConv"] == 3, kinds
     so = ort.SessionOptions()
