@@ -920,6 +920,12 @@ def test_gemm_defaults_and_beta_zero(tmp_path, rng):
     ((1, 5, 17, 1), (3, 5, 1, 1), {"strides": [2, 1]}, True),                            # 1x1, stride 2
     ((1, 4, 1, 1), (3, 4, 1, 1), {"pads": [0, 0, 0, 0]}, True),                          # one position
     ((1, 3, 12, 1), (2, 3, 3, 3), {"pads": [1, 1, 1, 1]}, True),                         # W padded: stays 2-D
+    # dilated taps that only ever read padding are dropped (DeepLab's ASPP over small maps)
+    ((1, 8, 6, 7), (4, 8, 3, 3), {"dilations": [8, 8], "pads": [8, 8, 8, 8]}, True),     # the center tap only
+    ((1, 8, 6, 13), (4, 8, 3, 3), {"dilations": [6, 6], "pads": [6, 6, 6, 6]}, False),   # rows pruned, columns not
+    ((1, 5, 9, 9), (3, 5, 3, 3), {"dilations": [10, 3], "pads": [10, 2, 10, 4], "strides": [2, 1]}, True),  # stride 2
+    ((1, 6, 17), (4, 6, 5), {"dilations": [9], "pads": [18, 17]}, True),                  # 1-D, one side
+    ((1, 4, 5, 5), (2, 4, 3, 3), {"dilations": [7, 7], "pads": [6, 6, 6, 6]}, True),      # new pads < 0: kept
 ])
 def test_conv(tmp_path, rng, xs, ws, attrs, bias):
     consts = {"w": randn(rng, ws)}

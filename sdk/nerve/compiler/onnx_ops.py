@@ -1175,6 +1175,43 @@ def _gemm(ctx: NodeCtx, ins):
 # ---------------------------------------------------------------- convolution
 
 
+def _live_taps(n_in: int, n_out: int, k: int, s: int, d: int, pb: int) -> Optional[Tuple[int, int]]:
+    """First and last kernel index along one axis whose reads reach the input for some output
+    (output o, tap t reads o·s - pb + t·d); None when none does."""
+    live = []
+    for t in range(k):
+        first = max(0, -((t * d - pb) // s))  # the first output whose read is >= 0
+        if first < n_out and first * s - pb + t * d < n_in:
+            live.append(t)
+    return (live[0], live[-1]) if live else None
+
+
+def _prune_padding_taps(spatial, out_sp, kernel, strides, dil, pb, pe):
+    """A dilated conv whose padding is wider than its input has taps that only ever read the
+    padding (DeepLab's ASPP: 3x3 at dilation 24 and 36 over 20x20 features is a 1x1 conv):
+    ((kernel, dilations, pads_begin, pads_end), weight slices) of the same conv without them
+    (a kernel extent of 1 takes dilation 1), or None.
+    Only when every size is known and the new pads stay >= 0."""
+    sizes = list(spatial) + list(out_sp) + list(pb) + list(pe)
+    if not all(S.is_static(v) for v in sizes):
+        return None
+    new_k, new_d, new_b, new_e, cuts = [], [], [], [], []
+    for n_in, n_out, k, s, d, b, e in zip(spatial, out_sp, kernel, strides, dil, pb, pe):
+        b, e = int(b), int(e)
+        live = _live_taps(int(n_in), int(n_out), k, s, d, b)
+        if live is None:
+            return None  # every tap reads padding: leave it to the op (output = bias)
+        t0, t1 = live
+        nb, ne = b - t0 * d, e - (k - 1 - t1) * d
+        if nb < 0 or ne < 0:
+            return None
+        new_k.append(t1 - t0 + 1), new_b.append(nb), new_e.append(ne), cuts.append(slice(t0, t1 + 1))
+        new_d.append(d if t1 > t0 else 1)
+    if new_k == list(kernel):
+        return None
+    return (new_k, new_d, new_b, new_e), tuple(cuts)
+
+
 def conv_out_dim(ctx, d: Dim, k: int, s: int, dil: int, pb: int, pe: int) -> Dim:
     return S.dim_add(S.dim_floordiv(S.dim_sub(S.dim_add(d, pb + pe), dil * (k - 1) + 1), s), 1)
 
@@ -1273,6 +1310,11 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
     out_sp = [conv_out_dim(ctx, d, k, s, dl, b_, e_) for d, k, s, dl, b_, e_ in
               zip(x.shape[2:], kernel, strides, dil, pb, pe)]
     shape = [x.shape[0], m] + out_sp
+    pruned = _prune_padding_taps(x.shape[2:], out_sp, kernel, strides, dil, pb, pe)
+    if pruned is not None:  # the same output shape, from the taps that read the input
+        (kernel, dil, pb, pe), cuts = pruned
+        w = ctx.b.const(np.ascontiguousarray(w.const[(slice(None), slice(None)) + cuts]),
+                        ctx.b.fresh(ctx.name + ".live_taps"))
     pointwise = all(k == 1 for k in kernel) and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
     scratch = 0 if pointwise else conv_scratch(int(w.shape[1]), m // group, kernel, strides, dil, out_sp)
     if bias is not None and bias.const is None:
