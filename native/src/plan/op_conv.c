@@ -1060,25 +1060,21 @@ static inline float pool_code_at(const pool_job *job, const void *plane, int64_t
 
 /* dst[t] = code i0 + t·s of plane, t < n, widened: one loop per type and common stride, so each
  * vectorizes (a per-element type test measured the fill at twice the float pool's time). */
+#define POOL_WIDEN(T)                                                      \
+    do {                                                                   \
+        const T *restrict src = (const T *)plane + i0;                     \
+        if (s == 1)                                                        \
+            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[t];        \
+        else if (s == 2)                                                   \
+            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[2 * t];    \
+        else                                                               \
+            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[t * s];    \
+    } while (0)
 static void pool_codes_widen(int code, float *restrict dst, const void *plane, int64_t i0, int64_t s, int64_t n) {
-    if (code == POOL_U8) {
-        const uint8_t *restrict src = (const uint8_t *)plane + i0;
-        if (s == 1)
-            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[t];
-        else if (s == 2)
-            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[2 * t];
-        else
-            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[t * s];
-    } else {
-        const int8_t *restrict src = (const int8_t *)plane + i0;
-        if (s == 1)
-            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[t];
-        else if (s == 2)
-            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[2 * t];
-        else
-            for (int64_t t = 0; t < n; t++) dst[t] = (float)src[t * s];
-    }
+    if (code == POOL_U8) POOL_WIDEN(uint8_t);
+    else POOL_WIDEN(int8_t);
 }
+#undef POOL_WIDEN
 
 static void pool_codes_store(const pool_job *job, const float *row, void *plane, int64_t i0, int64_t n) {
     if (job->code == POOL_U8) {
