@@ -1461,6 +1461,58 @@ static nrv_status pool_run(const nrv_op_args *a) {
  *   out[0] y f32 [N, C, 1, ...]        same rank as x, every spatial dim 1
  *   iattr (1): [kind]   0 = max, 1 = average (summed in double)
  *   fattr: none. scratch: none. */
+typedef double gp_v2d __attribute__((vector_size(16)));
+typedef float gp_v2f __attribute__((vector_size(8)));
+
+/* Σ x[i] in double, in 8 independent lanes (a single running sum was one dependent add per
+ * element: the SE blocks' global pools of MobileNetV3 took 1.8 ms of 25, onnxruntime 0.27). */
+static double global_sum(const float *x, int64_t n) {
+    gp_v2d acc[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 4; k++) {
+            gp_v2f f;
+            memcpy(&f, x + i + 2 * k, sizeof f);
+            acc[k] += __builtin_convertvector(f, gp_v2d);
+        }
+    const gp_v2d t = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    double s = t[0] + t[1];
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+/* The scalar fold mx = x[i] > mx ? x[i] : mx from mx = x[0], in 8 lanes: a NaN never wins
+ * but in x[0], which every lane starts from, so the result is the scalar loop's. */
+static float global_max(const float *x, int64_t n) {
+    pool_v4f acc[2] = {{x[0], x[0], x[0], x[0]}, {x[0], x[0], x[0], x[0]}};
+    int64_t i = 1;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 2; k++) {
+            pool_v4f v;
+            memcpy(&v, x + i + 4 * k, sizeof v);
+            acc[k] = pool_max(v, acc[k]);
+        }
+    float lanes[8], mx = x[0];
+    memcpy(lanes, acc, sizeof lanes);
+    for (int k = 0; k < 8; k++) mx = lanes[k] > mx ? lanes[k] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+typedef struct global_pool_job {
+    const float *x;
+    float *y;
+    int64_t sp, planes, kind, pieces;
+} global_pool_job;
+
+static void global_pool_task(void *ctx, int64_t t) {
+    const global_pool_job *j = ctx;
+    for (int64_t pl = t * j->planes / j->pieces; pl < (t + 1) * j->planes / j->pieces; pl++) {
+        const float *xp = j->x + pl * j->sp;
+        j->y[pl] = j->kind == 0 ? global_max(xp, j->sp) : (float)(global_sum(xp, j->sp) / (double)j->sp);
+    }
+}
+
 static nrv_status global_pool_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
     const int64_t kind = a->iattr[0];
@@ -1482,20 +1534,9 @@ static nrv_status global_pool_run(const nrv_op_args *a) {
     const int64_t planes = x->dims[0] * x->dims[1], sp = nrv_dims_product(x->dims, 2, x->rank);
     if (planes == 0) return NRV_OK;
     if (sp == 0) return nrv_op_fail(a, NRV_ERR_SHAPE, "empty spatial extent: nothing to pool");
-    const float *xd = x->data;
-    float *yd = y->data;
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *xp = xd + pl * sp;
-        if (kind == 0) {
-            float mx = xp[0];
-            for (int64_t i = 1; i < sp; i++) mx = xp[i] > mx ? xp[i] : mx;
-            yd[pl] = mx;
-        } else {
-            double s = 0.0;
-            for (int64_t i = 0; i < sp; i++) s += xp[i];
-            yd[pl] = (float)(s / (double)sp);
-        }
-    }
+    global_pool_job j = {x->data, y->data, sp, planes, kind,
+                         nrv_plan_pieces(a->pool, planes * sp, 1 << 16, planes)};
+    nrv_parallel_for(a->pool, j.pieces, global_pool_task, &j);
     return NRV_OK;
 }
 
