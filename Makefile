@@ -81,6 +81,13 @@ test-asan: venv
 	  -DCMAKE_BUILD_TYPE=Debug -DNERVE_SANITIZE=address,undefined
 	$(CMAKE) --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ../../$(VENV)/bin/ctest --output-on-failure
+	# the Python tests that feed the library corrupted plans and every ONNX operator case, against
+	# the sanitized library (preloaded into Python; a sanitizer report fails the run)
+	ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  NERVE_LIBRARY=$(abspath $(BUILD_ASAN))/libnerve.so NERVE_HEADER=$(abspath native/include/nerve.h) \
+	  NERVE_PLAN_CACHE=0 PYTHONPATH=$(abspath sdk) \
+	  $(PY) -m pytest -q tests/python/test_plan_errors.py tests/python/test_onnx_node_cases.py tests/python/test_errors.py
 
 # Cross-compile for aarch64 and run the native tests under qemu-aarch64 (NEON executes).
 # Needs Debian's gcc-aarch64-linux-gnu and qemu-user-static.

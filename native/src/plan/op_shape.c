@@ -156,16 +156,17 @@ static void replicate(char *dst, size_t esz, int64_t n) {
     }
 }
 
-/* dst[0, n) (contiguous) = src[i * ss] for i < n; ss may be 0 (broadcast) or negative. */
+/* dst[0, n) (contiguous) = src[i * ss] for i < n; ss may be 0 (broadcast) or negative.
+ * memmove, as in copy_chunks: a crafted plan may place y at x's offset. */
 static void copy_run(char *dst, const char *src, int64_t ss, int64_t n, size_t esz) {
     if (ss == 1) {
-        memcpy(dst, src, (size_t)n * esz);
+        memmove(dst, src, (size_t)n * esz);
     } else if (ss == 0) {
-        memcpy(dst, src, esz);
+        memmove(dst, src, esz);
         replicate(dst, esz, n);
     } else {
 #define COPY_RUN(SZ) \
-    for (int64_t i = 0; i < n; i++) memcpy(dst + i * SZ, src + i * ss * SZ, SZ)
+    for (int64_t i = 0; i < n; i++) memmove(dst + i * SZ, src + i * ss * SZ, SZ)
         ESZ_SWITCH(esz, COPY_RUN)
 #undef COPY_RUN
     }
@@ -316,11 +317,13 @@ static nrv_status check_part(const nrv_op_args *a, const nrv_tview *part, const 
 /* outer chunks of len bytes: chunk o from src + o·src_stride to dst + o·dst_stride (concat
  * and split). Short chunks (a rotary embedding's interleave concatenates 4-byte elements
  * along a new last axis: a memcpy call per chunk was ~60 ns, most of the op's time) get
- * loops with the length known to the compiler. */
+ * loops with the length known to the compiler. memmove: the loader allows an output at its
+ * input's exact offset (elementwise ops in place), which a crafted plan can give a split, so
+ * the chunks may overlap; the bytes are then garbage, but the behaviour is defined. */
 static void copy_chunks(char *dst, size_t dst_stride, const char *src, size_t src_stride, size_t len,
                         int64_t outer) {
-#define COPY_CHUNKS(n)                                                                                       \
-    for (int64_t o = 0; o < outer; o++) memcpy(dst + (size_t)o * dst_stride, src + (size_t)o * src_stride, (n)); \
+#define COPY_CHUNKS(n)                                                                                        \
+    for (int64_t o = 0; o < outer; o++) memmove(dst + (size_t)o * dst_stride, src + (size_t)o * src_stride, (n)); \
     return;
     switch (len) {
     case 4: COPY_CHUNKS(4)

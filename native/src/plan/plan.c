@@ -522,6 +522,12 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
         if (op->scratch_id < -1 || op->scratch_id >= (int32_t)s->n_tensors ||
             (op->scratch_id >= 0 && s->tensors[op->scratch_id].storage != NRV_STORAGE_ARENA))
             return nrv_fail(NRV_ERR_FORMAT, "plan: op %u (%s): bad scratch tensor", i, a->type);
+        /* ops lay int64 and vector data out in their scratch from its start: the compiler
+         * places every storage unit at a multiple of 64 bytes (memplan.py), so anything else
+         * is a corrupted plan */
+        if (op->scratch_id >= 0 && s->tensors[op->scratch_id].offset % 64 != 0)
+            return nrv_fail(NRV_ERR_FORMAT, "plan: op %u (%s): scratch tensor at offset %llu is not 64-byte aligned", i,
+                            a->type, (unsigned long long)s->tensors[op->scratch_id].offset);
         if (strcmp(a->type, "if") == 0 || strcmp(a->type, "jump") == 0) {
             op->control = a->type[0] == 'i' ? 1 : 2;
             const int want_in = op->control == 1 ? 1 : 0;
