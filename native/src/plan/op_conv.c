@@ -1444,8 +1444,8 @@ static nrv_status pool_run(const nrv_op_args *a) {
         in_[ax] = in, o_[ax] = o, k_[ax] = k, s_[ax] = s, d_[ax] = d, pb_[ax] = pb, pe_[ax] = pe;
     }
     if (y->numel == 0) return NRV_OK;
-    pool_job j = {.x = x->data, .y = y->data, .code = code, .ih = in_[0], .iw = in_[1], .oh = o_[0], .ow = o_[1], .kh = k_[0],
-                  .kw = k_[1], .kind = kind, .cip = cip};
+    pool_job j = {.x = x->data, .y = y->data, .code = code, .ih = in_[0], .iw = in_[1], .oh = o_[0], .ow = o_[1],
+                  .kh = k_[0], .kw = k_[1], .kind = kind, .cip = cip};
     for (int i = 0; i < 2; i++) j.s[i] = s_[i], j.d[i] = d_[i], j.pb[i] = pb_[i], j.pe[i] = pe_[i];
     const int64_t planes = x->dims[0] * x->dims[1];
     j.planes = planes;
@@ -1456,11 +1456,6 @@ static nrv_status pool_run(const nrv_op_args *a) {
 
 /* ================================================================== global_pool */
 
-/* global_pool: max or average over all spatial positions.
- *   in[0]  x f32 [N, C, *spatial]      spatial rank >= 1, at least one position
- *   out[0] y f32 [N, C, 1, ...]        same rank as x, every spatial dim 1
- *   iattr (1): [kind]   0 = max, 1 = average (summed in double)
- *   fattr: none. scratch: none. */
 typedef double gp_v2d __attribute__((vector_size(16)));
 typedef float gp_v2f __attribute__((vector_size(8)));
 
@@ -1513,6 +1508,11 @@ static void global_pool_task(void *ctx, int64_t t) {
     }
 }
 
+/* global_pool: max or average over all spatial positions.
+ *   in[0]  x f32 [N, C, *spatial]      spatial rank >= 1, at least one position
+ *   out[0] y f32 [N, C, 1, ...]        same rank as x, every spatial dim 1
+ *   iattr (1): [kind]   0 = max, 1 = average (summed in double)
+ *   fattr: none. scratch: none. */
 static nrv_status global_pool_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
     const int64_t kind = a->iattr[0];

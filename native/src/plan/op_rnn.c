@@ -182,6 +182,15 @@ static float *rnn_projection_room(const nrv_op_args *a, uint64_t used, int64_t s
     return (float *)((char *)a->scratch + used);
 }
 
+/* X_t · Wᵀ + Wb of step t, [batch, G]: its rows of the projection made before the loop
+ * (xproj), or computed now into own. */
+static float *rnn_step_gates(float *xproj, float *own, const float *X, int64_t t, int64_t batch, int64_t I,
+                             const float *Wd, const float *Wb, int64_t G) {
+    if (xproj) return xproj + t * batch * G;
+    rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, own);
+    return own;
+}
+
 static inline void clip_vec(float *v, int64_t n, float clip) {
     for (int64_t i = 0; i < n; i++) v[i] = v[i] < -clip ? -clip : (v[i] > clip ? clip : v[i]);
 }
@@ -260,8 +269,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
         if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            if (xproj) g1 = xproj + t * batch * G;
-            else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
+            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, G);
             rnn_recurrent(&r8, R, dir, G, 0, G, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
@@ -374,8 +382,7 @@ static nrv_status run_gru(const nrv_op_args *a) {
         if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            if (xproj) g1 = xproj + t * batch * G;
-            else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, g1);
+            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, G);
             /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
             const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
             rnn_recurrent(&r8, R, dir, G, 0, rs, h, batch, H, Rb, g2);
@@ -478,8 +485,7 @@ static nrv_status run_rnn(const nrv_op_args *a) {
         if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, H, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            if (xproj) g1 = xproj + t * batch * H;
-            else rnn_linear(X + t * batch * I, batch, I, Wd, Wb, H, g1);
+            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, H);
             rnn_recurrent(&no_w8, R, dir, H, 0, H, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {

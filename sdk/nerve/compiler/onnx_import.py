@@ -69,11 +69,15 @@ class NodeCtx:
         extent = self.b.from_known([n], np.int64, [], self.b.fresh(self.name + ".n"))
         return self.call("Range", [self.const(0), extent, self.const(1)])[0]
 
-    def call(self, op_type: str, ins: Sequence[Optional[Value]], n_out: int = 1, **attrs) -> List[Value]:
+    def call(self, op_type: str, ins: Sequence[Optional[Value]], n_out: int = 1, as_opset: Optional[int] = None,
+             **attrs) -> List[Value]:
         """Runs op_type's handler as part of this node (a composite op spelt out in ONNX terms):
-        same node name and opset, the given attributes, fresh output names."""
+        same node name and opset (or as_opset: the semantics of that opset's op), the given
+        attributes, fresh output names."""
         sub = copy.copy(self)
         sub.op_type, sub.attrs = op_type, attrs
+        if as_opset is not None:
+            sub.opset = as_opset
         sub.outputs = [self.b.fresh(f"{self.name}.{op_type}") for _ in range(n_out)]
         return list(_HANDLERS[op_type](sub, list(ins)))
 

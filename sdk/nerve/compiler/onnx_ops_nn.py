@@ -20,7 +20,7 @@ import numpy as np
 from . import symbolic as S
 from .graph import Value
 from .onnx_import import NodeCtx, handler
-from .onnx_ops import _auto_pads, binary, conv_out_dim, spec
+from .onnx_ops import _auto_pads, binary, conv_out_dim, spec, transpose
 from .symbolic import Dim
 
 # ---------------------------------------------------------------- pooling
@@ -417,13 +417,6 @@ _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _RNN_ACTS = {"tanh": 0, "relu": 1, "sigmoid": 2}  # op rnn's codes (op_rnn.c)
 
 
-def _transposed(ctx: NodeCtx, v: Optional[Value], perm: List[int], name: Optional[str] = None) -> Optional[Value]:
-    if v is None:
-        return None
-    shape = [v.shape[i] for i in perm]
-    return ctx.b.emit("transpose", [v], [spec(name or ctx.b.fresh(ctx.name + ".layout"), v.dtype, shape)],
-                      iattr=perm, name=ctx.name)[0]
-
 
 def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Value]]] = None) -> List[Value]:
     """An LSTM, GRU or RNN node (kind) on float inputs ins = [X, W, R, B, sequence_lens,
@@ -439,9 +432,9 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
         raise ctx.fail(f"layout = {layout}, expected 0 (sequence first) or 1 (batch first)")
     if layout == 1:  # X [batch, seq, in] and the states [batch, dirs, hidden]: the op's layout 0
         ins = list(ins)
-        for i, perm in ((0, [1, 0, 2]), (5, [1, 0, 2]), (6, [1, 0, 2])):
+        for i in (0, 5, 6):  # X, initial_h, initial_c
             if len(ins) > i and ins[i] is not None and ins[i].rank == 3:
-                ins[i] = _transposed(ctx, ins[i], perm)
+                ins[i] = transpose(ctx, ins[i], [1, 0, 2], ctx.b.fresh(ctx.name + ".layout"))
     direction = ctx.attr("direction", "forward")
     if direction not in _DIRECTIONS:
         raise ctx.fail(f"direction {direction!r} is not supported (forward, reverse, bidirectional)")
@@ -544,8 +537,8 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
     if layout == 0:
         return got
     # batch first: Y [batch, seq, dirs, hidden], the states [batch, dirs, hidden]
-    return [_transposed(ctx, got[0], [2, 0, 1, 3], ctx.out_name(0))] + \
-        [_transposed(ctx, v, [1, 0, 2], ctx.out_name(i + 1)) for i, v in enumerate(got[1:])]
+    return [transpose(ctx, got[0], [2, 0, 1, 3], ctx.out_name(0))] + \
+        [transpose(ctx, v, [1, 0, 2], ctx.out_name(i + 1)) for i, v in enumerate(got[1:])]
 
 
 @handler("LSTM")

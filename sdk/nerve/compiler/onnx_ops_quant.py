@@ -38,8 +38,6 @@ QuantizeLinear→DequantizeLinear pair on a float weight ends as an int8-recorde
 
 from __future__ import annotations
 
-import copy
-
 from typing import Optional
 
 import numpy as np
@@ -849,9 +847,8 @@ def _qlinear_softmax(ctx: NodeCtx, ins):
     softmax_opset = int(ctx.attr("opset", ctx.opset))
     axis = int(ctx.attr("axis", -1 if softmax_opset >= 13 else 1))
     x = _activation(ctx, ins[0], ins[1], _opt(ins, 2), "X")
-    sub = copy.copy(ctx)
-    sub.opset = softmax_opset
-    return [_requantized(ctx, sub.call("Softmax", [x], axis=axis)[0], ins[3], _opt(ins, 4))]
+    p = ctx.call("Softmax", [x], as_opset=softmax_opset, axis=axis)[0]
+    return [_requantized(ctx, p, ins[3], _opt(ins, 4))]
 
 
 @handler("QLinearGlobalAveragePool", domain="com.microsoft")
