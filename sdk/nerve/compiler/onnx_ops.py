@@ -425,7 +425,19 @@ _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "HardSigmoid": (("alpha",
                  "ThresholdedRelu": (("alpha", 1.0), None), "Shrink": (("lambd", 0.5), ("bias", 0.0))}
 
 
+# The dtypes op "unary" runs each code on (run_unary in native/src/plan/op_elementwise.c):
+# float32 every code but Not; int64/int32 these; bool Not and identity (20).
+_UNARY_INT_CODES = {_UNARY["Neg"], _UNARY["Abs"], _UNARY["Relu"], _UNARY["Sign"], 20, 24}  # 20 identity, 24 square
+_UNARY_BOOL_CODES = {_UNARY["Not"], 20}
+
+
 def unary(ctx: NodeCtx, code: int, x: Value, name: str, p0: float = 0.0, p1: float = 0.0) -> Value:
+    if not ((x.dtype == np.float32 and code != _UNARY["Not"])
+            or (x.dtype in (np.int64, np.int32) and code in _UNARY_INT_CODES)
+            or (x.dtype == np.bool_ and code in _UNARY_BOOL_CODES)):
+        what = next((op for op, c in _UNARY.items() if c == code), f"unary code {code}")
+        raise ctx.fail(f"{what} of {x.dtype} is not supported (float32; int64/int32 for Neg, Abs, Relu, Sign; "
+                       "bool for Not)")
     return ctx.b.emit("unary", [x], [spec(name, x.dtype, x.shape)], iattr=[code], fattr=[p0, p1], name=ctx.name,
                       inplace=True)[0]
 
@@ -935,6 +947,10 @@ def _reduce(ctx: NodeCtx, ins):
         for v in kx[1:]:
             acc = fold[ctx.op_type](acc, v)
         return [ctx.b.from_known([acc], x.dtype, shape, ctx.out_name())]
+    integer_kinds = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1")  # as op "reduce" runs them
+    if not (x.dtype == np.float32 or (x.dtype in (np.int64, np.int32) and ctx.op_type in integer_kinds)):
+        raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32; int64/int32 for ReduceSum, "
+                       "ReduceMax, ReduceMin, ReduceProd, ReduceL1)")
     if ctx.op_type == "ReduceL1":
         x = unary(ctx, _UNARY["Abs"], x, ctx.b.fresh(ctx.name))
     return ctx.b.emit("reduce", [x], [spec(ctx.out_name(), x.dtype, shape)],
