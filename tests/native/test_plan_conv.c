@@ -1054,6 +1054,7 @@ static void pad_reference(int mode, int rank, const int64_t *xd, const int64_t *
             if (j < 0 || j >= cd) {
                 if (mode == 0) constant = 1;
                 else if (mode == 1) j = j < 0 ? -j : 2 * (cd - 1) - j;
+                else if (mode == 3) while (j < 0 || j >= cd) j += j < 0 ? cd : -cd; /* wrap, step by step */
                 else j = j < 0 ? 0 : cd - 1;
             }
             src += (lo + j) * stride;
@@ -1116,21 +1117,21 @@ static void test_pad(void) {
     }
     static const nrv_dtype dts[] = {NRV_F32, NRV_I64, NRV_U8, NRV_F16};
     int cases = 0;
-    for (int t = 0; t < 200; t++) {
+    for (int t = 0; t < 320; t++) {
         const nrv_dtype dt = dts[t % 4];
-        const int mode = (t / 4) % 3;
+        const int mode = (t / 4) % 4;
         const int rank = 1 + (int)rand_int(0, 3);
         int64_t xd[4], pb[4], pe[4];
         int ok = 1;
         for (int i = 0; i < rank; i++) {
             xd[i] = rand_int(mode == 0 ? 0 : 1, 6);
-            pb[i] = rand_int(-2, 3);
-            pe[i] = rand_int(-2, 3);
+            pb[i] = rand_int(-2, mode == 3 ? 9 : 3); /* wrap: pads past the extent wrap again */
+            pe[i] = rand_int(-2, mode == 3 ? 9 : 3);
             if (xd[i] + pb[i] + pe[i] < 0) ok = 0;
             const int64_t cd = xd[i] - (pb[i] < 0 ? -pb[i] : 0) - (pe[i] < 0 ? -pe[i] : 0);
             if (cd < 0) ok = 0;
             if (mode == 1 && ((pb[i] > 0 && pb[i] >= cd) || (pe[i] > 0 && pe[i] >= cd))) ok = 0;
-            if (mode == 2 && cd == 0 && (pb[i] > 0 || pe[i] > 0)) ok = 0;
+            if ((mode == 2 || mode == 3) && cd == 0 && (pb[i] > 0 || pe[i] > 0)) ok = 0;
         }
         if (!ok) continue;
         pad_case(dt, mode, rank, xd, pb, pe, dt == NRV_U8 ? 7.0f : -2.5f * (dt != NRV_I64) + 3.0f);
@@ -1164,7 +1165,7 @@ static void test_pad(void) {
         NRV_EXPECT_STATUS(run_op("pad", ins, 1, &yv, ia, nia, &v, nfa, NULL, 0), want);   \
         NRV_EXPECT(obuf_untouched(&y), "pad error case wrote y");                         \
     } while (0)
-    PAD_ERR(NRV_ERR_INVALID_ARG, ia[0] = 3);
+    PAD_ERR(NRV_ERR_INVALID_ARG, ia[0] = 4);
     PAD_ERR(NRV_ERR_INVALID_ARG, nia = 5);
     PAD_ERR(NRV_ERR_INVALID_ARG, nia = 1);
     PAD_ERR(NRV_ERR_INVALID_ARG, nfa = 0);

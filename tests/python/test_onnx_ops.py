@@ -326,6 +326,59 @@ def test_not(tmp_path, rng, shape):
     check_op(tmp_path, "Not", {"x": randn(rng, shape, BOOL)})
 
 
+def _ints(rng, shape, dt):
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+
+
+@pytest.mark.parametrize("dt", [I64, I32, np.int8, np.uint8])
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+@pytest.mark.parametrize("sa, sb", [((13,), (13,)), ((3, 1, 5), (4, 5)), ((2, 7), ())], ids=str)
+def test_bitwise(tmp_path, rng, dt, op, sa, sb):
+    check_op(tmp_path, op, {"a": _ints(rng, sa, dt), "b": _ints(rng, sb, dt)}, opset=18)
+
+
+@pytest.mark.parametrize("dt", [I64, I32, np.int8, np.uint8])
+def test_bitwise_not(tmp_path, rng, dt):
+    check_op(tmp_path, "BitwiseNot", {"x": _ints(rng, (3, 17), dt)}, opset=18)
+
+
+def test_bitwise_of_floats_is_refused(tmp_path, rng):
+    with pytest.raises(nerve.ModelError, match="integers only"):
+        check_op(tmp_path, "BitwiseAnd", {"a": randn(rng, (3,)), "b": randn(rng, (3,))}, opset=18)
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift_unsigned(tmp_path, rng, direction):
+    """uint8, the type BitShift had before opset 28, against onnxruntime (shifts within the width)."""
+    check_op(tmp_path, "BitShift", {"x": _ints(rng, (5, 13), np.uint8), "s": rng.integers(0, 8, (13,), np.uint8)},
+             {"direction": direction}, opset=11)
+
+
+@pytest.mark.parametrize("dt", [I64, I32, np.int8, np.uint8])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift_signed_and_out_of_range_shifts(tmp_path, rng, dt, direction):
+    """Opset 28's rules, against a Python-integer reference: a left shift wraps, a right shift
+    of a negative value is arithmetic, and a negative shift or one of the width or more gives
+    0 (-1 for a negative value shifted right)."""
+    bits = 8 * np.dtype(dt).itemsize
+    x = _ints(rng, (97,), dt)
+    lo = -3 if np.dtype(dt).kind == "i" else 0
+    shifts = rng.integers(lo, bits + 3, (97,)).astype(dt)
+    m = model([h.make_node("BitShift", ["x", "s"], ["y"], direction=direction)], [("x", dt, (97,)), ("s", dt, (97,))],
+              [("y", dt)], opset=28)
+    got = nerve_session(tmp_path, m).run({"x": x, "s": shifts})["y"]
+    want = []
+    for v, k in zip(x.tolist(), shifts.tolist()):
+        if k < 0 or k >= bits:
+            want.append(-1 if direction == "RIGHT" and v < 0 else 0)
+        else:
+            want.append(v << k if direction == "LEFT" else v >> k)
+    wrapped = np.array([w % (1 << bits) for w in want], dtype=object)
+    want = np.array([(w - (1 << bits)) if np.dtype(dt).kind == "i" and w >= 1 << (bits - 1) else w for w in wrapped])
+    np.testing.assert_array_equal(got, want.astype(dt))
+
+
 @pytest.mark.parametrize("attrs", [{}, {"alpha": 0.3}, {"alpha": -1.5}])
 def test_leaky_relu(tmp_path, rng, attrs):
     check_op(tmp_path, "LeakyRelu", {"x": randn(rng, (3, 13), scale=3)}, attrs)
@@ -709,10 +762,10 @@ def test_trilu(tmp_path, rng, shape, upper, k):
     check_op(tmp_path, "Trilu", {"x": randn(rng, shape)}, {"upper": upper}, consts=consts, opset=14)
 
 
-@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 @pytest.mark.parametrize("shape, pads", [
     ((3, 5), [1, 2, 2, 1]), ((2, 3, 4), [0, 1, 2, 0, 2, 1]), ((7,), [3, 0]), ((4, 6), [0, -1, 1, -2]),
-    ((1, 3, 1, 5), [0, 0, 0, 2, 0, 0, 0, 3]), ((3, 5), [0, 0, 0, 0]),
+    ((1, 3, 1, 5), [0, 0, 0, 2, 0, 0, 0, 3]), ((3, 5), [0, 0, 0, 0]), ((2, 3), [3, 7, 5, 4]),
 ])
 def test_pad(tmp_path, rng, mode, shape, pads):
     if mode == "reflect" and any(pads[i] >= shape[i % len(shape)] for i in range(len(pads))):
@@ -722,7 +775,8 @@ def test_pad(tmp_path, rng, mode, shape, pads):
     consts = {"p": np.array(pads, I64)}
     if mode == "constant":
         consts["v"] = np.array(1.5, F32)
-    check_op(tmp_path, "Pad", {"x": randn(rng, shape)}, {"mode": mode}, consts=consts, opset=13)
+    check_op(tmp_path, "Pad", {"x": randn(rng, shape)}, {"mode": mode}, consts=consts,
+             opset=19 if mode == "wrap" else 13)  # wrap: opset 19
 
 
 def test_pad_int_and_axes_and_old_opset(tmp_path, rng):
@@ -733,6 +787,17 @@ def test_pad_int_and_axes_and_old_opset(tmp_path, rng):
              order=["x", "p", "", "a"], opset=18)
     check_op(tmp_path, "Pad", {"x": randn(rng, (2, 3))}, {"pads": [1, 1, 0, 2], "value": 2.0}, opset=2)
     check_op(tmp_path, "Pad", {"x": randn(rng, (2, 3))}, {"pads": [0, 1, 0, 1], "mode": "edge"}, opset=2)
+
+
+@pytest.mark.parametrize("shape, target, axes", [
+    ((3, 8, 9), [5, 4], [1, 2]), ((3, 8, 9), [11, 12], [-2, -1]), ((2, 7, 6), [2, 4, 9], None),
+    ((4, 5), [4, 5], None), ((1, 10), [1], [1]),
+])
+def test_center_crop_pad(tmp_path, rng, shape, target, axes):
+    """Crops where the target is shorter, zero-pads where longer, centred (odd extra at the end)."""
+    attrs = {} if axes is None else {"axes": axes}
+    check_op(tmp_path, "CenterCropPad", {"x": randn(rng, shape)}, attrs,
+             consts={"shape": np.array(target, np.int64)}, opset=18)
 
 
 # ------------------------------------------------------------------------------- reductions
@@ -1726,6 +1791,15 @@ def test_scatter_nd(tmp_path, rng, data_shape, ind, upd_shape, reduction, opset)
 def test_cumsum(tmp_path, rng, dt, axis, exclusive, reverse):
     check_op(tmp_path, "CumSum", {"x": randn(rng, (3, 17, 4), dt)}, {"exclusive": exclusive, "reverse": reverse},
              consts={"axis": np.array(axis, np.int64)}, tol=dict(rtol=1e-5, atol=1e-5))
+
+
+@pytest.mark.parametrize("dt", [F32, I64, I32])
+@pytest.mark.parametrize("axis, exclusive, reverse", [(1, 0, 0), (0, 1, 0), (-1, 0, 1), (1, 1, 1)])
+def test_cumprod(tmp_path, rng, dt, axis, exclusive, reverse):
+    x = rng.uniform(0.5, 1.5, (3, 13, 4)) * rng.choice([-1, 1], (3, 13, 4)) if dt == F32 else \
+        rng.integers(-3, 4, (3, 13, 4))  # integer products wrap past 2^31 / 2^63, as onnxruntime's do
+    check_op(tmp_path, "CumProd", {"x": x.astype(dt)}, {"exclusive": exclusive, "reverse": reverse},
+             consts={"axis": np.array(axis, np.int64)}, opset=26, tol=dict(rtol=1e-5, atol=1e-6))
 
 
 def test_cumsum_position_ids(tmp_path, rng):

@@ -1676,9 +1676,10 @@ typedef struct pad_ctx {
 } pad_ctx;
 
 /* Index into the kept (cropped) range [0, cd) that pad position j (< 0 or >= cd) copies,
- * for reflect (1) and edge (2). Validation guarantees the result is in range. */
+ * for reflect (1), edge (2) and wrap (3). Validation guarantees the result is in range. */
 static inline int64_t pad_source(int mode, int64_t j, int64_t cd) {
     if (mode == 1) return j < 0 ? -j : 2 * (cd - 1) - j;
+    if (mode == 3) return ((j % cd) + cd) % cd;
     return j < 0 ? 0 : cd - 1;
 }
 
@@ -1770,18 +1771,19 @@ static int pad_value(nrv_dtype dt, float v, unsigned char out[8]) {
     }
 }
 
-/* pad: constant / reflect / edge padding of any rank and dtype; negative pads crop.
+/* pad: constant / reflect / edge / wrap padding of any rank and dtype; negative pads crop.
  *   in[0]  x any dtype, rank r
  *   out[0] y same dtype, rank r, dims[i] = x.dims[i] + pads_begin[i] + pads_end[i] (>= 0)
  *   iattr (2 + 2*r): [mode, r, pads_begin[r], pads_end[r]], or (2): [mode, r] with the pads
  *          in dattr (2*r, evaluated per run: pads that follow the sizes)
- *          mode: 0 = constant, 1 = reflect (mirror excluding the edge), 2 = edge
+ *          mode: 0 = constant, 1 = reflect (mirror excluding the edge), 2 = edge,
+ *          3 = wrap (the far end repeats: as many times as the pad needs)
  *   fattr (1): [value], the constant (mode 0), converted to x's dtype (integers: truncated
  *          toward zero and clamped to the dtype's range; bool: value != 0)
  *   scratch: none.
- * Negative pads first crop x (onnxruntime's order); reflect and edge then mirror / repeat
- * the cropped extent, which must be > the pad on each side for reflect and > 0 for edge
- * where that axis gets a positive pad (else NRV_ERR_INVALID_ARG).
+ * Negative pads first crop x (onnxruntime's order); reflect, edge and wrap then mirror /
+ * repeat the cropped extent, which must be > the pad on each side for reflect and > 0 for
+ * edge and wrap where that axis gets a positive pad (else NRV_ERR_INVALID_ARG).
  * Rows of the innermost axis are copied with memcpy, pad elements one by one; pad slices
  * of outer axes are copies of the finished slices they mirror. Not in place. */
 static nrv_status pad_run(const nrv_op_args *a) {
@@ -1789,9 +1791,9 @@ static nrv_status pad_run(const nrv_op_args *a) {
     if (a->n_iattr < 2)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 2 + 2*rank", a->n_iattr);
     const int64_t mode = a->iattr[0], r = a->iattr[1];
-    if (mode < 0 || mode > 2)
-        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "mode %lld, expected 0 (constant), 1 (reflect) or 2 (edge)",
-                           (long long)mode);
+    if (mode < 0 || mode > 3)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "mode %lld, expected 0 (constant), 1 (reflect), 2 (edge) or "
+                           "3 (wrap)", (long long)mode);
     NRV_TRY(nrv_op_require_input(a, 0));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
@@ -1830,8 +1832,9 @@ static nrv_status pad_run(const nrv_op_args *a) {
         if (mode == 1 && ((p.pb[i] > 0 && p.pb[i] >= p.cd[i]) || (pep > 0 && pep >= p.cd[i])))
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "reflect: pads %lld, %lld on axis %d must be below the dim %lld",
                                (long long)p.pb[i], (long long)pep, i, (long long)p.cd[i]);
-        if (mode == 2 && p.cd[i] == 0 && (p.pb[i] > 0 || pep > 0))
-            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "edge: axis %d is empty and cannot be padded", i);
+        if ((mode == 2 || mode == 3) && p.cd[i] == 0 && (p.pb[i] > 0 || pep > 0))
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%s: axis %d is empty and cannot be padded",
+                               mode == 2 ? "edge" : "wrap", i);
     }
     if (y->numel == 0) return NRV_OK;
     if (p.rank == 0) {

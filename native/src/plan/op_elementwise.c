@@ -21,6 +21,7 @@ typedef enum unary_code {
     U_HARD_SWISH, U_ELU, U_SELU, U_CELU, U_SOFTSIGN, U_MISH, U_THRESHOLDED_RELU, U_SHRINK,
     U_TAN, U_ATAN, U_ASIN, U_ACOS, U_SINH, U_COSH, U_ASINH, U_ACOSH, U_ATANH,
     U_SILU, /* x · sigmoid(x): made by the compiler's fuse_silu, not an ONNX op */
+    U_BITNOT, /* ~x, integers only (ONNX BitwiseNot) */
     U_COUNT
 } unary_code;
 
@@ -114,6 +115,7 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
         case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = (T)(x[i] * x[i]); break;                   \
         case U_IDENTITY: if (y != x) memmove(y, x, (size_t)n * sizeof(T)); break;                         \
         case U_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i]; break;                  \
+        case U_BITNOT: for (int64_t i = 0; i < n; i++) y[i] = (T)~x[i]; break;                            \
         default:                                                                                          \
             return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): unary code %lld is not defined for %s", a->type, \
                             a->name, (long long)code, #T);                                                \
@@ -122,6 +124,19 @@ static nrv_status unary_f32(const nrv_op_args *a, int64_t code, float p0, float 
     }
 DEFINE_UNARY_INT(int64_t, unary_i64)
 DEFINE_UNARY_INT(int32_t, unary_i32)
+DEFINE_UNARY_INT(int8_t, unary_i8)
+
+/* uint8: no sign, so only the codes that need none. */
+static nrv_status unary_u8(const nrv_op_args *a, int64_t code, const uint8_t *x, uint8_t *y, int64_t n) {
+    switch (code) {
+    case U_BITNOT: for (int64_t i = 0; i < n; i++) y[i] = (uint8_t)~x[i]; break;
+    case U_IDENTITY: if (y != x) memmove(y, x, (size_t)n); break;
+    default:
+        return nrv_fail(NRV_ERR_DTYPE, "%s (node '%s'): unary code %lld is not defined for u8", a->type, a->name,
+                        (long long)code);
+    }
+    return NRV_OK;
+}
 
 /* Elements per piece below which an elementwise op is not shared out: these ops move
  * bytes, and handing a piece to a worker costs microseconds. */
@@ -154,7 +169,8 @@ static void unary_task(void *ctx, int64_t t) {
  * Codes (unary_code above): 0 neg, 1 abs, 2 exp, 3 log, 4 sqrt, 5 sin, 6 cos, 7 erf, 8 tanh,
  * 9 sigmoid, 10 relu, 11 gelu, 12 gelu_tanh, 13 leaky_relu, 14 hard_sigmoid, 15 clip,
  * 16 reciprocal, 17 floor, 18 ceil, 19 not, 20 identity, 21 softplus, 22 sign, 23 round,
- * 24 square. dtypes: f32 all but not; i64/i32 neg, abs, sign, square, identity, relu;
+ * 24 square, 25-42 (unary_code), 43 bitwise not. dtypes: f32 all but not and bitwise not;
+ * i64/i32/i8 neg, abs, sign, square, identity, relu, bitwise not; u8 identity, bitwise not;
  * bool not, identity. */
 static nrv_status run_unary(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, 2));
@@ -174,6 +190,8 @@ static nrv_status run_unary(const nrv_op_args *a) {
     }
     case NRV_I64: return unary_i64(a, code, x->data, y->data, n);
     case NRV_I32: return unary_i32(a, code, x->data, y->data, n);
+    case NRV_I8: return unary_i8(a, code, x->data, y->data, n);
+    case NRV_U8: return unary_u8(a, code, x->data, y->data, n);
     case NRV_BOOL: {
         const uint8_t *xb = x->data;
         uint8_t *yb = y->data;
@@ -197,7 +215,9 @@ static nrv_status run_unary(const nrv_op_args *a) {
 
 typedef enum binary_code {
     B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MIN, B_MAX, B_MOD, B_FMOD,
-    B_EQUAL, B_LESS, B_GREATER, B_LESS_EQUAL, B_GREATER_EQUAL, B_AND, B_OR, B_XOR, B_COUNT
+    B_EQUAL, B_LESS, B_GREATER, B_LESS_EQUAL, B_GREATER_EQUAL, B_AND, B_OR, B_XOR,
+    B_BIT_AND, B_BIT_OR, B_BIT_XOR, B_SHIFT_LEFT, B_SHIFT_RIGHT, /* integers only */
+    B_COUNT
 } binary_code;
 
 static int is_comparison(int64_t code) { return code >= B_EQUAL && code <= B_GREATER_EQUAL; }
@@ -383,7 +403,16 @@ LOOP(f32_ge, float, uint8_t, x >= y)
     LOOP_C(T, P##_lt, x < y)                                                       \
     LOOP_C(T, P##_gt, x > y)                                                       \
     LOOP_C(T, P##_le, x <= y)                                                      \
-    LOOP_C(T, P##_ge, x >= y)
+    LOOP_C(T, P##_ge, x >= y)                                                      \
+    LOOP_T(T, P##_band, x & y)                                                     \
+    LOOP_T(T, P##_bor, x | y)                                                      \
+    LOOP_T(T, P##_bxor, x ^ y)                                                     \
+    LOOP_T(T, P##_shl, (y < 0 || y >= (T)(8 * sizeof(T))) ? 0 : (U)x << y)        \
+    LOOP_T(T, P##_shr, (y < 0 || y >= (T)(8 * sizeof(T))) ? (x < 0 ? -1 : 0) : (x < 0 ? ~(~x >> y) : x >> y))
+/* Shifts (ONNX BitShift, opset 28 for signed types): left shifts wrap, right shifts of signed
+ * values are arithmetic (written without right-shifting a negative number, which C leaves to
+ * the implementation); a negative shift or one of the width or more gives 0, or -1 for a
+ * negative value shifted right. */
 INT_FAMILY(int64_t, uint64_t, i64)
 INT_FAMILY(int32_t, uint32_t, i32)
 INT_FAMILY(int8_t, uint8_t, i8)
@@ -399,6 +428,11 @@ LOOP_C(uint8_t, u8_lt, x < y)
 LOOP_C(uint8_t, u8_gt, x > y)
 LOOP_C(uint8_t, u8_le, x <= y)
 LOOP_C(uint8_t, u8_ge, x >= y)
+LOOP_T(uint8_t, u8_band, x & y)
+LOOP_T(uint8_t, u8_bor, x | y)
+LOOP_T(uint8_t, u8_bxor, x ^ y)
+LOOP_T(uint8_t, u8_shl, y >= 8 ? 0 : (unsigned)x << y)
+LOOP_T(uint8_t, u8_shr, y >= 8 ? 0 : x >> y)
 LOOP(u8_eq, uint8_t, uint8_t, x == y)
 LOOP(u8_and, uint8_t, uint8_t, x && y)
 LOOP(u8_or, uint8_t, uint8_t, x || y)
@@ -419,7 +453,8 @@ static inner_fn pick_inner(int64_t code, int32_t dtype) {
             [B_ADD] = F(i64_add), [B_SUB] = F(i64_sub), [B_MUL] = F(i64_mul), [B_DIV] = F(i64_div),
             [B_MIN] = F(i64_min), [B_MAX] = F(i64_max), [B_MOD] = F(i64_mod), [B_FMOD] = F(i64_fmod),
             [B_EQUAL] = F(i64_eq), [B_LESS] = F(i64_lt), [B_GREATER] = F(i64_gt), [B_LESS_EQUAL] = F(i64_le),
-            [B_GREATER_EQUAL] = F(i64_ge)};
+            [B_GREATER_EQUAL] = F(i64_ge), [B_BIT_AND] = F(i64_band), [B_BIT_OR] = F(i64_bor),
+            [B_BIT_XOR] = F(i64_bxor), [B_SHIFT_LEFT] = F(i64_shl), [B_SHIFT_RIGHT] = F(i64_shr)};
         return code >= 0 && code < B_COUNT ? t[code] : NULL;
     }
     if (dtype == NRV_I32) {
@@ -427,7 +462,8 @@ static inner_fn pick_inner(int64_t code, int32_t dtype) {
             [B_ADD] = F(i32_add), [B_SUB] = F(i32_sub), [B_MUL] = F(i32_mul), [B_DIV] = F(i32_div),
             [B_MIN] = F(i32_min), [B_MAX] = F(i32_max), [B_MOD] = F(i32_mod), [B_FMOD] = F(i32_fmod),
             [B_EQUAL] = F(i32_eq), [B_LESS] = F(i32_lt), [B_GREATER] = F(i32_gt), [B_LESS_EQUAL] = F(i32_le),
-            [B_GREATER_EQUAL] = F(i32_ge)};
+            [B_GREATER_EQUAL] = F(i32_ge), [B_BIT_AND] = F(i32_band), [B_BIT_OR] = F(i32_bor),
+            [B_BIT_XOR] = F(i32_bxor), [B_SHIFT_LEFT] = F(i32_shl), [B_SHIFT_RIGHT] = F(i32_shr)};
         return code >= 0 && code < B_COUNT ? t[code] : NULL;
     }
     if (dtype == NRV_I8) {
@@ -435,7 +471,8 @@ static inner_fn pick_inner(int64_t code, int32_t dtype) {
             [B_ADD] = F(i8_add), [B_SUB] = F(i8_sub), [B_MUL] = F(i8_mul), [B_DIV] = F(i8_div),
             [B_MIN] = F(i8_min), [B_MAX] = F(i8_max), [B_MOD] = F(i8_mod), [B_FMOD] = F(i8_fmod),
             [B_EQUAL] = F(i8_eq), [B_LESS] = F(i8_lt), [B_GREATER] = F(i8_gt), [B_LESS_EQUAL] = F(i8_le),
-            [B_GREATER_EQUAL] = F(i8_ge)};
+            [B_GREATER_EQUAL] = F(i8_ge), [B_BIT_AND] = F(i8_band), [B_BIT_OR] = F(i8_bor),
+            [B_BIT_XOR] = F(i8_bxor), [B_SHIFT_LEFT] = F(i8_shl), [B_SHIFT_RIGHT] = F(i8_shr)};
         return code >= 0 && code < B_COUNT ? t[code] : NULL;
     }
     if (dtype == NRV_U8) { /* mod and fmod agree without signs */
@@ -443,7 +480,8 @@ static inner_fn pick_inner(int64_t code, int32_t dtype) {
             [B_ADD] = F(u8_add), [B_SUB] = F(u8_sub), [B_MUL] = F(u8_mul), [B_DIV] = F(u8_div),
             [B_MIN] = F(u8_min), [B_MAX] = F(u8_max), [B_MOD] = F(u8_mod), [B_FMOD] = F(u8_mod),
             [B_EQUAL] = F(u8_eq), [B_LESS] = F(u8_lt), [B_GREATER] = F(u8_gt), [B_LESS_EQUAL] = F(u8_le),
-            [B_GREATER_EQUAL] = F(u8_ge)};
+            [B_GREATER_EQUAL] = F(u8_ge), [B_BIT_AND] = F(u8_band), [B_BIT_OR] = F(u8_bor),
+            [B_BIT_XOR] = F(u8_bxor), [B_SHIFT_LEFT] = F(u8_shl), [B_SHIFT_RIGHT] = F(u8_shr)};
         return code >= 0 && code < B_COUNT ? t[code] : NULL;
     }
     if (dtype == NRV_BOOL) {
@@ -467,9 +505,10 @@ static nrv_status check_int_divisor(const nrv_op_args *a, const nrv_tview *b) {
 /* "binary": in[0] a, in[1] b (same dtype), out[0] z with numpy broadcasting of a and b to
  * z's dims. iattr [code]: 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 min, 6 max, 7 mod (sign of
  * the divisor, ONNX fmod=0), 8 fmod (sign of the dividend, fmod=1), 9 equal, 10 less,
- * 11 greater, 12 less_equal, 13 greater_equal, 14 and, 15 or, 16 xor. dtypes: f32 (all
- * arithmetic and comparisons), i64, i32, i8 and u8 (all but pow; add/sub/mul wrap), bool
- * (equal, and, or, xor).
+ * 11 greater, 12 less_equal, 13 greater_equal, 14 and, 15 or, 16 xor, 17 bitwise and,
+ * 18 bitwise or, 19 bitwise xor, 20 shift left, 21 shift right. dtypes: f32 (arithmetic 0-8
+ * and comparisons), i64, i32, i8 and u8 (all but pow and the logical 14-16; add/sub/mul
+ * wrap), bool (equal, and, or, xor).
  * Comparisons and logic give bool; the rest give a's dtype. z may equal a or b when that
  * operand has z's shape (in place ok). Integer div/mod by zero is refused. */
 static nrv_status run_binary(const nrv_op_args *a) {

@@ -1,6 +1,6 @@
 /* op_index.c — plan ops that address elements by computed indices or positions (see
  * plan_ops.h for the contract): gather_elements, gather_nd, scatter_elements, scatter_nd
- * (ONNX's GatherElements, GatherND, ScatterElements, ScatterND), cumsum, topk.
+ * (ONNX's GatherElements, GatherND, ScatterElements, ScatterND), cumsum (and products), topk.
  *
  * Every index is checked before anything is written: one outside its axis is
  * NRV_ERR_INDEX naming its flat position and value, and the output is left as it was.
@@ -270,47 +270,51 @@ static nrv_status scatter_nd_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
-/* cumsum (ONNX CumSum): running sums along an axis.
- *   in[0] x (f32, i64 or i32); out[0] y (x's dtype and dims).
- *   iattr [axis, exclusive, reverse]: exclusive — each sum leaves its own element out (the
- *   first is 0); reverse — sums run from the end. In place ok. */
-/* Integer sums wrap (accumulated unsigned: no signed overflow). */
+/* cumsum (ONNX CumSum, CumProd): running sums or products along an axis.
+ *   in[0] x (f32, f64, i64 or i32); out[0] y (x's dtype and dims).
+ *   iattr [axis, exclusive, reverse(, product)]: exclusive — each result leaves its own
+ *   element out (the first is 0, or 1 for a product); reverse — they run from the end;
+ *   product (optional, default 0) — running products instead of sums. In place ok. */
+/* Integer sums and products wrap (accumulated unsigned: no signed overflow). */
 #define CUMSUM_LOOP(T, ACC)                                                                             \
     for (int64_t o = 0; o < outer; o++)                                                                \
         for (int64_t in = 0; in < inner; in++) {                                                       \
             const T *xs = (const T *)x->data + o * n * inner + in;                                     \
             T *ys = (T *)y->data + o * n * inner + in;                                                 \
-            ACC acc = 0;                                                                               \
+            ACC acc = product ? 1 : 0;                                                                 \
             for (int64_t k = 0; k < n; k++) {                                                          \
                 const int64_t j = (reverse ? n - 1 - k : k) * inner;                                   \
                 const ACC v = (ACC)xs[j];                                                              \
-                if (exclusive) {                                                                       \
-                    ys[j] = (T)acc;                                                                    \
-                    acc += v;                                                                          \
-                } else {                                                                               \
-                    acc += v;                                                                          \
-                    ys[j] = (T)acc;                                                                    \
-                }                                                                                      \
+                if (exclusive) ys[j] = (T)acc;                                                         \
+                acc = product ? (ACC)(acc * v) : (ACC)(acc + v);                                       \
+                if (!exclusive) ys[j] = (T)acc;                                                        \
             }                                                                                          \
         }
 
 static nrv_status cumsum_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 3, -1));
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    if (a->n_iattr != 3 && a->n_iattr != 4)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "iattr must be [axis, exclusive, reverse(, product)]; got %d "
+                           "values", a->n_iattr);
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
-    if (x->dtype != NRV_F32 && x->dtype != NRV_I64 && x->dtype != NRV_I32)
-        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected f32, i64 or i32", nrv_dtype_str((nrv_dtype)x->dtype));
+    if (x->dtype != NRV_F32 && x->dtype != NRV_F64 && x->dtype != NRV_I64 && x->dtype != NRV_I32)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected f32, f64, i64 or i32",
+                           nrv_dtype_str((nrv_dtype)x->dtype));
     if (y->dtype != x->dtype) return nrv_op_fail(a, NRV_ERR_DTYPE, "y's dtype differs from x's");
     NRV_TRY(nrv_op_same_dims(a, y, "y", x, "x"));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     const int exclusive = a->iattr[1] != 0, reverse = a->iattr[2] != 0;
+    const int product = a->n_iattr == 4 && a->iattr[3] != 0;
     const int64_t n = x->dims[ax], outer = nrv_dims_product(x->dims, 0, ax);
     const int64_t inner = nrv_dims_product(x->dims, ax + 1, x->rank);
     if (x->dtype == NRV_F32) {
         CUMSUM_LOOP(float, float)
+    } else if (x->dtype == NRV_F64) {
+        CUMSUM_LOOP(double, double)
     } else if (x->dtype == NRV_I64) {
         CUMSUM_LOOP(int64_t, uint64_t)
     } else {

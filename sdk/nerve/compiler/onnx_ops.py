@@ -248,7 +248,9 @@ def _unsqueeze(ctx: NodeCtx, ins):
 # ---------------------------------------------------------------- elementwise
 
 _BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "Min": 5, "Max": 6, "Equal": 9, "Less": 10,
-           "Greater": 11, "LessOrEqual": 12, "GreaterOrEqual": 13, "And": 14, "Or": 15, "Xor": 16}
+           "Greater": 11, "LessOrEqual": 12, "GreaterOrEqual": 13, "And": 14, "Or": 15, "Xor": 16,
+           "BitwiseAnd": 17, "BitwiseOr": 18, "BitwiseXor": 19, "BitShiftLeft": 20, "BitShiftRight": 21}
+_INTEGER_ONLY = {"BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShiftLeft", "BitShiftRight"}
 _COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}
 
 
@@ -389,6 +391,8 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
         code = 8 if ctx.attr("fmod", 0) else 7
     if a.dtype.kind == "f" and a.dtype != np.float32:
         raise ctx.fail(f"{a.dtype} arithmetic is not supported (float32 only)")
+    if op in _INTEGER_ONLY and a.dtype.kind not in "iu":
+        raise ctx.fail(f"{ctx.op_type} of {a.dtype} is not defined (integers only)")
     return ctx.b.emit("binary", [a, b], [spec(name, out_dtype, shape)], iattr=[code], name=ctx.name,
                       inplace=list(shape) == list(a.shape) and out_dtype == a.dtype)[0]
 
@@ -397,6 +401,19 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
          "Xor", "Mod")
 def _binary(ctx: NodeCtx, ins):
     return [binary(ctx, ctx.op_type, ins[0], ins[1], ctx.out_name())]
+
+
+@handler("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _bitwise(ctx: NodeCtx, ins):
+    return [binary(ctx, ctx.op_type, ins[0], ins[1], ctx.out_name())]
+
+
+@handler("BitShift")
+def _bitshift(ctx: NodeCtx, ins):
+    direction = ctx.attr("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ctx.fail(f"direction must be LEFT or RIGHT, got {direction!r}")
+    return [binary(ctx, "BitShift" + direction.title(), ins[0], ins[1], ctx.out_name())]
 
 
 @handler("Min", "Max", "Sum", "Mean")
@@ -417,7 +434,7 @@ _UNARY = {"Neg": 0, "Abs": 1, "Exp": 2, "Log": 3, "Sqrt": 4, "Sin": 5, "Cos": 6,
           "Relu": 10, "LeakyRelu": 13, "HardSigmoid": 14, "Reciprocal": 16, "Floor": 17, "Ceil": 18, "Not": 19,
           "Softplus": 21, "Sign": 22, "Round": 23, "HardSwish": 25, "Elu": 26, "Selu": 27, "Celu": 28,
           "Softsign": 29, "Mish": 30, "ThresholdedRelu": 31, "Shrink": 32, "Tan": 33, "Atan": 34, "Asin": 35,
-          "Acos": 36, "Sinh": 37, "Cosh": 38, "Asinh": 39, "Acosh": 40, "Atanh": 41}
+          "Acos": 36, "Sinh": 37, "Cosh": 38, "Asinh": 39, "Acosh": 40, "Atanh": 41, "BitwiseNot": 43}
 # (p0, p1) of the activations with attributes: ONNX's names and defaults
 _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
                  "Elu": (("alpha", 1.0), None), "Celu": (("alpha", 1.0), None),
@@ -425,19 +442,21 @@ _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "HardSigmoid": (("alpha",
                  "ThresholdedRelu": (("alpha", 1.0), None), "Shrink": (("lambd", 0.5), ("bias", 0.0))}
 
 
-# The dtypes op "unary" runs each code on (run_unary in native/src/plan/op_elementwise.c):
-# float32 every code but Not; int64/int32 these; bool Not and identity (20).
-_UNARY_INT_CODES = {_UNARY["Neg"], _UNARY["Abs"], _UNARY["Relu"], _UNARY["Sign"], 20, 24}  # 20 identity, 24 square
-_UNARY_BOOL_CODES = {_UNARY["Not"], 20}
+# The codes op "unary" runs on each dtype (run_unary in native/src/plan/op_elementwise.c):
+# float32 every code but Not and BitwiseNot; 20 is identity, 24 square.
+_UNARY_DTYPE_CODES = {
+    np.dtype(np.int64): {_UNARY["Neg"], _UNARY["Abs"], _UNARY["Relu"], _UNARY["Sign"], _UNARY["BitwiseNot"], 20, 24},
+    np.dtype(np.uint8): {_UNARY["BitwiseNot"], 20},
+    np.dtype(np.bool_): {_UNARY["Not"], 20}}
+_UNARY_DTYPE_CODES[np.dtype(np.int32)] = _UNARY_DTYPE_CODES[np.dtype(np.int8)] = _UNARY_DTYPE_CODES[np.dtype(np.int64)]
 
 
 def unary(ctx: NodeCtx, code: int, x: Value, name: str, p0: float = 0.0, p1: float = 0.0) -> Value:
-    if not ((x.dtype == np.float32 and code != _UNARY["Not"])
-            or (x.dtype in (np.int64, np.int32) and code in _UNARY_INT_CODES)
-            or (x.dtype == np.bool_ and code in _UNARY_BOOL_CODES)):
+    if not ((x.dtype == np.float32 and code not in (_UNARY["Not"], _UNARY["BitwiseNot"]))
+            or code in _UNARY_DTYPE_CODES.get(x.dtype, ())):
         what = next((op for op, c in _UNARY.items() if c == code), f"unary code {code}")
-        raise ctx.fail(f"{what} of {x.dtype} is not supported (float32; int64/int32 for Neg, Abs, Relu, Sign; "
-                       "bool for Not)")
+        raise ctx.fail(f"{what} of {x.dtype} is not supported (float32; integers for Neg, Abs, Relu, Sign, "
+                       "BitwiseNot; bool for Not)")
     return ctx.b.emit("unary", [x], [spec(name, x.dtype, x.shape)], iattr=[code], fattr=[p0, p1], name=ctx.name,
                       inplace=True)[0]
 
@@ -890,7 +909,7 @@ def _trilu(ctx: NodeCtx, ins):
 def _pad(ctx: NodeCtx, ins):
     x = ins[0]
     mode = ctx.attr("mode", "constant")
-    modes = {"constant": 0, "reflect": 1, "edge": 2}
+    modes = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
     if mode not in modes:
         raise ctx.fail(f"mode {mode!r} is not supported")
     if ctx.opset < 11:
@@ -919,6 +938,27 @@ def _pad(ctx: NodeCtx, ins):
     # pads that follow the sizes (torch's pad to a multiple of a stride, SEW): evaluated per run
     return ctx.b.emit("pad", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=[modes[mode], x.rank],
                       fattr=[value], dattr=pb + pe, name=ctx.name)
+
+
+@handler("CenterCropPad")
+def _center_crop_pad(ctx: NodeCtx, ins):
+    """Each listed axis cropped to, or zero-padded to, the target length around its centre
+    (the extra element of an odd difference at the end): one pad op, whose negative pads crop."""
+    x = ins[0]
+    target = [int(t) for t in ctx.known(ins[1], "shape")]
+    axes = [norm_axis(ctx, int(a), x.rank) for a in (ctx.attr("axes") or range(x.rank))]
+    if len(target) != len(axes):
+        raise ctx.fail(f"shape has {len(target)} values for {len(axes)} axes")
+    pb, pe = [0] * x.rank, [0] * x.rank
+    for a, t in zip(axes, target):
+        if not S.is_static(x.shape[a]):
+            raise ctx.fail(f"axis {a} must have a size known at compile time")
+        d = int(x.shape[a])
+        pb[a] = (t - d) // 2 if t >= d else -((d - t) // 2)
+        pe[a] = t - d - pb[a]
+    shape = [S.dim_add(S.dim_add(d, b), e) for d, b, e in zip(x.shape, pb, pe)]
+    return ctx.b.emit("pad", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=[0, x.rank] + pb + pe, fattr=[0.0],
+                      name=ctx.name)
 
 
 # ---------------------------------------------------------------- reductions and normalisation
@@ -1448,14 +1488,16 @@ def _scatter_nd(ctx: NodeCtx, ins):
                       iattr=[_reduction(ctx, data)], name=ctx.name)
 
 
-@handler("CumSum")
+@handler("CumSum", "CumProd")
 def _cumsum(ctx: NodeCtx, ins):
     x = ins[0]
-    if x.dtype not in (np.float32, np.int64, np.int32):
-        raise ctx.fail(f"CumSum of {x.dtype} is not supported (float32, int64, int32)")
+    if x.dtype not in (np.float32, np.float64, np.int64, np.int32):
+        raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32, float64, int64, int32)")
     axis = norm_axis(ctx, ctx.known_int(ins[1], "axis"), x.rank)
-    return ctx.b.emit("cumsum", [x], [spec(ctx.out_name(), x.dtype, x.shape)],
-                      iattr=[axis, int(ctx.attr("exclusive", 0)), int(ctx.attr("reverse", 0))], name=ctx.name,
+    iattr = [axis, int(ctx.attr("exclusive", 0)), int(ctx.attr("reverse", 0))]
+    if ctx.op_type == "CumProd":
+        iattr.append(1)
+    return ctx.b.emit("cumsum", [x], [spec(ctx.out_name(), x.dtype, x.shape)], iattr=iattr, name=ctx.name,
                       inplace=True)
 
 
