@@ -1074,6 +1074,35 @@ def test_conv_symbolic_length(tmp_path, rng):
         check(tmp_path, m, {"x": randn(rng, (n, 3, t))}, RED, sess=s)
 
 
+@pytest.mark.parametrize("xs, ws, attrs, bias", [
+    ((1, 3, 6, 7, 8), (4, 3, 3, 3, 3), {"pads": [1] * 6}, True),
+    ((2, 4, 7, 9, 5), (6, 2, 2, 3, 1), {"group": 2, "strides": [2, 1, 2], "dilations": [1, 2, 1],
+                                        "pads": [0, 1, 0, 1, 0, 0]}, False),
+    ((1, 5, 5, 6, 7), (5, 1, 3, 1, 3), {"group": 5, "strides": [1, 2, 1], "dilations": [2, 1, 1],
+                                        "pads": [2, 0, 1, 1, 1, 0]}, True),              # depthwise
+    ((1, 2, 3, 4, 5), (3, 2, 1, 1, 1), {}, True),                                         # pointwise
+    ((1, 3, 4, 9, 9), (2, 3, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}, True),
+    ((1, 2, 2, 5, 5), (2, 2, 3, 3, 3), {"pads": [2, 1, 1, 2, 1, 1], "dilations": [2, 1, 1]}, True),  # taps in padding
+])
+def test_conv_3d(tmp_path, rng, xs, ws, attrs, bias):
+    """3-D convolutions (video, volumes) run as a 2-D conv per depth tap over the output's
+    depth planes, summed: the same numbers as onnxruntime's 3-D conv."""
+    consts = {"w": randn(rng, ws)}
+    if bias:
+        consts["b"] = randn(rng, (ws[0],))
+    tol = dict(RED, atol=max(RED["atol"], 2.0 ** -23 * int(np.prod(ws[1:]))))
+    check_op(tmp_path, "Conv", {"x": randn(rng, xs)}, attrs, consts=consts, tol=tol)
+
+
+def test_conv_3d_symbolic_batch_and_size(tmp_path, rng):
+    w, b = randn(rng, (4, 3, 3, 3, 3)), randn(rng, (4,))
+    m = model([h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1, 1, 1], strides=[1, 2, 2])],
+              [("x", F32, ("n", 3, 5, "h", "w"))], [("y", F32)], {"w": w, "b": b})
+    s = nerve_session(tmp_path, m, {"n": 2, "h": 16, "w": 16})
+    for n, hh, ww in ((2, 16, 16), (1, 3, 7), (2, 9, 1)):
+        check(tmp_path, m, {"x": randn(rng, (n, 3, 5, hh, ww))}, RED, sess=s)
+
+
 # ------------------------------------------------------------------------------- shape arithmetic
 
 def shape_math_model():

@@ -1030,9 +1030,25 @@ def _layernorm(ctx: NodeCtx, ins):
     x, gamma = ins[0], ins[1]
     beta = ins[2] if len(ins) > 2 else None
     axis = norm_axis(ctx, ctx.attr("axis", -1), x.rank)
-    if len([o for o in ctx.outputs if o]) > 1:
-        raise ctx.fail("the Mean and InvStdDev outputs are not supported")
-    return [layernorm(ctx, x, gamma, beta, axis, ctx.out_name())]
+    y = layernorm(ctx, x, gamma, beta, axis, ctx.out_name())
+    if not any(ctx.outputs[1:3]):
+        return [y]
+    # Mean and InvStdDev (training-time outputs some exports keep): the statistics the fused
+    # op computed, over axes [axis:] with those axes kept as 1, spelt out in ops of their own
+    axes = list(range(axis, x.rank))
+    mean = _reduce_keep(ctx, x, axes, 1)
+    centred = ctx.call("Sub", [x, mean])[0]
+    var = _reduce_keep(ctx, ctx.call("Mul", [centred, centred])[0], axes, 1)
+    eps = ctx.b.const(np.array(ctx.attr("epsilon", 1e-5), np.float32))
+    inv_std = ctx.call("Reciprocal", [ctx.call("Sqrt", [ctx.call("Add", [var, eps])[0]])[0]])[0]
+    return [y, mean, inv_std]
+
+
+def _reduce_keep(ctx: NodeCtx, x: Value, axes: List[int], kind: int) -> Value:
+    """Op "reduce" (kind as in _REDUCE) of x over axes, which stay as extents of 1."""
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
+    return ctx.b.emit("reduce", [x], [spec(ctx.b.fresh(ctx.name), x.dtype, shape)], iattr=[kind, len(axes)] + axes,
+                      name=ctx.name)[0]
 
 
 def layernorm(ctx: NodeCtx, x: Value, gamma: Value, beta: Optional[Value], axis: int, name: str) -> Value:
@@ -1348,10 +1364,12 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
     if x.dtype != np.float32 or w.dtype != np.float32:
         raise ctx.fail("Conv is supported for float32")
     sr = x.rank - 2
-    if sr not in (1, 2):
-        raise ctx.fail(f"{sr}-D convolution is not supported (1-D and 2-D are)")
+    if sr not in (1, 2, 3):
+        raise ctx.fail(f"{sr}-D convolution is not supported (1-D, 2-D and 3-D are)")
     if w.const is None or not w.static:
         raise ctx.fail("the weights must be constants")
+    if sr == 3:
+        return _conv3d(ctx, x, w, bias, name)
     kernel = [int(d) for d in w.shape[2:]]
     if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
         raise ctx.fail("kernel_shape does not match the weights")
@@ -1378,6 +1396,46 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
     return ctx.b.emit("conv", [x, w, bias], [spec(name, np.float32, shape)],
                       iattr=[sr, group, 0] + strides + dil + pb + pe, fattr=[0, 0], scratch_bytes=scratch,
                       name=ctx.name)[0]
+
+
+def _conv3d(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> Value:
+    """A 3-D convolution as 2-D ones: output depth plane d sums, over the depth taps t, the
+    2-D convolution of input plane d·stride + t·dilation (after the depth padding) with the
+    weight's tap-t slice. Each tap's planes go through one 2-D conv as a batch of N·OD
+    images ([N, C, OD, H, W] → [N·OD, C, H, W]); the tap sums are elementwise adds."""
+    kernel = [int(d) for d in w.shape[2:]]
+    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
+        raise ctx.fail("kernel_shape does not match the weights")
+    strides = list(ctx.attr("strides", [1] * 3))
+    dil = list(ctx.attr("dilations", [1] * 3))
+    group = ctx.attr("group", 1)
+    pb, pe = _auto_pads(ctx, x.shape[2:], kernel, strides, dil)
+    n, c, depth = x.shape[0], x.shape[1], x.shape[2]
+    if not S.is_static(depth):
+        raise ctx.fail("a 3-D convolution needs its depth (axis 2) known at compile time")
+    m = int(w.shape[0])
+    if S.is_static(c) and int(c) != int(w.shape[1]) * group:
+        raise ctx.fail(f"input has {c} channels, weights expect {int(w.shape[1]) * group}")
+    od = int(conv_out_dim(ctx, int(depth), kernel[0], strides[0], dil[0], pb[0], pe[0]))
+    if od < 1:
+        raise ctx.fail(f"the kernel (depth {kernel[0]}, dilation {dil[0]}) is larger than the padded depth")
+    if pb[0] or pe[0]:
+        x = ctx.call("Pad", [x, ctx.const([0, 0, int(pb[0]), 0, 0] + [0, 0, int(pe[0]), 0, 0])], as_opset=13)[0]
+    attrs2d = dict(kernel_shape=kernel[1:], strides=strides[1:], dilations=dil[1:], group=group,
+                   pads=[int(pb[1]), int(pb[2]), int(pe[1]), int(pe[2])])
+    total = None
+    for t in range(kernel[0]):
+        start = t * dil[0]
+        planes = ctx.call("Slice", [x, ctx.const([start]), ctx.const([start + strides[0] * (od - 1) + 1]),
+                                    ctx.const([2]), ctx.const([strides[0]])], as_opset=13)[0]
+        planes = ctx.call("Transpose", [planes], perm=[0, 2, 1, 3, 4])[0]
+        images = ctx.b.alias(planes, [S.dim_mul(n, od), c] + list(planes.shape[3:]), ctx.b.fresh(ctx.name))
+        tap_w = ctx.b.const(np.ascontiguousarray(w.const[:, :, t]), ctx.b.fresh(ctx.name + ".tap"))
+        y = ctx.call("Conv", [images, tap_w] + ([bias] if bias is not None and t == 0 else []), **attrs2d)[0]
+        total = y if total is None else ctx.call("Add", [total, y])[0]
+    y5 = ctx.b.alias(total, [n, od, m] + list(total.shape[2:]), ctx.b.fresh(ctx.name))
+    out = ctx.call("Transpose", [y5], perm=[0, 2, 1, 3, 4])[0]
+    return ctx.b.alias(out, out.shape, name)
 
 
 # ---------------------------------------------------------------- control flow
