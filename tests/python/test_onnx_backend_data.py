@@ -25,7 +25,6 @@ CASES = sorted(d for kind in ("pytorch-converted", "pytorch-operator", "simple")
 
 # what nerve does not do, by case name -> the words its ModelError must contain
 UNSUPPORTED = [
-    (r"test_(AvgPool|MaxPool)3d", "3-D pooling is not supported"),
     (r"test_operator_add(_size1)?(_right|_singleton)?_broadcast$|test_operator_addconstant", "float64"),
     (r"test_expand_shape_model", "must be known when the model is compiled"),
     (r"test_gradient_of_add", "ai.onnx.preview.training"),

@@ -119,6 +119,30 @@ def test_pool(tmp_path, rng, op, shape, attrs, opset):
     assert [o["type"] for o in sess.ops()] == ["pool"]
 
 
+POOL3D_CASES = [
+    ("MaxPool", (1, 3, 6, 9, 11), dict(kernel_shape=[2, 3, 3], strides=[2, 2, 2], pads=[0, 1, 1, 1, 1, 1])),
+    ("MaxPool", (2, 2, 7, 8, 9), dict(kernel_shape=[3, 2, 3], strides=[2, 1, 2], dilations=[2, 1, 1], ceil_mode=1)),
+    ("MaxPool", (1, 4, 5, 6, 7), dict(kernel_shape=[3, 3, 3], strides=[1, 1, 1], auto_pad="SAME_UPPER")),
+    ("AveragePool", (1, 3, 6, 9, 11), dict(kernel_shape=[2, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1])),
+    ("AveragePool", (1, 3, 6, 9, 11), dict(kernel_shape=[2, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1],
+                                           count_include_pad=1)),
+    ("AveragePool", (2, 2, 7, 8, 9), dict(kernel_shape=[3, 2, 2], strides=[2, 2, 2], pads=[1, 0, 1, 1, 1, 0],
+                                          ceil_mode=1)),
+    ("AveragePool", (2, 2, 7, 8, 9), dict(kernel_shape=[3, 2, 2], strides=[2, 2, 2], pads=[1, 0, 1, 1, 1, 0],
+                                          ceil_mode=1, count_include_pad=1)),
+    ("AveragePool", (1, 8, 4, 7, 7), dict(kernel_shape=[4, 7, 7])),  # a video net's final pool
+]
+
+
+@pytest.mark.parametrize("op, shape, attrs", POOL3D_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(POOL3D_CASES)])
+def test_pool_3d(tmp_path, rng, op, shape, attrs):
+    """3-D pools as a (H, W) pool then a depth pool, no copies between: onnxruntime's numbers
+    (averages divided per axis, so a rounding apart)."""
+    m = _model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", shape)], ["y"], opset=19)
+    sess = check(tmp_path, m, {"x": _rand(rng, *shape)})
+    assert [o["type"] for o in sess.ops()] == ["pool", "pool"]
+
+
 @pytest.mark.parametrize("width", [997, 4500])  # the separable path; a row too wide for it (direct loop)
 def test_maxpool_skips_nan(tmp_path, rng, width):
     """NaN inputs are skipped and a window of NaN and padding only gives -FLT_MAX, the same in

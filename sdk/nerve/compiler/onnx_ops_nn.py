@@ -57,8 +57,8 @@ def _pool(ctx: NodeCtx, ins):
     if x.dtype != np.float32 and not codes:
         raise ctx.fail(f"{ctx.op_type} of {x.dtype} is not supported (float32, and int8/uint8 for MaxPool)")
     sr = x.rank - 2
-    if sr not in (1, 2):
-        raise ctx.fail(f"{sr}-D pooling is not supported (1-D and 2-D are)")
+    if sr not in (1, 2, 3):
+        raise ctx.fail(f"{sr}-D pooling is not supported (1-D, 2-D and 3-D are)")
     kernel = ctx.attr("kernel_shape")
     if kernel is None or len(kernel) != sr:
         raise ctx.fail(f"kernel_shape must give {sr} sizes, got {kernel}")
@@ -101,8 +101,27 @@ def _pool(ctx: NodeCtx, ins):
         else:
             out_sp.append(_pool_out_dim(d, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode))
     shape = [x.shape[0], x.shape[1]] + out_sp
+    if sr == 3:
+        return [_pool3d(ctx, x, kernel, strides, dil, pb, pe, int(ceil_mode), cip, shape)]
     iattr = [0 if is_max else 1, sr, cip] + kernel + strides + dil + pb + pe
     return ctx.b.emit("pool", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=iattr, name=ctx.name)
+
+
+def _pool3d(ctx: NodeCtx, x: Value, kernel, strides, dil, pb, pe, ceil_mode: int, cip: int, shape) -> Value:
+    """A 3-D pool as two 2-D ones, no data moved between them: a window's max is the max over
+    its depth taps of their (H, W) maxima, and its average the average of their (H, W)
+    averages, since the divisor (the window, or its cells inside the input) is a product of
+    per-axis counts. First (H, W) over x viewed as [N, C·D, H, W], then depth over the result
+    viewed as [N, C, D, OH·OW] with a [kd, 1] window."""
+    n, c, d = x.shape[:3]
+    common = dict(ceil_mode=ceil_mode) if ctx.op_type == "MaxPool" else dict(ceil_mode=ceil_mode, count_include_pad=cip)
+    planes = ctx.b.alias(x, [n, S.dim_mul(c, d)] + list(x.shape[3:]), ctx.b.fresh(ctx.name))
+    hw = ctx.call(ctx.op_type, [planes], kernel_shape=kernel[1:], strides=strides[1:], dilations=dil[1:],
+                  pads=[pb[1], pb[2], pe[1], pe[2]], **common)[0]
+    columns = ctx.b.alias(hw, [n, c, d, S.dim_mul(shape[3], shape[4])], ctx.b.fresh(ctx.name))
+    depth = ctx.call(ctx.op_type, [columns], kernel_shape=[kernel[0], 1], strides=[strides[0], 1],
+                     dilations=[dil[0], 1], pads=[pb[0], 0, pe[0], 0], **common)[0]
+    return ctx.b.alias(depth, shape, ctx.out_name())
 
 
 @handler("LRN")
