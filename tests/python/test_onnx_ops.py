@@ -1081,6 +1081,8 @@ def test_conv_symbolic_length(tmp_path, rng):
     ((1, 5, 5, 6, 7), (5, 1, 3, 1, 3), {"group": 5, "strides": [1, 2, 1], "dilations": [2, 1, 1],
                                         "pads": [2, 0, 1, 1, 1, 0]}, True),              # depthwise
     ((1, 2, 3, 4, 5), (3, 2, 1, 1, 1), {}, True),                                         # pointwise
+    ((2, 6, 9, 5, 7), (4, 3, 3, 1, 1), {"group": 2, "strides": [2, 1, 1], "dilations": [2, 1, 1],
+                                        "pads": [2, 0, 0, 1, 0, 0]}, True),               # depth only (R(2+1)D)
     ((1, 3, 4, 9, 9), (2, 3, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}, True),
     ((1, 2, 2, 5, 5), (2, 2, 3, 3, 3), {"pads": [2, 1, 1, 2, 1, 1], "dilations": [2, 1, 1]}, True),  # taps in padding
 ])

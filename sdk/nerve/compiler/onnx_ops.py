@@ -1402,7 +1402,8 @@ def _conv3d(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) 
     """A 3-D convolution as 2-D ones: output depth plane d sums, over the depth taps t, the
     2-D convolution of input plane d·stride + t·dilation (after the depth padding) with the
     weight's tap-t slice. Each tap's planes go through one 2-D conv as a batch of N·OD
-    images ([N, C, OD, H, W] → [N·OD, C, H, W]); the tap sums are elementwise adds."""
+    images ([N, C, OD, H, W] → [N·OD, C, H, W]); the tap sums are elementwise adds. A kernel
+    over depth alone is one 2-D conv over [N, C, D, H·W] instead."""
     kernel = [int(d) for d in w.shape[2:]]
     if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
         raise ctx.fail("kernel_shape does not match the weights")
@@ -1419,6 +1420,17 @@ def _conv3d(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) 
     od = int(conv_out_dim(ctx, int(depth), kernel[0], strides[0], dil[0], pb[0], pe[0]))
     if od < 1:
         raise ctx.fail(f"the kernel (depth {kernel[0]}, dilation {dil[0]}) is larger than the padded depth")
+    if kernel[1:] == [1, 1] and strides[1:] == [1, 1] and [int(v) for v in pb[1:] + pe[1:]] == [0] * 4:
+        # a depth-only kernel ((kd, 1, 1), R(2+1)D's temporal convs; or pointwise): a 2-D conv
+        # with a [kd, 1] kernel over x viewed as [N, C, D, H·W], no data moved
+        hw = S.dim_mul(x.shape[3], x.shape[4])
+        cols = ctx.b.alias(x, [n, c, depth, hw], ctx.b.fresh(ctx.name))
+        w2 = ctx.b.const(np.ascontiguousarray(w.const.reshape(w.shape[0], w.shape[1], kernel[0], 1)),
+                         ctx.b.fresh(ctx.name + ".w"))
+        y = ctx.call("Conv", [cols, w2] + ([bias] if bias is not None else []), kernel_shape=[kernel[0], 1],
+                     strides=[strides[0], 1], dilations=[dil[0], 1], group=group,
+                     pads=[int(pb[0]), 0, int(pe[0]), 0])[0]
+        return ctx.b.alias(y, [n, m, od, x.shape[3], x.shape[4]], name)
     if pb[0] or pe[0]:
         x = ctx.call("Pad", [x, ctx.const([0, 0, int(pb[0]), 0, 0] + [0, 0, int(pe[0]), 0, 0])], as_opset=13)[0]
     attrs2d = dict(kernel_shape=kernel[1:], strides=strides[1:], dilations=dil[1:], group=group,
