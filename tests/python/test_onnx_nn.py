@@ -651,6 +651,14 @@ CONVT_CASES = [
     ((1, 3, 6, 5), (3, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER"), False),
     ((1, 2, 5, 4), (2, 3, 3, 3), dict(strides=[3, 2], output_shape=[14, 9]), True),
     ((1, 0, 4), (0, 3, 2), dict(strides=[2]), True),                  # no input channel: bias only
+    # 3-D (3D U-Net decoders): a 2-D transposed conv per depth tap, its planes spread and summed
+    ((1, 4, 3, 5, 6), (4, 3, 2, 2, 2), dict(strides=[2, 2, 2]), True),
+    ((2, 3, 4, 5, 3), (3, 2, 3, 3, 3), dict(strides=[2, 1, 2], pads=[1, 1, 0, 1, 0, 1],
+                                            output_padding=[1, 0, 1]), True),
+    ((1, 6, 3, 4, 4), (6, 1, 3, 2, 2), dict(group=3, dilations=[2, 1, 1], strides=[1, 2, 2],
+                                            pads=[3, 0, 0, 2, 1, 0]), False),
+    ((1, 2, 2, 3, 3), (2, 2, 3, 3, 3), dict(strides=[2, 2, 2], auto_pad="SAME_UPPER"), True),
+    ((1, 2, 3, 3, 3), (2, 2, 2, 2, 2), dict(strides=[3, 1, 1], output_shape=[8, 4, 4]), True),
 ]
 
 
@@ -660,7 +668,14 @@ def test_conv_transpose(tmp_path, rng, xs, ws, attrs, bias):
     node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
     model = _model([node], [("x", list(xs))], ["y"], inits)
     sess = check(tmp_path, model, {"x": _rand(rng, *xs)})
-    assert [op["type"] for op in sess.ops()] == ["conv_transpose"]
+    kinds = [op["type"] for op in sess.ops()]
+    if len(xs) == 5:  # one 2-D transposed conv per depth tap whose planes reach the output
+        s, dl = attrs.get("strides", [1])[0], attrs.get("dilations", [1])[0]
+        pb = attrs.get("pads", [0] * 6)[0]
+        reach = [t for t in range(ws[2]) if t * dl - pb + s * (xs[2] - 1) >= 0]
+        assert kinds.count("conv_transpose") == len(reach)
+    else:
+        assert kinds == ["conv_transpose"]
 
 
 def test_conv_transpose_symbolic_length_and_fused_relu(tmp_path, rng):

@@ -617,8 +617,8 @@ def _conv_transpose(ctx: NodeCtx, ins):
     if x.dtype != np.float32 or w.dtype != np.float32:
         raise ctx.fail("ConvTranspose is supported for float32")
     sr = x.rank - 2
-    if sr not in (1, 2):
-        raise ctx.fail(f"{sr}-D transposed convolution is not supported (1-D and 2-D are)")
+    if sr not in (1, 2, 3):
+        raise ctx.fail(f"{sr}-D transposed convolution is not supported (1-D, 2-D and 3-D are)")
     if w.const is None or not w.static or w.rank != x.rank:
         raise ctx.fail("the weights must be constants of the input's rank")
     if bias is not None and bias.const is None:
@@ -642,10 +642,50 @@ def _conv_transpose(ctx: NodeCtx, ins):
     out_sp = [S.dim_add(S.dim_mul(s, S.dim_sub(d, 1)), dl * (k - 1) + 1 - b_ - e_)
               for d, k, s, dl, b_, e_ in zip(x.shape[2:], kernel, strides, dil, pb, pe_eff)]
     m = int(w.shape[1]) * group
+    if sr == 3:
+        return [_conv_transpose3d(ctx, x, w, bias, kernel, strides, dil, out_pad, group, pb, pe_eff, m, out_sp)]
     scratch = S.dim_mul(4 * int(w.shape[1]) * int(np.prod(kernel)), S.prod(x.shape[2:]))
     return ctx.b.emit("conv_transpose", [x, w, bias], [spec(ctx.out_name(), np.float32, [x.shape[0], m] + out_sp)],
                       iattr=[sr, group, 0] + strides + dil + pb + pe_eff, fattr=[0, 0], scratch_bytes=scratch,
                       name=ctx.name)
+
+
+def _conv_transpose3d(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], kernel, strides, dil, out_pad,
+                      group: int, pb, pe_eff, m: int, out_sp) -> Value:
+    """A 3-D transposed convolution as 2-D ones: input depth plane i, through depth tap t,
+    lands on output plane i·stride + t·dilation - pad. Per tap, one 2-D transposed conv of
+    all input planes as a batch of N·D images; its planes are spread `stride` apart (zero
+    planes between: a pad of a new axis) and shifted to the tap's offset, cropped to the
+    output depth (a pad with negative pads crops); the taps are summed, the bias added once."""
+    n, c, depth = x.shape[0], x.shape[1], x.shape[2]
+    if not S.is_static(depth):
+        raise ctx.fail("a 3-D transposed convolution needs its depth (axis 2) known at compile time")
+    depth, od, s0 = int(depth), int(out_sp[0]), strides[0]
+    planes = ctx.call("Transpose", [x], perm=[0, 2, 1, 3, 4])[0]
+    images = ctx.b.alias(planes, [S.dim_mul(n, depth), c] + list(x.shape[3:]), ctx.b.fresh(ctx.name))
+    attrs2d = dict(strides=strides[1:], dilations=dil[1:], group=group, output_padding=out_pad[1:],
+                   pads=[int(pb[1]), int(pb[2]), int(pe_eff[1]) + out_pad[1], int(pe_eff[2]) + out_pad[2]])
+    total = None
+    for t in range(kernel[0]):
+        begin = t * dil[0] - int(pb[0])  # output plane of input plane 0 through tap t
+        if begin + s0 * (depth - 1) < 0 or begin >= od:
+            continue  # every plane of this tap lands in the cropped padding
+        tap_w = ctx.b.const(np.ascontiguousarray(w.const[:, :, t]), ctx.b.fresh(ctx.name + ".tap"))
+        y = ctx.call("ConvTranspose", [images, tap_w], kernel_shape=kernel[1:], **attrs2d)[0]
+        feat = S.prod(y.shape[1:])
+        spread = ctx.b.alias(y, [n, depth, 1, feat], ctx.b.fresh(ctx.name))
+        if s0 > 1:
+            spread = ctx.call("Pad", [spread, ctx.const([0, 0, 0, 0, 0, 0, s0 - 1, 0])], as_opset=13)[0]
+        spread = ctx.b.alias(spread, [n, depth * s0, feat], ctx.b.fresh(ctx.name))
+        placed = ctx.call("Pad", [spread, ctx.const([0, begin, 0, 0, od - begin - depth * s0, 0])], as_opset=13)[0]
+        total = placed if total is None else ctx.call("Add", [total, placed])[0]
+    if total is None:
+        raise ctx.fail("every depth tap lands in the padding")
+    y5 = ctx.b.alias(total, [n, od, m] + list(out_sp[1:]), ctx.b.fresh(ctx.name))
+    out = ctx.call("Transpose", [y5], perm=[0, 2, 1, 3, 4])[0]
+    if bias is not None:
+        out = ctx.call("Add", [out, ctx.b.const(bias.const.reshape(m, 1, 1, 1))])[0]
+    return ctx.b.alias(out, out.shape, ctx.out_name())
 
 
 # ---------------------------------------------------------------- Resize / Upsample
