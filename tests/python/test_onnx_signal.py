@@ -80,6 +80,36 @@ def test_dft(tmp_path, rng, shape, axis, length, inverse, onesided, opset):
     _close(got, {"y": ref}, shape[axis] * shape[-1])
 
 
+@pytest.mark.parametrize("shape, length", [
+    ((2, 33, 2), None),      # 33 bins -> 64 samples (the default, an even length)
+    ((1, 33, 2), 65),        # an odd length: no Nyquist bin
+    ((3, 20, 2), 64),        # fewer bins than the length needs: the rest are zeros
+    ((1, 40, 2), 30),        # more bins than the length reads: cut
+    ((2, 17, 1), None),      # a real-only spectrum
+])
+def test_dft_inverse_onesided_is_irfft(tmp_path, rng, shape, length):
+    """Opset 20's inverse + onesided DFT (a one-sided spectrum back to a real signal, what a
+    vocoder's iSTFT does) against numpy's irfft in float64 (onnxruntime does not run it). The
+    imaginary parts of bin 0 and of the Nyquist bin are ignored, as irfft does."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    inits, ins = [("axis", np.array(1, np.int64))], ["x", "len" if length else "", "axis"]
+    if length:
+        inits.append(("len", np.array(length, np.int64)))
+    graph = helper.make_graph(
+        [helper.make_node("DFT", ins, ["y"], inverse=1, onesided=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.asarray(a), k) for k, a in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    got = nerve.Session(tmp_path / "m.onnx", cache=False).run({"x": x})["y"]
+    spec = x[..., 0].astype(np.float64) + (1j * x[..., 1] if shape[-1] == 2 else 0)
+    n = length or 2 * (shape[1] - 1)
+    ref = np.fft.irfft(spec, n=n, axis=1)[..., None]
+    assert got.shape == ref.shape
+    _close({"y": got}, {"y": ref}, 2 * shape[1])
+
+
 @pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
 @pytest.mark.parametrize("size, periodic", [(400, 1), (512, 0), (1, 1), (7, 0)])
 def test_windows(tmp_path, op, size, periodic):
@@ -159,7 +189,7 @@ def test_signal_ops_refuse_what_they_cannot_run(tmp_path):
         path.write_bytes(m.SerializeToString())
         return nerve.Session(path, dims={"n": 8}, cache=False)
     with pytest.raises(nerve.ModelError, match="onesided"):
-        compile_([helper.make_node("DFT", ["x"], ["y"], onesided=1, inverse=1)], [("x", [1, 8, 1])], [])
+        compile_([helper.make_node("DFT", ["x"], ["y"], onesided=1)], [("x", [1, 8, 2])], [])  # complex, forward
     with pytest.raises(nerve.ModelError, match="known when the model is compiled"):
         compile_([helper.make_node("DFT", ["x"], ["y"])], [("x", [1, "n", 1])], [])
     with pytest.raises(nerve.ModelError, match="last axis"):

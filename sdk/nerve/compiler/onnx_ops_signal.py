@@ -93,11 +93,29 @@ def _dft_basis(n_in: int, length: int, bins: int, inverse: bool, complex_in: boo
     return b
 
 
+def _irfft_basis(n_in: int, length: int, complex_in: bool) -> np.ndarray:
+    """The real matrix B [length, n_in·c] of the inverse DFT of a one-sided spectrum (as
+    numpy's irfft): y[n] = (1/L) Σ_k w_k (Re X_k cos 2πkn/L - Im X_k sin 2πkn/L) over the first
+    L//2 + 1 bins (missing ones are zeros), w_k = 2 for the bins that stand for a conjugate
+    pair, 1 for bin 0 and, for an even L, bin L/2. Made in float64."""
+    c = 2 if complex_in else 1
+    b = np.zeros((length, n_in * c))
+    n = np.arange(length)
+    for k in range(min(n_in, length // 2 + 1)):
+        weight = 1.0 if k == 0 or 2 * k == length else 2.0
+        angle = 2.0 * np.pi * (k * n % length) / length
+        b[:, k * c] = weight * np.cos(angle) / length
+        if complex_in:
+            b[:, k * c + 1] = -weight * np.sin(angle) / length
+    return b
+
+
 @handler("DFT")
 def _dft(ctx: NodeCtx, ins):
     """DFT (opsets 17 and 20) of real ([..., 1]) or complex ([..., 2]) input along one signal
     axis, forward or inverse, onesided or full, with an optional constant dft_length: a
-    linear over that axis with the basis of _dft_basis (N·bins multiply-adds per signal)."""
+    linear over that axis with the basis of _dft_basis (N·bins multiply-adds per signal).
+    Inverse and onesided: a one-sided spectrum to a real signal [..., dft_length, 1]."""
     from .onnx_ops import linear
 
     x = ins[0]
@@ -122,13 +140,14 @@ def _dft(ctx: NodeCtx, ins):
         raise ctx.fail("the transformed axis must have a size known when the model is compiled")
     n_in = int(n_in)
     length_v = ins[1] if len(ins) > 1 else None
-    length = n_in if length_v is None else ctx.known_int(length_v, "dft_length")
     inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
+    irfft = inverse and onesided  # a one-sided spectrum back to a real signal (opset 20's reading)
+    length = (2 * (n_in - 1) if irfft else n_in) if length_v is None else ctx.known_int(length_v, "dft_length")
     if length < 1:
         raise ctx.fail(f"dft_length {length} must be >= 1")
-    if onesided and (inverse or complex_in):
-        raise ctx.fail("onesided is defined for the forward DFT of a real signal")
-    bins = length // 2 + 1 if onesided else length
+    if onesided and complex_in and not inverse:
+        raise ctx.fail("a forward onesided DFT is defined for a real signal")
+    bins = length // 2 + 1 if onesided and not inverse else length
     b = ctx.b
     # move the transformed axis next to the complex one, flatten both, one linear, and back
     order = [i for i in range(x.rank - 1) if i != axis] + [axis, x.rank - 1]
@@ -138,8 +157,9 @@ def _dft(ctx: NodeCtx, ins):
                        iattr=order, name=ctx.name)[0]
     outer = list(moved.shape[:-2])
     flat = b.alias(moved, outer + [n_in * int(last)], b.fresh(ctx.name))
-    y = linear(ctx, flat, _dft_basis(n_in, length, bins, inverse, complex_in), None, b.fresh(ctx.name))
-    y = b.alias(y, outer + [bins, 2], b.fresh(ctx.name))
+    basis = _irfft_basis(n_in, length, complex_in) if irfft else _dft_basis(n_in, length, bins, inverse, complex_in)
+    y = linear(ctx, flat, basis, None, b.fresh(ctx.name))
+    y = b.alias(y, outer + ([length, 1] if irfft else [bins, 2]), b.fresh(ctx.name))
     back = [order.index(i) for i in range(x.rank)]
     out_shape = [y.shape[i] for i in back]
     if back == list(range(x.rank)):
