@@ -1,5 +1,5 @@
 """ONNX ops nerve spells out in other ops (onnx_ops_composite.py): CastLike, EyeLike, Swish,
-Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid (and it feeding
+SwiGLU, Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid (and it feeding
 GridSample, a spatial transformer) — against onnxruntime, or onnx's
 reference implementation where onnxruntime lacks the op, on fresh random inputs at opsets
 before and after their axes became inputs."""
@@ -50,6 +50,14 @@ def test_swish(tmp_path, rng):
     x = rng.standard_normal((5, 33)).astype(F32) * 4
     _check(tmp_path, h.make_node("Swish", ["x"], ["y"], alpha=1.7), [("x", T.FLOAT, [5, 33])], {"x": x}, 24,
            peer="reference")
+
+
+@pytest.mark.parametrize("alpha", [None, 0.5, 1.702])
+def test_swiglu(tmp_path, rng, alpha):
+    a, b = (rng.standard_normal((3, 7, 97)).astype(F32) * 3 for _ in range(2))
+    attrs = {} if alpha is None else {"alpha": alpha}
+    _check(tmp_path, h.make_node("SwiGLU", ["a", "b"], ["y"], **attrs),
+           [("a", T.FLOAT, [3, 7, 97]), ("b", T.FLOAT, [3, 7, 97])], {"a": a, "b": b}, 28, peer="reference")
 
 
 @pytest.mark.parametrize("axis", [-1, 1, 0])

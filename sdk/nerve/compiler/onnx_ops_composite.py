@@ -51,6 +51,16 @@ def _swish(ctx: NodeCtx, ins):
     return [binary(ctx, "Mul", x, unary(ctx, _UNARY["Sigmoid"], t, ctx.b.fresh(ctx.name)), ctx.out_name())]
 
 
+@handler("SwiGLU")
+def _swiglu(ctx: NodeCtx, ins):
+    """a · sigmoid(alpha · a) · b: Swish(a) gating b, same shapes (no broadcast, as the op says)."""
+    a, b = ins[0], ins[1]
+    if list(a.shape) != list(b.shape):
+        raise ctx.fail(f"A {list(a.shape)} and B {list(b.shape)} must have the same shape")
+    swish = ctx.call("Swish", [a], alpha=float(ctx.attr("alpha", 1.0)))[0]
+    return [binary(ctx, "Mul", swish, b, ctx.out_name())]
+
+
 @handler("Hardmax")
 def _hardmax(ctx: NodeCtx, ins):
     """1 at the first largest value along axis, 0 elsewhere."""
