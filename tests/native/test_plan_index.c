@@ -1,5 +1,5 @@
-/* test_plan_index.c — gather_elements, gather_nd, scatter_elements, scatter_nd, cumsum, topk
- * (op_index.c) on exactly sized buffers (an ASan build catches any access past them) against
+/* test_plan_index.c — gather_elements, gather_nd, scatter_elements, scatter_nd, cumsum (and
+ * products), maxpool_argmax, max_unpool, topk (op_index.c) on exactly sized buffers (an ASan build catches any access past them) against
  * naive references, at random awkward shapes; bad indices must fail with NRV_ERR_INDEX and
  * leave the output untouched. (Parity with onnxruntime: tests/python/test_onnx_ops.py.)
  */
@@ -174,6 +174,82 @@ static void test_cumsum(void) {
     }
 }
 
+static void test_cumprod(void) {
+    for (int rep = 0; rep < 30; rep++) {
+        const int64_t d[2] = {rand_in(1, 4), rand_in(1, 40)};
+        nrv_tview x = mk(NRV_I64, 2, d), y = mk(NRV_I64, 2, d);
+        int64_t *xv = x.data;
+        for (int64_t i = 0; i < x.numel; i++) xv[i] = rand_in(-5, 5); /* 40 factors: wraps past 2^63 */
+        const int exclusive = (int)rnd(2), reverse = (int)rnd(2);
+        const int64_t ia[4] = {1, exclusive, reverse, 1};
+        const nrv_tview *ins[1] = {&x};
+        NRV_EXPECT_STATUS(run1("cumsum", ins, 1, &y, ia, 4), NRV_OK);
+        int bad = 0;
+        for (int64_t r = 0; r < d[0]; r++)
+            for (int64_t pos = 0; pos < d[1]; pos++) {
+                uint64_t want = 1; /* products wrap modulo 2^64, as the op's */
+                for (int64_t j = 0; j < d[1]; j++) {
+                    const int in = reverse ? (exclusive ? j > pos : j >= pos) : (exclusive ? j < pos : j <= pos);
+                    if (in) want *= (uint64_t)xv[r * d[1] + j];
+                }
+                bad += (uint64_t)((int64_t *)y.data)[r * d[1] + pos] != want;
+            }
+        NRV_EXPECT(bad == 0, "cumprod exclusive %d reverse %d: %d wrong", exclusive, reverse, bad);
+        freev(&x), freev(&y);
+    }
+}
+
+static void test_maxpool_argmax_and_unpool(void) {
+    for (int rep = 0; rep < 20; rep++) {
+        const int64_t H = rand_in(3, 12), W = rand_in(3, 12), kh = rand_in(1, 3), kw = rand_in(1, 3);
+        const int64_t sh = rand_in(1, 3), sw = rand_in(1, 3), ph = rand_in(0, kh - 1), pw = rand_in(0, kw - 1);
+        const int64_t OH = (H + ph - kh) / sh + 1, OW = (W + pw - kw) / sw + 1; /* no end pads */
+        const int64_t xd[4] = {2, 3, H, W}, yd[4] = {2, 3, OH, OW};
+        nrv_tview x = mk(NRV_F32, 4, xd), y = mk(NRV_F32, 4, yd), ix = mk(NRV_I64, 4, yd);
+        fill_f32(&x);
+        const float *xv = x.data;
+        nrv_tview *outs[2] = {&y, &ix};
+        const nrv_tview *ins[1] = {&x};
+        const int64_t ia[10] = {2, 0, kh, kw, sh, sw, 1, 1, ph, pw};
+        nrv_op_args a;
+        memset(&a, 0, sizeof a);
+        a.type = "maxpool_argmax", a.name = "test_node", a.in = ins, a.n_in = 1, a.out = outs, a.n_out = 2;
+        a.iattr = ia, a.n_iattr = 10;
+        NRV_EXPECT_STATUS(nrv_plan_op_find("maxpool_argmax")->run(&a), NRV_OK);
+        int bad = 0;
+        for (int64_t pl = 0; pl < 6; pl++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    float best = -INFINITY;
+                    int64_t at = -1;
+                    for (int64_t i = 0; i < kh; i++)
+                        for (int64_t j = 0; j < kw; j++) {
+                            const int64_t h = oh * sh - ph + i, w = ow * sw - pw + j;
+                            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                            if (xv[(pl * H + h) * W + w] > best) best = xv[(pl * H + h) * W + w], at = (pl * H + h) * W + w;
+                        }
+                    const int64_t o = (pl * OH + oh) * OW + ow;
+                    bad += ((float *)y.data)[o] != best || ((int64_t *)ix.data)[o] != at;
+                }
+        NRV_EXPECT(bad == 0, "maxpool_argmax %lldx%lld k %lldx%lld s %lldx%lld p %lld,%lld: %d wrong", (long long)H,
+                   (long long)W, (long long)kh, (long long)kw, (long long)sh, (long long)sw, (long long)ph,
+                   (long long)pw, bad);
+        /* back: every maximum where it came from, zeros elsewhere (a later duplicate wins) */
+        nrv_tview u = mk(NRV_F32, 4, xd);
+        const nrv_tview *uins[2] = {&y, &ix};
+        NRV_EXPECT_STATUS(run1("max_unpool", uins, 2, &u, NULL, 0), NRV_OK);
+        float *want = calloc((size_t)x.numel, sizeof(float));
+        for (int64_t i = 0; i < ix.numel; i++) want[((int64_t *)ix.data)[i]] = ((float *)y.data)[i];
+        NRV_EXPECT(memcmp(want, u.data, nbytes(&u)) == 0, "max_unpool differs from the scatter reference");
+        free(want);
+        ((int64_t *)ix.data)[rnd(ix.numel)] = rnd(2) ? x.numel : -1;
+        memset(u.data, SENTINEL, nbytes(&u));
+        NRV_EXPECT_STATUS(run1("max_unpool", uins, 2, &u, NULL, 0), NRV_ERR_INDEX);
+        NRV_EXPECT(untouched(&u), "a failed max_unpool wrote y");
+        freev(&x), freev(&y), freev(&ix), freev(&u);
+    }
+}
+
 static void test_topk(void) {
     for (int rep = 0; rep < 40; rep++) {
         const int64_t rows = rand_in(1, 4), n = rand_in(1, rep % 2 ? 200 : 20), k = rand_in(0, n);
@@ -217,6 +293,8 @@ int main(void) {
     test_gather_nd();
     test_scatter_nd();
     test_cumsum();
+    test_cumprod();
+    test_maxpool_argmax_and_unpool();
     test_topk();
     return nrv_test_summary("test_plan_index");
 }

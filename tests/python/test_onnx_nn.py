@@ -476,14 +476,73 @@ def test_pool_window_larger_than_input_needs_ceil_mode(tmp_path):
             nerve.Session(path, cache=False)
 
 
-def test_maxpool_indices_output_fails(tmp_path):
-    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2], name="mp0")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 7, 7])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-                               helper.make_tensor_value_info("idx", TensorProto.INT64, None)])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+MAXPOOL_INDEX_CASES = [
+    ((2, 3, 9, 11), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 8, 7), dict(kernel_shape=[2, 3], strides=[2, 1], ceil_mode=1, storage_order=1)),
+    ((1, 2, 10, 9), dict(kernel_shape=[2, 2], dilations=[2, 3], pads=[0, 1, 1, 0])),
+    ((2, 4, 13), dict(kernel_shape=[4], strides=[3], pads=[1, 2])),
+    ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[2, 2, 2], pads=[0, 1, 0, 1, 1, 1])),
+]
+
+
+def _pool_index_model(shape, attrs, unpool=None):
+    """MaxPool with its Indices output (and, with unpool = its attributes plus an optional
+    output_shape, a MaxUnpool of them): outputs y, idx (or the unpooled u)."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["y", "idx"], **attrs)]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, None)]
+    inits = []
+    if unpool is not None:
+        unpool = dict(unpool)
+        out_shape = unpool.pop("output_shape", None)
+        ins = ["y", "idx"] + (["os"] if out_shape is not None else [])
+        if out_shape is not None:
+            inits.append(numpy_helper.from_array(np.array(out_shape, np.int64), "os"))
+        nodes.append(helper.make_node("MaxUnpool", ins, ["u"], **unpool))
+        outs = [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], outs,
+                              initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
     m.ir_version = 8
-    _expect_model_error(tmp_path, m, "mp0", "Indices")
+    return m
+
+
+@pytest.mark.parametrize("shape, attrs", MAXPOOL_INDEX_CASES, ids=[str(c[0]) for c in MAXPOOL_INDEX_CASES])
+def test_maxpool_indices(tmp_path, rng, shape, attrs):
+    """MaxPool's Indices output (flat positions in x, row- or column-major planes) and values
+    against onnxruntime, 1-D to 3-D, pads, dilations, ceil_mode."""
+    sess = check(tmp_path, _pool_index_model(shape, attrs), {"x": _rand(rng, *shape)})
+    assert [o["type"] for o in sess.ops()] == ["maxpool_argmax"]
+
+
+@pytest.mark.parametrize("shape, pool, unpool", [
+    ((2, 3, 8, 10), dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    # SegNet/ENet on odd sizes: torch's MaxUnpool2d(output_size=...) gives output_shape, and the
+    # indices are positions in it
+    ((1, 4, 7, 9), dict(kernel_shape=[2, 2], strides=[2, 2]),
+     dict(kernel_shape=[2, 2], strides=[2, 2], output_shape=[1, 4, 7, 9])),
+    ((1, 2, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 1]), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+])
+def test_maxpool_then_unpool(tmp_path, rng, shape, pool, unpool):
+    sess = check(tmp_path, _pool_index_model(shape, pool, unpool), {"x": _rand(rng, *shape)})
+    assert [o["type"] for o in sess.ops()] == ["maxpool_argmax", "max_unpool"]
+
+
+def test_max_unpool_refuses_an_index_outside_the_output(tmp_path, rng):
+    node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2], name="unpool0")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+                                            helper.make_tensor_value_info("i", TensorProto.INT64, [1, 1, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    m.ir_version = 8
+    sess = nerve.Session(_save(tmp_path, m), cache=False)
+    x = _rand(rng, 1, 1, 2, 2)
+    good = np.array([0, 3, 9, 15], np.int64).reshape(1, 1, 2, 2)
+    np.testing.assert_array_equal(sess.run({"x": x, "i": good})["y"].reshape(-1)[[0, 3, 9, 15]], x.reshape(-1))
+    with pytest.raises(nerve.InputError, match=r"unpool0.*index 16 at position 2"):
+        sess.run({"x": x, "i": np.array([0, 3, 16, 5], np.int64).reshape(1, 1, 2, 2)})
+    with pytest.raises(nerve.InputError, match=r"index -1 at position 0"):
+        sess.run({"x": x, "i": np.array([-1, 3, 1, 5], np.int64).reshape(1, 1, 2, 2)})
 
 
 def test_rnn_layout_2_fails(tmp_path, rng):

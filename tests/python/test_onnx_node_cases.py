@@ -50,11 +50,15 @@ PASSING = _read_passing()
 
 # Cases whose expected outputs come from ONNX's Python reference where onnxruntime computes
 # something else; nerve follows onnxruntime, the peer users compare with, and is held to it.
-# align_corners with `scales` that do not give a whole output length: the reference puts the
-# unrounded length (in x scale) into x_in = x_out (len_in - 1) / (len_out - 1), onnxruntime
-# the output's length.
+# - Resize, align_corners with `scales` that do not give a whole output length: the reference
+#   puts the unrounded length (in x scale) into x_in = x_out (len_in - 1) / (len_out - 1),
+#   onnxruntime the output's length.
+# - MaxUnpool with output_shape: the reference reads the indices as positions in the shape
+#   the pool's attributes give and pastes that into a corner of output_shape; onnxruntime
+#   (and torch's MaxUnpool2d(output_size=...), which exports it) as positions in output_shape.
 FOLLOWS_ONNXRUNTIME = {"test_resize_downsample_scales_cubic_align_corners",
-                       "test_resize_downsample_scales_linear_align_corners"}
+                       "test_resize_downsample_scales_linear_align_corners",
+                       "test_maxunpool_export_with_output_shape"}
 
 
 def _tensor_only(case) -> bool:

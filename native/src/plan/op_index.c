@@ -5,6 +5,7 @@
  * Every index is checked before anything is written: one outside its axis is
  * NRV_ERR_INDEX naming its flat position and value, and the output is left as it was.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,6 +421,116 @@ static nrv_status topk_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* maxpool_argmax (ONNX MaxPool with its Indices output): each window's largest value and
+ * where it came from, as a flat index into x.
+ *   in[0] x f32 [N, C, spatial...] (1 to 3 spatial axes); out[0] y f32 and out[1] indices
+ *   i64, both [N, C, out...] (the extents the compiler computed: floor or ceil mode).
+ *   iattr [sr, storage_order, kernel[sr], strides[sr], dilations[sr], pads_begin[sr]]:
+ *   storage_order 0 indexes each (n, c) plane row-major, 1 column-major (ONNX).
+ * NaN is skipped, as op pool does; the first largest wins; a window with no number (NaN and
+ * padding only) gives -FLT_MAX at its first position inside x. A direct loop: this op runs
+ * only where the indices are asked for (SegNet/ENet-style unpooling). */
+static nrv_status maxpool_argmax_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 2, -1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0], *yi = a->out[1];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_check_view(a, yi, "indices"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, yi, "indices", NRV_I64));
+    const int64_t sr = a->n_iattr >= 1 ? a->iattr[0] : 0;
+    if (sr < 1 || sr > 3 || a->n_iattr != 2 + 4 * sr)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "iattr must be [sr (1-3), storage_order, kernel, strides, "
+                           "dilations, pads_begin]; got %d values", a->n_iattr);
+    const int column_major = a->iattr[1] != 0;
+    if (x->rank != 2 + sr || y->rank != 2 + sr || yi->rank != 2 + sr)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x, y and indices must have rank %lld", (long long)(2 + sr));
+    NRV_TRY(nrv_op_same_dims(a, yi, "indices", y, "y"));
+    if (y->dims[0] != x->dims[0] || y->dims[1] != x->dims[1])
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "y's batch and channels differ from x's");
+    /* three spatial axes, the missing leading ones of extent 1 */
+    int64_t xd[3] = {1, 1, 1}, yd[3] = {1, 1, 1}, k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, dl[3] = {1, 1, 1};
+    int64_t pb[3] = {0, 0, 0};
+    for (int64_t i = 0; i < sr; i++) {
+        const int64_t j = 3 - sr + i;
+        xd[j] = x->dims[2 + i], yd[j] = y->dims[2 + i];
+        k[j] = a->iattr[2 + i], st[j] = a->iattr[2 + sr + i], dl[j] = a->iattr[2 + 2 * sr + i];
+        pb[j] = a->iattr[2 + 3 * sr + i];
+        if (k[j] < 1 || st[j] < 1 || dl[j] < 1 || pb[j] < 0 || pb[j] >= k[j] * dl[j])
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "axis %lld: kernel %lld, stride %lld, dilation %lld, pad %lld "
+                               "out of range", (long long)i, (long long)k[j], (long long)st[j], (long long)dl[j],
+                               (long long)pb[j]);
+        /* every window must start inside x or its padding, so that it holds an element of x */
+        if (yd[j] > 0 && (yd[j] - 1) * st[j] - pb[j] >= xd[j])
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %lld: %lld outputs start past the input's %lld", (long long)i,
+                               (long long)yd[j], (long long)xd[j]);
+    }
+    const int64_t planes = x->dims[0] * x->dims[1], xplane = xd[0] * xd[1] * xd[2];
+    const float *xp = x->data;
+    float *yp = y->data;
+    int64_t *ip = yi->data, o = 0;
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t od = 0; od < yd[0]; od++)
+            for (int64_t oh = 0; oh < yd[1]; oh++)
+                for (int64_t ow = 0; ow < yd[2]; ow++, o++) {
+                    float best = -FLT_MAX;
+                    int64_t at = -1, first = -1;
+                    for (int64_t a0 = 0; a0 < k[0]; a0++) {
+                        const int64_t id = od * st[0] - pb[0] + a0 * dl[0];
+                        if (id < 0 || id >= xd[0]) continue;
+                        for (int64_t a1 = 0; a1 < k[1]; a1++) {
+                            const int64_t ih = oh * st[1] - pb[1] + a1 * dl[1];
+                            if (ih < 0 || ih >= xd[1]) continue;
+                            for (int64_t a2 = 0; a2 < k[2]; a2++) {
+                                const int64_t iw = ow * st[2] - pb[2] + a2 * dl[2];
+                                if (iw < 0 || iw >= xd[2]) continue;
+                                const int64_t in_plane = (id * xd[1] + ih) * xd[2] + iw;
+                                const float v = xp[pl * xplane + in_plane];
+                                if (first < 0) first = in_plane;
+                                if (v > best || (at < 0 && v == best)) best = v, at = in_plane;
+                            }
+                        }
+                    }
+                    if (at < 0) at = first;
+                    if (column_major) { /* w, then h, then d varies slowest-first reversed */
+                        const int64_t iw = at % xd[2], ih = (at / xd[2]) % xd[1], id = at / (xd[1] * xd[2]);
+                        at = (iw * xd[1] + ih) * xd[0] + id;
+                    }
+                    yp[o] = best;
+                    ip[o] = pl * xplane + at;
+                }
+    return NRV_OK;
+}
+
+/* max_unpool (ONNX MaxUnpool): y is zero but where x's values go, each to the flat position
+ * of y its index gives (MaxPool's Indices over a tensor of y's shape; a later duplicate wins).
+ *   in[0] x f32, in[1] indices i64 of x's dims; out[0] y f32 [N, C, spatial...].
+ * Every index is checked to lie in [0, numel(y)) before anything is written. */
+static nrv_status max_unpool_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 2, 1, 0, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "indices"));
+    const nrv_tview *x = a->in[0], *ind = a->in[1];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, ind, "indices", NRV_I64));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    NRV_TRY(nrv_op_same_dims(a, ind, "indices", x, "x"));
+    const int64_t *iv = ind->data;
+    for (int64_t i = 0; i < ind->numel; i++)
+        if (iv[i] < 0 || iv[i] >= y->numel)
+            return nrv_op_fail(a, NRV_ERR_INDEX, "index %lld at position %lld is outside the output's %lld elements",
+                               (long long)iv[i], (long long)i, (long long)y->numel);
+    float *yp = y->data;
+    const float *xp = x->data;
+    if (y->numel) memset(yp, 0, (size_t)y->numel * sizeof(float));
+    for (int64_t i = 0; i < x->numel; i++) yp[iv[i]] = xp[i];
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_index[] = {
     {"gather_elements", gather_elements_run, NULL},
     {"gather_nd", gather_nd_run, NULL},
@@ -427,5 +538,7 @@ const nrv_op_def nrv_plan_ops_index[] = {
     {"scatter_nd", scatter_nd_run, NULL},
     {"cumsum", cumsum_run, NULL},
     {"topk", topk_run, NULL},
+    {"maxpool_argmax", maxpool_argmax_run, NULL},
+    {"max_unpool", max_unpool_run, NULL},
     {NULL, NULL, NULL},
 };

@@ -49,8 +49,9 @@ def _pool(ctx: NodeCtx, ins):
     is_max = ctx.op_type == "MaxPool"
     ctx.require_attrs(["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides"]
                       + (["storage_order"] if is_max else ["count_include_pad"]))
-    if is_max and len(ctx.outputs) > 1 and ctx.outputs[1]:
-        raise ctx.fail("the Indices output of MaxPool is not supported")
+    with_indices = is_max and len(ctx.outputs) > 1 and bool(ctx.outputs[1])
+    if with_indices and x.dtype != np.float32:
+        raise ctx.fail(f"the Indices output of MaxPool is supported for float32, not {x.dtype}")
     # MaxPool of 8-bit codes: onnxruntime's QOperator format pools uint8 directly (ResNet's
     # stem, SqueezeNet); op pool takes them as they are
     codes = is_max and x.dtype in (np.uint8, np.int8)
@@ -101,6 +102,10 @@ def _pool(ctx: NodeCtx, ins):
         else:
             out_sp.append(_pool_out_dim(d, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode))
     shape = [x.shape[0], x.shape[1]] + out_sp
+    if with_indices:  # where each maximum came from (SegNet/ENet unpool with them): op maxpool_argmax
+        return ctx.b.emit("maxpool_argmax", [x], [spec(ctx.out_name(0), x.dtype, shape),
+                                                  spec(ctx.out_name(1), np.int64, shape)],
+                          iattr=[sr, int(ctx.attr("storage_order", 0))] + kernel + strides + dil + pb, name=ctx.name)
     if sr == 3:
         return [_pool3d(ctx, x, kernel, strides, dil, pb, pe, int(ceil_mode), cip, shape)]
     iattr = [0 if is_max else 1, sr, cip] + kernel + strides + dil + pb + pe
@@ -122,6 +127,31 @@ def _pool3d(ctx: NodeCtx, x: Value, kernel, strides, dil, pb, pe, ceil_mode: int
     depth = ctx.call(ctx.op_type, [columns], kernel_shape=[kernel[0], 1], strides=[strides[0], 1],
                      dilations=[dil[0], 1], pads=[pb[0], 0, pe[0], 0], **common)[0]
     return ctx.b.alias(depth, shape, ctx.out_name())
+
+
+@handler("MaxUnpool")
+def _max_unpool(ctx: NodeCtx, ins):
+    """MaxPool's values back where its Indices say, zeros elsewhere (op max_unpool). The
+    output's spatial size: output_shape when given (a constant), else (in - 1)·stride +
+    kernel - pads."""
+    x, ind = ins[0], ins[1]
+    if x.dtype != np.float32 or ind.dtype != np.int64:
+        raise ctx.fail(f"X must be float32 and I int64, got {x.dtype} and {ind.dtype}")
+    sr = x.rank - 2
+    kernel = [int(k) for k in ctx.attr("kernel_shape", [])]
+    if sr < 1 or len(kernel) != sr:
+        raise ctx.fail(f"kernel_shape must give {max(sr, 1)} sizes, got {kernel}")
+    strides = [int(s) for s in ctx.attr("strides", [1] * sr)]
+    pads = [int(p) for p in ctx.attr("pads", [0] * (2 * sr))]
+    if len(ins) > 2 and ins[2] is not None:
+        shape = [int(d) for d in ctx.known(ins[2], "output_shape")]
+        if len(shape) != x.rank:
+            raise ctx.fail(f"output_shape {shape} must have rank {x.rank}")
+        shape = [x.shape[0], x.shape[1]] + shape[2:]
+    else:
+        shape = [x.shape[0], x.shape[1]] + [S.dim_add(S.dim_mul(S.dim_sub(d, 1), s), k - pb - pe) for d, s, k, pb, pe
+                                            in zip(x.shape[2:], strides, kernel, pads[:sr], pads[sr:])]
+    return [ctx.b.emit("max_unpool", [x, ind], [spec(ctx.out_name(), np.float32, shape)], name=ctx.name)[0]]
 
 
 @handler("LRN")
