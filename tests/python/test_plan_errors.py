@@ -90,10 +90,11 @@ def test_unnamed_unsupported_node_gets_a_positional_name(tmp_path):
 
 
 def test_unsupported_attribute_value_is_a_model_error(tmp_path):
-    m = make([h.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1, name="resizer")],
+    m = make([h.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", name="resizer",
+                          coordinate_transformation_mode="tf_crop_and_resize")],
              [("x", T.FLOAT, (1, 1, 4, 4))], [("y", T.FLOAT)],
              [nh.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "s")], opset=18)
-    with pytest.raises(nerve.ModelError, match=r"resizer.*antialias"):
+    with pytest.raises(nerve.ModelError, match=r"resizer.*tf_crop_and_resize"):
         session(save(m, tmp_path / "m.onnx"))
 
 

@@ -367,8 +367,9 @@ static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *s
 /* resize: nearest / linear / cubic resampling of any axes of a float32 tensor.
  *   in[0]  x f32 [*] (rank r >= 1)
  *   out[0] y f32, rank r; along an axis with scales[i] > 0, y[i] = (int64)(x[i] * scales[i])
- *          computed in float32 (onnxruntime's rule); scales[i] == 0: y[i] is the given size
- *          and the scale is y[i] / x[i]
+ *          computed in float32 (onnxruntime's rule), or that product rounded (sizes under a
+ *          keep_aspect_ratio_policy: one scale for the axes); scales[i] == 0: y[i] is the
+ *          given size and the scale is y[i] / x[i]
  *   iattr (5): [mode, coordinate_transformation_mode, nearest_mode, exclude_outside, r]
  *          mode: 0 nearest, 1 linear, 2 cubic; coordinate mode: 0 half_pixel,
  *          1 pytorch_half_pixel, 2 align_corners, 3 asymmetric, 4 half_pixel_symmetric;
@@ -404,8 +405,10 @@ static nrv_status resize_run(const nrv_op_args *a) {
         if (!(s >= 0.0f) || isinf(s))
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scale %d is %g, expected > 0 (or 0: size given)", i, (double)s);
         if (s > 0.0f) {
+            /* truncated (scales), or rounded (sizes under keep_aspect_ratio_policy, which share
+             * one scale across the axes) */
             const float want = (float)x->dims[i] * s;
-            if (!(want < 9.0e18f) || y->dims[i] != (int64_t)want)
+            if (!(want < 9.0e18f) || (y->dims[i] != (int64_t)want && y->dims[i] != (int64_t)(want + 0.5f)))
                 return nrv_op_fail(a, NRV_ERR_SHAPE, "axis %d: output extent %lld, expected %lld x %g", i,
                                    (long long)y->dims[i], (long long)x->dims[i], (double)s);
         }

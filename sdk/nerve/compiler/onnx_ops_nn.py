@@ -743,6 +743,77 @@ def _resize_scratch(in_shape, out_shape, resized) -> Dim:
     return total
 
 
+def _antialias_weights(mode: int, len_in: int, len_out: int, scale: float, coord: str, cubic_a: float,
+                       exclude_outside: bool) -> np.ndarray:
+    """The [len_out, len_in] matrix of an antialiased linear (mode 1) or cubic (2) resize along
+    one axis, as ONNX defines it and onnxruntime computes it: when shrinking, the filter is
+    stretched by 1/scale (so every input sample within its reach contributes), its taps
+    normalised to sum 1; taps past the edges read the edge sample (or, exclude_outside, are
+    dropped and the rest renormalised). Source positions as op resize computes them (float32)."""
+    s = min(scale, 1.0)
+    start = int(np.floor((-1.0 if mode == 1 else -2.0) / s) + 1)
+    taps = np.arange(start, 2 - start)  # offsets from the sample left of the source position
+    o = np.arange(len_out, dtype=np.float32)
+    sc = np.float32(scale)
+    if coord == "align_corners":
+        x = o * np.float32(len_in - 1) / np.float32(len_out - 1) if len_out > 1 else o * 0
+    elif coord == "asymmetric":
+        x = o / sc
+    elif coord == "pytorch_half_pixel":
+        x = (o + 0.5) / sc - 0.5 if len_out > 1 else o * 0
+    elif coord == "half_pixel_symmetric":
+        adjust = np.float32(len_out) / (sc * np.float32(len_in))
+        x = np.float32(len_in) / 2 * (1 - adjust) + (o + 0.5) / sc - 0.5
+    else:
+        x = (o + 0.5) / sc - 0.5
+    x = x.astype(np.float64)
+    left = np.floor(x)
+    ratio = np.where(x == left, 1.0, x - left)  # an exact position counts as the right end of (x-1, x]
+    left = np.where(x == left, left - 1, left).astype(np.int64)
+    u = np.abs((taps[None, :] - ratio[:, None]) * s)
+    if mode == 1:
+        c = np.clip(1.0 - u, 0.0, 1.0)
+    else:
+        a = cubic_a
+        c = np.where(u <= 1, ((a + 2) * u - (a + 3)) * u * u + 1,
+                     np.where(u < 2, ((a * u - 5 * a) * u + 8 * a) * u - 4 * a, 0.0))
+    c = c / c.sum(axis=1, keepdims=True)
+    idx = left[:, None] + taps[None, :]
+    if exclude_outside:
+        c = np.where((idx < 0) | (idx >= len_in), 0.0, c)
+        c = c / c.sum(axis=1, keepdims=True)
+    w = np.zeros((len_out, len_in))
+    np.add.at(w, (np.repeat(np.arange(len_out), taps.size), np.clip(idx, 0, len_in - 1).reshape(-1)), c.reshape(-1))
+    return w
+
+
+def _resize_antialias(ctx: NodeCtx, x: Value, out, scales, resized, mode: int, coord: str) -> Value:
+    """An antialiased Resize as one product per resized axis with its weight matrix
+    (_antialias_weights), the axis moved last for it and back: a shrink's taps span the whole
+    stretched filter, which op resize's fixed taps do not hold. Needs the resized axes' input
+    and output extents known at compile time."""
+    from .onnx_ops import linear
+
+    y = x
+    for axis in [i for i in range(x.rank) if resized[i]]:
+        if not (S.is_static(x.shape[axis]) and S.is_static(out[axis])):
+            raise ctx.fail(f"antialias needs axis {axis}'s input and output extents known at compile time")
+        len_in, len_out = int(x.shape[axis]), int(out[axis])
+        if len_in < 1 or len_out < 1:
+            raise ctx.fail(f"axis {axis}: cannot resize {len_in} samples to {len_out}")
+        scale = scales[axis] if scales[axis] != 0.0 else float(np.float32(len_out) / np.float32(len_in))
+        w = _antialias_weights(mode, len_in, len_out, scale, coord, float(ctx.attr("cubic_coeff_a", -0.75)),
+                               bool(ctx.attr("exclude_outside", 0)))
+        last = axis == y.rank - 1
+        moved = y if last else transpose(ctx, y, [i for i in range(y.rank) if i != axis] + [axis],
+                                         ctx.b.fresh(ctx.name))
+        y = linear(ctx, moved, w.astype(np.float32), None, ctx.b.fresh(ctx.name))
+        if not last:
+            y = transpose(ctx, y, list(range(axis)) + [y.rank - 1] + list(range(axis, y.rank - 1)),
+                          ctx.b.fresh(ctx.name))
+    return ctx.b.alias(y, out, ctx.out_name())
+
+
 _GRID_MODES = {"bilinear": 0, "linear": 0, "nearest": 1, "bicubic": 2, "cubic": 2}
 _GRID_PADDING = {"zeros": 0, "border": 1, "reflection": 2}
 
@@ -810,10 +881,12 @@ def _resize(ctx: NodeCtx, ins):
     nearest_name = "legacy" if legacy else ctx.attr("nearest_mode", "round_prefer_floor")
     if nearest_name not in _NEAREST_MODES:
         raise ctx.fail(f"nearest_mode {nearest_name!r} is not supported")
-    if ctx.attr("antialias", 0):
-        raise ctx.fail("antialias=1 is not supported")
-    if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch" and sizes_v is not None:
-        raise ctx.fail("keep_aspect_ratio_policy other than 'stretch' is not supported")
+    antialias = bool(ctx.attr("antialias", 0))
+    if antialias and mode_name not in ("linear", "bilinear", "cubic", "bicubic"):
+        raise ctx.fail(f"antialias=1 is defined for linear and cubic modes, not {mode_name!r}")
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch") if sizes_v is not None else "stretch"
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise ctx.fail(f"keep_aspect_ratio_policy {policy!r} is not one of stretch, not_larger, not_smaller")
     axes = list(ctx.attr("axes", range(r)))
     axes = [a + r if a < 0 else a for a in axes]
     if sorted(set(axes)) != sorted(axes) or any(not 0 <= a < r for a in axes):
@@ -842,11 +915,24 @@ def _resize(ctx: NodeCtx, ins):
         sizes = ctx.known(sizes_v, "sizes")
         if len(sizes) != len(axes):
             raise ctx.fail(f"{len(sizes)} sizes for {len(axes)} axes")
-        for a, n in zip(axes, sizes):
-            out[a] = n
-            scales[a] = 0.0  # the op derives out / in per run
+        if policy != "stretch":
+            # one scale for every listed axis, the largest that fits in sizes (not_larger) or
+            # the smallest that covers them (not_smaller); each extent its rounded product
+            if not all(S.is_static(x.shape[a]) and S.is_static(n) for a, n in zip(axes, sizes)):
+                raise ctx.fail(f"keep_aspect_ratio_policy {policy!r} needs the resized extents known at compile time")
+            ratios = [np.float32(int(n)) / np.float32(int(x.shape[a])) for a, n in zip(axes, sizes)]
+            common = float(min(ratios) if policy == "not_larger" else max(ratios))
+            for a in axes:
+                scales[a] = common
+                out[a] = int(np.floor(np.float32(common) * np.float32(int(x.shape[a])) + np.float32(0.5)))
+        else:
+            for a, n in zip(axes, sizes):
+                out[a] = n
+                scales[a] = 0.0  # the op derives out / in per run
     resized = [not (scales[i] in (0.0, 1.0) and S.is_static(S.dim_sub(out[i], x.shape[i]))
                     and int(S.dim_sub(out[i], x.shape[i])) == 0) for i in range(r)]
+    if antialias:
+        return [_resize_antialias(ctx, x, out, scales, resized, _RESIZE_MODES[mode_name], coord_name)]
     iattr = [_RESIZE_MODES[mode_name], _COORD_MODES[coord_name], _NEAREST_MODES[nearest_name],
              int(ctx.attr("exclude_outside", 0)), r]
     y = ctx.b.emit("resize", [x], [spec(ctx.b.fresh(ctx.name) if codes else ctx.out_name(), np.float32, out)],
