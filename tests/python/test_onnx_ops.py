@@ -1852,6 +1852,17 @@ def test_topk(tmp_path, rng, shape, k, axis, largest):
              out_dtypes=[F32, I64], tol=dict(rtol=0, atol=0))
 
 
+@pytest.mark.parametrize("dt", [I64, I32])
+@pytest.mark.parametrize("k, largest", [(5, 1), (3, 0), (100, 1)])  # k > 64: the sorting path
+def test_topk_of_integers(tmp_path, rng, dt, k, largest):
+    """Integer values compared exactly (int64 past 2^53 too), ties by the lower position."""
+    x = rng.integers(-20, 20, (3, 150)).astype(dt)
+    if dt == I64:
+        x[:, ::9] = 2 ** 60 + rng.integers(0, 3, (3, 17))  # differ only below float64's resolution
+    check_op(tmp_path, "TopK", {"x": x}, {"axis": -1, "largest": largest}, consts={"k": np.array([k], np.int64)},
+             out_dtypes=[dt, I64], tol=dict(rtol=0, atol=0))
+
+
 def test_index_ops_refuse_bad_indices(tmp_path, rng):
     m = model([h.make_node("GatherElements", ["data", "ind"], ["y"], axis=1)],
               [("data", F32, [3, 4]), ("ind", I64, [3, 2])], [("y", F32)], {}, 17)

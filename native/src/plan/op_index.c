@@ -324,11 +324,16 @@ static nrv_status cumsum_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
-/* A candidate of topk: its value and its position along the axis. */
+/* A candidate of topk: its value and its position along the axis (float values; integer
+ * values, int32 widened, in topk_int_item: both 16 bytes, the scratch's unit). */
 typedef struct topk_item {
     float v;
     int64_t i;
 } topk_item;
+typedef struct topk_int_item {
+    int64_t v;
+    int64_t i;
+} topk_int_item;
 
 /* Whether p ranks before q: the larger (largest) or smaller value first, NaN before every
  * number (as the largest, after it as the smallest), the lower position first on ties. */
@@ -342,6 +347,11 @@ static inline int topk_before(const topk_item *p, const topk_item *q, int larges
     return p->i < q->i;
 }
 
+static inline int topk_int_before(const topk_int_item *p, const topk_int_item *q, int largest) {
+    if (p->v != q->v) return largest ? p->v > q->v : p->v < q->v;
+    return p->i < q->i;
+}
+
 static int topk_cmp_largest(const void *a, const void *b) {
     return topk_before(a, b, 1) ? -1 : topk_before(b, a, 1) ? 1 : 0;
 }
@@ -350,13 +360,55 @@ static int topk_cmp_smallest(const void *a, const void *b) {
     return topk_before(a, b, 0) ? -1 : topk_before(b, a, 0) ? 1 : 0;
 }
 
+static int topk_int_cmp_largest(const void *a, const void *b) {
+    return topk_int_before(a, b, 1) ? -1 : topk_int_before(b, a, 1) ? 1 : 0;
+}
+
+static int topk_int_cmp_smallest(const void *a, const void *b) {
+    return topk_int_before(a, b, 0) ? -1 : topk_int_before(b, a, 0) ? 1 : 0;
+}
+
 /* Up to this k, the best k are kept in an insertion-sorted buffer (one pass, most elements
  * rejected by one comparison); above it the whole slice is sorted. */
 #define TOPK_INSERTION_MAX 64
 
+/* The selection over every (outer, inner) slice, for one value type T held in ITEM. */
+#define TOPK_SELECT(T, ITEM, BEFORE, CMP_LARGEST, CMP_SMALLEST)                                              \
+    {                                                                                                       \
+        ITEM *buf = a->scratch;                                                                             \
+        const T *xd = x->data;                                                                              \
+        T *vd = yv->data;                                                                                   \
+        int64_t *id = yi->data;                                                                             \
+        for (int64_t o = 0; o < outer; o++)                                                                 \
+            for (int64_t in = 0; in < inner; in++) {                                                        \
+                const T *xs = xd + o * n * inner + in;                                                      \
+                int64_t kept = 0;                                                                           \
+                if (k <= TOPK_INSERTION_MAX) {                                                              \
+                    for (int64_t j = 0; j < n; j++) {                                                       \
+                        const ITEM c = {xs[j * inner], j};                                                  \
+                        if (kept == k && !BEFORE(&c, &buf[k - 1], largest)) continue;                       \
+                        int64_t p = kept < k ? kept++ : k - 1;                                              \
+                        while (p > 0 && BEFORE(&c, &buf[p - 1], largest)) {                                 \
+                            buf[p] = buf[p - 1];                                                            \
+                            p--;                                                                            \
+                        }                                                                                   \
+                        buf[p] = c;                                                                         \
+                    }                                                                                       \
+                } else {                                                                                    \
+                    for (int64_t j = 0; j < n; j++) buf[j] = (ITEM){xs[j * inner], j};                      \
+                    qsort(buf, (size_t)n, sizeof *buf, largest ? CMP_LARGEST : CMP_SMALLEST);               \
+                }                                                                                           \
+                for (int64_t j = 0; j < k; j++) {                                                           \
+                    vd[(o * k + j) * inner + in] = (T)buf[j].v;                                             \
+                    id[(o * k + j) * inner + in] = buf[j].i;                                                \
+                }                                                                                           \
+            }                                                                                               \
+    }
+
 /* topk (ONNX TopK): the k largest (or smallest) elements along an axis and their positions,
  * in order (best first; ties: the lower position first).
- *   in[0] x f32; out[0] values f32, out[1] indices i64, both x's dims with k along the axis.
+ *   in[0] x f32, i64 or i32; out[0] values (x's dtype), out[1] indices i64, both x's dims
+ *   with k along the axis.
  *   iattr [axis, k, largest]. scratch: 16 * x.dims[axis] bytes. */
 static nrv_status topk_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 2, 3, -1));
@@ -365,8 +417,9 @@ static nrv_status topk_run(const nrv_op_args *a) {
     nrv_tview *yv = a->out[0], *yi = a->out[1];
     NRV_TRY(nrv_op_check_view(a, yv, "values"));
     NRV_TRY(nrv_op_check_view(a, yi, "indices"));
-    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, yv, "values", NRV_F32));
+    if (x->dtype != NRV_F32 && x->dtype != NRV_I64 && x->dtype != NRV_I32)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected f32, i64 or i32", nrv_dtype_str((nrv_dtype)x->dtype));
+    NRV_TRY(nrv_op_expect_dtype(a, yv, "values", (nrv_dtype)x->dtype));
     NRV_TRY(nrv_op_expect_dtype(a, yi, "indices", NRV_I64));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
@@ -385,39 +438,18 @@ static nrv_status topk_run(const nrv_op_args *a) {
                                (int)ax);
         }
     }
+    _Static_assert(sizeof(topk_item) == 16 && sizeof(topk_int_item) == 16, "topk's scratch is 16 bytes a value");
     if ((uint64_t)a->scratch_bytes < (uint64_t)n * sizeof(topk_item) || (n > 0 && !a->scratch))
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs %lld", a->scratch_bytes,
                            (long long)(n * (int64_t)sizeof(topk_item)));
     if (k == 0 || yv->numel == 0) return NRV_OK;
     const int64_t outer = nrv_dims_product(x->dims, 0, ax), inner = nrv_dims_product(x->dims, ax + 1, x->rank);
-    topk_item *buf = a->scratch;
-    const float *xd = x->data;
-    float *vd = yv->data;
-    int64_t *id = yi->data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t in = 0; in < inner; in++) {
-            const float *xs = xd + o * n * inner + in;
-            int64_t kept = 0;
-            if (k <= TOPK_INSERTION_MAX) {
-                for (int64_t j = 0; j < n; j++) {
-                    const topk_item c = {xs[j * inner], j};
-                    if (kept == k && !topk_before(&c, &buf[k - 1], largest)) continue;
-                    int64_t p = kept < k ? kept++ : k - 1;
-                    while (p > 0 && topk_before(&c, &buf[p - 1], largest)) {
-                        buf[p] = buf[p - 1];
-                        p--;
-                    }
-                    buf[p] = c;
-                }
-            } else {
-                for (int64_t j = 0; j < n; j++) buf[j] = (topk_item){xs[j * inner], j};
-                qsort(buf, (size_t)n, sizeof *buf, largest ? topk_cmp_largest : topk_cmp_smallest);
-            }
-            for (int64_t j = 0; j < k; j++) {
-                vd[(o * k + j) * inner + in] = buf[j].v;
-                id[(o * k + j) * inner + in] = buf[j].i;
-            }
-        }
+    if (x->dtype == NRV_F32)
+        TOPK_SELECT(float, topk_item, topk_before, topk_cmp_largest, topk_cmp_smallest)
+    else if (x->dtype == NRV_I64)
+        TOPK_SELECT(int64_t, topk_int_item, topk_int_before, topk_int_cmp_largest, topk_int_cmp_smallest)
+    else
+        TOPK_SELECT(int32_t, topk_int_item, topk_int_before, topk_int_cmp_largest, topk_int_cmp_smallest)
     return NRV_OK;
 }
 

@@ -1576,8 +1576,8 @@ def _topk(ctx: NodeCtx, ins):
     """TopK with k known at compile time (an output extent): values and int64 positions, best
     first (also for sorted=0, which leaves the order free); ties keep the lower position."""
     x = ins[0]
-    if x.dtype != np.float32:
-        raise ctx.fail(f"TopK of {x.dtype} is not supported (float32)")
+    if x.dtype not in (np.float32, np.int64, np.int32):
+        raise ctx.fail(f"TopK of {x.dtype} is not supported (float32, int64, int32)")
     if ctx.opset < 10:
         k = int(ctx.attr("k"))
     else:
@@ -1587,5 +1587,5 @@ def _topk(ctx: NodeCtx, ins):
     if k < 0 or (S.is_static(n) and k > int(n)):
         raise ctx.fail(f"k = {k} is outside [0, {n}]")
     shape = [k if i == axis else d for i, d in enumerate(x.shape)]
-    return ctx.b.emit("topk", [x], [spec(ctx.out_name(0), np.float32, shape), spec(ctx.out_name(1), np.int64, shape)],
+    return ctx.b.emit("topk", [x], [spec(ctx.out_name(0), x.dtype, shape), spec(ctx.out_name(1), np.int64, shape)],
                       iattr=[axis, k, int(ctx.attr("largest", 1))], scratch_bytes=S.dim_mul(16, n), name=ctx.name)
