@@ -1,5 +1,6 @@
 """ONNX ops nerve spells out in other ops (onnx_ops_composite.py): CastLike, EyeLike, Swish,
-SwiGLU, Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid (and it feeding
+SwiGLU, the experimental ops of opsets 1-9 (ImageScaler, Affine, ScaledTanh, ParametricSoftplus,
+Crop), Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid (and it feeding
 GridSample, a spatial transformer) — against onnxruntime, or onnx's
 reference implementation where onnxruntime lacks the op, on fresh random inputs at opsets
 before and after their axes became inputs."""
@@ -58,6 +59,20 @@ def test_swiglu(tmp_path, rng, alpha):
     attrs = {} if alpha is None else {"alpha": alpha}
     _check(tmp_path, h.make_node("SwiGLU", ["a", "b"], ["y"], **attrs),
            [("a", T.FLOAT, [3, 7, 97]), ("b", T.FLOAT, [3, 7, 97])], {"a": a, "b": b}, 28, peer="reference")
+
+
+@pytest.mark.parametrize("op, attrs, shape", [
+    ("ImageScaler", dict(scale=0.0078, bias=[-1.0, -0.5, 0.25]), (2, 3, 9, 13)),   # tiny-YOLOv2's first node
+    ("Affine", dict(alpha=-1.5, beta=0.25), (3, 17)),
+    ("ScaledTanh", dict(alpha=2.0, beta=0.7), (3, 17)),
+    ("ParametricSoftplus", dict(alpha=1.3, beta=2.0), (3, 17)),
+    ("Crop", dict(border=[1, 2, 3, 1]), (1, 2, 9, 11)),
+    ("Crop", dict(border=[2, 1, 0, 0], scale=[5, 4]), (2, 3, 9, 11)),
+])
+def test_experimental_ops_of_old_opsets(tmp_path, rng, op, attrs, shape):
+    """The ops ONNX dropped after opset 9 that onnxruntime still runs (old model zoo exports)."""
+    x = (rng.standard_normal(shape) * 3).astype(F32)
+    _check(tmp_path, h.make_node(op, ["x"], ["y"], **attrs), [("x", T.FLOAT, list(shape))], {"x": x}, 8)
 
 
 @pytest.mark.parametrize("axis", [-1, 1, 0])

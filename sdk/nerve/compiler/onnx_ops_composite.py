@@ -1,6 +1,8 @@
 """Handlers for ONNX ops that are short compositions of others (each spelt out through
 ``NodeCtx.call``, so the passes fuse and place the parts as usual): CastLike, EyeLike, Swish,
-Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid; and the
+SwiGLU, the experimental ops of opsets 1-9 (ImageScaler, Affine, ScaledTanh,
+ParametricSoftplus, Crop), Hardmax, ReduceLogSum, GlobalLpPool, LpPool,
+MeanVarianceNormalization, AffineGrid; and the
 sequence ops on sequences of a length known when the model is compiled (SequenceValue:
 a list of tensors at import, never in the plan).
 """
@@ -59,6 +61,65 @@ def _swiglu(ctx: NodeCtx, ins):
         raise ctx.fail(f"A {list(a.shape)} and B {list(b.shape)} must have the same shape")
     swish = ctx.call("Swish", [a], alpha=float(ctx.attr("alpha", 1.0)))[0]
     return [binary(ctx, "Mul", swish, b, ctx.out_name())]
+
+
+# ONNX's experimental ops of opsets 1-9 (dropped from the standard, still run by onnxruntime
+# and still in old model zoo exports: tiny-YOLOv2's ImageScaler)
+
+def _float_attr(ctx: NodeCtx, name: str, default: float) -> Value:
+    return ctx.const(float(ctx.attr(name, default)), F32)
+
+
+@handler("ImageScaler")
+def _image_scaler(ctx: NodeCtx, ins):
+    """scale · x + bias[c] over [N, C, H, W]."""
+    x = ins[0]
+    bias = [float(b) for b in ctx.attr("bias", [])]
+    if x.rank != 4 or not S.is_static(x.shape[1]) or len(bias) != int(x.shape[1]):
+        raise ctx.fail(f"needs x [N, C, H, W] and one bias per channel, got {list(x.shape)} and {len(bias)}")
+    scaled = ctx.call("Mul", [x, _float_attr(ctx, "scale", 1.0)])[0]
+    return ctx.call("Add", [scaled, ctx.const(np.array(bias).reshape(1, -1, 1, 1), F32)])
+
+
+@handler("Affine")
+def _affine(ctx: NodeCtx, ins):
+    """alpha · x + beta."""
+    scaled = ctx.call("Mul", [ins[0], _float_attr(ctx, "alpha", 1.0)])[0]
+    return ctx.call("Add", [scaled, _float_attr(ctx, "beta", 0.0)])
+
+
+@handler("ScaledTanh")
+def _scaled_tanh(ctx: NodeCtx, ins):
+    """alpha · tanh(beta · x)."""
+    inner = ctx.call("Mul", [ins[0], _float_attr(ctx, "beta", 1.0)])[0]
+    return ctx.call("Mul", [ctx.call("Tanh", [inner])[0], _float_attr(ctx, "alpha", 1.0)])
+
+
+@handler("ParametricSoftplus")
+def _parametric_softplus(ctx: NodeCtx, ins):
+    """alpha · ln(1 + exp(beta · x))."""
+    inner = ctx.call("Mul", [ins[0], _float_attr(ctx, "beta", 1.0)])[0]
+    return ctx.call("Mul", [ctx.call("Softplus", [inner])[0], _float_attr(ctx, "alpha", 1.0)])
+
+
+@handler("Crop")
+def _crop(ctx: NodeCtx, ins):
+    """[N, C, H, W] cut to rows top.. and columns left..: border [left, top, right, bottom],
+    or with scale [height, width] that many from (top, left)."""
+    x = ins[0]
+    border = [int(b) for b in ctx.attr("border", [])]
+    scale = [int(v) for v in ctx.attr("scale", [])]
+    if x.rank != 4 or len(border) != 4 or len(scale) not in (0, 2):
+        raise ctx.fail(f"needs x [N, C, H, W], border [left, top, right, bottom] and optionally scale "
+                       f"[height, width]; got {list(x.shape)}, {border}, {scale}")
+    left, top, right, bottom = border
+    if scale:
+        ends = [top + scale[0], left + scale[1]]
+    else:
+        if not (S.is_static(x.shape[2]) and S.is_static(x.shape[3])):
+            raise ctx.fail("a crop by borders needs H and W known at compile time")
+        ends = [int(x.shape[2]) - bottom, int(x.shape[3]) - right]
+    return ctx.call("Slice", [x, ctx.const([top, left]), ctx.const(ends), ctx.const([2, 3])], as_opset=13)
 
 
 @handler("Hardmax")
