@@ -1902,3 +1902,35 @@ def test_einsum_refuses_what_it_cannot_run(tmp_path, rng):
                   [(f"x{i}", F32, s) for i, s in enumerate(shapes)], [("y", F32)], {}, 12)
         with pytest.raises(nerve.ModelError, match=msg):
             nerve_session(tmp_path, m)
+
+
+# ------------------------------------------------------------------------------- opsets 1-6
+
+def test_legacy_forms_of_opsets_before_7(tmp_path, rng):
+    """What old exports (caffe2 and early converters) write, which onnxruntime no longer runs
+    for most of them: Reshape-1's shape attribute, Cast-1's type name, and opset 1-6's
+    broadcasting (broadcast=1 with axis: B's axes line up with A's from axis on). Against
+    numpy."""
+    x = randn(rng, (2, 3, 4, 5))
+    cases = [
+        ([h.make_node("Reshape", ["x"], ["y"], shape=[2, 0, -1])], {}, 1, F32, x.reshape(2, 3, 20)),
+        ([h.make_node("Cast", ["x"], ["y"], to="INT32")], {}, 1, I32, x.astype(I32)),
+    ]
+    c1, c2 = randn(rng, (3,)), randn(rng, (3, 4))
+    cases += [
+        ([h.make_node("Add", ["x", "c"], ["y"], broadcast=1, axis=1)], {"c": c1}, 6, F32, x + c1[:, None, None]),
+        ([h.make_node("Mul", ["x", "c"], ["y"], broadcast=1, axis=-3)], {"c": c2}, 6, F32, x * c2[:, :, None]),
+        ([h.make_node("Sub", ["x", "c"], ["y"], broadcast=1)], {"c": c1[:1]}, 6, F32, x - c1[0]),
+    ]
+    for nodes, inits, opset, dt, want in cases:
+        m = model(nodes, [("x", F32, x.shape)], [("y", dt)], inits, opset)
+        m.ir_version = 3
+        got = nerve_session(tmp_path, m).run({"x": x})["y"]
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_node_missing_an_input_is_a_model_error(tmp_path):
+    m = model([h.make_node("Gather", ["x"], ["y"], name="gather0")], [("x", F32, (3, 4))], [("y", F32)])
+    with pytest.raises(nerve.ModelError, match=r"gather0.*too few inputs: 1, the operator needs at least 2"):
+        nerve_session(tmp_path, m)

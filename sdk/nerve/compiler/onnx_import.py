@@ -108,10 +108,29 @@ class NodeCtx:
         return vals
 
 
-def np_dtype_of(elem_type: int):
+def _check_arity(ctx: "NodeCtx", node) -> None:
+    """Fails naming the node when it has fewer inputs than its ONNX schema requires (at the
+    model's opset; ops without a schema in the onnx wheel, com.microsoft's or the dropped
+    experimental ones, are left to their handlers)."""
+    import onnx
+
+    if node.domain not in ("", "ai.onnx"):
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, ctx.opset, "")
+    except Exception:  # onnx.defs.SchemaError: no schema for this op at this opset
+        return
+    if len(node.input) < schema.min_input:
+        raise ctx.fail(f"too few inputs: {len(node.input)}, the operator needs at least {schema.min_input}")
+
+
+def np_dtype_of(elem_type):
+    """The numpy dtype of an ONNX element type: its number, or its name (Cast-1's `to`)."""
     import onnx
 
     try:
+        if isinstance(elem_type, (str, bytes)):
+            elem_type = onnx.TensorProto.DataType.Value(elem_type.decode() if isinstance(elem_type, bytes) else elem_type)
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, ValueError, TypeError):
         raise CompileError(f"ONNX element type {elem_type} is not supported") from None
@@ -308,7 +327,11 @@ class Importer:
                                "read in a plan")
             if node.op_type not in _FLOAT16_NATIVE:
                 ins = [self.as_float32(v) if v is not None and v.dtype == np.float16 else v for v in ins]
-            outs = fn(ctx, ins)
+            _check_arity(ctx, node)
+            try:
+                outs = fn(ctx, ins)
+            except IndexError as e:  # a handler reading an attribute value the node lacks
+                raise ctx.fail(f"an attribute value it needs is missing ({e})") from e
             for name, v in zip(node.output, outs):
                 if name:
                     scope[name] = v

@@ -192,7 +192,10 @@ def _reshape_to(ctx: NodeCtx, x: Value, target: List[Dim], allowzero: int = 0) -
 @handler("Reshape")
 def _reshape(ctx: NodeCtx, ins):
     x = ins[0]
-    target = ctx.known(ins[1], "the target shape")
+    if ctx.opset < 5:  # Reshape-1: the shape as an attribute
+        target = list(ctx.attr("shape", []))
+    else:
+        target = ctx.known(ins[1] if len(ins) > 1 else None, "the target shape")
     shape = _reshape_to(ctx, x, target, ctx.attr("allowzero", 0))
     return [ctx.b.alias(x, shape, ctx.out_name())]
 
@@ -400,7 +403,14 @@ def binary(ctx: NodeCtx, op: str, a: Value, b: Value, name: str) -> Value:
 @handler("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
          "Xor", "Mod")
 def _binary(ctx: NodeCtx, ins):
-    return [binary(ctx, ctx.op_type, ins[0], ins[1], ctx.out_name())]
+    a, b = ins[0], ins[1]
+    if ctx.opset < 7 and ctx.attr("broadcast", 0) and ctx.attr("axis") is not None:
+        # opsets 1-6: B's axes line up with A's from `axis` on (not from the end, as numpy's)
+        axis = norm_axis(ctx, int(ctx.attr("axis")), a.rank)
+        if axis + b.rank > a.rank:
+            raise ctx.fail(f"B of rank {b.rank} does not fit A of rank {a.rank} from axis {axis}")
+        b = ctx.b.alias(b, list(b.shape) + [1] * (a.rank - axis - b.rank), ctx.b.fresh(ctx.name))
+    return [binary(ctx, ctx.op_type, a, b, ctx.out_name())]
 
 
 @handler("BitwiseAnd", "BitwiseOr", "BitwiseXor")
