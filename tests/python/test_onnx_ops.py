@@ -990,7 +990,6 @@ def test_gemm_defaults_and_beta_zero(tmp_path, rng):
     ((1, 8, 6, 13), (4, 8, 3, 3), {"dilations": [6, 6], "pads": [6, 6, 6, 6]}, False),   # rows pruned, columns not
     ((1, 5, 9, 9), (3, 5, 3, 3), {"dilations": [10, 3], "pads": [10, 2, 10, 4], "strides": [2, 1]}, True),  # stride 2
     ((1, 6, 17), (4, 6, 5), {"dilations": [9], "pads": [18, 17]}, True),                  # 1-D, one side
-    ((1, 4, 5, 5), (2, 4, 3, 3), {"dilations": [7, 7], "pads": [6, 6, 6, 6]}, True),      # new pads < 0: kept
 ])
 def test_conv(tmp_path, rng, xs, ws, attrs, bias):
     consts = {"w": randn(rng, ws)}
@@ -1005,6 +1004,24 @@ def test_conv(tmp_path, rng, xs, ws, attrs, bias):
     tol = dict(RED, atol=max(RED["atol"], 2.0 ** -23 * k))
     s = check_op(tmp_path, "Conv", {"x": randn(rng, xs)}, attrs, consts=consts, tol=tol)
     assert op_types(s) in (["conv"], ["conv_packed"])  # one fp32 conv (weight plain or as panels)
+
+
+@pytest.mark.parametrize("xs, ws, attrs, bias", [
+    ((1, 24, 20, 20), (8, 24, 3, 3), {"dilations": [12, 12], "pads": [12, 12, 12, 12]}, True),  # DeepLab's ASPP
+    ((2, 6, 9, 14), (5, 6, 3, 2), {"dilations": [5, 9], "pads": [5, 3, 5, 6]}, False),          # uneven
+    ((1, 4, 5, 5), (2, 4, 3, 3), {"dilations": [7, 7], "pads": [6, 6, 6, 6]}, True),            # one tap, cropped
+    ((1, 7, 11, 6), (3, 7, 5, 5), {"dilations": [4, 3], "pads": [8, 6, 8, 6]}, True),
+])
+def test_conv_with_taps_mostly_in_padding(tmp_path, rng, xs, ws, attrs, bias):
+    """Stride-1 convs whose taps read the padding at most (output, tap) pairs run tap by tap:
+    a 1x1 product over each tap's valid rectangle, placed by a pad and summed."""
+    consts = {"w": randn(rng, ws)}
+    if bias:
+        consts["b"] = randn(rng, (ws[0],))
+    tol = dict(RED, atol=max(RED["atol"], 2.0 ** -23 * int(np.prod(ws[1:]))))
+    s = check_op(tmp_path, "Conv", {"x": randn(rng, xs)}, dict(attrs, kernel_shape=list(ws[2:])), consts=consts,
+                 tol=tol)
+    assert "slice" in op_types(s) or "pad" in op_types(s)
 
 
 @pytest.mark.parametrize("form", ["hardsigmoid", "clip_div", "clip_mul_swapped"])
