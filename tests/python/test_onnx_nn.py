@@ -1075,3 +1075,45 @@ def test_conv_sums_of_two_convs_and_a_residual_computed_later(tmp_path, rng):
     assert types.count("binary") == 1 and types.count("unary") == 1, types
     unfused = nerve.Session(_save(tmp_path, model), cache=False, fuse=False)
     np.testing.assert_array_equal(sess.run(feeds)["z"], unfused.run(feeds)["z"])
+
+
+# ---------------------------------------------------------------- Col2Im
+
+def _col2im_reference(x, image, block, strides, dil, pads):
+    """numpy float64: each block's values added at their positions in the padded image."""
+    sr = len(image)
+    n, ck, L = x.shape
+    c = ck // int(np.prod(block))
+    padded = [image[i] + pads[i] + pads[sr + i] for i in range(sr)]
+    grid = [(padded[i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(sr)]
+    y = np.zeros([n, c] + padded)
+    cols = x.astype(np.float64).reshape([n, c] + list(block) + grid)
+    for tap in np.ndindex(*block):
+        for pos in np.ndindex(*grid):
+            at = tuple(pos[i] * strides[i] + tap[i] * dil[i] for i in range(sr))
+            y[(slice(None), slice(None)) + at] += cols[(slice(None), slice(None)) + tap + pos]
+    return y[(slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + image[i]) for i in range(sr))]
+
+
+@pytest.mark.parametrize("n, c, image, block, attrs", [
+    (1, 2, [5, 5], [2, 2], {}),
+    (2, 3, [9, 8], [3, 2], dict(strides=[2, 3], dilations=[1, 2], pads=[1, 0, 2, 1])),
+    (1, 4, [7, 11], [2, 3], dict(strides=[3, 2], pads=[0, 1, 1, 0])),
+    # an iSTFT's overlap-add: frames of 64 samples every 16, 'center' padding cut away
+    (1, 1, [1, 256], [1, 64], dict(strides=[1, 16], pads=[0, 32, 0, 32])),
+    (2, 1, [200], [40], dict(strides=[10], pads=[20, 20])),  # one axis
+])
+def test_col2im(tmp_path, rng, n, c, image, block, attrs):
+    sr = len(image)
+    strides, dil = attrs.get("strides", [1] * sr), attrs.get("dilations", [1] * sr)
+    pads = attrs.get("pads", [0] * 2 * sr)
+    grid = [(image[i] + pads[i] + pads[sr + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(sr)]
+    x = _rand(rng, n, c * int(np.prod(block)), int(np.prod(grid)))
+    inits = [("image", np.array(image, np.int64)), ("block", np.array(block, np.int64))]
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], **attrs)
+    model = _model([node], [("x", list(x.shape))], ["y"], inits, opset=18)
+    want = _col2im_reference(x, image, block, strides, dil, pads)
+    sess = check(tmp_path, model, {"x": x}, reference=lambda feeds: {"y": want.astype(np.float32)})
+    assert [o["type"] for o in sess.ops()] == ["col2im"]
+    if sr == 2:  # onnxruntime agrees (it runs 2-D images)
+        np.testing.assert_allclose(sess.run({"x": x})["y"], _ort(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)

@@ -594,9 +594,62 @@ static nrv_status grid_sample_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* col2im (ONNX Col2Im; torch's nn.Fold, the overlap-add of an iSTFT): blocks back into an
+ * image, overlapping values summed — conv_transpose's scatter with the columns given.
+ *   in[0]  x f32 [N, C*kh*kw, L], column (c, i, j) of block l read at (c*kh + i)*kw + j;
+ *          L = gh*gw blocks, row-major over the block grid
+ *   out[0] y f32 [N, C, H, W]
+ *   iattr (10): [kh, kw, sh, sw, dh, dw, pads_begin_h, pads_begin_w, pads_end_h, pads_end_w];
+ *          gh = (H + pbh + peh - dh*(kh-1) - 1) / sh + 1 (>= 1), gw likewise
+ * Block l = (by, bx), tap (i, j) lands at (by*sh + i*dh - pbh, bx*sw + j*dw - pbw) when inside
+ * y; the rest falls in the padding. Not in place. */
+static nrv_status col2im_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 10, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    const int64_t *ia = a->iattr;
+    for (int i = 0; i < 10; i++)
+        if (ia[i] < (i < 6 ? 1 : 0) || ia[i] > ATTR_MAX)
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "attribute %d is %lld, out of range", i, (long long)ia[i]);
+    if (x->rank != 3 || y->rank != 4 || y->dims[0] != x->dims[0])
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x must be [N, C*kh*kw, L] and y [N, C, H, W]");
+    convt_geom g;
+    memset(&g, 0, sizeof g);
+    g.kh = ia[0], g.kw = ia[1], g.sh = ia[2], g.sw = ia[3], g.dh = ia[4], g.dw = ia[5], g.ph = ia[6], g.pw = ia[7];
+    g.mg = y->dims[1], g.oh = y->dims[2], g.ow = y->dims[3];
+    int64_t span_h = g.dh * (g.kh - 1) + 1, span_w = g.dw * (g.kw - 1) + 1;
+    const int64_t padded_h = g.oh + g.ph + ia[8], padded_w = g.ow + g.pw + ia[9];
+    if (padded_h < span_h || padded_w < span_w)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "the block (%lld x %lld with dilations) is larger than the padded image "
+                           "(%lld x %lld)", (long long)span_h, (long long)span_w, (long long)padded_h,
+                           (long long)padded_w);
+    g.ih = (padded_h - span_h) / g.sh + 1, g.iw = (padded_w - span_w) / g.sw + 1;
+    int64_t rows;
+    if (__builtin_mul_overflow(g.ih, g.iw, &g.hw) || __builtin_mul_overflow(g.mg, g.kh * g.kw, &rows) ||
+        x->dims[1] != rows || x->dims[2] != g.hw)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x is [%lld, %lld, %lld], expected [N, C*kh*kw = %lld, L = %lld blocks]",
+                           (long long)x->dims[0], (long long)x->dims[1], (long long)x->dims[2],
+                           (long long)(g.mg * g.kh * g.kw), (long long)g.hw);
+    g.taps = rows;
+    if (y->numel == 0) return NRV_OK;
+    const int threads = nrv_threadpool_size(a->pool);
+    const int64_t pieces = threads > 1 && g.mg > 1 ? (g.mg < threads ? g.mg : threads) : 1;
+    for (int64_t n = 0; n < x->dims[0]; n++) {
+        convt_scatter_job j = {&g, (const float *)x->data + n * rows * g.hw, NULL,
+                               (float *)y->data + n * g.mg * g.oh * g.ow, pieces};
+        nrv_parallel_for(a->pool, j.pieces, convt_scatter_task, &j);
+    }
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_upsample[] = {
     {"conv_transpose", conv_transpose_run, "gemm"},
     {"resize", resize_run, NULL},
     {"grid_sample", grid_sample_run, NULL},
+    {"col2im", col2im_run, NULL},
     {NULL, NULL, NULL},
 };

@@ -718,6 +718,37 @@ def _conv_transpose3d(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], k
     return ctx.b.alias(out, out.shape, ctx.out_name())
 
 
+@handler("Col2Im")
+def _col2im(ctx: NodeCtx, ins):
+    """Blocks back into an image, overlaps summed (torch's nn.Fold; an iSTFT's overlap-add):
+    op col2im, for 1 or 2 image axes with image_shape and block_shape constants."""
+    x = ins[0]
+    if x.dtype != np.float32 or x.rank != 3:
+        raise ctx.fail(f"input must be float32 [N, C*prod(block_shape), L], got {x.dtype} {list(x.shape)}")
+    image = [int(v) for v in ctx.known(ins[1], "image_shape")]
+    block = [int(v) for v in ctx.known(ins[2], "block_shape")]
+    sr = len(image)
+    if sr not in (1, 2) or len(block) != sr:
+        raise ctx.fail(f"image_shape {image} and block_shape {block}: 1 or 2 axes each, the same count")
+    strides = [int(v) for v in ctx.attr("strides", [1] * sr)]
+    dil = [int(v) for v in ctx.attr("dilations", [1] * sr)]
+    pads = [int(v) for v in ctx.attr("pads", [0] * (2 * sr))]
+    if min(image + block + strides + dil) < 1 or min(pads) < 0:
+        raise ctx.fail(f"image_shape {image}, block_shape {block}, strides {strides}, dilations {dil} must be >= 1 "
+                       f"and pads {pads} >= 0")
+    k = int(np.prod(block))
+    if not S.is_static(x.shape[1]) or int(x.shape[1]) % k:
+        raise ctx.fail(f"input's axis 1 ({x.shape[1]}) is not a multiple of the block size {k}")
+    channels = int(x.shape[1]) // k
+    if sr == 1:  # one axis: an image of height 1
+        image, block, strides, dil = [1] + image, [1] + block, [1] + strides, [1] + dil
+        pads = [0, pads[0], 0, pads[1]]
+    iattr = block + strides + dil + pads
+    y = ctx.b.emit("col2im", [x], [spec(ctx.b.fresh(ctx.name), np.float32, [x.shape[0], channels] + image)],
+                   iattr=iattr, name=ctx.name)[0]
+    return [ctx.b.alias(y, [x.shape[0], channels] + image[2 - sr:], ctx.out_name())]
+
+
 # ---------------------------------------------------------------- Resize / Upsample
 
 _RESIZE_MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2, "bicubic": 2}
