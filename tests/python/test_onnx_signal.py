@@ -89,8 +89,8 @@ def test_dft(tmp_path, rng, shape, axis, length, inverse, onesided, opset):
 ])
 def test_dft_inverse_onesided_is_irfft(tmp_path, rng, shape, length):
     """Opset 20's inverse + onesided DFT (a one-sided spectrum back to a real signal, what a
-    vocoder's iSTFT does) against numpy's irfft in float64 (onnxruntime does not run it). The
-    imaginary parts of bin 0 and of the Nyquist bin are ignored, as irfft does."""
+    vocoder's iSTFT does) against numpy's irfft in float64 (and onnxruntime's where it agrees).
+    The imaginary parts of bin 0 and of the Nyquist bin are ignored, as irfft does."""
     x = rng.standard_normal(shape).astype(np.float32)
     inits, ins = [("axis", np.array(1, np.int64))], ["x", "len" if length else "", "axis"]
     if length:
@@ -108,6 +108,13 @@ def test_dft_inverse_onesided_is_irfft(tmp_path, rng, shape, length):
     ref = np.fft.irfft(spec, n=n, axis=1)[..., None]
     assert got.shape == ref.shape
     _close({"y": got}, {"y": ref}, 2 * shape[1])
+    if shape[-1] == 2 and shape[1] == n // 2 + 1:
+        # onnxruntime agrees where the bins are the length's (complex spectra); where they are
+        # fewer or more it departs from numpy's, torch's and ONNX's reference irfft
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        want = ort.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+        _close({"y": got}, {"y": want}, 2 * shape[1])
 
 
 @pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
@@ -198,3 +205,38 @@ def test_signal_ops_refuse_what_they_cannot_run(tmp_path):
         compile_([helper.make_node("MelWeightMatrix", ["m", "d", "r", "lo", "hi"], ["y"])], [],
                  [("m", np.array(8, np.int64)), ("d", np.array(64, np.int64)), ("r", np.array(8000, np.int64)),
                   ("lo", np.array(500.0, np.float32)), ("hi", np.array(100.0, np.float32))])
+
+
+def test_istft_as_vocoders_export_it(tmp_path, rng):
+    """A Vocos-style "same"-padding iSTFT as torch's dynamo exporter writes it: irfft of the
+    spectrum (DFT inverse + onesided), a Hann window, Col2Im's overlap-add, the padding cut,
+    divided by the window's own overlap-add. Against onnxruntime and numpy."""
+    n_fft, hop, frames = 256, 64, 50
+    pad = (n_fft - hop) // 2
+    out_len = (frames - 1) * hop + n_fft
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)
+    env = np.zeros(out_len)
+    for f in range(frames):
+        env[f * hop:f * hop + n_fft] += window.astype(np.float64) ** 2
+    nodes = [helper.make_node("DFT", ["spec", "n", "axis"], ["frames"], inverse=1, onesided=1),  # [1, n_fft, T, 1]
+             helper.make_node("Squeeze", ["frames", "last"], ["sig"]),
+             helper.make_node("Mul", ["sig", "win"], ["windowed"]),
+             helper.make_node("Col2Im", ["windowed", "image", "block"], ["folded"], strides=[1, hop]),
+             helper.make_node("Slice", ["folded", "starts", "ends", "axes"], ["cut"]),
+             helper.make_node("Div", ["cut", "envelope"], ["y"])]
+    inits = [("n", np.array(n_fft, np.int64)), ("axis", np.array(1, np.int64)), ("last", np.array([3], np.int64)),
+             ("win", window.reshape(1, n_fft, 1)), ("image", np.array([1, out_len], np.int64)),
+             ("block", np.array([1, n_fft], np.int64)), ("starts", np.array([pad], np.int64)),
+             ("ends", np.array([out_len - pad], np.int64)), ("axes", np.array([3], np.int64)),
+             ("envelope", env[pad:out_len - pad].astype(np.float32))]
+    spec = rng.standard_normal((1, n_fft // 2 + 1, frames, 2)).astype(np.float32)
+    sess, got, want = _run_both(tmp_path, nodes, [("spec", list(spec.shape))], ["y"], inits, 20, {"spec": spec})
+    c = spec[..., 0].astype(np.float64) + 1j * spec[..., 1]
+    frames_ref = np.fft.irfft(c, n=n_fft, axis=1) * window[None, :, None]
+    full = np.zeros(out_len)
+    for f in range(frames):
+        full[f * hop:f * hop + n_fft] += frames_ref[0, :, f]
+    ref = (full / env)[pad:out_len - pad].reshape(1, 1, 1, -1)
+    _close(got, {"y": ref}, n_fft)
+    _close(got, want, n_fft)
+    assert "col2im" in {o["type"] for o in sess.ops()}
