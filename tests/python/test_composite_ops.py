@@ -1,6 +1,6 @@
 """ONNX ops nerve spells out in other ops (onnx_ops_composite.py): CastLike, EyeLike, Swish,
 SwiGLU, the experimental ops of opsets 1-9 (ImageScaler, Affine, ScaledTanh, ParametricSoftplus,
-Crop), Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid (and it feeding
+Crop), ReverseSequence, Hardmax, ReduceLogSum, GlobalLpPool, LpPool, MeanVarianceNormalization, AffineGrid (and it feeding
 GridSample, a spatial transformer) — against onnxruntime, or onnx's
 reference implementation where onnxruntime lacks the op, on fresh random inputs at opsets
 before and after their axes became inputs."""
@@ -73,6 +73,15 @@ def test_experimental_ops_of_old_opsets(tmp_path, rng, op, attrs, shape):
     """The ops ONNX dropped after opset 9 that onnxruntime still runs (old model zoo exports)."""
     x = (rng.standard_normal(shape) * 3).astype(F32)
     _check(tmp_path, h.make_node(op, ["x"], ["y"], **attrs), [("x", T.FLOAT, list(shape))], {"x": x}, 8)
+
+
+@pytest.mark.parametrize("shape, batch_axis, time_axis, lens", [
+    ((6, 3, 5), 1, 0, [6, 2, 0]), ((4, 7, 2), 0, 1, [1, 7, 3, 5]), ((9, 2), 1, 0, [4, 9]),
+])
+def test_reverse_sequence(tmp_path, rng, shape, batch_axis, time_axis, lens):
+    x = rng.standard_normal(shape).astype(F32)
+    _check(tmp_path, h.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=batch_axis, time_axis=time_axis),
+           [("x", T.FLOAT, list(shape))], {"x": x}, 10, inits={"lens": np.array(lens, np.int64)})
 
 
 @pytest.mark.parametrize("axis", [-1, 1, 0])

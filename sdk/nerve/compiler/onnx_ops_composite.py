@@ -1,7 +1,7 @@
 """Handlers for ONNX ops that are short compositions of others (each spelt out through
 ``NodeCtx.call``, so the passes fuse and place the parts as usual): CastLike, EyeLike, Swish,
 SwiGLU, the experimental ops of opsets 1-9 (ImageScaler, Affine, ScaledTanh,
-ParametricSoftplus, Crop), Hardmax, ReduceLogSum, GlobalLpPool, LpPool,
+ParametricSoftplus, Crop), ReverseSequence, Hardmax, ReduceLogSum, GlobalLpPool, LpPool,
 MeanVarianceNormalization, AffineGrid; and the
 sequence ops on sequences of a length known when the model is compiled (SequenceValue:
 a list of tensors at import, never in the plan).
@@ -120,6 +120,31 @@ def _crop(ctx: NodeCtx, ins):
             raise ctx.fail("a crop by borders needs H and W known at compile time")
         ends = [int(x.shape[2]) - bottom, int(x.shape[3]) - right]
     return ctx.call("Slice", [x, ctx.const([top, left]), ctx.const(ends), ctx.const([2, 3])], as_opset=13)
+
+
+@handler("ReverseSequence")
+def _reverse_sequence(ctx: NodeCtx, ins):
+    """Each batch entry's first sequence_lens[b] steps reversed, the rest kept (TF exports of
+    bidirectional RNNs): per batch entry, a Gather of its slice with a constant step order,
+    concatenated. The lengths must be known when the model is compiled."""
+    x = ins[0]
+    lens = [int(v) for v in ctx.known(ins[1], "sequence_lens")]
+    batch_axis, time_axis = int(ctx.attr("batch_axis", 1)), int(ctx.attr("time_axis", 0))
+    if {batch_axis, time_axis} != {0, 1} or x.rank < 2:
+        raise ctx.fail(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of an input of rank >= 2")
+    steps, batch = x.shape[time_axis], x.shape[batch_axis]
+    if not (S.is_static(steps) and S.is_static(batch)) or len(lens) != int(batch):
+        raise ctx.fail(f"needs the batch ({batch}) and time ({steps}) extents known and one length per batch entry, "
+                       f"got {len(lens)}")
+    steps = int(steps)
+    if any(not 0 <= n <= steps for n in lens):
+        raise ctx.fail(f"sequence_lens {lens} must lie in [0, {steps}]")
+    parts = []
+    for b, n in enumerate(lens):
+        entry = ctx.call("Slice", [x, ctx.const([b]), ctx.const([b + 1]), ctx.const([batch_axis])], as_opset=13)[0]
+        order = list(range(n - 1, -1, -1)) + list(range(n, steps))
+        parts.append(ctx.call("Gather", [entry, ctx.const(order)], axis=time_axis)[0])
+    return ctx.call("Concat", parts, axis=batch_axis)
 
 
 @handler("Hardmax")
