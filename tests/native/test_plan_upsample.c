@@ -199,6 +199,37 @@ static nrv_status resize(const nrv_tview *x, nrv_tview *y, int64_t mode, int64_t
     return run("resize", ins, 1, y, ia, 5, fa, 1 + x->rank, scratch);
 }
 
+/* The innermost resized axis' pass first (iattr[5] = 1) gives the axes-in-order result up to
+ * float rounding (the separable passes commute), for growing and shrinking axes; with too
+ * little scratch for that order, a clear failure. */
+static void test_resize_pass_order(void) {
+    for (int rep = 0; rep < 40; rep++) {
+        const int64_t xd[3] = {rand_in(1, 3), rand_in(1, 12), rand_in(1, 12)};
+        const float sc[3] = {1.0f, 0.4f + (float)rnd(30) / 10.0f, 0.4f + (float)rnd(30) / 10.0f};
+        const int64_t yd[3] = {xd[0], (int64_t)((float)xd[1] * sc[1]), (int64_t)((float)xd[2] * sc[2])};
+        if (yd[1] == 0 || yd[2] == 0) continue;
+        nrv_tview x = mk(NRV_F32, 3, xd), y1 = mk(NRV_F32, 3, yd), y2 = mk(NRV_F32, 3, yd);
+        nrv_test_fill(x.data, x.numel, -1, 1);
+        const int64_t mode = 1 + (int64_t)rnd(2), coord = (int64_t)rnd(5);
+        const size_t roomy = 48 * 64 + 4 * (size_t)(xd[0] * (xd[1] > yd[1] ? xd[1] : yd[1]) *
+                                                    (xd[2] > yd[2] ? xd[2] : yd[2])) + 64;
+        NRV_EXPECT_STATUS(resize(&x, &y1, mode, coord, 0, 0, sc, roomy), NRV_OK);
+        int64_t ia[6] = {mode, coord, 0, 0, 3, 1};
+        float fa[4] = {-0.75f, sc[0], sc[1], sc[2]};
+        const nrv_tview *ins[1] = {&x};
+        NRV_EXPECT_STATUS(run("resize", ins, 1, &y2, ia, 6, fa, 4, roomy), NRV_OK);
+        double worst = 0;
+        for (int64_t i = 0; i < y1.numel; i++) {
+            const double e = fabs((double)((float *)y1.data)[i] - ((float *)y2.data)[i]);
+            if (e > worst) worst = e;
+        }
+        NRV_EXPECT(worst < 1e-5, "resize mode %lld coord %lld: the two pass orders differ by %g", (long long)mode,
+                   (long long)coord, worst);
+        NRV_EXPECT_STATUS(run("resize", ins, 1, &y2, ia, 6, fa, 4, 16), NRV_ERR_INVALID_ARG);
+        freev(&x), freev(&y1), freev(&y2);
+    }
+}
+
 static void test_resize(void) {
     for (int rep = 0; rep < 30; rep++) {
         /* nearest, asymmetric, integer scales on every axis of a rank-3 tensor: a repeat */
@@ -341,6 +372,7 @@ int main(void) {
     NRV_EXPECT(nrv_plan_op_find("conv_transpose") && nrv_plan_op_find("resize"), "upsample ops not registered");
     test_conv_transpose();
     test_resize();
+    test_resize_pass_order();
     test_grid_sample();
     return nrv_test_summary("test_plan_upsample");
 }

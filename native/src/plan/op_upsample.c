@@ -328,29 +328,36 @@ static void resize_task(void *ctx, int64_t i) {
 
 /* Which axes a resize passes over and where its scratch goes. */
 typedef struct resize_layout {
-    uint8_t resized[NRV_PLAN_MAX_RANK]; /* the axes that change: output extent or scale not 1 */
-    int last;                           /* the last of them (its pass writes y); -1: none */
-    uint64_t table_bytes;               /* the tap table, for the longest resized output axis */
-    uint64_t bytes;                     /* all of the scratch: table, then the intermediates */
+    int order[NRV_PLAN_MAX_RANK]; /* the axes that change (output extent or scale not 1), in
+                                   * the order their passes run; the last pass writes y */
+    int n;                        /* how many */
+    uint64_t table_bytes;         /* the tap table, for the longest resized output axis */
+    uint64_t bytes;               /* all of the scratch: table, then the intermediates */
 } resize_layout;
 
 /* Bytes of scratch a resize needs: a tap table for the longest resized output axis, then
- * one intermediate tensor per resized axis but the last (axes resized in order), in *L
- * with the axes that change. -1 on overflow. */
-static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *scales, resize_layout *L) {
+ * one intermediate tensor per pass but the last, in *L with the passes' order: the axes in
+ * order, or with last_first the innermost resized axis first (its pass reads one element at
+ * a time, the others whole rows: on the smaller tensor when the other axes grow). -1 on
+ * overflow. */
+static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *scales, int last_first,
+                          resize_layout *L) {
     uint64_t table = 0, inter = 0, cur = 1;
-    L->last = -1;
-    for (int i = 0; i < x->rank; i++) {
-        L->resized[i] = y->dims[i] != x->dims[i] || (scales[i] != 0.0f && scales[i] != 1.0f);
-        if (L->resized[i]) L->last = i;
+    L->n = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (y->dims[i] != x->dims[i] || (scales[i] != 0.0f && scales[i] != 1.0f)) L->order[L->n++] = i;
+    if (last_first && L->n > 1) {
+        const int inner = L->order[L->n - 1];
+        memmove(L->order + 1, L->order, sizeof(int) * (size_t)(L->n - 1));
+        L->order[0] = inner;
     }
     int64_t shape[NRV_PLAN_MAX_RANK];
     memcpy(shape, x->dims, sizeof(int64_t) * (size_t)x->rank);
-    for (int i = 0; i < x->rank; i++) {
-        if (!L->resized[i]) continue;
+    for (int k = 0; k < L->n; k++) {
+        const int i = L->order[k];
         if ((uint64_t)y->dims[i] > table) table = (uint64_t)y->dims[i];
         shape[i] = y->dims[i];
-        if (i == L->last) break;
+        if (k == L->n - 1) break;
         cur = 1;
         for (int j = 0; j < x->rank; j++)
             if (nrv_mul_overflow(cur, (uint64_t)shape[j], &cur)) return -1;
@@ -370,18 +377,21 @@ static int resize_scratch(const nrv_tview *x, const nrv_tview *y, const float *s
  *          computed in float32 (onnxruntime's rule), or that product rounded (sizes under a
  *          keep_aspect_ratio_policy: one scale for the axes); scales[i] == 0: y[i] is the
  *          given size and the scale is y[i] / x[i]
- *   iattr (5): [mode, coordinate_transformation_mode, nearest_mode, exclude_outside, r]
+ *   iattr (5 or 6): [mode, coordinate_transformation_mode, nearest_mode, exclude_outside, r
+ *          (, last_first: 1 = the innermost resized axis' pass first; see resize_scratch)]
  *          mode: 0 nearest, 1 linear, 2 cubic; coordinate mode: 0 half_pixel,
  *          1 pytorch_half_pixel, 2 align_corners, 3 asymmetric, 4 half_pixel_symmetric;
  *          nearest_mode: 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil, 4 legacy
  *   fattr (1 + r): [cubic_coeff_a, scales[r]]
  *   scratch: resize_scratch above: sizeof(resize_tap) (48) x the longest resized output
- *          extent, plus 64-byte-rounded float32 intermediates for every resized axis but
- *          the last.
+ *          extent, plus 64-byte-rounded float32 intermediates for every pass but the last.
  * Linear clamps the source coordinate to [0, len-1]; nearest and cubic clamp indices to the
  * edge (cubic with exclude_outside drops taps outside and renormalises). Not in place. */
 static nrv_status resize_run(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 5, -1));
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
+    if (a->n_iattr != 5 && a->n_iattr != 6)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d integer attributes, expected 5 or 6", a->n_iattr);
+    const int last_first = a->n_iattr == 6 && a->iattr[5] != 0;
     NRV_TRY(nrv_op_check_in(a, 0, "input x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
@@ -418,32 +428,32 @@ static nrv_status resize_run(const nrv_op_args *a) {
     }
     if (y->numel == 0) return NRV_OK;
     resize_layout L;
-    if (resize_scratch(x, y, scales, &L) != 0 || L.bytes > (uint64_t)a->scratch_bytes || (L.bytes > 0 && !a->scratch))
+    if (resize_scratch(x, y, scales, last_first, &L) != 0 || L.bytes > (uint64_t)a->scratch_bytes ||
+        (L.bytes > 0 && !a->scratch))
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, less than this resize needs",
                            a->scratch_bytes);
-    if (L.last < 0) {
+    if (L.n == 0) {
         memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
         return NRV_OK;
     }
-    const int last = L.last;
     resize_tap *table = a->scratch;
     unsigned char *inter = (unsigned char *)a->scratch + L.table_bytes;
     const int taps = c.mode == RESIZE_NEAREST ? 1 : c.mode == RESIZE_LINEAR ? 2 : RESIZE_TAPS;
     int64_t shape[NRV_PLAN_MAX_RANK];
     memcpy(shape, x->dims, sizeof(int64_t) * (size_t)x->rank);
     const float *src = x->data;
-    for (int i = 0; i < x->rank; i++) {
-        if (!L.resized[i]) continue;
+    for (int k = 0; k < L.n; k++) {
+        const int i = L.order[k], last = k == L.n - 1;
         const int64_t len_in = shape[i], len_out = y->dims[i];
         const float scale = scales[i] > 0.0f ? scales[i] : (float)len_out / (float)len_in;
         resize_table(&c, scale, len_in, len_out, table);
         const int64_t outer = nrv_dims_product(shape, 0, i), inner = nrv_dims_product(shape, i + 1, x->rank);
         shape[i] = len_out;
-        float *dst = i == last ? (float *)y->data : (float *)inter;
+        float *dst = last ? (float *)y->data : (float *)inter;
         resize_job j = {table, taps, src, dst, outer, len_in, len_out, inner,
                         nrv_plan_pieces(a->pool, outer * len_out * inner * taps, 1 << 16, outer)};
         nrv_parallel_for(a->pool, j.pieces, resize_task, &j);
-        if (i != last) {
+        if (!last) {
             const uint64_t n = (uint64_t)nrv_dims_product(shape, 0, x->rank) * sizeof(float);
             inter += (n + 63) & ~(uint64_t)63;
         }

@@ -758,11 +758,23 @@ _NEAREST_MODES = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "
 _RESIZE_TAP_BYTES = 48  # sizeof(resize_tap) in op_upsample.c
 
 
-def _resize_scratch(in_shape, out_shape, resized) -> Dim:
-    """resize's scratch (op_upsample.c resize_scratch) at the bounds: a tap table for the
-    longest resized output axis, and a 64-byte-rounded float32 intermediate per resized axis
-    but the last."""
+def _resize_last_first(in_shape, out_shape, resized) -> bool:
+    """Whether op resize should run the innermost resized axis' pass first: that pass reads
+    one element at a time, the others whole rows, so it should run on the smaller tensor —
+    first when the other resized axes grow (LR-ASPP's two upsamples: 2.1 -> 0.75 ms)."""
     axes = [i for i, r in enumerate(resized) if r]
+    if len(axes) < 2 or not all(S.is_static(in_shape[i]) and S.is_static(out_shape[i]) for i in axes):
+        return False
+    return int(np.prod([int(out_shape[i]) for i in axes[:-1]])) > int(np.prod([int(in_shape[i]) for i in axes[:-1]]))
+
+
+def _resize_scratch(in_shape, out_shape, resized, last_first: bool = False) -> Dim:
+    """resize's scratch (op_upsample.c resize_scratch) at the bounds: a tap table for the
+    longest resized output axis, and a 64-byte-rounded float32 intermediate per pass but the
+    last (the axes in order, or the innermost first)."""
+    axes = [i for i, r in enumerate(resized) if r]
+    if last_first and len(axes) > 1:
+        axes = axes[-1:] + axes[:-1]
     table: Optional[Dim] = None
     for i in axes:
         table = out_shape[i] if table is None else S.dim_max(table, out_shape[i])
@@ -966,9 +978,12 @@ def _resize(ctx: NodeCtx, ins):
         return [_resize_antialias(ctx, x, out, scales, resized, _RESIZE_MODES[mode_name], coord_name)]
     iattr = [_RESIZE_MODES[mode_name], _COORD_MODES[coord_name], _NEAREST_MODES[nearest_name],
              int(ctx.attr("exclude_outside", 0)), r]
+    last_first = _resize_last_first(x.shape, out, resized)
+    if last_first:
+        iattr.append(1)
     y = ctx.b.emit("resize", [x], [spec(ctx.b.fresh(ctx.name) if codes else ctx.out_name(), np.float32, out)],
                    iattr=iattr, fattr=[float(ctx.attr("cubic_coeff_a", -0.75))] + scales,
-                   scratch_bytes=_resize_scratch(x.shape, out, resized), name=ctx.name)
+                   scratch_bytes=_resize_scratch(x.shape, out, resized, last_first), name=ctx.name)
     if codes:
         return ctx.b.emit("cast", y, [spec(ctx.out_name(), ins[0].dtype, out)], name=ctx.name)
     return y
