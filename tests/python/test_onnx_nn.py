@@ -1117,3 +1117,35 @@ def test_col2im(tmp_path, rng, n, c, image, block, attrs):
     assert [o["type"] for o in sess.ops()] == ["col2im"]
     if sr == 2:  # onnxruntime agrees (it runs 2-D images)
         np.testing.assert_allclose(sess.run({"x": x})["y"], _ort(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- RoiAlign
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("opset, coord", [(16, "half_pixel"), (16, "output_half_pixel"), (10, None)])
+@pytest.mark.parametrize("ratio, scale, out", [(0, 0.25, (7, 7)), (2, 1.0, (3, 5))])
+def test_roi_align(tmp_path, rng, mode, opset, coord, ratio, scale, out):
+    """Regions inside, across the border, tiny and wider than the map, on two images, against
+    onnxruntime (its max mode: the largest weighted corner of each sample)."""
+    x = _rand(rng, 2, 3, 13, 17)
+    img = np.array([13, 17]) / scale
+    lo = rng.uniform(-0.2, 0.9, (9, 2)) * img[::-1]
+    size = rng.uniform(0.02, 0.8, (9, 2)) * img[::-1]
+    rois = np.concatenate([lo, lo + size], axis=1).astype(np.float32)
+    rois[0] = [-20, -20, 5 / scale, 4 / scale]                 # starts outside the map
+    rois[1] = [1, 1, 1.2, 1.1]                                  # smaller than a cell
+    batch = rng.integers(0, 2, 9).astype(np.int64)
+    attrs = dict(mode=mode, output_height=out[0], output_width=out[1], sampling_ratio=ratio, spatial_scale=scale)
+    if coord is not None:
+        attrs["coordinate_transformation_mode"] = coord
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 13, 17]),
+                                            helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["r", 4]),
+                                            helper.make_tensor_value_info("batch", TensorProto.INT64, ["r"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    sess = check(tmp_path, m, [{"x": x, "rois": rois, "batch": batch}, {"x": x, "rois": rois[:2], "batch": batch[:2]}],
+                 dims={"r": 9})
+    with pytest.raises(nerve.InputError, match="batch"):
+        sess.run({"x": x, "rois": rois[:3], "batch": np.array([0, 2, 1], np.int64)})

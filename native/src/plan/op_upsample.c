@@ -656,10 +656,113 @@ static nrv_status col2im_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* One bilinear sample of a RoiAlign bin: four positions in the plane and their weights
+ * (all 0 when the point falls outside [-1, extent]). */
+typedef struct roi_sample {
+    int64_t pos[4];
+    float w[4];
+} roi_sample;
+
+static roi_sample roi_bilinear(float y, float x, int64_t h, int64_t w) {
+    roi_sample r;
+    memset(&r, 0, sizeof r);
+    if (!(y >= -1.0f && y <= (float)h && x >= -1.0f && x <= (float)w)) return r; /* outside, or NaN */
+    if (y <= 0.0f) y = 0.0f;
+    if (x <= 0.0f) x = 0.0f;
+    int64_t y0 = (int64_t)y, x0 = (int64_t)x, y1, x1;
+    if (y0 >= h - 1) y1 = y0 = h - 1, y = (float)y0;
+    else y1 = y0 + 1;
+    if (x0 >= w - 1) x1 = x0 = w - 1, x = (float)x0;
+    else x1 = x0 + 1;
+    const float ly = y - (float)y0, lx = x - (float)x0, hy = 1.0f - ly, hx = 1.0f - lx;
+    r.pos[0] = y0 * w + x0, r.pos[1] = y0 * w + x1, r.pos[2] = y1 * w + x0, r.pos[3] = y1 * w + x1;
+    r.w[0] = hy * hx, r.w[1] = hy * lx, r.w[2] = ly * hx, r.w[3] = ly * lx;
+    return r;
+}
+
+/* roi_align (ONNX RoiAlign, onnxruntime's arithmetic): each region of interest pooled to a
+ * fixed grid of bins, each bin the average (or max) of bilinear samples on a regular grid.
+ *   in[0] x f32 [N, C, H, W]; in[1] rois f32 [R, 4] (x1, y1, x2, y2 in x's scale before
+ *   spatial_scale); in[2] batch_indices i64 [R], each in [0, N) (checked before anything is
+ *   written); out[0] y f32 [R, C, oh, ow].
+ *   iattr [max_mode, sampling_ratio (0: ceil(bin extent)), half_pixel]; fattr [spatial_scale].
+ * half_pixel: coordinates shift by -0.5 (opset 16's default); else a region is at least 1x1
+ * (opset 10). Max mode takes, per sample, the largest weighted corner (as onnxruntime). */
+static nrv_status roi_align_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, 3, 1));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "rois"));
+    NRV_TRY(nrv_op_check_in(a, 2, "batch_indices"));
+    const nrv_tview *x = a->in[0], *rois = a->in[1], *bi = a->in[2];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, rois, "rois", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, bi, "batch_indices", NRV_I64));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    if (x->rank != 4 || rois->rank != 2 || rois->dims[1] != 4 || bi->rank != 1 || bi->dims[0] != rois->dims[0] ||
+        y->rank != 4 || y->dims[0] != rois->dims[0] || y->dims[1] != x->dims[1])
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "expected x [N, C, H, W], rois [R, 4], batch_indices [R], y [R, C, oh, ow]");
+    const int max_mode = a->iattr[0] != 0, half_pixel = a->iattr[2] != 0;
+    const int64_t ratio = a->iattr[1];
+    if (ratio < 0 || ratio > ATTR_MAX) return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "sampling_ratio %lld", (long long)ratio);
+    const float scale = a->fattr[0];
+    NRV_TRY(nrv_op_check_indices(a, bi, x->dims[0], "the batch"));
+    const int64_t *bv = bi->data;
+    for (int64_t r = 0; r < bi->numel; r++)
+        if (bv[r] < 0)
+            return nrv_op_fail(a, NRV_ERR_INDEX, "batch index %lld of region %lld is negative", (long long)bv[r],
+                               (long long)r);
+    const int64_t C = x->dims[1], H = x->dims[2], W = x->dims[3], oh = y->dims[2], ow = y->dims[3];
+    if ((H < 1 || W < 1) && y->numel > 0)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x's planes are %lld x %lld: nothing to sample", (long long)H, (long long)W);
+    const float *rv = rois->data, *xv = x->data;
+    float *yv = y->data;
+    for (int64_t r = 0; r < rois->dims[0]; r++) {
+        const float off = half_pixel ? 0.5f : 0.0f;
+        const float x1 = rv[4 * r] * scale - off, y1 = rv[4 * r + 1] * scale - off;
+        float rw = rv[4 * r + 2] * scale - off - x1, rh = rv[4 * r + 3] * scale - off - y1;
+        if (!half_pixel) rw = rw > 1.0f ? rw : 1.0f, rh = rh > 1.0f ? rh : 1.0f;
+        const float bh = rh / (float)oh, bw = rw / (float)ow;
+        /* samples per bin along each axis: bounded, so a huge region cannot take forever */
+        const float gh_f = ratio > 0 ? (float)ratio : ceilf(rh / (float)oh), gw_f = ratio > 0 ? (float)ratio : ceilf(rw / (float)ow);
+        const int64_t gh = gh_f >= 1.0f && gh_f < 4096.0f ? (int64_t)gh_f : 1, gw = gw_f >= 1.0f && gw_f < 4096.0f ? (int64_t)gw_f : 1;
+        const float count = (float)(gh * gw);
+        const float *plane0 = xv + bv[r] * C * H * W;
+        for (int64_t c = 0; c < C; c++) {
+            const float *plane = plane0 + c * H * W;
+            float *out = yv + (r * C + c) * oh * ow;
+            for (int64_t ph = 0; ph < oh; ph++)
+                for (int64_t pw = 0; pw < ow; pw++) {
+                    float acc = 0.0f;
+                    int first = 1;
+                    for (int64_t iy = 0; iy < gh; iy++) {
+                        const float sy = y1 + (float)ph * bh + ((float)iy + 0.5f) * bh / (float)gh;
+                        for (int64_t ix = 0; ix < gw; ix++) {
+                            const float sx = x1 + (float)pw * bw + ((float)ix + 0.5f) * bw / (float)gw;
+                            const roi_sample s = roi_bilinear(sy, sx, H, W);
+                            if (max_mode) {
+                                float v = s.w[0] * plane[s.pos[0]];
+                                for (int k = 1; k < 4; k++) v = fmaxf(v, s.w[k] * plane[s.pos[k]]);
+                                acc = first ? v : fmaxf(acc, v);
+                                first = 0;
+                            } else {
+                                for (int k = 0; k < 4; k++) acc += s.w[k] * plane[s.pos[k]];
+                            }
+                        }
+                    }
+                    out[ph * ow + pw] = max_mode ? acc : acc / count;
+                }
+        }
+    }
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_upsample[] = {
     {"conv_transpose", conv_transpose_run, "gemm"},
     {"resize", resize_run, NULL},
     {"grid_sample", grid_sample_run, NULL},
     {"col2im", col2im_run, NULL},
+    {"roi_align", roi_align_run, NULL},
     {NULL, NULL, NULL},
 };

@@ -749,6 +749,29 @@ def _col2im(ctx: NodeCtx, ins):
     return [ctx.b.alias(y, [x.shape[0], channels] + image[2 - sr:], ctx.out_name())]
 
 
+@handler("RoiAlign")
+def _roi_align(ctx: NodeCtx, ins):
+    """Regions of interest pooled to fixed bins by bilinear samples (op roi_align,
+    onnxruntime's arithmetic); opset 16's half_pixel coordinates or opset 10's."""
+    x, rois, batch = ins[0], ins[1], ins[2]
+    if x.dtype != np.float32 or rois.dtype != np.float32 or x.rank != 4:
+        raise ctx.fail(f"X must be float32 [N, C, H, W] and rois float32, got {x.dtype} {list(x.shape)}, {rois.dtype}")
+    if batch.dtype != np.int64:
+        batch = ctx.call("Cast", [batch], to=7)[0]  # int64
+    mode = ctx.attr("mode", "avg")
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else "output_half_pixel")
+    if mode not in ("avg", "max") or coord not in ("half_pixel", "output_half_pixel"):
+        raise ctx.fail(f"mode {mode!r} / coordinate_transformation_mode {coord!r} not supported")
+    oh, ow = int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))
+    ratio = int(ctx.attr("sampling_ratio", 0))
+    if oh < 1 or ow < 1 or ratio < 0:
+        raise ctx.fail(f"output {oh} x {ow} and sampling_ratio {ratio} out of range")
+    shape = [rois.shape[0], x.shape[1], oh, ow]
+    return ctx.b.emit("roi_align", [x, rois, batch], [spec(ctx.out_name(), np.float32, shape)],
+                      iattr=[int(mode == "max"), ratio, int(coord == "half_pixel")],
+                      fattr=[float(ctx.attr("spatial_scale", 1.0))], name=ctx.name)
+
+
 # ---------------------------------------------------------------- Resize / Upsample
 
 _RESIZE_MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2, "bicubic": 2}
