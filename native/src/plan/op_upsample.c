@@ -656,6 +656,8 @@ static nrv_status col2im_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+#define ROI_MAX_SAMPLES 1024
+
 /* One bilinear sample of a RoiAlign bin: four positions in the plane and their weights
  * (all 0 when the point falls outside [-1, extent]). */
 typedef struct roi_sample {
@@ -687,7 +689,8 @@ static roi_sample roi_bilinear(float y, float x, int64_t h, int64_t w) {
  *   written); out[0] y f32 [R, C, oh, ow].
  *   iattr [max_mode, sampling_ratio (0: ceil(bin extent)), half_pixel]; fattr [spatial_scale].
  * half_pixel: coordinates shift by -0.5 (opset 16's default); else a region is at least 1x1
- * (opset 10). Max mode takes, per sample, the largest weighted corner (as onnxruntime). */
+ * (opset 10). Max mode takes, per sample, the largest weighted corner (as onnxruntime).
+ * Samples per bin and axis are capped at ROI_MAX_SAMPLES (a region over 1024 bins wide). */
 static nrv_status roi_align_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 3, 1, 3, 1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
@@ -724,9 +727,12 @@ static nrv_status roi_align_run(const nrv_op_args *a) {
         float rw = rv[4 * r + 2] * scale - off - x1, rh = rv[4 * r + 3] * scale - off - y1;
         if (!half_pixel) rw = rw > 1.0f ? rw : 1.0f, rh = rh > 1.0f ? rh : 1.0f;
         const float bh = rh / (float)oh, bw = rw / (float)ow;
-        /* samples per bin along each axis: bounded, so a huge region cannot take forever */
-        const float gh_f = ratio > 0 ? (float)ratio : ceilf(rh / (float)oh), gw_f = ratio > 0 ? (float)ratio : ceilf(rw / (float)ow);
-        const int64_t gh = gh_f >= 1.0f && gh_f < 4096.0f ? (int64_t)gh_f : 1, gw = gw_f >= 1.0f && gw_f < 4096.0f ? (int64_t)gw_f : 1;
+        /* samples per bin along each axis, at most ROI_MAX_SAMPLES: a region of absurd size (or
+         * NaN) cannot make one run take forever */
+        const float gh_f = ratio > 0 ? (float)ratio : ceilf(rh / (float)oh);
+        const float gw_f = ratio > 0 ? (float)ratio : ceilf(rw / (float)ow);
+        const int64_t gh = !(gh_f >= 1.0f) ? 1 : gh_f > ROI_MAX_SAMPLES ? ROI_MAX_SAMPLES : (int64_t)gh_f;
+        const int64_t gw = !(gw_f >= 1.0f) ? 1 : gw_f > ROI_MAX_SAMPLES ? ROI_MAX_SAMPLES : (int64_t)gw_f;
         const float count = (float)(gh * gw);
         const float *plane0 = xv + bv[r] * C * H * W;
         for (int64_t c = 0; c < C; c++) {
