@@ -1149,3 +1149,40 @@ def test_roi_align(tmp_path, rng, mode, opset, coord, ratio, scale, out):
                  dims={"r": 9})
     with pytest.raises(nerve.InputError, match="batch"):
         sess.run({"x": x, "rois": rois[:3], "batch": np.array([0, 2, 1], np.int64)})
+
+
+# ---------------------------------------------------------------- DeformConv
+
+@pytest.mark.parametrize("xs, ws, attrs, with_bias, with_mask", [
+    ((1, 3, 9, 11), (4, 3, 3, 3), dict(pads=[1, 1, 1, 1]), True, False),
+    ((2, 4, 8, 7), (6, 2, 3, 2), dict(group=2, offset_group=2, strides=[2, 1], dilations=[1, 2],
+                                      pads=[1, 0, 0, 2]), True, True),                  # DCNv2: masked
+    ((1, 6, 10, 10), (3, 6, 1, 1), dict(offset_group=3), False, True),
+])
+def test_deform_conv(tmp_path, rng, xs, ws, attrs, with_bias, with_mask):
+    """Offsets up to 3 cells (many samples leave the map and read zero) against onnxruntime;
+    zero offsets and a mask of ones give the plain Conv."""
+    kernel = list(ws[2:])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    st, dl = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    out = [(xs[2 + i] + pads[i] + pads[2 + i] - dl[i] * (kernel[i] - 1) - 1) // st[i] + 1 for i in range(2)]
+    og, taps = attrs.get("offset_group", 1), kernel[0] * kernel[1]
+    offset = (rng.standard_normal((xs[0], og * 2 * taps) + tuple(out)) * 1.5).astype(np.float32)
+    ins = ["x", "w", "offset"] + (["b"] if with_bias else ([""] if with_mask else [])) + (["mask"] if with_mask else [])
+    inits = [("w", _rand(rng, *ws))] + ([("b", _rand(rng, ws[0]))] if with_bias else [])
+    feeds = {"x": _rand(rng, *xs), "offset": offset}
+    inputs = [("x", list(xs)), ("offset", list(offset.shape))]
+    if with_mask:
+        feeds["mask"] = rng.uniform(0, 1, (xs[0], og * taps) + tuple(out)).astype(np.float32)
+        inputs.append(("mask", list(feeds["mask"].shape)))
+    node = helper.make_node("DeformConv", ins, ["y"], kernel_shape=kernel, **attrs)
+    model = _model([node], inputs, ["y"], inits, opset=19)
+    sess = check(tmp_path, model, feeds)
+    assert [o["type"] for o in sess.ops()] == ["deform_conv"]
+    plain = _model([helper.make_node("Conv", ["x", "w"] + (["b"] if with_bias else []), ["y"], kernel_shape=kernel,
+                                     **{k: v for k, v in attrs.items() if k != "offset_group"})],
+                   [("x", list(xs))], ["y"], inits, opset=19)
+    zero = dict(feeds, offset=np.zeros_like(offset))
+    if with_mask:
+        zero["mask"] = np.ones_like(feeds["mask"])
+    np.testing.assert_allclose(sess.run(zero)["y"], _ort(plain, {"x": feeds["x"]})["y"], rtol=RTOL, atol=ATOL)

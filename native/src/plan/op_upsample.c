@@ -764,11 +764,115 @@ static nrv_status roi_align_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* x's plane sampled at (y, x) bilinearly, zero outside (DeformConv's rule: a point beyond
+ * one cell outside reads nothing, a corner outside reads zero). */
+static float deform_sample(const float *plane, int64_t h, int64_t w, float y, float x) {
+    if (!(y > -1.0f && y < (float)h && x > -1.0f && x < (float)w)) return 0.0f; /* NaN too */
+    const float fy = floorf(y), fx = floorf(x);
+    const int64_t y0 = (int64_t)fy, x0 = (int64_t)fx;
+    const float ly = y - fy, lx = x - fx;
+    float v = 0.0f;
+    if (y0 >= 0 && x0 >= 0) v += (1.0f - ly) * (1.0f - lx) * plane[y0 * w + x0];
+    if (y0 >= 0 && x0 + 1 < w) v += (1.0f - ly) * lx * plane[y0 * w + x0 + 1];
+    if (y0 + 1 < h && x0 >= 0) v += ly * (1.0f - lx) * plane[(y0 + 1) * w + x0];
+    if (y0 + 1 < h && x0 + 1 < w) v += ly * lx * plane[(y0 + 1) * w + x0 + 1];
+    return v;
+}
+
+/* deform_conv (ONNX DeformConv, 2-D): a convolution whose taps read x at learned offsets
+ * (bilinear samples), optionally scaled by a mask; as im2col of the samples, then a GEMM per
+ * group.
+ *   in[0] x f32 [N, C, H, W]; in[1] w f32 [M, C/group, kh, kw]; in[2] offset f32
+ *   [N, og*2*kh*kw, oh, ow] ((dy, dx) per offset group and tap); in[3] bias f32 [M]
+ *   (optional); in[4] mask f32 [N, og*kh*kw, oh, ow] (optional); out[0] y f32 [N, M, oh, ow].
+ *   iattr [group, offset_group, sh, sw, dh, dw, pads_begin_h, pads_begin_w, pads_end_h, pads_end_w].
+ *   scratch: 4 * C*kh*kw * oh*ow bytes (the sampled columns of one image).
+ * Tap (i, j) of output (p, q) reads channel c (offset group c / (C/og)) at
+ * (p*sh - ph + i*dh + dy, q*sw - pw + j*dw + dx). */
+static nrv_status deform_conv_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 5, 1, 10, 0));
+    for (int i = 0; i < 3; i++) NRV_TRY(nrv_op_check_in(a, i, i == 0 ? "x" : i == 1 ? "w" : "offset"));
+    const nrv_tview *x = a->in[0], *w = a->in[1], *off = a->in[2];
+    const nrv_tview *bias = a->n_in > 3 ? a->in[3] : NULL, *mask = a->n_in > 4 ? a->in[4] : NULL;
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    const nrv_tview *f32s[5] = {x, w, off, bias, mask};
+    static const char *const f32_names[5] = {"x", "w", "offset", "bias", "mask"};
+    for (int i = 0; i < 5; i++)
+        if (f32s[i]) NRV_TRY(nrv_op_expect_dtype(a, f32s[i], f32_names[i], NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    const int64_t *ia = a->iattr;
+    const int64_t group = ia[0], og = ia[1], sh = ia[2], sw = ia[3], dh = ia[4], dw = ia[5], ph = ia[6], pw = ia[7];
+    const int64_t peh = ia[8], pew = ia[9];
+    if (x->rank != 4 || w->rank != 4 || off->rank != 4 || y->rank != 4)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x, w, offset and y must be 4-D");
+    const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+    const int64_t M = w->dims[0], kh = w->dims[2], kw = w->dims[3], oh = y->dims[2], ow = y->dims[3];
+    if (group < 1 || og < 1 || group > ATTR_MAX || og > ATTR_MAX || sh < 1 || sw < 1 || dh < 1 || dw < 1 ||
+        sh > ATTR_MAX || sw > ATTR_MAX || dh > ATTR_MAX || dw > ATTR_MAX || ph < 0 || pw < 0 || ph > ATTR_MAX ||
+        pw > ATTR_MAX || peh < 0 || pew < 0 || peh > ATTR_MAX || pew > ATTR_MAX || C % group || M % group || C % og || w->dims[1] * group != C || kh < 1 || kw < 1)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "group %lld, offset_group %lld, strides, dilations or pads out of "
+                           "range for C %lld, M %lld", (long long)group, (long long)og, (long long)C, (long long)M);
+    const int64_t taps = kh * kw;
+    if (y->dims[0] != N || y->dims[1] != M || off->dims[0] != N || off->dims[1] != og * 2 * taps ||
+        off->dims[2] != oh || off->dims[3] != ow ||
+        (mask && (mask->rank != 4 || mask->dims[0] != N || mask->dims[1] != og * taps || mask->dims[2] != oh ||
+                  mask->dims[3] != ow)) ||
+        (bias && (bias->rank != 1 || bias->dims[0] != M)))
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "offset must be [N, offset_group*2*kh*kw, oh, ow], mask [N, "
+                           "offset_group*kh*kw, oh, ow], bias [M], y [N, M, oh, ow]");
+    const int64_t want_h = (H + ph + peh - dh * (kh - 1) - 1) / sh + 1, want_w = (W + pw + pew - dw * (kw - 1) - 1) / sw + 1;
+    if (oh != want_h || ow != want_w)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "output %lld x %lld, expected %lld x %lld", (long long)oh, (long long)ow,
+                           (long long)want_h, (long long)want_w);
+    const int64_t hw = oh * ow, rows = C * taps;
+    uint64_t need;
+    if (nrv_mul_overflow((uint64_t)rows, (uint64_t)hw, &need) || nrv_mul_overflow(need, sizeof(float), &need) ||
+        need > (uint64_t)a->scratch_bytes || (need > 0 && !a->scratch))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, needs 4 * %lld * %lld", a->scratch_bytes,
+                           (long long)rows, (long long)hw);
+    if (y->numel == 0) return NRV_OK;
+    float *col = a->scratch;
+    const int64_t cpg = C / og, cg = C / group, mg = M / group;
+    for (int64_t n = 0; n < N; n++) {
+        const float *xn = (const float *)x->data + n * C * H * W;
+        const float *offn = (const float *)off->data + n * og * 2 * taps * hw;
+        const float *maskn = mask ? (const float *)mask->data + n * og * taps * hw : NULL;
+        for (int64_t c = 0; c < C; c++) {
+            const int64_t g = c / cpg;
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) {
+                    const int64_t t = i * kw + j;
+                    const float *dy = offn + (g * 2 * taps + 2 * t) * hw, *dx = dy + hw;
+                    const float *mk = maskn ? maskn + (g * taps + t) * hw : NULL;
+                    float *crow = col + (c * taps + t) * hw;
+                    for (int64_t p = 0; p < oh; p++)
+                        for (int64_t q = 0; q < ow; q++) {
+                            const int64_t o = p * ow + q;
+                            const float sy = (float)(p * sh - ph + i * dh) + dy[o];
+                            const float sx = (float)(q * sw - pw + j * dw) + dx[o];
+                            const float v = deform_sample(xn + c * H * W, H, W, sy, sx);
+                            crow[o] = mk ? v * mk[o] : v;
+                        }
+                }
+        }
+        float *yn = (float *)y->data + n * M * hw;
+        for (int64_t gi = 0; gi < group; gi++)
+            nrv_kernel_get(NRV_OP_GEMM).gemm(0, 0, mg, hw, cg * taps, 1.0f, (const float *)w->data + gi * mg * cg * taps,
+                                             cg * taps, col + gi * cg * taps * hw, hw, 0.0f, yn + gi * mg * hw, hw);
+        if (bias)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t o = 0; o < hw; o++) yn[m * hw + o] += ((const float *)bias->data)[m];
+    }
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_upsample[] = {
     {"conv_transpose", conv_transpose_run, "gemm"},
     {"resize", resize_run, NULL},
     {"grid_sample", grid_sample_run, NULL},
     {"col2im", col2im_run, NULL},
     {"roi_align", roi_align_run, NULL},
+    {"deform_conv", deform_conv_run, "gemm"},
     {NULL, NULL, NULL},
 };

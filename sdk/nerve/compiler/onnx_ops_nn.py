@@ -749,6 +749,37 @@ def _col2im(ctx: NodeCtx, ins):
     return [ctx.b.alias(y, [x.shape[0], channels] + image[2 - sr:], ctx.out_name())]
 
 
+@handler("DeformConv")
+def _deform_conv(ctx: NodeCtx, ins):
+    """A 2-D convolution whose taps read x at learned offsets, bilinearly, optionally masked
+    (DCNv2): op deform_conv, the sampled columns through the GEMM per group."""
+    x, w, offset = ins[0], ins[1], ins[2]
+    bias = ins[3] if len(ins) > 3 else None
+    mask = ins[4] if len(ins) > 4 else None
+    if any(v is not None and v.dtype != np.float32 for v in (x, w, offset, bias, mask)):
+        raise ctx.fail("DeformConv is supported for float32")
+    if x.rank != 4 or w.rank != 4:
+        raise ctx.fail(f"only the 2-D form is supported (x [N, C, H, W]), got x {list(x.shape)}")
+    if not all(S.is_static(d) for d in list(w.shape) + list(x.shape[1:])):
+        raise ctx.fail("the weights' shape and x's channels and spatial sizes must be known at compile time")
+    kernel = [int(d) for d in w.shape[2:]]
+    strides = [int(v) for v in ctx.attr("strides", [1, 1])]
+    dil = [int(v) for v in ctx.attr("dilations", [1, 1])]
+    pads = [int(v) for v in ctx.attr("pads", [0, 0, 0, 0])]
+    group, og = int(ctx.attr("group", 1)), int(ctx.attr("offset_group", 1))
+    c, m = int(x.shape[1]), int(w.shape[0])
+    if group < 1 or og < 1 or c % group or m % group or c % og or int(w.shape[1]) * group != c:
+        raise ctx.fail(f"group {group} / offset_group {og} do not fit {c} input and {m} output channels")
+    out_sp = [conv_out_dim(ctx, int(x.shape[2 + i]), kernel[i], strides[i], dil[i], pads[i], pads[2 + i])
+              for i in range(2)]
+    if any(int(o) < 1 for o in out_sp):
+        raise ctx.fail(f"the kernel does not fit the padded input ({list(x.shape[2:])})")
+    scratch = 4 * c * kernel[0] * kernel[1] * int(out_sp[0]) * int(out_sp[1])
+    return ctx.b.emit("deform_conv", [x, w, offset, bias, mask],
+                      [spec(ctx.out_name(), np.float32, [x.shape[0], m] + out_sp)],
+                      iattr=[group, og] + strides + dil + pads, scratch_bytes=scratch, name=ctx.name)
+
+
 @handler("RoiAlign")
 def _roi_align(ctx: NodeCtx, ins):
     """Regions of interest pooled to fixed bins by bilinear samples (op roi_align,
