@@ -368,8 +368,87 @@ static void test_grid_sample(void) {
     freev(&x), freev(&g), freev(&y);
 }
 
+/* col2im against a naive scatter at random geometries; a column count that does not match
+ * the block grid fails and writes nothing. */
+static void test_col2im(void) {
+    for (int rep = 0; rep < 30; rep++) {
+        const int64_t C = rand_in(1, 3), H = rand_in(1, 9), W = rand_in(1, 9), kh = rand_in(1, 3), kw = rand_in(1, 3);
+        const int64_t sh = rand_in(1, 3), sw = rand_in(1, 3), dh = rand_in(1, 2), dw = rand_in(1, 2);
+        const int64_t pbh = rand_in(0, 2), pbw = rand_in(0, 2), peh = rand_in(0, 2), pew = rand_in(0, 2);
+        const int64_t sph = dh * (kh - 1) + 1, spw = dw * (kw - 1) + 1;
+        if (H + pbh + peh < sph || W + pbw + pew < spw) continue;
+        const int64_t gh = (H + pbh + peh - sph) / sh + 1, gw = (W + pbw + pew - spw) / sw + 1;
+        const int64_t xd[3] = {2, C * kh * kw, gh * gw}, yd[4] = {2, C, H, W};
+        nrv_tview x = mk(NRV_F32, 3, xd), y = mk(NRV_F32, 4, yd);
+        nrv_test_fill(x.data, x.numel, -1, 1);
+        const int64_t ia[10] = {kh, kw, sh, sw, dh, dw, pbh, pbw, peh, pew};
+        const nrv_tview *ins[1] = {&x};
+        NRV_EXPECT_STATUS(run("col2im", ins, 1, &y, ia, 10, NULL, 0, 0), NRV_OK);
+        double *want = calloc((size_t)y.numel, sizeof(double)), worst = 0;
+        const float *xv = x.data;
+        for (int64_t n = 0; n < 2; n++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t i = 0; i < kh; i++)
+                    for (int64_t j = 0; j < kw; j++)
+                        for (int64_t by = 0; by < gh; by++)
+                            for (int64_t bx = 0; bx < gw; bx++) {
+                                const int64_t r = by * sh + i * dh - pbh, q = bx * sw + j * dw - pbw;
+                                if (r < 0 || r >= H || q < 0 || q >= W) continue;
+                                want[((n * C + c) * H + r) * W + q] +=
+                                    xv[((n * C * kh * kw) + (c * kh + i) * kw + j) * gh * gw + by * gw + bx];
+                            }
+        for (int64_t i = 0; i < y.numel; i++) worst = fmax(worst, fabs(want[i] - ((float *)y.data)[i]));
+        NRV_EXPECT(worst < 1e-5, "col2im: off by %g", worst);
+        free(want);
+        freev(&x), freev(&y);
+        const int64_t bad[3] = {2, C * kh * kw, gh * gw + 1};
+        x = mk(NRV_F32, 3, bad), y = mk(NRV_F32, 4, yd);
+        const nrv_tview *bins[1] = {&x};
+        NRV_EXPECT_STATUS(run("col2im", bins, 1, &y, ia, 10, NULL, 0, 0), NRV_ERR_SHAPE);
+        NRV_EXPECT(untouched(&y), "a failed col2im wrote y");
+        freev(&x), freev(&y);
+    }
+}
+
+/* roi_align and deform_conv refuse what a plan or a run could get wrong before writing. */
+static void test_sampling_ops_refuse(void) {
+    const int64_t xd[4] = {2, 3, 5, 6}, rd[2] = {2, 4}, bd[1] = {2}, yd[4] = {2, 3, 2, 2};
+    nrv_tview x = mk(NRV_F32, 4, xd), rois = mk(NRV_F32, 2, rd), bi = mk(NRV_I64, 1, bd), y = mk(NRV_F32, 4, yd);
+    nrv_test_fill(x.data, x.numel, -1, 1), nrv_test_fill(rois.data, rois.numel, 0, 4);
+    int64_t *b = bi.data;
+    b[0] = 1, b[1] = 2; /* x has 2 images */
+    const nrv_tview *ins[3] = {&x, &rois, &bi};
+    const int64_t ia[3] = {0, 2, 1};
+    const float fa[1] = {1.0f};
+    NRV_EXPECT_STATUS(run("roi_align", ins, 3, &y, ia, 3, fa, 1, 0), NRV_ERR_INDEX);
+    NRV_EXPECT(untouched(&y), "a failed roi_align wrote y");
+    b[1] = 0;
+    ((float *)rois.data)[0] = NAN; /* a NaN region samples nothing: no crash, no NaN index */
+    NRV_EXPECT_STATUS(run("roi_align", ins, 3, &y, ia, 3, fa, 1, 0), NRV_OK);
+    freev(&rois), freev(&bi), freev(&y);
+
+    /* deform_conv: an offset tensor of the wrong shape, too little scratch */
+    const int64_t wd[4] = {4, 3, 3, 3}, od[4] = {2, 18, 3, 4}, ydc[4] = {2, 4, 3, 4};
+    nrv_tview w = mk(NRV_F32, 4, wd), off = mk(NRV_F32, 4, od), yc = mk(NRV_F32, 4, ydc);
+    nrv_test_fill(w.data, w.numel, -1, 1), nrv_test_fill(off.data, off.numel, -3, 3);
+    const nrv_tview *dins[3] = {&x, &w, &off};
+    const int64_t dia[10] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+    const size_t need = 4 * 27 * 12;
+    NRV_EXPECT_STATUS(run("deform_conv", dins, 3, &yc, dia, 10, NULL, 0, need), NRV_OK);
+    memset(yc.data, SENTINEL, nbytes(&yc));
+    NRV_EXPECT_STATUS(run("deform_conv", dins, 3, &yc, dia, 10, NULL, 0, need - 4), NRV_ERR_INVALID_ARG);
+    const int64_t od_bad[4] = {2, 17, 3, 4};
+    nrv_tview off_bad = mk(NRV_F32, 4, od_bad);
+    const nrv_tview *bad_ins[3] = {&x, &w, &off_bad};
+    NRV_EXPECT_STATUS(run("deform_conv", bad_ins, 3, &yc, dia, 10, NULL, 0, need), NRV_ERR_SHAPE);
+    NRV_EXPECT(untouched(&yc), "a failed deform_conv wrote y");
+    freev(&x), freev(&w), freev(&off), freev(&off_bad), freev(&yc);
+}
+
 int main(void) {
     NRV_EXPECT(nrv_plan_op_find("conv_transpose") && nrv_plan_op_find("resize"), "upsample ops not registered");
+    test_col2im();
+    test_sampling_ops_refuse();
     test_conv_transpose();
     test_resize();
     test_resize_pass_order();
