@@ -236,7 +236,7 @@ def test_istft_as_vocoders_export_it(tmp_path, rng):
     full = np.zeros(out_len)
     for f in range(frames):
         full[f * hop:f * hop + n_fft] += frames_ref[0, :, f]
-    ref = (full / env)[pad:out_len - pad].reshape(1, 1, 1, -1)
+    ref = (full[pad:out_len - pad] / env[pad:out_len - pad]).reshape(1, 1, 1, -1)  # the edges' 0/0 cut first
     _close(got, {"y": ref}, n_fft)
     _close(got, want, n_fft)
     assert "col2im" in {o["type"] for o in sess.ops()}
