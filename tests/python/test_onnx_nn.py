@@ -710,6 +710,9 @@ CONVT_CASES = [
     ((1, 3, 6, 5), (3, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER"), False),
     ((1, 2, 5, 4), (2, 3, 3, 3), dict(strides=[3, 2], output_shape=[14, 9]), True),
     ((1, 0, 4), (0, 3, 2), dict(strides=[2]), True),                  # no input channel: bias only
+    ((1, 1, 3, 3), (1, 2, 3, 3), dict(strides=[3, 2], output_shape=[10, 8]), True),  # past the full conv: bias
+    ((1, 2, 5), (2, 3, 1), dict(strides=[2], auto_pad="SAME_UPPER"), True),          # stride > kernel
+    ((1, 2, 5), (2, 3, 1), dict(strides=[2], auto_pad="SAME_LOWER"), True),          # ... the extra one first
     # 3-D (3D U-Net decoders): a 2-D transposed conv per depth tap, its planes spread and summed
     ((1, 4, 3, 5, 6), (4, 3, 2, 2, 2), dict(strides=[2, 2, 2]), True),
     ((2, 3, 4, 5, 3), (3, 2, 3, 3, 3), dict(strides=[2, 1, 2], pads=[1, 1, 0, 1, 0, 1],

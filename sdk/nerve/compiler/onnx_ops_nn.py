@@ -611,7 +611,8 @@ def _elman_rnn(ctx: NodeCtx, ins):
 def _convt_pads(ctx: NodeCtx, spatial, kernel, strides, dil, out_pad):
     """(pads_begin, pads_end) of a ConvTranspose from pads, auto_pad or output_shape. A total
     padding is split as onnxruntime splits it: SAME_UPPER puts the extra one at the end,
-    SAME_LOWER and an explicit output_shape at the beginning."""
+    SAME_LOWER and an explicit output_shape at the beginning; an output_shape larger than the
+    full convolution extends its end (a negative pads_end); SAME never crops below it."""
     sr = len(kernel)
     auto = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
     out_shape = ctx.attr("output_shape")
@@ -629,8 +630,12 @@ def _convt_pads(ctx: NodeCtx, spatial, kernel, strides, dil, out_pad):
             raise ctx.fail("output_shape needs the input's spatial dims known when the model is compiled")
         # the padding that leaves output_shape, or (SAME) s·d: full less s·d, whatever d is
         total = int(full) - int(out_shape[i]) if out_shape is not None else (k - 1) * dl + 1 + op - s
-        if total < 0:
-            raise ctx.fail(f"axis {i}: the output is {-total} larger than the full transposed convolution")
+        if total < 0 and auto == "NOTSET":
+            # an output_shape past the full convolution: the extra positions at the end, as
+            # output_padding's (onnxruntime, and ONNX's reference)
+            pb.append(0), pe.append(total)
+            continue
+        total = max(total, 0)  # SAME with a stride past the kernel: the full output (onnxruntime)
         if auto == "SAME_UPPER":
             pb.append(total // 2), pe.append(total - total // 2)
         else:
