@@ -1024,6 +1024,14 @@ def test_conv_with_taps_mostly_in_padding(tmp_path, rng, xs, ws, attrs, bias):
     assert "slice" in op_types(s) or "pad" in op_types(s)
 
 
+def test_conv_with_a_bias_fed_at_run_time_is_refused_by_name(tmp_path, rng):
+    """Checked before any rewrite (the tap-by-tap path reads the bias at compile time)."""
+    m = model([h.make_node("Conv", ["x", "w", "b"], ["y"], dilations=[12, 12], pads=[12] * 4, name="aspp")],
+              [("x", F32, (1, 4, 20, 20)), ("b", F32, (2,))], [("y", F32)], {"w": randn(rng, (2, 4, 3, 3))})
+    with pytest.raises(nerve.ModelError, match=r"aspp.*bias must be a constant"):
+        nerve_session(tmp_path, m)
+
+
 @pytest.mark.parametrize("form", ["hardsigmoid", "clip_div", "clip_mul_swapped"])
 def test_hard_swish_forms_fuse_into_the_conv(tmp_path, rng, form):
     """MobileNetV3 / PP-OCR write hard-swish as x·HardSigmoid(x) or x·Clip(x + 3, 0, 6)/6: each

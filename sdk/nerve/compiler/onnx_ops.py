@@ -966,9 +966,7 @@ def _center_crop_pad(ctx: NodeCtx, ins):
         d = int(x.shape[a])
         pb[a] = (t - d) // 2 if t >= d else -((d - t) // 2)
         pe[a] = t - d - pb[a]
-    shape = [S.dim_add(S.dim_add(d, b), e) for d, b, e in zip(x.shape, pb, pe)]
-    return ctx.b.emit("pad", [x], [spec(ctx.out_name(), x.dtype, shape)], iattr=[0, x.rank] + pb + pe, fattr=[0.0],
-                      name=ctx.name)
+    return ctx.call("Pad", [x, ctx.const(pb + pe)], as_opset=13)
 
 
 # ---------------------------------------------------------------- reductions and normalisation
@@ -1045,20 +1043,14 @@ def _layernorm(ctx: NodeCtx, ins):
         return [y]
     # Mean and InvStdDev (training-time outputs some exports keep): the statistics the fused
     # op computed, over axes [axis:] with those axes kept as 1, spelt out in ops of their own
-    axes = list(range(axis, x.rank))
-    mean = _reduce_keep(ctx, x, axes, 1)
+    axes = ctx.const(list(range(axis, x.rank)))
+    mean = ctx.call("ReduceMean", [x, axes], as_opset=18, keepdims=1)[0]
     centred = ctx.call("Sub", [x, mean])[0]
-    var = _reduce_keep(ctx, ctx.call("Mul", [centred, centred])[0], axes, 1)
+    var = ctx.call("ReduceMean", [ctx.call("Mul", [centred, centred])[0], axes], as_opset=18, keepdims=1)[0]
     eps = ctx.b.const(np.array(ctx.attr("epsilon", 1e-5), np.float32))
     inv_std = ctx.call("Reciprocal", [ctx.call("Sqrt", [ctx.call("Add", [var, eps])[0]])[0]])[0]
     return [y, mean, inv_std]
 
-
-def _reduce_keep(ctx: NodeCtx, x: Value, axes: List[int], kind: int) -> Value:
-    """Op "reduce" (kind as in _REDUCE) of x over axes, which stay as extents of 1."""
-    shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
-    return ctx.b.emit("reduce", [x], [spec(ctx.b.fresh(ctx.name), x.dtype, shape)], iattr=[kind, len(axes)] + axes,
-                      name=ctx.name)[0]
 
 
 def layernorm(ctx: NodeCtx, x: Value, gamma: Value, beta: Optional[Value], axis: int, name: str) -> Value:
@@ -1426,8 +1418,8 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
         raise ctx.fail(f"{sr}-D convolution is not supported (1-D, 2-D and 3-D are)")
     if w.const is None or not w.static:
         raise ctx.fail("the weights must be constants")
-    if sr == 3:
-        return _conv3d(ctx, x, w, bias, name)
+    if bias is not None and bias.const is None:
+        raise ctx.fail("the bias must be a constant")
     kernel = [int(d) for d in w.shape[2:]]
     if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
         raise ctx.fail("kernel_shape does not match the weights")
@@ -1441,6 +1433,8 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
         raise ctx.fail(f"input has {c} channels, weights expect {int(w.shape[1]) * group}")
     out_sp = [conv_out_dim(ctx, d, k, s, dl, b_, e_) for d, k, s, dl, b_, e_ in
               zip(x.shape[2:], kernel, strides, dil, pb, pe)]
+    if sr == 3:
+        return _conv3d(ctx, x, w, bias, kernel, strides, dil, group, pb, pe, out_sp, name)
     shape = [x.shape[0], m] + out_sp
     pruned = _prune_padding_taps(x.shape[2:], out_sp, kernel, strides, dil, pb, pe)
     if pruned is not None:  # the same output shape, from the taps that read the input
@@ -1452,33 +1446,22 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
         return _conv_by_taps(ctx, x, w, bias, regions, out_sp, dil, pb, name)
     pointwise = all(k == 1 for k in kernel) and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
     scratch = 0 if pointwise else conv_scratch(int(w.shape[1]), m // group, kernel, strides, dil, out_sp)
-    if bias is not None and bias.const is None:
-        raise ctx.fail("the bias must be a constant")
     return ctx.b.emit("conv", [x, w, bias], [spec(name, np.float32, shape)],
                       iattr=[sr, group, 0] + strides + dil + pb + pe, fattr=[0, 0], scratch_bytes=scratch,
                       name=ctx.name)[0]
 
 
-def _conv3d(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> Value:
+def _conv3d(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], kernel, strides, dil, group: int, pb, pe,
+            out_sp, name: str) -> Value:
     """A 3-D convolution as 2-D ones: output depth plane d sums, over the depth taps t, the
     2-D convolution of input plane d·stride + t·dilation (after the depth padding) with the
     weight's tap-t slice. Each tap's planes go through one 2-D conv as a batch of N·OD
     images ([N, C, OD, H, W] → [N·OD, C, H, W]); the tap sums are elementwise adds. A kernel
     over depth alone is one 2-D conv over [N, C, D, H·W] instead."""
-    kernel = [int(d) for d in w.shape[2:]]
-    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
-        raise ctx.fail("kernel_shape does not match the weights")
-    strides = list(ctx.attr("strides", [1] * 3))
-    dil = list(ctx.attr("dilations", [1] * 3))
-    group = ctx.attr("group", 1)
-    pb, pe = _auto_pads(ctx, x.shape[2:], kernel, strides, dil)
     n, c, depth = x.shape[0], x.shape[1], x.shape[2]
     if not S.is_static(depth):
         raise ctx.fail("a 3-D convolution needs its depth (axis 2) known at compile time")
-    m = int(w.shape[0])
-    if S.is_static(c) and int(c) != int(w.shape[1]) * group:
-        raise ctx.fail(f"input has {c} channels, weights expect {int(w.shape[1]) * group}")
-    od = int(conv_out_dim(ctx, int(depth), kernel[0], strides[0], dil[0], pb[0], pe[0]))
+    m, od = int(w.shape[0]), int(out_sp[0])
     if od < 1:
         raise ctx.fail(f"the kernel (depth {kernel[0]}, dilation {dil[0]}) is larger than the padded depth")
     if kernel[1:] == [1, 1] and strides[1:] == [1, 1] and [int(v) for v in pb[1:] + pe[1:]] == [0] * 4:

@@ -151,7 +151,7 @@ def _max_unpool(ctx: NodeCtx, ins):
     else:
         shape = [x.shape[0], x.shape[1]] + [S.dim_add(S.dim_mul(S.dim_sub(d, 1), s), k - pb - pe) for d, s, k, pb, pe
                                             in zip(x.shape[2:], strides, kernel, pads[:sr], pads[sr:])]
-    return [ctx.b.emit("max_unpool", [x, ind], [spec(ctx.out_name(), np.float32, shape)], name=ctx.name)[0]]
+    return ctx.b.emit("max_unpool", [x, ind], [spec(ctx.out_name(), np.float32, shape)], name=ctx.name)
 
 
 @handler("LRN")
