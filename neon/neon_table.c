@@ -30,5 +30,6 @@ const nrv_kernel_variant nrv_variants_neon[] = {
     NEON(NRV_OP_TANH, unary, nrv_tanh_neon),
     NEON(NRV_OP_SOFTMAX, softmax, nrv_softmax_neon),
     NEON(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_rows_neon),
+    NEON(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_neon),
     {.name = NULL},
 };

@@ -43,6 +43,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_MATMUL_INTEGER] = "matmul_integer",
     [NRV_OP_QUANTIZE] = "quantize",
     [NRV_OP_REQUANT] = "requant",
+    [NRV_OP_MAXPOOL] = "maxpool",
 };
 
 typedef struct op_slot {

@@ -1201,6 +1201,75 @@ static void test_requant(void) {
         }
 }
 
+/* ------------------------------------------------------------------ maxpool */
+
+/* Max pooling through the dispatch table against nrv_maxpool_ref: float32 planes with NaN,
+ * infinities and signed zeros among the values (equal values, +0 and -0 tying), uint8 and
+ * int8 planes bit for bit; strides 1, 2 and 3, pads before and after (windows reaching past
+ * the end, as ceil_mode makes them, and windows holding nothing at all), rows wider than a
+ * kernel's block and a window wider than it; inputs allocated to their exact size and a
+ * canary after the output planes. */
+static void test_maxpool(void) {
+    /* planes, ih, iw, kh, kw, sh, sw, ph, pw, pad_end_h, pad_end_w */
+    static const int64_t cases[][11] = {
+        {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},        {3, 7, 7, 3, 3, 2, 2, 0, 0, 1, 1},
+        {2, 111, 111, 3, 3, 2, 2, 0, 0, 1, 1},    {17, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1},
+        {4, 13, 97, 2, 2, 2, 2, 0, 0, 1, 1},      {2, 9, 127, 5, 5, 1, 1, 2, 2, 2, 2},
+        {3, 27, 27, 3, 3, 3, 3, 1, 1, 1, 1},      {2, 1, 4500, 1, 3, 1, 2, 0, 1, 0, 1},
+        {1, 2, 2300, 2, 2100, 1, 1, 0, 0, 0, 0},  {1, 3, 3, 2, 2, 1, 1, 0, 0, 3, 3},
+        {6, 16, 65, 7, 7, 2, 2, 3, 3, 3, 3},      {3, 40, 257, 3, 3, 1, 1, 0, 0, 0, 0},
+        {2, 8, 1025, 2, 2, 2, 2, 0, 0, 0, 0},     {5, 20, 20, 13, 13, 1, 1, 6, 6, 6, 6},
+        {1, 5, 3000, 3, 1, 2, 5, 1, 0, 0, 4},     {9, 3, 64, 3, 4, 1, 3, 1, 2, 1, 3}};
+    const nrv_maxpool_fn pool = nrv_kernel_get(NRV_OP_MAXPOOL).maxpool;
+    static const int dtypes[] = {NRV_F32, NRV_U8, NRV_I8};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++)
+        for (size_t d = 0; d < 3; d++) {
+            const int64_t *cs = cases[t], planes = cs[0];
+            nrv_dw_geom g = {.ih = cs[1], .iw = cs[2], .kh = cs[3], .kw = cs[4], .sh = cs[5], .sw = cs[6],
+                             .dh = 1, .dw = 1, .ph = cs[7], .pw = cs[8]};
+            g.oh = (g.ih + g.ph + cs[9] - g.kh) / g.sh + 1;
+            g.ow = (g.iw + g.pw + cs[10] - g.kw) / g.sw + 1;
+            const int dt = dtypes[d];
+            const size_t esz = dt == NRV_F32 ? sizeof(float) : 1;
+            const int64_t n_in = planes * g.ih * g.iw, n_out = planes * g.oh * g.ow;
+            uint8_t *x = xalloc((size_t)n_in * esz), *y = xalloc((size_t)n_out * esz + 64),
+                    *want = xalloc((size_t)n_out * esz);
+            if (dt == NRV_F32) {
+                float *xf = (float *)x;
+                nrv_test_fill(xf, n_in, -4.0f, 4.0f);
+                static const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, -FLT_MAX};
+                for (int64_t i = 0; i < n_in; i++) {
+                    const uint64_t r = nrv_test_u64();
+                    if (r % 11u == 0) xf[i] = specials[(r >> 8) % 6u];
+                    else if (r % 11u == 1) xf[i] = xf[i > 0 ? i - 1 : 0]; /* ties */
+                }
+            } else
+                for (int64_t i = 0; i < n_in; i++) x[i] = (uint8_t)nrv_test_u64();
+            memset(y + n_out * (int64_t)esz, 0xa5, 64);
+            nrv_maxpool_ref(dt, &g, planes, x, want);
+            pool(dt, &g, planes, x, y);
+            int64_t at = 0;
+            for (; at < n_out; at++) {
+                if (dt != NRV_F32) {
+                    if (y[at] != want[at]) break;
+                } else if (!(((const float *)y)[at] == ((const float *)want)[at])) /* +0 == -0; never NaN */
+                    break;
+            }
+            int guards = 1;
+            for (int64_t i = 0; i < 64; i++) guards &= y[n_out * (int64_t)esz + i] == 0xa5;
+            const double got_v = at < n_out ? (dt == NRV_F32 ? ((const float *)y)[at] : y[at]) : 0.0;
+            const double want_v = at < n_out ? (dt == NRV_F32 ? ((const float *)want)[at] : want[at]) : 0.0;
+            record(at < n_out || !guards ? INFINITY : 0.0,
+                   "dtype=%d planes=%lld in %lldx%lld k %lldx%lld s %lldx%lld pads %lld,%lld at %lld: %g want %g%s", dt,
+                   (long long)planes, (long long)g.ih, (long long)g.iw, (long long)g.kh, (long long)g.kw,
+                   (long long)g.sh, (long long)g.sw, (long long)g.ph, (long long)g.pw, (long long)(at < n_out ? at : 0),
+                   got_v, want_v, guards ? "" : " canary overwritten");
+            free(x);
+            free(y);
+            free(want);
+        }
+}
+
 /* ------------------------------------------------------------------ matmul_integer */
 
 /* The exact integer product through the dispatch table against nrv_matmul_integer_ref: bit
@@ -1433,6 +1502,7 @@ static int run_op_cases(const char *op) {
     }
     else if (!strcmp(op, "quantize")) test_quantize();
     else if (!strcmp(op, "requant")) test_requant();
+    else if (!strcmp(op, "maxpool")) test_maxpool();
     else if (!strcmp(op, "linear_w4a32")) test_linear_w4(0);
     else if (!strcmp(op, "linear_w4a8")) test_linear_w4(1);
     else if (!strcmp(op, "linear_f16")) test_linear_f16();

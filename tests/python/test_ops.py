@@ -31,6 +31,7 @@ COVERED_OPS = {
     "matmul_integer",  # every variant: test_contrib_ops.py::test_matmul_integer_every_variant, natively test_kernels.c
     "quantize",  # every variant: test_import_quant.py::test_fake_quant_every_variant, natively test_kernels.c
     "requant",  # every variant: test_qoperator_models.py::test_qlinear_conv_every_requant_variant, natively test_kernels.c
+    "maxpool",  # every variant: test_max_pool_every_variant below (through sessions), natively test_kernels.c
 }
 
 
@@ -572,3 +573,68 @@ def test_hard_swish_and_silu(variant, n, rng):
     with forced("hard_swish", "ref"):
         ref_hs = nerve.Session(model, cache=False).run({"x": x})["hs"]
     np.testing.assert_array_equal(got["hs"], ref_hs)
+
+
+# ------------------------------------------------------------------------- maxpool (through a session)
+
+def _max_pool_numpy(x, k, s, pads, out_hw):
+    """Max over each window of x [N, C, H, W], positions outside the plane left out, as
+    nerve's pools define it: the direct loop m = v > m ? v : m from the type's lowest, so a
+    NaN never wins and a window of NaN or -inf only gives -FLT_MAX. (onnxruntime has no one
+    rule there: its 1x2 and 1x3 pools disagree on such windows.)"""
+    lowest = -np.finfo(F32).max if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    if x.dtype.kind == "f":
+        x = np.where(np.isnan(x), -np.inf, x)
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = k, s, pads[:2]
+    y = np.empty((n, c) + out_hw, x.dtype)
+    for oy in range(out_hw[0]):
+        for ox in range(out_hw[1]):
+            y0, x0 = oy * sh - ph, ox * sw - pw
+            win = x[:, :, max(y0, 0):max(min(y0 + kh, h), 0), max(x0, 0):max(min(x0 + kw, w), 0)]
+            y[:, :, oy, ox] = win.max(axis=(2, 3), initial=lowest)
+    return y
+
+
+@pytest.mark.parametrize("variant", variant_params("maxpool"))
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int8])
+@pytest.mark.parametrize("shape, k, s, pads, ceil", [
+    ((1, 3, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), 1),     # SqueezeNet's pools (ceil_mode)
+    ((2, 5, 28, 28), (3, 3), (1, 1), (1, 1, 1, 1), 0),       # Inception's stride-1 pools
+    ((1, 4, 13, 97), (2, 2), (2, 2), (0, 0, 1, 1), 0),
+    ((1, 2, 9, 127), (5, 5), (1, 1), (2, 2, 2, 2), 0),       # YOLO's SPPF
+    ((1, 3, 27, 257), (3, 3), (3, 3), (1, 1, 1, 1), 1),
+    ((1, 2, 7, 1025), (2, 3), (1, 2), (1, 0, 0, 2), 0),
+])
+def test_max_pool_every_variant(variant, dtype, shape, k, s, pads, ceil, rng):
+    """MaxPool of float32 (with NaN and -inf among the values) and of uint8 / int8 codes
+    (QOperator models pool codes) under each maxpool variant, through a session, against
+    numpy, and equal to the band path that the reference variant selects."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    elem = {np.float32: TensorProto.FLOAT, np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}[dtype]
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=list(k), strides=list(s), pads=list(pads),
+                            ceil_mode=ceil)
+    g = helper.make_graph([node], "pool", [helper.make_tensor_value_info("x", elem, list(shape))],
+                          [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    if dtype == np.float32:
+        x = (rng.standard_normal(shape) * 3).astype(F32)
+        x.flat[rng.integers(0, x.size, x.size // 13)] = np.nan
+        x.flat[rng.integers(0, x.size, x.size // 29)] = -np.inf
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    with forced("maxpool", variant):
+        got = nerve.Session(model, cache=False).run({"x": x})["y"]
+    with forced("maxpool", "ref"):
+        band = nerve.Session(model, cache=False).run({"x": x})["y"]
+    rnd = math.ceil if ceil else math.floor
+    out_hw = [int(rnd((shape[2 + i] + pads[i] + pads[2 + i] - k[i]) / s[i])) + 1 for i in range(2)]
+    # ceil_mode drops a last window that would start past the input and its leading padding
+    out_hw = tuple(o - 1 if (o - 1) * s[i] >= shape[2 + i] + pads[i] else o for i, o in enumerate(out_hw))
+    want = _max_pool_numpy(x, k, s, pads, out_hw)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, band)  # the band path, which the reference variant selects

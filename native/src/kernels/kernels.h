@@ -340,6 +340,17 @@ static inline int nrv_dw_channels_fit(const nrv_dw_geom *g) {
            g->ih * g->iw <= ((int64_t)1 << 26); /* gather indices: 15 planes stay below 2^31 */
 }
 
+/* maxpool: max pooling of dilation 1 over `planes` consecutive planes (x's ih·iw elements
+ * apart, y's oh·ow), g's geometry (dh = dw = 1; the pads after are whatever oh, ow imply):
+ *   y[p][oy][ox] = max over i < kh, j < kw of x̄[p][oy·sh + i - ph][ox·sw + j - pw],
+ * x̄ the plane with every position outside it left out (padding never wins a max). Elements
+ * are float32, uint8 or int8 (dtype NRV_F32 / NRV_U8 / NRV_I8). The max of floats is the
+ * direct loop's, m = x > m ? x : m from m = -FLT_MAX: a NaN never wins, and a window holding
+ * no element (or only NaN) gives -FLT_MAX; codes start from the type's lowest. Every variant
+ * gives the reference's values (up to the sign of a zero: +0 and -0 tie). y does not
+ * overlap x. */
+typedef void (*nrv_maxpool_fn)(int dtype, const nrv_dw_geom *g, int64_t planes, const void *x, void *y);
+
 /* Element-wise y = f(x) over n floats; y may be x. */
 typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
 
@@ -374,6 +385,7 @@ typedef enum nrv_op {
     NRV_OP_MATMUL_INTEGER,
     NRV_OP_QUANTIZE,
     NRV_OP_REQUANT,
+    NRV_OP_MAXPOOL,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -398,6 +410,7 @@ typedef union nrv_kernel_fn {
     nrv_linear_f16_fn linear_f16;
     nrv_depthwise_fn depthwise;
     nrv_depthwise_channels_fn depthwise_channels;
+    nrv_maxpool_fn maxpool;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -544,6 +557,7 @@ void nrv_gelu_tanh_ref(const float *x, int64_t n, float *y);
 void nrv_hard_swish_ref(const float *x, int64_t n, float *y);
 /* x · sigmoid(x), the sigmoid rounded as nrv_sigmoid_ref's: what Sigmoid then Mul give. */
 void nrv_silu_ref(const float *x, int64_t n, float *y);
+void nrv_maxpool_ref(int dtype, const nrv_dw_geom *g, int64_t planes, const void *x, void *y);
 void nrv_relu_ref(const float *x, int64_t n, float *y);
 void nrv_sigmoid_ref(const float *x, int64_t n, float *y);
 void nrv_tanh_ref(const float *x, int64_t n, float *y);

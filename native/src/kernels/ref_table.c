@@ -35,5 +35,6 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_channels_ref),
     REF(NRV_OP_HARD_SWISH, unary, nrv_hard_swish_ref),
     REF(NRV_OP_SILU, unary, nrv_silu_ref),
+    REF(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_ref),
     {.name = NULL},
 };

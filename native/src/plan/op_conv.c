@@ -1301,6 +1301,18 @@ static void pool_band_average(const pool_job *job, const pool_band_geom *g, floa
     pool_band_plane(job, g, buf, xp, yp, rowf, 1);
 }
 
+/* Max pools of dilation 1, planes [pl0, pl1), through the dispatched kernel "maxpool"
+ * (separable, full vector width, its own padding) when a vector variant runs (its scalar
+ * reference is the definition, slower than the band path below). bench/RESULTS.md, stop 31. */
+static void pool_max_planes(const pool_job *job, int64_t pl0, int64_t pl1) {
+    const int dtype = job->code == POOL_U8 ? NRV_U8 : job->code == POOL_I8 ? NRV_I8 : NRV_F32;
+    const int64_t esz = job->code == POOL_F32 ? (int64_t)sizeof(float) : 1;
+    const nrv_dw_geom g = {.ih = job->ih, .iw = job->iw, .oh = job->oh, .ow = job->ow, .kh = job->kh, .kw = job->kw,
+                           .sh = job->s[0], .sw = job->s[1], .dh = 1, .dw = 1, .ph = job->pb[0], .pw = job->pb[1]};
+    nrv_kernel_get(NRV_OP_MAXPOOL).maxpool(dtype, &g, pl1 - pl0, (const char *)job->x + pl0 * g.ih * g.iw * esz,
+                                           (char *)job->y + pl0 * g.oh * g.ow * esz);
+}
+
 static void pool_task(void *ctx, int64_t t) {
     const pool_job *job = ctx;
     const int64_t ih = job->ih, iw = job->iw, oh = job->oh, ow = job->ow, kh = job->kh, kw = job->kw;
@@ -1308,6 +1320,10 @@ static void pool_task(void *ctx, int64_t t) {
     const int64_t *s_ = job->s, *d_ = job->d, *pb_ = job->pb, *pe_ = job->pe;
     const int64_t pl0 = t * job->planes / job->pieces, pl1 = (t + 1) * job->planes / job->pieces;
     const size_t esz = job->code == POOL_F32 ? sizeof(float) : 1;
+    if (kind == 0 && d_[0] == 1 && d_[1] == 1 && strcmp(nrv_kernel_selected("maxpool"), "ref") != 0) {
+        pool_max_planes(job, pl0, pl1);
+        return;
+    }
     pool_band_geom g;
     if (pool_band_plan(job, &g)) {
         float buf[POOL_BAND_FLOATS];

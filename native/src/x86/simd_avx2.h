@@ -148,4 +148,37 @@ static inline vf vload_i8_part(const int8_t *p, int64_t n) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)tmp)));
 }
 
+
+/* Byte vectors (max pooling of uint8 / int8 codes, pool_impl.h). */
+#define VB 32
+typedef __m256i vbytes;
+static inline vbytes vb_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline void vb_store(void *p, vbytes v) { _mm256_storeu_si256((__m256i *)p, v); }
+static inline vbytes vb_set1(uint8_t a) { return _mm256_set1_epi8((char)a); }
+static inline vbytes vb_xor(vbytes a, vbytes b) { return _mm256_xor_si256(a, b); }
+static inline vbytes vb_max_u8(vbytes a, vbytes b) { return _mm256_max_epu8(a, b); }
+/* The first n (< VB) bytes of v to p (no byte past p + n is written). */
+static inline void vb_store_part(void *p, vbytes v, int64_t n) {
+    uint8_t t[VB];
+    vb_store(t, v);
+    for (int64_t i = 0; i < n; i++) ((uint8_t *)p)[i] = t[i];
+}
+/* The first n (< VB) bytes at p, the rest 0 (no byte past p + n is read). */
+static inline vbytes vb_load_part(const void *p, int64_t n) {
+    uint8_t t[VB] = {0};
+    memcpy(t, p, (size_t)n);
+    return vb_load(t);
+}
+/* Bytes 0, 2, 4, ... (vb_evens) and 1, 3, 5, ... (vb_odds) of the 2·VB bytes a then b: each
+ * 16-bit lane narrowed (packus of values <= 255 is exact), then the 64-bit quarters that
+ * packus interleaves per 128-bit half put back in order. */
+static inline vbytes vb_pack_lanes(__m256i a, __m256i b) {
+    return _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), _MM_SHUFFLE(3, 1, 2, 0));
+}
+static inline vbytes vb_evens(vbytes a, vbytes b) {
+    const __m256i low = _mm256_set1_epi16(0x00FF);
+    return vb_pack_lanes(_mm256_and_si256(a, low), _mm256_and_si256(b, low));
+}
+static inline vbytes vb_odds(vbytes a, vbytes b) { return vb_pack_lanes(_mm256_srli_epi16(a, 8), _mm256_srli_epi16(b, 8)); }
+
 #endif /* NRV_SIMD_AVX2_H */

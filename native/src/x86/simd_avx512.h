@@ -116,4 +116,28 @@ static inline vf vload_i8_part(const int8_t *p, int64_t n) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << n) - 1u), p)));
 }
 
+
+/* Byte vectors (max pooling of uint8 / int8 codes, pool_impl.h; see simd_avx2.h). */
+#define VB 64
+typedef __m512i vbytes;
+static inline vbytes vb_load(const void *p) { return _mm512_loadu_si512(p); }
+static inline void vb_store(void *p, vbytes v) { _mm512_storeu_si512(p, v); }
+static inline vbytes vb_set1(uint8_t a) { return _mm512_set1_epi8((char)a); }
+static inline vbytes vb_xor(vbytes a, vbytes b) { return _mm512_xor_si512(a, b); }
+static inline vbytes vb_max_u8(vbytes a, vbytes b) { return _mm512_max_epu8(a, b); }
+static inline void vb_store_part(void *p, vbytes v, int64_t n) {
+    _mm512_mask_storeu_epi8(p, (__mmask64)((1ull << n) - 1ull), v);
+}
+static inline vbytes vb_load_part(const void *p, int64_t n) {
+    return _mm512_maskz_loadu_epi8((__mmask64)((1ull << n) - 1ull), p);
+}
+static inline vbytes vb_pack_lanes(__m512i a, __m512i b) {
+    return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_packus_epi16(a, b));
+}
+static inline vbytes vb_evens(vbytes a, vbytes b) {
+    const __m512i low = _mm512_set1_epi16(0x00FF);
+    return vb_pack_lanes(_mm512_and_si512(a, low), _mm512_and_si512(b, low));
+}
+static inline vbytes vb_odds(vbytes a, vbytes b) { return vb_pack_lanes(_mm512_srli_epi16(a, 8), _mm512_srli_epi16(b, 8)); }
+
 #endif /* NRV_SIMD_AVX512_H */

@@ -118,5 +118,7 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_DEPTHWISE_CHANNELS, depthwise_channels, nrv_depthwise_channels_avx2),
     AVX512(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_rows_avx512),
     AVX2(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_rows_avx2),
+    AVX512(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_avx512),
+    AVX2(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_avx2),
     {.name = NULL},
 };
