@@ -416,3 +416,23 @@ def test_qdq_conv_is_onnxruntime_bit_for_bit_and_unfusable_triples_stay(tmp_path
         else:
             assert "conv_integer" not in kinds
             assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qlinear_concat_requantizes_codes_as_onnxruntime(tmp_path, rng, dt, threads=(1, 2)):
+    """QLinearConcat (SqueezeNet's, DenseNet's) with inputs at scales of their own, one the
+    output's: each input is requantized byte to byte (fake_quant of codes, the compiler's
+    requantize_concat), no float tensor is made, and the bytes are onnxruntime's, saturated
+    ones and ties included."""
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max + 1, (1, 5, 7, 9)).astype(dt)
+    zy = dt(3 if dt == np.uint8 else -7)
+    inits = {"ys": np.float32(0.05), "yz": np.array(zy, dt),
+             "s1": np.float32(0.05), "z1": np.array(zy, dt),               # the output's own: a copy
+             "s2": np.float32(0.0731), "z2": np.array(dt(11), dt),        # a finer output step
+             "s3": np.float32(0.0125), "z3": np.array(dt(-2 if dt == np.int8 else 200), dt)}
+    node = h.make_node("QLinearConcat", ["ys", "yz", "x", "s1", "z1", "x", "s2", "z2", "x", "s3", "z3"], ["y"],
+                       domain="com.microsoft", axis=1)
+    _one_node_is_onnxruntime(tmp_path, node, x, inits,
+                             lambda kinds: kinds.count("fake_quant") == 3 and kinds.count("concat") == 1
+                             and "cast" not in kinds, threads=threads)

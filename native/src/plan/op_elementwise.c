@@ -544,15 +544,26 @@ static nrv_status run_binary(const nrv_op_args *a) {
  *   with one element each (absent: 0, 0, 1); out[0] y f32 shaped as x — or y u8/i8 (the
  *   integer type of the range): q itself, a QuantizeLinear alone (then no zd, sd).
  *   iattr [lo, hi]: the integer type's range, (0, 255) or (-128, 127).
+ *   fattr (optional, 2): [zx, sx], x itself codes (u8 or i8) dequantized first, as the
+ *   dequantizing cast does it: ((float)x − zx)·sx. One requantization of codes from x's
+ *   scale to y's, byte in, byte out (a QLinearConcat's inputs; the compiler's
+ *   requantize_concat), the bits of that cast and the float ops after it.
  * The dispatch kernel "quantize" does the pass (kernels.h nrv_quantize_fn; its steps in
  * kernels/quantize_impl.h, the same bits at every vector width). */
+#define FAKE_QUANT_BLOCK 1024 /* codes dequantized onto the stack per kernel call */
 static nrv_status run_fake_quant(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 2, 5, 1, 2, 0));
+    NRV_TRY(nrv_op_expect(a, 2, 5, 1, 2, -1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
     const nrv_tview *x = a->in[0];
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    if (a->n_fattr != 0 && a->n_fattr != 2)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "%d float attributes, expected none or 2 (zx, sx)", a->n_fattr);
+    const int codes_in = a->n_fattr == 2;
+    if (codes_in && x->dtype != NRV_U8 && x->dtype != NRV_I8)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected u8 or i8 codes (with zx, sx)",
+                           nrv_dtype_str(x->dtype));
+    if (!codes_in) NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
     NRV_TRY(nrv_op_expect_same_numel(a, x, y, "x vs y"));
     const int to_int = y->dtype != NRV_F32; /* q itself: the integer type of the range */
     static const char *const names[] = {"x", "scale", "zero point", "dequantizing zero point", "dequantizing scale"};
@@ -578,9 +589,28 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "an integer y takes no dequantizing zero point or scale");
     }
     const nrv_quant_params qp = {p[1], p[2], p[3], p[4], (int32_t)lo, (int32_t)hi, to_int};
-    nrv_kernel_get(NRV_OP_QUANTIZE).quantize(x->data, x->numel, &qp, y->data);
+    const nrv_quantize_fn quantize = nrv_kernel_get(NRV_OP_QUANTIZE).quantize;
+    if (!codes_in) {
+        quantize(x->data, x->numel, &qp, y->data);
+        return NRV_OK;
+    }
+    /* codes dequantized onto the stack a block at a time (the dequantizing cast's steps),
+     * then the same kernel: measured 0.5 ns an element through a 256-entry table (a scalar
+     * lookup a byte), ~0.25 through the block (the kernel and this widening vectorise) */
+    const float zx = a->fattr[0], sx = a->fattr[1];
+    const size_t ey = nrv_dtype_size((nrv_dtype)y->dtype);
+    float block[FAKE_QUANT_BLOCK];
+    for (int64_t i0 = 0; i0 < x->numel; i0 += FAKE_QUANT_BLOCK) {
+        const int64_t n = x->numel - i0 < FAKE_QUANT_BLOCK ? x->numel - i0 : FAKE_QUANT_BLOCK;
+        if (x->dtype == NRV_U8)
+            for (int64_t i = 0; i < n; i++) block[i] = ((float)((const uint8_t *)x->data)[i0 + i] - zx) * sx;
+        else
+            for (int64_t i = 0; i < n; i++) block[i] = ((float)((const int8_t *)x->data)[i0 + i] - zx) * sx;
+        quantize(block, n, &qp, (char *)y->data + (size_t)i0 * ey);
+    }
     return NRV_OK;
 }
+#undef FAKE_QUANT_BLOCK
 
 /* "requantize": the int32 sums of an integer product back to u8/s8, as onnxruntime's
  * QLinearConv / QLinearMatMul do it (MlasRequantizeOutput), per channel c:

@@ -1,4 +1,4 @@
-/* quantize_avx512.c — quantize_impl.h at 16 lanes (zmm): the reference's bits. */
-#define QZ_LANES 16
-#define QZ_NAME nrv_quantize_avx512
-#include "quantize_impl.h"
+/* quantize_avx512.c — the quantize kernel at 16 lanes (zmm; x86/quantize_x86.h): the reference's bits. */
+#include "simd_avx512.h"
+#define QX_NAME nrv_quantize_avx512
+#include "quantize_x86.h"

@@ -493,6 +493,43 @@ def fuse_dequantize(prog: Program) -> bool:
     return changed
 
 
+def requantize_concat(prog: Program) -> bool:
+    """Codes dequantized (cast with fattr [zd, sd]), concatenated, quantized again (fake_quant
+    to uint8/int8): a QLinearConcat, as onnxruntime's quantizer writes one per SqueezeNet fire
+    module. -> each part requantized on its own, codes in and codes out (fake_quant with
+    fattr [zd, sd], op_elementwise.c), then a Concat of codes. The same float steps per
+    element, so the same bytes, while the float concat and its two passes (4 bytes an
+    element each way) are never made: SqueezeNet int8 spent 0.9 of its 4.2 ms there."""
+    uses = _Uses(prog)
+    changed = False
+    for fq in list(prog.ops):
+        if not _is(fq, "fake_quant") or fq.fattr or len(fq.inputs) > 3 \
+                or fq.outputs[0].dtype not in (np.uint8, np.int8) or fq.inputs[0] is None:
+            continue
+        cat = fq.inputs[0].producer
+        if not _is(cat, "concat") or uses.only_reader(cat.outputs[0]) is not fq:
+            continue
+        casts = [v.producer if v is not None else None for v in cat.inputs]
+        if not casts or any(not _is(c, "cast") or len(c.fattr) != 2 or c.inputs[0] is None
+                            or c.inputs[0].dtype not in (np.uint8, np.int8)
+                            or uses.only_reader(c.outputs[0]) is not cat for c in casts):
+            continue
+        parts = []
+        for c in casts:
+            part = Value(c.name + ".requantized", fq.outputs[0].dtype, c.outputs[0].shape)
+            prog.ops.insert(prog.ops.index(c), Op("fake_quant", [c.inputs[0]] + list(fq.inputs[1:]), [part],
+                                                   iattr=list(fq.iattr), fattr=list(c.fattr), name=fq.name))
+            part.producer = prog.ops[prog.ops.index(c) - 1]
+            prog.ops.remove(c)
+            parts.append(part)
+        joined = Op("concat", parts, [fq.outputs[0]], iattr=list(cat.iattr), name=cat.name)
+        _swap_op(prog, prog.ops.index(fq), joined)
+        prog.ops.remove(cat)
+        uses = _Uses(prog)
+        changed = True
+    return changed
+
+
 def fold_pad_into_conv(prog: Program) -> bool:
     """Pad with zeros on the spatial axes only -> the conv's own padding: the padded copy of x
     is never made. TensorFlow-style exports pad explicitly before every strided conv (Hugging
@@ -1508,6 +1545,7 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_silu(prog)
     fuse_fake_quant(prog)
     fuse_dequantize(prog)
+    requantize_concat(prog)
     fuse_bias(prog)
     select_rdft(prog)
     if scheme in ("w4a32", "w4a8") or layers:
