@@ -2,6 +2,8 @@
  * vector, written once against the small SIMD vocabulary of x86/simd_avx2.h (vf, vload,
  * vmax, vevens, the vb_ byte vectors, ...) and instantiated by x86/pool_avx2.c,
  * x86/pool_avx512.c and neon/pool_neon.c, which define it and MP_NAME before including.
+ * The row folds are spelt once for both element kinds (maxpool_rows.h, over the mpk_
+ * adapters below).
  *
  * Separable, a block of output columns at a time (a whole output row when it fits, as it
  * nearly always does): "down" folds each column the block reads over the window's rows
@@ -39,153 +41,54 @@ static inline void mp_real(int64_t c0, int64_t span, int64_t iw, int64_t *a, int
     if (*b < *a) *b = *a;
 }
 
-/* ---- float32 */
+/* ---- one vocabulary for both element kinds (flip: 0 for floats and uint8, 0x80 for int8),
+ * so maxpool_rows.h spells down and across once, included once per kind */
 
-static inline __attribute__((always_inline)) void mp_down_f32_k(const float *first, const int64_t nr, int64_t iw,
-                                                                  int64_t c0, int64_t span, float *v) {
-    const vf lowest = vset1(-FLT_MAX);
-    int64_t a, b;
-    mp_real(c0, span, iw, &a, &b);
-    for (int64_t c = 0; c < a; c += VL) vstore(v + c, lowest); /* before the real columns overwrite a's tail */
-    const int64_t n = b - a;
-    const float *x = first + c0 + a;
-    int64_t c = 0;
-    for (; c + VL <= n; c += VL) {
-        vf m = lowest;
-        for (int64_t r = 0; r < nr; r++) m = vmax(vload(x + r * iw + c), m);
-        vstore(v + a + c, m);
-    }
-    if (c < n) {
-        const vtail t = vtail_mask(n - c);
-        vf m = lowest;
-        for (int64_t r = 0; r < nr; r++) m = vmax(vload_tail_or(x + r * iw + c, t, lowest), m);
-        vstore(v + a + c, m);
-    }
-    for (c = b; c < span + 2 * VL; c += VL) vstore(v + c, lowest); /* stride 2 reads up to span + 2·VL - 2 */
+static inline vf mpk_ident_f32(void) { return vset1(-FLT_MAX); }
+static inline vf mpk_load_f32(const float *p, uint8_t flip) { return (void)flip, vload(p); }
+static inline vf mpk_load_part_f32(const float *p, int64_t n, uint8_t flip) {
+    return (void)flip, vload_tail_or(p, vtail_mask(n), vset1(-FLT_MAX)); /* a lane past n: the identity */
 }
-
-/* the common window heights unrolled, as the widths across */
-static void mp_down_f32(const float *first, int64_t nr, int64_t iw, int64_t c0, int64_t span, float *v) {
-    if (nr == 2) mp_down_f32_k(first, 2, iw, c0, span, v);
-    else if (nr == 3) mp_down_f32_k(first, 3, iw, c0, span, v);
-    else mp_down_f32_k(first, nr, iw, c0, span, v);
-}
-
-static inline void mp_store_f32(float *y, vf m, int64_t n) {
+static inline vf mpk_max_f32(vf x, vf m) { return vmax(x, m); }
+static inline vf mpk_evens_f32(vf a, vf b) { return vevens(a, b); }
+static inline vf mpk_odds_f32(vf a, vf b) { return vodds(a, b); }
+static inline void mpk_store_f32(float *p, vf v) { vstore(p, v); }
+static inline void mpk_out_f32(float *y, vf m, int64_t n, uint8_t flip) {
+    (void)flip;
     if (n >= VL) vstore(y, m);
     else vstore_tail(y, vtail_mask(n), m);
 }
+static inline float mpk_scalar_ident_f32(void) { return -FLT_MAX; }
+static inline float mpk_scalar_out_f32(float m, uint8_t flip) { return (void)flip, m; }
 
-static inline __attribute__((always_inline)) void mp_across_f32_k(const float *v, const int64_t kw, int64_t s,
-                                                                    int64_t ob, float *y) {
-    const vf lowest = vset1(-FLT_MAX);
-    if (s == 1) {
-        for (int64_t o = 0; o < ob; o += VL) {
-            vf m = lowest;
-            for (int64_t i = 0; i < kw; i++) m = vmax(vload(v + o + i), m);
-            mp_store_f32(y + o, m, ob - o);
-        }
-    } else if (s == 2) {
-        for (int64_t o = 0; o < ob; o += VL) {
-            const float *p = v + 2 * o;
-            vf m = lowest;
-            int64_t i = 0;
-            for (; i + 1 < kw; i += 2) {
-                const vf lo = vload(p + i), hi = vload(p + i + VL);
-                m = vmax(vevens(lo, hi), m);
-                m = vmax(vodds(lo, hi), m);
-            }
-            if (i < kw) m = vmax(vevens(vload(p + i), vload(p + i + VL)), m);
-            mp_store_f32(y + o, m, ob - o);
-        }
-    } else {
-        for (int64_t o = 0; o < ob; o++) {
-            float m = -FLT_MAX;
-            for (int64_t i = 0; i < kw; i++) m = v[o * s + i] > m ? v[o * s + i] : m;
-            y[o] = m;
-        }
-    }
+static inline vbytes mpk_ident_bytes(void) { return vb_set1(0); } /* the lowest flipped code */
+static inline vbytes mpk_load_bytes(const uint8_t *p, uint8_t flip) { return vb_xor(vb_load(p), vb_set1(flip)); }
+static inline vbytes mpk_load_part_bytes(const uint8_t *p, int64_t n, uint8_t flip) {
+    return vb_xor(vb_load_part(p, n), vb_set1(flip)); /* lanes past n are overwritten by the identity */
 }
-
-/* the common widths unrolled (on narrow rows the fold's loop is most of the work) */
-static void mp_across_f32(const float *v, int64_t kw, int64_t s, int64_t ob, float *y) {
-    if (kw == 2) mp_across_f32_k(v, 2, s, ob, y);
-    else if (kw == 3) mp_across_f32_k(v, 3, s, ob, y);
-    else mp_across_f32_k(v, kw, s, ob, y);
-}
-
-/* ---- uint8 / int8 codes (flip: 0 for uint8, 0x80 for int8) */
-
-static inline __attribute__((always_inline)) void mp_down_bytes_k(const uint8_t *first, const int64_t nr, int64_t iw,
-                                                                    int64_t c0, int64_t span, uint8_t *v, uint8_t flip) {
-    const vbytes f = vb_set1(flip), none = vb_set1(0);
-    int64_t a, b;
-    mp_real(c0, span, iw, &a, &b);
-    for (int64_t c = 0; c < a; c += VB) vb_store(v + c, none);
-    const int64_t n = b - a;
-    const uint8_t *x = first + c0 + a;
-    int64_t c = 0;
-    for (; c + VB <= n; c += VB) {
-        vbytes m = none;
-        for (int64_t r = 0; r < nr; r++) m = vb_max_u8(vb_xor(vb_load(x + r * iw + c), f), m);
-        vb_store(v + a + c, m);
-    }
-    if (c < n) {
-        vbytes m = none;
-        for (int64_t r = 0; r < nr; r++) m = vb_max_u8(vb_xor(vb_load_part(x + r * iw + c, n - c), f), m);
-        vb_store(v + a + c, m);
-    }
-    for (c = b; c < span + 2 * VB; c += VB) vb_store(v + c, none);
-}
-
-static void mp_down_bytes(const uint8_t *first, int64_t nr, int64_t iw, int64_t c0, int64_t span, uint8_t *v,
-                          uint8_t flip) {
-    if (nr == 2) mp_down_bytes_k(first, 2, iw, c0, span, v, flip);
-    else if (nr == 3) mp_down_bytes_k(first, 3, iw, c0, span, v, flip);
-    else mp_down_bytes_k(first, nr, iw, c0, span, v, flip);
-}
-
-static inline void mp_store_bytes(uint8_t *y, vbytes m, int64_t n) {
+static inline vbytes mpk_max_bytes(vbytes x, vbytes m) { return vb_max_u8(x, m); }
+static inline vbytes mpk_evens_bytes(vbytes a, vbytes b) { return vb_evens(a, b); }
+static inline vbytes mpk_odds_bytes(vbytes a, vbytes b) { return vb_odds(a, b); }
+static inline void mpk_store_bytes(uint8_t *p, vbytes v) { vb_store(p, v); }
+static inline void mpk_out_bytes(uint8_t *y, vbytes m, int64_t n, uint8_t flip) {
+    m = vb_xor(m, vb_set1(flip));
     if (n >= VB) vb_store(y, m);
     else vb_store_part(y, m, n);
 }
+static inline uint8_t mpk_scalar_ident_bytes(void) { return 0; }
+static inline uint8_t mpk_scalar_out_bytes(uint8_t m, uint8_t flip) { return (uint8_t)(m ^ flip); }
 
-static inline __attribute__((always_inline)) void mp_across_bytes_k(const uint8_t *v, const int64_t kw, int64_t s,
-                                                                      int64_t ob, uint8_t *y, uint8_t flip) {
-    const vbytes f = vb_set1(flip), none = vb_set1(0);
-    if (s == 1) {
-        for (int64_t o = 0; o < ob; o += VB) {
-            vbytes m = none;
-            for (int64_t i = 0; i < kw; i++) m = vb_max_u8(vb_load(v + o + i), m);
-            mp_store_bytes(y + o, vb_xor(m, f), ob - o);
-        }
-    } else if (s == 2) {
-        for (int64_t o = 0; o < ob; o += VB) {
-            const uint8_t *p = v + 2 * o;
-            vbytes m = none;
-            int64_t i = 0;
-            for (; i + 1 < kw; i += 2) {
-                const vbytes lo = vb_load(p + i), hi = vb_load(p + i + VB);
-                m = vb_max_u8(vb_evens(lo, hi), m);
-                m = vb_max_u8(vb_odds(lo, hi), m);
-            }
-            if (i < kw) m = vb_max_u8(vb_evens(vb_load(p + i), vb_load(p + i + VB)), m);
-            mp_store_bytes(y + o, vb_xor(m, f), ob - o);
-        }
-    } else {
-        for (int64_t o = 0; o < ob; o++) {
-            uint8_t m = 0;
-            for (int64_t i = 0; i < kw; i++) m = v[o * s + i] > m ? v[o * s + i] : m;
-            y[o] = (uint8_t)(m ^ flip);
-        }
-    }
-}
+#define MP_SFX _f32
+#define MP_T float
+#define MP_V vf
+#define MP_W VL
+#include "maxpool_rows.h"
 
-static void mp_across_bytes(const uint8_t *v, int64_t kw, int64_t s, int64_t ob, uint8_t *y, uint8_t flip) {
-    if (kw == 2) mp_across_bytes_k(v, 2, s, ob, y, flip);
-    else if (kw == 3) mp_across_bytes_k(v, 3, s, ob, y, flip);
-    else mp_across_bytes_k(v, kw, s, ob, y, flip);
-}
+#define MP_SFX _bytes
+#define MP_T uint8_t
+#define MP_V vbytes
+#define MP_W VB
+#include "maxpool_rows.h"
 
 /* ---- the planes */
 
@@ -202,10 +105,10 @@ static inline __attribute__((always_inline)) void mp_plane(const nrv_dw_geom *g,
                                                            const int64_t lanes, const int esz, uint8_t flip) {
     const int64_t iw = g->iw, ow = g->ow, kw = g->kw, s = g->sw, per = (MP_SPAN - kw) / s + 1;
 #define MP_DOWN(first, nr, c0, span, vrow)                                                                    \
-    (esz == 4 ? mp_down_f32((const float *)(x) + (first), nr, iw, c0, span, (float *)(vrow))                 \
+    (esz == 4 ? mp_down_f32((const float *)(x) + (first), nr, iw, c0, span, (float *)(vrow), flip)           \
               : mp_down_bytes((const uint8_t *)(x) + (first), nr, iw, c0, span, (uint8_t *)(vrow), flip))
 #define MP_ACROSS(vrow, ob, yrow)                                                                             \
-    (esz == 4 ? mp_across_f32((const float *)(vrow), kw, s, ob, (float *)(yrow))                              \
+    (esz == 4 ? mp_across_f32((const float *)(vrow), kw, s, ob, (float *)(yrow), flip)                        \
               : mp_across_bytes((const uint8_t *)(vrow), kw, s, ob, (uint8_t *)(yrow), flip))
     const int64_t span = (ow - 1) * s + kw, vlen = span + 4 * lanes;
     int64_t depth = ow <= per ? MP_BUF / vlen : 0;
