@@ -16,6 +16,8 @@ A triple is rewritten only when it means exactly the QOperator node:
   * Conv's bias, when present, is a DequantizeLinear of a constant int32 tensor whose scale is
     x_scale·w_scale (fp32) with no (or a zero) zero point — what the quantizers write;
   * the QuantizeLinear's scale and zero point are per-tensor constants of the input's type.
+A MaxPool between a DequantizeLinear and a QuantizeLinear of one scale becomes the MaxPool
+of the codes (_max_pool_of_codes: exact).
 Everything else is left as it is (its Q/DQ pairs run as fake_quant, as before).
 """
 
@@ -125,6 +127,41 @@ def rewrite_qdq(graph) -> Optional[list]:
             new = helper.make_node("QLinearMatMul", ins, [q.output[0]], name=(node.name or y) + ".qlinear")
         replaced[id(q)] = new
         dropped.add(id(node))
+    for node in graph.node:  # DQ → MaxPool → Q at one scale: MaxPool of the codes
+        new = _max_pool_of_codes(node, readers, outputs, dq_of, consts)
+        if new is not None:
+            replaced[id(readers[node.output[0]][0])] = new
+            dropped.add(id(node))
     if not replaced:
         return None
     return [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
+
+
+def _max_pool_of_codes(node, readers, outputs, dq_of, consts):
+    """A MaxPool between a DequantizeLinear and a QuantizeLinear of the same per-tensor scale
+    and zero point (what the quantizers write around a max pool) -> the MaxPool of the codes
+    themselves, as onnxruntime's graph optimizer drops that pair too. Exact: (c − z)·s rises
+    with c for s > 0, so the max of the dequantized window is the dequantized max code, and
+    quantizing (c − z)·s at the same s gives c back (its relative error, 2^-23 at most, is far
+    below the half step that rounding forgives); an empty window gives the lowest code both
+    ways. The float route cast, pooled and quantized 4-byte values."""
+    from onnx import helper
+
+    if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    rd = readers.get(node.output[0], [])
+    dq = dq_of(node.input[0])
+    if node.output[0] in outputs or len(rd) != 1 or rd[0].op_type != "QuantizeLinear" or dq is None:
+        return None
+    q = rd[0]
+    if len(q.input) < 3 or len(dq.input) < 3 or not q.input[2] or not dq.input[2]:
+        return None  # the zero points give the types: both present, as the quantizers write them
+    xs, ys, xz, yz = (consts.get(n) for n in (dq.input[1], q.input[1], dq.input[2], q.input[2]))
+    if any(v is None or v.size != 1 for v in (xs, ys, xz, yz)) or xs.dtype != np.float32 or ys.dtype != np.float32:
+        return None
+    if xz.dtype != yz.dtype or xz.dtype not in (np.uint8, np.int8) or xz.reshape(-1)[0] != yz.reshape(-1)[0] \
+            or not xs.reshape(-1)[0] == ys.reshape(-1)[0] or not xs.reshape(-1)[0] > 0:
+        return None
+    new = helper.make_node("MaxPool", [dq.input[0]], [q.output[0]], name=(node.name or node.output[0]) + ".codes")
+    new.attribute.extend(node.attribute)
+    return new
