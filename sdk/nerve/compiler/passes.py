@@ -1242,9 +1242,15 @@ def select_conv_panels(prog: Program) -> bool:
     return changed
 
 
-# Linears on fewer rows (at the dims' bounds) keep their row-major weight: the decode-step
-# kernels (linear_impl.h) stream it as dot products, as fast as panels there.
+# Linears on fewer rows (at the dims' bounds) keep their row-major weight when it is small:
+# the decode-step kernels (linear_impl.h) stream it as dot products, as fast as panels there
+# (416 x 1664 and 288 x 1152 at 1-16 rows, within 10% either way). A weight of 4 MiB or more
+# goes to panels at any row count: one contiguous stream instead of a few rows of W at a
+# time, measured (AMD EPYC guest, one thread, bench/RESULTS.md stop 31) 1024 x 8210 at 1 row
+# 1.42 → 0.67 ms, at 20 rows 6.05 → 3.83 (onnxruntime 4.07); 4096² at 8 rows 5.30 → 3.76;
+# 1024² at 20 rows 0.50 → 0.43.
 LINEAR_PANELS_MIN_ROWS = 32
+LINEAR_PANELS_BIG_WEIGHT = 4 << 20  # bytes of fp32 W
 
 
 def _const_digest(v: Value) -> bytes:
@@ -1262,7 +1268,7 @@ def _digests_read_by_others(prog: Program, types: Tuple[str, ...]) -> Set[bytes]
 def select_linear_panels(prog: Program) -> bool:
     """fp32 ``linear`` and ``layernorm_linear`` ops with a constant weight whose contents no
     other kind of op reads (a tied embedding's table), on at least LINEAR_PANELS_MIN_ROWS
-    rows at the bounds, whose panels hold at most CONV_PANELS_MAX_PAD times the weight (16
+    rows at the bounds or with a weight of LINEAR_PANELS_BIG_WEIGHT bytes, whose panels hold at most CONV_PANELS_MAX_PAD times the weight (16
     or more outputs), become ``linear_panels`` and ``layernorm_linear_panels``: the weight
     packed once, here, as panels (kernels.h), which the GEMM reads in place where it packed
     Wᵀ from W on every call (in-model linears with their weights out of cache spent
@@ -1287,7 +1293,8 @@ def select_linear_panels(prog: Program) -> bool:
             continue
         n, k = int(w.shape[0]), int(w.shape[1])
         rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
-        if n == 0 or rows < LINEAR_PANELS_MIN_ROWS or panels_floats(n, k) > CONV_PANELS_MAX_PAD * n * k:
+        if n == 0 or (rows < LINEAR_PANELS_MIN_ROWS and 4 * n * k < LINEAR_PANELS_BIG_WEIGHT) \
+                or panels_floats(n, k) > CONV_PANELS_MAX_PAD * n * k:
             continue
         if shared is None:
             shared = _digests_read_by_others(prog, ("linear", "layernorm_linear"))
