@@ -602,10 +602,7 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
     float block[FAKE_QUANT_BLOCK];
     for (int64_t i0 = 0; i0 < x->numel; i0 += FAKE_QUANT_BLOCK) {
         const int64_t n = x->numel - i0 < FAKE_QUANT_BLOCK ? x->numel - i0 : FAKE_QUANT_BLOCK;
-        if (x->dtype == NRV_U8)
-            for (int64_t i = 0; i < n; i++) block[i] = ((float)((const uint8_t *)x->data)[i0 + i] - zx) * sx;
-        else
-            for (int64_t i = 0; i < n; i++) block[i] = ((float)((const int8_t *)x->data)[i0 + i] - zx) * sx;
+        nrv_dequantize_codes((const int8_t *)x->data + i0, x->dtype, n, zx, sx, block);
         quantize(block, n, &qp, (char *)y->data + (size_t)i0 * ey);
     }
     return NRV_OK;

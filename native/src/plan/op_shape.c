@@ -995,12 +995,7 @@ static nrv_status op_cast(const nrv_op_args *a) {
     const int64_t n = x->numel;
     if (n == 0) return NRV_OK;
     if (a->n_fattr == 2) {
-        const float zd = a->fattr[0], sd = a->fattr[1];
-        float *dst = y->data;
-        if (x->dtype == NRV_U8)
-            for (int64_t i = 0; i < n; i++) dst[i] = ((float)((const uint8_t *)x->data)[i] - zd) * sd;
-        else
-            for (int64_t i = 0; i < n; i++) dst[i] = ((float)((const int8_t *)x->data)[i] - zd) * sd;
+        nrv_dequantize_codes(x->data, x->dtype, n, a->fattr[0], a->fattr[1], y->data);
         return NRV_OK;
     }
     if (x->dtype == y->dtype) {

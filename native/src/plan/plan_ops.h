@@ -197,6 +197,11 @@ nrv_status nrv_op_int_operands(const nrv_op_args *a, int max_in, int n_iattr, in
 nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int i_zp, const nrv_tview *y, int64_t C,
                               nrv_requant_out *rq);
 
+/* The dequantizing cast's steps (a DequantizeLinear of activations): y[i] = ((float)x[i] − zd)·sd
+ * for n codes of dtype NRV_U8 or NRV_I8, each step one fp32 rounding (ops cast and
+ * fake_quant: one definition, so the same bits). */
+void nrv_dequantize_codes(const void *x, int dtype, int64_t n, float zd, float sd, float *y);
+
 /* x [outer, C, inner] int32 sums into y's bytes through the requant kernel, one call per
  * (outer, channel) plane of inner values (ops requantize and conv_integer). */
 void nrv_requant_planes(const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C, int64_t inner,

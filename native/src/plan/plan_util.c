@@ -135,6 +135,13 @@ nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int
     return NRV_OK;
 }
 
+void nrv_dequantize_codes(const void *x, int dtype, int64_t n, float zd, float sd, float *y) {
+    if (dtype == NRV_U8)
+        for (int64_t i = 0; i < n; i++) y[i] = ((float)((const uint8_t *)x)[i] - zd) * sd;
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = ((float)((const int8_t *)x)[i] - zd) * sd;
+}
+
 void nrv_requant_planes(const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C, int64_t inner,
                         uint8_t *y) {
     const nrv_requant_fn requant = nrv_kernel_get(NRV_OP_REQUANT).requant;
