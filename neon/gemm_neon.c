@@ -246,11 +246,20 @@ static void panel_tile(int rows, int64_t kc, const float *const *base, const int
     }
 }
 
+/* the stored value's activation (kernels.h nrv_panels_act), as compares and selects */
+static inline float32x4_t panel_act4(const nrv_panels_act *act, float32x4_t t) {
+    if (act->kind == NRV_PANELS_RELU) return vbslq_f32(vcgtq_f32(t, vdupq_n_f32(0.0f)), t, vdupq_n_f32(0.0f));
+    const float32x4_t lo = vdupq_n_f32(act->lo), hi = vdupq_n_f32(act->hi);
+    t = vbslq_f32(vcltq_f32(t, lo), lo, t);
+    return vbslq_f32(vcgtq_f32(t, hi), hi, t);
+}
+
 void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
-                          const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy) {
+                          const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
+                          const nrv_panels_act *act) {
     if (k == 0) {
         for (int64_t j = 0; j < m; j++)
-            for (int64_t i = 0; i < np; i++) y[j * ldy + i] = bias ? bias[j] : 0.0f;
+            for (int64_t i = 0; i < np; i++) y[j * ldy + i] = nrv_panels_act_apply(act, bias ? bias[j] : 0.0f);
         return;
     }
     _Static_assert(NRV_PANEL_COLS == 64 && NRV_PANEL_ALIGN == 16, "ct rows of 64, sub-panels of 16");
@@ -289,11 +298,14 @@ void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int6
                                               vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)),
                                               vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)),
                                               vreinterpretq_f32_f64(vtrn2q_f64(t1, t3))};
-                    for (int64_t t = 0; t < cols; t++)
-                        vst1q_f32(y + (j0 + c4 + t) * ldy + b0 + i, vaddq_f32(c[t], vdupq_n_f32(bv[t])));
+                    for (int64_t t = 0; t < cols; t++) {
+                        const float32x4_t v = vaddq_f32(c[t], vdupq_n_f32(bv[t]));
+                        vst1q_f32(y + (j0 + c4 + t) * ldy + b0 + i, act ? panel_act4(act, v) : v);
+                    }
                 }
                 for (; i < nb; i++)
-                    for (int64_t t = 0; t < cols; t++) y[(j0 + c4 + t) * ldy + b0 + i] = ct[i * 64 + c4 + t] + bv[t];
+                    for (int64_t t = 0; t < cols; t++)
+                        y[(j0 + c4 + t) * ldy + b0 + i] = nrv_panels_act_apply(act, ct[i * 64 + c4 + t] + bv[t]);
             }
         }
     }

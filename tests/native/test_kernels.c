@@ -671,10 +671,14 @@ static void test_gemm_panels(void) {
         buf Y = buf_out(y_len, 0), Y2 = buf_out(y_len, 0);
         for (int64_t i = 0; i < y_len; i++) Y.p[i] = Y2.p[i] = u2f(CANARY);
         const float *bias = t % 3 == 1 ? NULL : B.p;
-        panels(np, m, k, X.p, q0, ow, pw, off, wp, bias, Y.p, ldy);
+        /* the stored values' activation: none, ReLU, Clip in turn (NaN among x below) */
+        const nrv_panels_act acts[2] = {{NRV_PANELS_RELU, 0.0f, 0.0f}, {NRV_PANELS_CLIP, -0.37f, 0.41f}};
+        const nrv_panels_act *act = t % 3 == 0 ? NULL : &acts[t % 3 - 1];
+        if (t == 4 || t == 8) X.p[off[0] + (q0 / ow) * pw + q0 % ow] = NAN; /* the first position's first tap */
+        panels(np, m, k, X.p, q0, ow, pw, off, wp, bias, Y.p, ldy, act);
         const int64_t half = np / 2; /* the same positions in two calls */
-        panels(half, m, k, X.p, q0, ow, pw, off, wp, bias, Y2.p, ldy);
-        panels(np - half, m, k, X.p, q0 + half, ow, pw, off, wp, bias, Y2.p + half, ldy);
+        panels(half, m, k, X.p, q0, ow, pw, off, wp, bias, Y2.p, ldy, act);
+        panels(np - half, m, k, X.p, q0 + half, ow, pw, off, wp, bias, Y2.p + half, ldy, act);
         double err = 0.0;
         int64_t wi = 0, wj = 0;
         int pad_broken = 0, split_differs = 0;
@@ -684,8 +688,12 @@ static void test_gemm_panels(void) {
                 const float *base = X.p + q / ow * pw + q % ow;
                 double want = bias ? (double)bias[j] : 0.0;
                 for (int64_t p = 0; p < k; p++) want += (double)W.p[j * k + p] * (double)base[off[p]];
+                if (act && act->kind == NRV_PANELS_RELU) want = want > 0.0 ? want : 0.0; /* NaN: 0 */
+                else if (act) want = want < act->lo ? act->lo : (want > act->hi ? act->hi : want); /* NaN kept */
                 const double tol = dot_atol(k ? k : 1, 1.0, 1.0) + 1e-5 * fabs(want);
-                const double e = fabs((double)Y.p[j * ldy + i] - want) / tol;
+                const double got = Y.p[j * ldy + i];
+                const double e = isnan(want) || isnan(got) ? (isnan(want) && isnan(got) ? 0.0 : INFINITY)
+                                                           : fabs(got - want) / tol;
                 if (!(e <= err)) err = isnan(e) ? INFINITY : e, wi = j, wj = i;
                 if (f2u(Y.p[j * ldy + i]) != f2u(Y2.p[j * ldy + i])) split_differs = 1;
             }

@@ -53,7 +53,8 @@ void nrv_panels_pack_t(const float *wt, int64_t m, int64_t k, int64_t ldwt, floa
 }
 
 void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
-                         const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy) {
+                         const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
+                         const nrv_panels_act *act) {
     for (int64_t i = 0; i < np; i++) {
         const int64_t q = q0 + i;
         const float *base = x + q / ow * pw + q % ow;
@@ -62,7 +63,7 @@ void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64
             const float *col = wp + t * NRV_PANEL_COLS * k + (j - t * NRV_PANEL_COLS);
             float acc = 0.0f;
             for (int64_t p = 0; p < k; p++) acc += base[k_off[p]] * col[p * width];
-            y[j * ldy + i] = (bias ? bias[j] : 0.0f) + acc;
+            y[j * ldy + i] = nrv_panels_act_apply(act, (bias ? bias[j] : 0.0f) + acc);
         }
     }
 }

@@ -262,9 +262,24 @@ static inline void nrv_panel_bases(const float *x, int64_t q0, int64_t n, int64_
         if (++col == ow) col = 0, row++;
     }
 }
+/* act (NULL: none): an activation applied to each y as it is stored, after its bias — the
+ * conv's epilogue, with the plan's own rules: NRV_PANELS_RELU t > 0 ? t : 0 (NaN gives 0,
+ * as the relu kernel), NRV_PANELS_CLIP t < lo ? lo : t, then t > hi ? hi : t (NaN kept,
+ * as nrv_clip), so the bits of the separate pass. */
+enum { NRV_PANELS_RELU = 1, NRV_PANELS_CLIP = 2 };
+typedef struct nrv_panels_act {
+    int kind; /* NRV_PANELS_RELU or NRV_PANELS_CLIP */
+    float lo, hi;
+} nrv_panels_act;
+static inline float nrv_panels_act_apply(const nrv_panels_act *act, float t) {
+    if (!act) return t;
+    if (act->kind == NRV_PANELS_RELU) return t > 0.0f ? t : 0.0f;
+    t = t < act->lo ? act->lo : t;
+    return t > act->hi ? act->hi : t;
+}
 typedef void (*nrv_gemm_panels_fn)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow,
                                    int64_t pw, const int64_t *k_off, const float *wp, const float *bias, float *y,
-                                   int64_t ldy);
+                                   int64_t ldy, const nrv_panels_act *act);
 
 /* A linear layer on a weight in panels (op "linear_panels"; the weight packed once at
  * compile time): y[r·ldy + j] = bias[j] (0 when NULL) + Σ_{p<k} x̂(r, p)·W(j, p), r < rows,
@@ -548,7 +563,8 @@ void nrv_gemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, flo
 void nrv_gemm_implicit_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                            const int64_t *b_row_off, float *c, int64_t ldc);
 void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
-                         const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy);
+                         const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
+                         const nrv_panels_act *act);
 void nrv_linear_panels_ref(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma, const float *beta,
                            float eps, const float *wp, int64_t m, const float *bias, float *y, int64_t ldy);
 void nrv_gelu_ref(const float *x, int64_t n, float *y);

@@ -552,11 +552,20 @@ static void panel_tile(int rows, int nv, int64_t kc, const float *const *base, c
 }
 #undef PANEL_ROWS
 
+/* the stored value's activation (kernels.h nrv_panels_act: the same rules, in x86's min/max,
+ * which return their second operand when either is NaN) */
+static inline __m256 panel_act8(const nrv_panels_act *act, __m256 t) {
+    if (act->kind == NRV_PANELS_RELU) return _mm256_max_ps(t, _mm256_setzero_ps()); /* t > 0 ? t : 0 */
+    t = _mm256_max_ps(_mm256_set1_ps(act->lo), t);                                    /* lo > t ? lo : t */
+    return _mm256_min_ps(_mm256_set1_ps(act->hi), t);                                 /* hi < t ? hi : t */
+}
+
 void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
-                            const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy) {
+                            const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
+                            const nrv_panels_act *act) {
     if (k == 0) {
         for (int64_t j = 0; j < m; j++)
-            for (int64_t i = 0; i < np; i++) y[j * ldy + i] = bias ? bias[j] : 0.0f;
+            for (int64_t i = 0; i < np; i++) y[j * ldy + i] = nrv_panels_act_apply(act, bias ? bias[j] : 0.0f);
         return;
     }
     _Alignas(64) float ct[PANEL_NP * NRV_PANEL_COLS];
@@ -592,12 +601,14 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
                     __m256 r[8];
                     for (int t = 0; t < 8; t++) r[t] = _mm256_load_ps(ct + (i + t) * NRV_PANEL_COLS + c8);
                     nrv_x86_transpose8(r);
-                    for (int64_t t = 0; t < cols; t++)
-                        _mm256_storeu_ps(y + (j0 + c8 + t) * ldy + b0 + i, _mm256_add_ps(r[t], _mm256_set1_ps(bv[t])));
+                    for (int64_t t = 0; t < cols; t++) {
+                        const __m256 v = _mm256_add_ps(r[t], _mm256_set1_ps(bv[t]));
+                        _mm256_storeu_ps(y + (j0 + c8 + t) * ldy + b0 + i, act ? panel_act8(act, v) : v);
+                    }
                 }
                 for (; i < nb; i++)
                     for (int64_t t = 0; t < cols; t++)
-                        y[(j0 + c8 + t) * ldy + b0 + i] = ct[i * NRV_PANEL_COLS + c8 + t] + bv[t];
+                        y[(j0 + c8 + t) * ldy + b0 + i] = nrv_panels_act_apply(act, ct[i * NRV_PANEL_COLS + c8 + t] + bv[t]);
             }
         }
     }
