@@ -810,7 +810,8 @@ static nrv_status deform_conv_run(const nrv_op_args *a) {
     const int64_t M = w->dims[0], kh = w->dims[2], kw = w->dims[3], oh = y->dims[2], ow = y->dims[3];
     if (group < 1 || og < 1 || group > ATTR_MAX || og > ATTR_MAX || sh < 1 || sw < 1 || dh < 1 || dw < 1 ||
         sh > ATTR_MAX || sw > ATTR_MAX || dh > ATTR_MAX || dw > ATTR_MAX || ph < 0 || pw < 0 || ph > ATTR_MAX ||
-        pw > ATTR_MAX || peh < 0 || pew < 0 || peh > ATTR_MAX || pew > ATTR_MAX || C % group || M % group || C % og || w->dims[1] * group != C || kh < 1 || kw < 1)
+        pw > ATTR_MAX || peh < 0 || pew < 0 || peh > ATTR_MAX || pew > ATTR_MAX || C % group || M % group ||
+        C % og || w->dims[1] * group != C || kh < 1 || kw < 1)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "group %lld, offset_group %lld, strides, dilations or pads out of "
                            "range for C %lld, M %lld", (long long)group, (long long)og, (long long)C, (long long)M);
     const int64_t taps = kh * kw;
@@ -821,7 +822,8 @@ static nrv_status deform_conv_run(const nrv_op_args *a) {
         (bias && (bias->rank != 1 || bias->dims[0] != M)))
         return nrv_op_fail(a, NRV_ERR_SHAPE, "offset must be [N, offset_group*2*kh*kw, oh, ow], mask [N, "
                            "offset_group*kh*kw, oh, ow], bias [M], y [N, M, oh, ow]");
-    const int64_t want_h = (H + ph + peh - dh * (kh - 1) - 1) / sh + 1, want_w = (W + pw + pew - dw * (kw - 1) - 1) / sw + 1;
+    const int64_t want_h = (H + ph + peh - dh * (kh - 1) - 1) / sh + 1;
+    const int64_t want_w = (W + pw + pew - dw * (kw - 1) - 1) / sw + 1;
     if (oh != want_h || ow != want_w)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "output %lld x %lld, expected %lld x %lld", (long long)oh, (long long)ow,
                            (long long)want_h, (long long)want_w);

@@ -1052,7 +1052,6 @@ def _layernorm(ctx: NodeCtx, ins):
     return [y, mean, inv_std]
 
 
-
 def layernorm(ctx: NodeCtx, x: Value, gamma: Value, beta: Optional[Value], axis: int, name: str) -> Value:
     """LayerNormalization of x over axes [axis:] (epsilon from ctx) as one runtime op."""
     norm_shape = list(x.shape[axis:])

@@ -517,10 +517,8 @@ def requantize_concat(prog: Program) -> bool:
         parts = []
         for c in casts:
             part = Value(c.name + ".requantized", fq.outputs[0].dtype, c.outputs[0].shape)
-            prog.ops.insert(prog.ops.index(c), Op("fake_quant", [c.inputs[0]] + list(fq.inputs[1:]), [part],
-                                                   iattr=list(fq.iattr), fattr=list(c.fattr), name=fq.name))
-            part.producer = prog.ops[prog.ops.index(c) - 1]
-            prog.ops.remove(c)
+            _swap_op(prog, prog.ops.index(c), Op("fake_quant", [c.inputs[0]] + list(fq.inputs[1:]), [part],
+                                                  iattr=list(fq.iattr), fattr=list(c.fattr), name=fq.name))
             parts.append(part)
         joined = Op("concat", parts, [fq.outputs[0]], iattr=list(cat.iattr), name=cat.name)
         _swap_op(prog, prog.ops.index(fq), joined)
@@ -1268,8 +1266,8 @@ def _digests_read_by_others(prog: Program, types: Tuple[str, ...]) -> Set[bytes]
 def select_linear_panels(prog: Program) -> bool:
     """fp32 ``linear`` and ``layernorm_linear`` ops with a constant weight whose contents no
     other kind of op reads (a tied embedding's table), on at least LINEAR_PANELS_MIN_ROWS
-    rows at the bounds or with a weight of LINEAR_PANELS_BIG_WEIGHT bytes, whose panels hold at most CONV_PANELS_MAX_PAD times the weight (16
-    or more outputs), become ``linear_panels`` and ``layernorm_linear_panels``: the weight
+    rows at the bounds or with a weight of LINEAR_PANELS_BIG_WEIGHT bytes, whose panels hold
+    at most CONV_PANELS_MAX_PAD times the weight (16 or more outputs), become ``linear_panels`` and ``layernorm_linear_panels``: the weight
     packed once, here, as panels (kernels.h), which the GEMM reads in place where it packed
     Wᵀ from W on every call (in-model linears with their weights out of cache spent
     about as long packing as multiplying). Measured: bench/RESULTS.md, stop 23. Runs last
