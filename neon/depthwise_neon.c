@@ -1,6 +1,6 @@
 /* depthwise_neon.c — the op "depthwise_rows" (nrv_depthwise_channels_fn contract, kernels.h)
  * with 4-lane NEON vectors along each output row: square 3x3, 5x5 and 7x7 kernels, stride 1
- * or 2, no dilation; the x86 variants' design (x86/depthwise_impl.h), which there replaced a
+ * or 2, or dilation 2 at stride 1; the x86 variants' design (x86/depthwise_impl.h), which there replaced a
  * padded plane per channel (its copy, zeroing and stride-2 phase split cost more than the
  * taps). A block is R output rows of one vector; its input rows are read once each, top to
  * bottom, and each row's tap vectors feed every output row whose window holds it. Stride 2
@@ -39,14 +39,15 @@ static inline float32x4x2_t dwrn_edge8(const float *row, int64_t c, int64_t iw) 
  * only their edge blocks lane by lane. */
 #define DWRN_STAGE_FLOATS 2048
 
-static inline __attribute__((always_inline)) void dwrn_channel(const int K, const int S, const nrv_dw_geom *g,
-                                                               const float *x, const float *w, float bias, float *y) {
+static inline __attribute__((always_inline)) void dwrn_channel(const int K, const int S, const int D,
+                                                               const nrv_dw_geom *g, const float *x, const float *w,
+                                                               float bias, float *y) {
     const int R = K == 3 ? 8 : 4;
     const int P = (K + 1) / 2; /* stride 2: pairs of 4 columns per input row */
-    const int T = (R - 1) * S + K; /* input rows of a block */
+    const int T = (R - 1) * S + (K - 1) * D + 1; /* input rows of a block */
     const int64_t ih = g->ih, iw = g->iw, oh = g->oh, ow = g->ow, pw = g->pw;
     /* staged row length: up to the last column the last block's loads reach */
-    const int64_t ow4 = (ow + 3) / 4 * 4, span = (ow4 - 4) * S + (S == 1 ? K + 3 : 2 * (P - 1) + 8);
+    const int64_t ow4 = (ow + 3) / 4 * 4, span = (ow4 - 4) * S + (S == 1 ? (K - 1) * D + 4 : 2 * (P - 1) + 8);
     const int staged = ow4 <= 16 && T * span <= DWRN_STAGE_FLOATS;
     float stage[DWRN_STAGE_FLOATS];
     for (int64_t oy0 = 0; oy0 < oh; oy0 += R) {
@@ -65,7 +66,7 @@ static inline __attribute__((always_inline)) void dwrn_channel(const int K, cons
         for (int64_t ox0 = 0; ox0 < ow; ox0 += 4) {
             const int64_t c0 = ox0 * S - pw; /* input column of tap 0, output lane 0 */
             /* every load of this column block inside the row: plain vector loads from x */
-            const int inside = c0 >= 0 && (S == 1 ? c0 + K + 2 < iw : c0 + 2 * (P - 1) + 7 < iw);
+            const int inside = c0 >= 0 && (S == 1 ? c0 + (K - 1) * D + 3 < iw : c0 + 2 * (P - 1) + 7 < iw);
             float32x4_t acc[8];
             for (int i = 0; i < R; i++) acc[i] = vdupq_n_f32(bias);
 #pragma GCC unroll 32
@@ -80,7 +81,7 @@ static inline __attribute__((always_inline)) void dwrn_channel(const int K, cons
                     if (S == 1) {
 #pragma GCC unroll 8
                         for (int kj = 0; kj < K; kj++)
-                            xk[kj] = plain ? vld1q_f32(src + kj) : dwrn_edge4(row, c0 + kj, iw);
+                            xk[kj] = plain ? vld1q_f32(src + kj * D) : dwrn_edge4(row, c0 + kj * D, iw);
                     } else {
 #pragma GCC unroll 8
                         for (int p = 0; p < P; p++) {
@@ -95,8 +96,8 @@ static inline __attribute__((always_inline)) void dwrn_channel(const int K, cons
                 }
 #pragma GCC unroll 8
                 for (int i = 0; i < R; i++) {
-                    const int ki = t - i * S;
-                    if (ki < 0 || ki >= K) continue;
+                    const int d = t - i * S, ki = d / D; /* this row is tap row ki of output row i */
+                    if (d < 0 || d % D || ki >= K) continue;
 #pragma GCC unroll 8
                     for (int kj = 0; kj < K; kj++) acc[i] = vaddq_f32(acc[i], vmulq_n_f32(xk[kj], w[ki * K + kj]));
                 }

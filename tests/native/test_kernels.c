@@ -883,7 +883,11 @@ static void test_depthwise_vectors(nrv_op op, const char *name) {
         {4, 23, 47, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},  {5, 29, 35, 7, 7, 2, 2, 1, 1, 3, 2, 3, 4},
         {6, 33, 17, 5, 5, 2, 2, 1, 1, 2, 2, 2, 2},  {3, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
         {2, 1, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},   {3, 19, 9, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4},
-        {2, 11, 100, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0}};
+        {2, 11, 100, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0},
+        /* dilation 2 (the rows path takes it at stride 1): wide, narrow, asymmetric pads */
+        {7, 20, 20, 5, 5, 1, 1, 2, 2, 4, 4, 4, 4},  {3, 25, 37, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
+        {4, 17, 50, 7, 7, 1, 1, 2, 2, 6, 6, 6, 6},  {2, 9, 9, 5, 5, 1, 1, 2, 2, 3, 5, 1, 2},
+        {3, 30, 70, 3, 3, 1, 1, 2, 2, 0, 1, 2, 0}};
     const nrv_depthwise_channels_fn dwc = nrv_kernel_get(op).depthwise_channels;
     /* x86's variants fuse each tap's multiply-add; the references and NEON round twice: a
      * pair on the same side must agree bit for bit */

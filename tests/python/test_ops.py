@@ -524,16 +524,18 @@ def test_depthwise_conv_channel_vectors(variant, c, size, kernel, stride, dil, r
 
 
 @pytest.mark.parametrize("variant", variant_params("depthwise_rows"))
-@pytest.mark.parametrize("c,size,kernel,stride", [(5, (112, 112), 3, (2, 2)), (3, (57, 57), 3, (1, 1)),
-                                                  (17, (7, 7), 3, (1, 1)), (4, (29, 45), 5, (2, 2)),
-                                                  (3, (56, 56), 7, (1, 1)), (6, (13, 20), 7, (2, 2)),
-                                                  (2, (1, 33), 3, (1, 1)), (9, (14, 14), 5, (1, 1))])
-def test_depthwise_conv_rows(variant, c, size, kernel, stride, rng):
-    """Depthwise convs the dispatched "depthwise_rows" takes (3x3, 5x5, 7x7; stride 1 or 2;
-    taps read straight from x with masked loads at the edges) under each variant against the
-    float64 reference; the reference variant leaves them to the plane or channel path, whose
-    bits an FMA variant must give (test_kernels.c)."""
-    model, x, want, tol = _depthwise_case(c, size, kernel, stride, 1, rng)
+@pytest.mark.parametrize("c,size,kernel,stride,dil", [(5, (112, 112), 3, (2, 2), 1), (3, (57, 57), 3, (1, 1), 1),
+                                                      (17, (7, 7), 3, (1, 1), 1), (4, (29, 45), 5, (2, 2), 1),
+                                                      (3, (56, 56), 7, (1, 1), 1), (6, (13, 20), 7, (2, 2), 1),
+                                                      (2, (1, 33), 3, (1, 1), 1), (9, (14, 14), 5, (1, 1), 1),
+                                                      (7, (20, 20), 5, (1, 1), 2), (3, (11, 37), 3, (1, 1), 2),
+                                                      (2, (17, 23), 7, (1, 1), 2)])
+def test_depthwise_conv_rows(variant, c, size, kernel, stride, dil, rng):
+    """Depthwise convs the dispatched "depthwise_rows" takes (3x3, 5x5, 7x7; stride 1 or 2, or
+    dilation 2 at stride 1; taps read straight from x with masked loads at the edges) under
+    each variant against the float64 reference; the reference variant leaves them to the
+    plane or channel path, whose bits an FMA variant must give (test_kernels.c)."""
+    model, x, want, tol = _depthwise_case(c, size, kernel, stride, dil, rng)
     with forced("depthwise_rows", variant):
         got = nerve.Session(model, cache=False).run({"x": x})["y"]
     assert_within(got, want, tol, "depthwise_rows")

@@ -326,24 +326,27 @@ typedef void (*nrv_depthwise_channels_fn)(const nrv_dw_geom *g, int64_t c, const
  * output row and its taps read straight from x (no tile, no plane), for the shapes
  * nrv_dw_rows_fit accepts; its reference is the channel one (the definition). */
 static inline int nrv_dw_rows_fit(const nrv_dw_geom *g) {
-    return g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) && g->sh == g->sw &&
-           (g->sh == 1 || g->sh == 2) && g->dh == 1 && g->dw == 1;
+    return g->kh == g->kw && (g->kh == 3 || g->kh == 5 || g->kh == 7) && g->sh == g->sw && g->dh == g->dw &&
+           (((g->sh == 1 || g->sh == 2) && g->dh == 1) || (g->sh == 1 && g->dh == 2));
 }
-/* The body of a "depthwise_rows" variant: CHANNEL(K, S, g, x, w, bias, y) once per channel
- * with its plane, weights, bias and output, and the kernel size K and stride S as constants
- * (the six shapes nrv_dw_rows_fit takes). */
+/* The body of a "depthwise_rows" variant: CHANNEL(K, S, D, g, x, w, bias, y) once per channel
+ * with its plane, weights, bias and output, and the kernel size K, stride S and dilation D
+ * as constants (the nine shapes nrv_dw_rows_fit takes). */
 #define NRV_DW_ROWS_CHANNELS(g, c, x, w, bias, y, CHANNEL)                                       \
     for (int64_t ch_ = 0; ch_ < (c); ch_++) {                                                  \
         const float *xc_ = (x) + ch_ * (g)->ih * (g)->iw, *wc_ = (w) + ch_ * (g)->kh * (g)->kw; \
         const float b_ = (bias) ? (bias)[ch_] : 0.0f;                                           \
         float *yc_ = (y) + ch_ * (g)->oh * (g)->ow;                                             \
-        switch ((g)->kh * 4 + (g)->sh) {                                                        \
-        case 3 * 4 + 1: CHANNEL(3, 1, g, xc_, wc_, b_, yc_); break;                             \
-        case 3 * 4 + 2: CHANNEL(3, 2, g, xc_, wc_, b_, yc_); break;                             \
-        case 5 * 4 + 1: CHANNEL(5, 1, g, xc_, wc_, b_, yc_); break;                             \
-        case 5 * 4 + 2: CHANNEL(5, 2, g, xc_, wc_, b_, yc_); break;                             \
-        case 7 * 4 + 1: CHANNEL(7, 1, g, xc_, wc_, b_, yc_); break;                             \
-        default: CHANNEL(7, 2, g, xc_, wc_, b_, yc_); break;                                    \
+        switch ((g)->kh * 8 + (g)->sh + 2 * (g)->dh) {                                          \
+        case 3 * 8 + 3: CHANNEL(3, 1, 1, g, xc_, wc_, b_, yc_); break;                          \
+        case 3 * 8 + 4: CHANNEL(3, 2, 1, g, xc_, wc_, b_, yc_); break;                          \
+        case 3 * 8 + 5: CHANNEL(3, 1, 2, g, xc_, wc_, b_, yc_); break;                          \
+        case 5 * 8 + 3: CHANNEL(5, 1, 1, g, xc_, wc_, b_, yc_); break;                          \
+        case 5 * 8 + 4: CHANNEL(5, 2, 1, g, xc_, wc_, b_, yc_); break;                          \
+        case 5 * 8 + 5: CHANNEL(5, 1, 2, g, xc_, wc_, b_, yc_); break;                          \
+        case 7 * 8 + 3: CHANNEL(7, 1, 1, g, xc_, wc_, b_, yc_); break;                          \
+        case 7 * 8 + 4: CHANNEL(7, 2, 1, g, xc_, wc_, b_, yc_); break;                          \
+        default: CHANNEL(7, 1, 2, g, xc_, wc_, b_, yc_); break;                                 \
         }                                                                                       \
     }
 /* Floats of a kernel's input tile: one tile row per padded input row of an output row's

@@ -175,7 +175,9 @@ void X86FN(nrv_depthwise_channels)(const nrv_dw_geom *g, int64_t c, const float 
 }
 
 /* ---- rows straight from x (nrv_depthwise_channels_fn contract, the op "depthwise_rows"):
- * square kernels of 3, 5 or 7, stride 1 or 2 both ways, no dilation. A register block is
+ * square kernels of 3, 5 or 7, stride 1 or 2 both ways, or dilation 2 at stride 1 (the
+ * dilated last stage of a segmentation backbone: LR-ASPP and DeepLabV3 on MobileNetV3,
+ * whose 5x5 convs over 20x20 took 2.4x as long on the plane path). A register block is
  * R output rows x one vector of VL columns (R = 8 for 3x3: 8 FMA chains hide the FMA
  * latency; 4 for 5x5 and 7x7, whose K·K memory-operand weights make them load-bound, and
  * 8 rows measured slower there); the block's input rows are read once each, top to bottom,
@@ -188,8 +190,9 @@ void X86FN(nrv_depthwise_channels)(const nrv_dw_geom *g, int64_t c, const float 
  * from 1000 to 200 us). */
 #define DWR_MAX_K 7
 
-static inline __attribute__((always_inline)) void dwr_channel(const int K, const int S, const nrv_dw_geom *g,
-                                                              const float *x, const float *w, float bias, float *y) {
+static inline __attribute__((always_inline)) void dwr_channel(const int K, const int S, const int D,
+                                                              const nrv_dw_geom *g, const float *x, const float *w,
+                                                              float bias, float *y) {
     const int R = K == 3 ? 8 : 4;
     const int64_t ih = g->ih, iw = g->iw, oh = g->oh, ow = g->ow;
     const int P = (K + 1) / 2; /* stride 2: vector pairs per input row */
@@ -203,7 +206,7 @@ static inline __attribute__((always_inline)) void dwr_channel(const int K, const
         /* load masks of this column block: stride 1 tap kj's vector; stride 2 pair p's two */
         vtail m[2 * DWR_MAX_K];
         if (S == 1)
-            for (int kj = 0; kj < K; kj++) m[kj] = vrange_mask(-(c0 + kj), iw - (c0 + kj));
+            for (int kj = 0; kj < K; kj++) m[kj] = vrange_mask(-(c0 + kj * D), iw - (c0 + kj * D));
         else
             for (int u = 0; u < 2 * P; u++) {
                 const int64_t c = c0 + 2 * (u / 2) + (u % 2) * VL;
@@ -214,14 +217,14 @@ static inline __attribute__((always_inline)) void dwr_channel(const int K, const
             for (int i = 0; i < R; i++) acc[i] = vset1(bias);
             const int64_t r0 = oy0 * S - g->ph;
 #pragma GCC unroll 32
-            for (int t = 0; t < (R - 1) * S + K; t++) {
+            for (int t = 0; t < (R - 1) * S + (K - 1) * D + 1; t++) {
                 const int64_t r = r0 + t;
                 vf xk[DWR_MAX_K];
                 if (r >= 0 && r < ih) {
                     const float *row = x + r * iw + c0;
                     if (S == 1) {
 #pragma GCC unroll 8
-                        for (int kj = 0; kj < K; kj++) xk[kj] = vload_tail(row + kj, m[kj]);
+                        for (int kj = 0; kj < K; kj++) xk[kj] = vload_tail(row + kj * D, m[kj]);
                     } else {
 #pragma GCC unroll 8
                         for (int p = 0; p < P; p++) {
@@ -237,8 +240,8 @@ static inline __attribute__((always_inline)) void dwr_channel(const int K, const
                 }
 #pragma GCC unroll 8
                 for (int i = 0; i < R; i++) {
-                    const int ki = t - i * S;
-                    if (ki < 0 || ki >= K) continue;
+                    const int d = t - i * S, ki = d / D; /* this row is tap row ki of output row i */
+                    if (d < 0 || d % D || ki >= K) continue;
 #pragma GCC unroll 8
                     for (int kj = 0; kj < K; kj++) acc[i] = vfmadd(wv[ki * K + kj], xk[kj], acc[i]);
                 }
