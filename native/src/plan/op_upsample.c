@@ -285,26 +285,28 @@ static void resize_pass(const resize_tap *t, int taps, const float *src, float *
         const float *s = src + b * len_in * inner;
         float *d = dst + b * len_out * inner;
         if (inner == 1) {
-            for (int64_t o = 0; o < len_out; o++) {
-                float acc = 0.0f;
-                for (int k = 0; k < taps; k++) acc += t[o].w[k] * s[t[o].idx[k]];
-                d[o] = acc;
-            }
+            if (taps == 2) /* linear, the common case: no loop over the taps */
+                for (int64_t o = 0; o < len_out; o++) d[o] = t[o].w[0] * s[t[o].idx[0]] + t[o].w[1] * s[t[o].idx[1]];
+            else
+                for (int64_t o = 0; o < len_out; o++) {
+                    float acc = 0.0f;
+                    for (int k = 0; k < taps; k++) acc += t[o].w[k] * s[t[o].idx[k]];
+                    d[o] = acc;
+                }
             continue;
         }
         for (int64_t o = 0; o < len_out; o++) {
             float *restrict dr = d + o * inner;
+            const float *s0 = s + t[o].idx[0] * inner, *s1 = s + t[o].idx[1] * inner;
+            const float w0 = t[o].w[0], w1 = t[o].w[1];
             if (taps == 1) {
-                memcpy(dr, s + t[o].idx[0] * inner, (size_t)inner * sizeof(float));
-                continue;
-            }
-            const float *s0 = s + t[o].idx[0] * inner;
-            const float w0 = t[o].w[0];
-            for (int64_t i = 0; i < inner; i++) dr[i] = w0 * s0[i];
-            for (int k = 1; k < taps; k++) {
-                const float *sk = s + t[o].idx[k] * inner;
-                const float wk = t[o].w[k];
-                for (int64_t i = 0; i < inner; i++) dr[i] += wk * sk[i];
+                memcpy(dr, s0, (size_t)inner * sizeof(float));
+            } else if (taps == 2) { /* one pass over the output row, in the inner == 1 order */
+                for (int64_t i = 0; i < inner; i++) dr[i] = w0 * s0[i] + w1 * s1[i];
+            } else {
+                const float *s2 = s + t[o].idx[2] * inner, *s3 = s + t[o].idx[3] * inner;
+                const float w2 = t[o].w[2], w3 = t[o].w[3];
+                for (int64_t i = 0; i < inner; i++) dr[i] = w0 * s0[i] + w1 * s1[i] + w2 * s2[i] + w3 * s3[i];
             }
         }
     }
