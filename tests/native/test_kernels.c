@@ -516,7 +516,9 @@ static void test_gemm(void) {
             }
     static const int64_t larger[][3] = {{97, 127, 257}, {127, 97, 13}, {257, 13, 97}, {16, 64, 1025},
                                         {1, 1025, 257}, {1025, 1, 33}, {64, 64, 64},   {129, 65, 300},
-                                        {200, 300, 129}, {17, 33, 520}, {5, 7, 0},     {33, 17, 0}};
+                                        {200, 300, 129}, {17, 33, 520}, {5, 7, 0},     {33, 17, 0},
+                                        /* shallow: several wide column panels, a ragged last one */
+                                        {13, 1100, 16},  {7, 700, 41}};
     for (size_t i = 0; i < sizeof larger / sizeof larger[0]; i++) {
         tri[nt][0] = larger[i][0];
         tri[nt][1] = larger[i][1];

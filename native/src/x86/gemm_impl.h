@@ -376,14 +376,19 @@ static __attribute__((noinline)) void gemm_blocked(const nrv_x86_gemm_args *g) {
     /* Without layernorm all of m is one chunk; with it, chunks of GEMM_LN_ROWS rows
      * whose statistics are computed once and reused for every (jc, pc) tile. */
     const int64_t m_chunk = layernorm ? GEMM_LN_ROWS : g->m;
+    /* A shallow product (k within one depth block: a 1x1 conv over 16-64 channels) packs
+     * wider column panels into the same buffer: per row tile, C is then written in longer
+     * runs of each row. */
+    int64_t nc_step = GEMM_NC;
+    if (g->k < GEMM_KC) nc_step = GEMM_KC * GEMM_NC / g->k / GEMM_NR * GEMM_NR;
 
     for (int64_t mc = 0; mc < g->m; mc += m_chunk) {
         const int64_t mlen = g->m - mc < m_chunk ? g->m - mc : m_chunk;
         if (layernorm)
             for (int64_t i = 0; i < mlen; i++)
                 v_row_stats(g->a + (mc + i) * g->lda, g->k, g->ln_eps, &ln_mean[i], &ln_rstd[i]);
-        for (int64_t jc = 0; jc < g->n; jc += GEMM_NC) {
-            const int64_t nc = g->n - jc < GEMM_NC ? g->n - jc : GEMM_NC;
+        for (int64_t jc = 0; jc < g->n; jc += nc_step) {
+            const int64_t nc = g->n - jc < nc_step ? g->n - jc : nc_step;
             for (int64_t pc = 0; pc < g->k; pc += GEMM_KC) {
                 const int64_t kc = g->k - pc < GEMM_KC ? g->k - pc : GEMM_KC;
                 const int first = pc == 0;
