@@ -1,6 +1,10 @@
 /* op_index.c — plan ops that address elements by computed indices or positions (see
  * plan_ops.h for the contract): gather_elements, gather_nd, scatter_elements, scatter_nd
- * (ONNX's GatherElements, GatherND, ScatterElements, ScatterND), cumsum (and products), topk.
+ * (ONNX's GatherElements, GatherND, ScatterElements, ScatterND), cumsum (and products), topk,
+ * and the ops whose output size depends on the data: nonzero and nms (NonMaxSuppression).
+ * Those write their output compactly at the size they find and that size to an int64
+ * scalar, which the plan's set_dim op after them makes the size of every tensor downstream
+ * (plan.c); the output's view holds the bound (the bytes reserved) while they run.
  *
  * Every index is checked before anything is written: one outside its axis is
  * NRV_ERR_INDEX naming its flat position and value, and the output is left as it was.
@@ -563,6 +567,193 @@ static nrv_status max_unpool_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ================================================================== nonzero, nms */
+
+/* Whether element i of x is nonzero: a float's value (-0 is zero, NaN is not), an integer's
+ * or bool's bytes. */
+static int element_nonzero(const nrv_tview *x, int64_t i) {
+    switch (x->dtype) {
+    case NRV_F32: return ((const float *)x->data)[i] != 0.0f;
+    case NRV_F64: return ((const double *)x->data)[i] != 0.0;
+    case NRV_F16: return (((const uint16_t *)x->data)[i] & 0x7fff) != 0;
+    case NRV_I32: return ((const int32_t *)x->data)[i] != 0;
+    case NRV_I64: return ((const int64_t *)x->data)[i] != 0;
+    default: return ((const uint8_t *)x->data)[i] != 0; /* I8, U8, BOOL */
+    }
+}
+
+/* A data-dependent op's count output: one int64. */
+static nrv_status check_count_out(const nrv_op_args *a, const nrv_tview *count) {
+    NRV_TRY(nrv_op_expect_dtype(a, count, "count", NRV_I64));
+    if (count->numel != 1) return nrv_op_fail(a, NRV_ERR_SHAPE, "count has %lld elements, expected 1",
+                                              (long long)count->numel);
+    return NRV_OK;
+}
+
+/* nonzero (ONNX NonZero): the coordinates of x's nonzero elements in row-major order.
+ *   in[0]  x     any dtype, rank r >= 1
+ *   out[0] y     i64 [r, cap]: written as [r, n] (row d: coordinate d of each), n <= cap
+ *   out[1] count i64, one element: n
+ *   no attributes, no scratch. */
+static nrv_status nonzero_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 2, 0, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "input"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", NRV_I64));
+    NRV_TRY(check_count_out(a, a->out[1]));
+    if (x->rank < 1 || y->rank != 2 || y->dims[0] != x->rank)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "input rank %d, output rank %d with %lld rows; expected [rank, n]",
+                           (int)x->rank, (int)y->rank, (long long)(y->rank ? y->dims[0] : 0));
+    int64_t n = 0;
+    for (int64_t i = 0; i < x->numel; i++) n += element_nonzero(x, i);
+    if (n > y->dims[1])
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "%lld nonzero elements, room for %lld", (long long)n,
+                           (long long)y->dims[1]);
+    int64_t *out = y->data, j = 0;
+    for (int64_t i = 0; i < x->numel; i++) {
+        if (!element_nonzero(x, i)) continue;
+        int64_t rem = i;
+        for (int d = (int)x->rank - 1; d >= 0; d--) {
+            out[d * n + j] = rem % x->dims[d];
+            rem /= x->dims[d];
+        }
+        j++;
+    }
+    *(int64_t *)a->out[1]->data = n;
+    return NRV_OK;
+}
+
+/* A candidate box of one class: its score and index, sorted by score (higher first), then
+ * index (lower first), so ties select in a fixed order. */
+typedef struct nms_candidate {
+    float score;
+    int32_t index;
+} nms_candidate;
+
+static int nms_candidate_order(const void *pa, const void *pb) {
+    const nms_candidate *x = pa, *y = pb;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* A box's extent on one axis from two corners, or from its centre and size. */
+static void nms_span(const float *box, int center, int axis, float *lo, float *hi) {
+    if (center) {
+        const float half = box[2 + axis] / 2;
+        *lo = box[axis] - half, *hi = box[axis] + half;
+    } else {
+        const float u = box[axis], v = box[axis + 2];
+        *lo = u <= v ? u : v, *hi = u <= v ? v : u;
+    }
+}
+
+/* Whether box q overlaps kept box k by more than the threshold: the IoU as onnxruntime
+ * computes it (float; boxes of no area, or not overlapping, never suppress). */
+static int nms_suppresses(const float *k, const float *q, int center, float iou_threshold) {
+    float klo[2], khi[2], qlo[2], qhi[2], ilo[2], ihi[2];
+    /* corners [y1, x1, y2, x2]: axis 0 is y; centre format [x, y, w, h]: axis 0 is x */
+    for (int ax = 0; ax < 2; ax++) {
+        nms_span(k, center, ax, &klo[ax], &khi[ax]);
+        nms_span(q, center, ax, &qlo[ax], &qhi[ax]);
+        ilo[ax] = klo[ax] > qlo[ax] ? klo[ax] : qlo[ax];
+        ihi[ax] = khi[ax] < qhi[ax] ? khi[ax] : qhi[ax];
+        if (ihi[ax] <= ilo[ax]) return 0;
+    }
+    const float inter = (ihi[0] - ilo[0]) * (ihi[1] - ilo[1]);
+    const float area_k = (khi[0] - klo[0]) * (khi[1] - klo[1]), area_q = (qhi[0] - qlo[0]) * (qhi[1] - qlo[1]);
+    const float uni = area_k + area_q - inter;
+    if (inter <= 0.0f || area_k <= 0.0f || area_q <= 0.0f || uni <= 0.0f) return 0;
+    return inter / uni > iou_threshold;
+}
+
+/* nms (ONNX NonMaxSuppression): per image and class, the boxes by descending score (those
+ * above score_threshold when it is given), each kept unless it overlaps a kept one by an IoU
+ * over iou_threshold, up to max_output_boxes_per_class kept.
+ *   in[0]  boxes  f32 [B, N, 4]  corners [y1, x1, y2, x2] (any diagonal pair), or with
+ *                                center_point_box [x_centre, y_centre, width, height]
+ *   in[1]  scores f32 [B, C, N]
+ *   in[2]  max_output_boxes_per_class i64 scalar, optional (absent: 0, nothing selected;
+ *          negative: 0)
+ *   in[3]  iou_threshold f32 scalar in [0, 1], optional (absent: 0)
+ *   in[4]  score_threshold f32 scalar, optional (absent: no score filter)
+ *   out[0] selected i64 [cap, 3]: written as [n, 3] rows (image, class, box), in image,
+ *          class, then selection order; n <= cap
+ *   out[1] count i64, one element: n
+ *   iattr (1): [center_point_box]
+ *   scratch: N nms_candidate (8 bytes each) then N int32 kept indices. */
+static nrv_status nms_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 2, 5, 2, 1, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "boxes"));
+    NRV_TRY(nrv_op_check_in(a, 1, "scores"));
+    const nrv_tview *boxes = a->in[0], *scores = a->in[1];
+    nrv_tview *sel = a->out[0];
+    NRV_TRY(nrv_op_expect_dtype(a, boxes, "boxes", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, scores, "scores", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, sel, "selected_indices", NRV_I64));
+    NRV_TRY(check_count_out(a, a->out[1]));
+    const int center = a->iattr[0] != 0;
+    if (a->iattr[0] != 0 && a->iattr[0] != 1)
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "center_point_box is %lld, expected 0 or 1", (long long)a->iattr[0]);
+    if (boxes->rank != 3 || scores->rank != 3 || boxes->dims[2] != 4 || scores->dims[0] != boxes->dims[0] ||
+        scores->dims[2] != boxes->dims[1])
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "boxes must be [B, N, 4] and scores [B, C, N] (ranks %d, %d)",
+                           (int)boxes->rank, (int)scores->rank);
+    if (sel->rank != 2 || sel->dims[1] != 3)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "selected_indices must be [n, 3]");
+    const int64_t nb = boxes->dims[0], nc = scores->dims[1], n = boxes->dims[1];
+    if (n > INT32_MAX) return nrv_op_fail(a, NRV_ERR_SHAPE, "%lld boxes per image: more than int32 indices", (long long)n);
+    int64_t max_out = 0;
+    float iou = 0.0f, score_thr = 0.0f;
+    const int has_score_thr = a->n_in > 4 && a->in[4];
+    const nrv_tview *opt[3] = {a->n_in > 2 ? a->in[2] : NULL, a->n_in > 3 ? a->in[3] : NULL,
+                               has_score_thr ? a->in[4] : NULL};
+    static const char *const opt_name[3] = {"max_output_boxes_per_class", "iou_threshold", "score_threshold"};
+    for (int k = 0; k < 3; k++) {
+        if (!opt[k]) continue;
+        NRV_TRY(nrv_op_expect_dtype(a, opt[k], opt_name[k], k == 0 ? NRV_I64 : NRV_F32));
+        if (opt[k]->numel != 1)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "%s has %lld elements, expected 1", opt_name[k],
+                               (long long)opt[k]->numel);
+    }
+    if (opt[0]) max_out = *(const int64_t *)opt[0]->data > 0 ? *(const int64_t *)opt[0]->data : 0;
+    if (opt[1]) iou = *(const float *)opt[1]->data;
+    if (opt[2]) score_thr = *(const float *)opt[2]->data;
+    if (!(iou >= 0.0f && iou <= 1.0f))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "iou_threshold is %g, expected within [0, 1]", (double)iou);
+    const uint64_t need = (uint64_t)n * (sizeof(nms_candidate) + sizeof(int32_t));
+    if (n > 0 && (!a->scratch || a->scratch_bytes < need))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, %llu needed", a->scratch_bytes,
+                           (unsigned long long)need);
+    nms_candidate *cand = a->scratch;
+    int32_t *kept = (int32_t *)(cand + n);
+    int64_t *out = sel->data, count = 0;
+    for (int64_t b = 0; b < nb && max_out > 0; b++) {
+        const float *bx = (const float *)boxes->data + b * n * 4;
+        for (int64_t c = 0; c < nc; c++) {
+            const float *sc = (const float *)scores->data + (b * nc + c) * n;
+            int64_t m = 0, nk = 0;
+            for (int64_t i = 0; i < n; i++)
+                if (!has_score_thr || sc[i] > score_thr) cand[m++] = (nms_candidate){sc[i], (int32_t)i};
+            qsort(cand, (size_t)m, sizeof *cand, nms_candidate_order);
+            for (int64_t i = 0; i < m && nk < max_out; i++) {
+                const float *q = bx + 4 * (int64_t)cand[i].index;
+                int keep = 1;
+                for (int64_t j = 0; j < nk && keep; j++) keep = !nms_suppresses(bx + 4 * (int64_t)kept[j], q, center, iou);
+                if (!keep) continue;
+                if (count >= sel->dims[0])
+                    return nrv_op_fail(a, NRV_ERR_SHAPE, "more than the %lld selections the plan has room for",
+                                       (long long)sel->dims[0]);
+                kept[nk++] = cand[i].index;
+                out[3 * count] = b, out[3 * count + 1] = c, out[3 * count + 2] = cand[i].index;
+                count++;
+            }
+        }
+    }
+    *(int64_t *)a->out[1]->data = count;
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_index[] = {
     {"gather_elements", gather_elements_run, NULL},
     {"gather_nd", gather_nd_run, NULL},
@@ -572,5 +763,7 @@ const nrv_op_def nrv_plan_ops_index[] = {
     {"topk", topk_run, NULL},
     {"maxpool_argmax", maxpool_argmax_run, NULL},
     {"max_unpool", max_unpool_run, NULL},
+    {"nonzero", nonzero_run, NULL},
+    {"nms", nms_run, NULL},
     {NULL, NULL, NULL},
 };

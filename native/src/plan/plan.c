@@ -12,6 +12,12 @@
  * expressions, refresh the views that depend on them (dims, and data pointers into feeds and
  * state buffers), check that every tensor still fits the bytes the plan reserved for it, then
  * call the ops in order. Nothing is allocated on this path.
+ *
+ * Sizes that depend on the data (NonZero's count, NonMaxSuppression's selections) are
+ * symbols too, set during the run: the op that finds the count writes it to an int64
+ * scalar, and a "set_dim" op after it takes it (within the symbol's bound, which the
+ * memory plan reserved), re-evaluates the expressions and refreshes the views of every
+ * symbolic tensor, so the ops after it see the real extents.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,7 +47,7 @@ typedef struct plan_op {
     int32_t scratch_id;
     const int64_t *dattr_refs;
     int64_t *dattr_vals;
-    int control; /* 0 = kernel, 1 = if, 2 = jump */
+    int control; /* 0 = kernel, 1 = if, 2 = jump, 3 = set_dim */
     uint64_t calls, total_ns; /* with profiling on */
 } plan_op;
 
@@ -65,6 +71,7 @@ struct nrv_session {
     char **strings;
     const char **symbol_names;
     int64_t *symbol_bounds;
+    uint8_t *symbol_runtime; /* set by a set_dim op during the run, not by an input */
     int64_t **expr_code;
     uint32_t *expr_len;
     plan_tensor *tensors;
@@ -352,6 +359,7 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
     S_ALLOC(s, s->symbol_bounds, s->n_symbols);
     S_ALLOC(s, s->symbol_vals, s->n_symbols);
     S_ALLOC(s, s->prev_symbol_vals, s->n_symbols);
+    S_ALLOC(s, s->symbol_runtime, s->n_symbols);
     for (uint32_t i = 0; i < s->n_symbols; i++) {
         NRV_TRY(rd_string_ref(s, r, &s->symbol_names[i]));
         NRV_TRY(rd_i64(r, &s->symbol_bounds[i]));
@@ -528,7 +536,14 @@ static nrv_status parse_meta(nrv_session_t *s, reader *r) {
         if (op->scratch_id >= 0 && s->tensors[op->scratch_id].offset % 64 != 0)
             return nrv_fail(NRV_ERR_FORMAT, "plan: op %u (%s): scratch tensor at offset %llu is not 64-byte aligned", i,
                             a->type, (unsigned long long)s->tensors[op->scratch_id].offset);
-        if (strcmp(a->type, "if") == 0 || strcmp(a->type, "jump") == 0) {
+        if (strcmp(a->type, "set_dim") == 0) {
+            /* in[0]: an int64 scalar an earlier op wrote; iattr[0]: the symbol it sets */
+            op->control = 3;
+            if (n_in != 1 || n_out != 0 || n_iattr != 1 || iattr[0] < 0 || iattr[0] >= (int64_t)s->n_symbols ||
+                !in[0] || in[0]->dtype != NRV_I64)
+                return nrv_fail(NRV_ERR_FORMAT, "plan: op %u (set_dim): expected an int64 input and a symbol index", i);
+            s->symbol_runtime[iattr[0]] = 1;
+        } else if (strcmp(a->type, "if") == 0 || strcmp(a->type, "jump") == 0) {
             op->control = a->type[0] == 'i' ? 1 : 2;
             const int want_in = op->control == 1 ? 1 : 0;
             /* Jumps only go forward, so every run ends. */
@@ -815,8 +830,15 @@ static nrv_status bind_inputs(nrv_session_t *s, const nrv_tensor *feeds, const v
                 return nrv_fail(NRV_ERR_SHAPE, "run: input '%s' has a negative extent on axis %d",
                                 s->tensors[s->inputs[i]].name, k);
     }
+    /* a size the data decides starts at its bound (what the plan reserved) until its
+     * set_dim op runs */
+    for (uint32_t k = 0; k < s->n_symbols; k++)
+        if (s->symbol_runtime[k]) s->symbol_vals[k] = s->symbol_bounds[k];
     for (uint32_t b = 0; b < s->n_binds; b++) {
         const plan_bind *bd = &s->binds[b];
+        if (s->symbol_runtime[bd->symbol])
+            return nrv_fail(NRV_ERR_FORMAT, "plan: dimension '%s' is bound by an input and set by the data",
+                            s->symbol_names[bd->symbol]);
         const int64_t v = src_dims[bd->input][bd->axis];
         int64_t *sym = &s->symbol_vals[bd->symbol];
         const char *in_name = s->tensors[s->inputs[bd->input]].name, *sym_name = s->symbol_names[bd->symbol];
@@ -882,6 +904,32 @@ static nrv_status refresh_tensors(nrv_session_t *s, const void **srcs) {
     return NRV_OK;
 }
 
+/* set_dim: the symbol takes the count an op wrote (checked against the bound the memory plan
+ * reserved), and the views of the symbolic tensors follow it. */
+static nrv_status set_runtime_dim(nrv_session_t *s, const plan_op *op) {
+    const nrv_tview *c = op->args.in[0];
+    const uint32_t k = (uint32_t)op->args.iattr[0];
+    if (c->numel != 1)
+        return nrv_fail(NRV_ERR_SHAPE, "run: the count for '%s' has %lld elements, expected 1", s->symbol_names[k],
+                        (long long)c->numel);
+    const int64_t v = *(const int64_t *)c->data;
+    if (v < 0 || v > s->symbol_bounds[k])
+        return nrv_fail(NRV_ERR_SHAPE, "run: '%s' (node '%s') is %lld, outside [0, %lld] the plan was compiled for",
+                        s->symbol_names[k], op->args.name, (long long)v, (long long)s->symbol_bounds[k]);
+    if (v == s->symbol_vals[k]) return NRV_OK;
+    s->symbol_vals[k] = v;
+    for (uint32_t e = 0; e < s->n_exprs; e++) NRV_TRY(eval_expr(s, e));
+    for (uint32_t j = 0; j < s->n_dynamic; j++) {
+        plan_tensor *t = &s->tensors[s->dynamic[j]];
+        if (!t->symbolic) continue;
+        NRV_TRY(refresh_dims(s, t));
+        if (t->storage != NRV_STORAGE_INPUT) NRV_TRY(check_fits(t));
+    }
+    /* the views now hold these sizes: the next run compares its own against them */
+    memcpy(s->prev_symbol_vals, s->symbol_vals, s->n_symbols * sizeof(int64_t));
+    return NRV_OK;
+}
+
 static nrv_status session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_feeds, nrv_tensor *outputs,
                               int n_outputs) {
     static const char fn[] = "nrv_session_run";
@@ -907,6 +955,11 @@ static nrv_status session_run(nrv_session_t *s, const nrv_tensor *feeds, int n_f
         }
         if (op->control == 2) {
             pc = (uint32_t)op->args.iattr[0];
+            continue;
+        }
+        if (op->control == 3) {
+            NRV_TRY(set_runtime_dim(s, op));
+            pc++;
             continue;
         }
         for (int k = 0; k < op->args.n_dattr; k++) op->dattr_vals[k] = resolve_dim(s, op->dattr_refs[k]);

@@ -107,8 +107,8 @@ class Value:
 @dataclass(eq=False)
 class Op:
     """One runtime op: ``type`` is a C op type string ("conv", "binary", ...) or a control op
-    ("if", "jump", "label"). ``iattr`` entries may be :class:`Label` objects for control
-    flow; ``dattr`` entries are dims evaluated per run."""
+    ("if", "jump", "label", "set_dim"). ``iattr`` entries may be :class:`Label` objects for
+    control flow, or a :class:`SymbolRef` (set_dim); ``dattr`` entries are dims evaluated per run."""
 
     type: str
     inputs: List[Optional[Value]]
@@ -123,6 +123,16 @@ class Op:
 
 class Label:
     """A jump target inside a program (resolved to an op index when serialised)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class SymbolRef:
+    """A symbol named in an op's integer attributes (set_dim: the size it sets), resolved to
+    the symbol's index when serialised."""
 
     __slots__ = ("name",)
 

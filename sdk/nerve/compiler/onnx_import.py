@@ -149,9 +149,9 @@ def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
 
 # Why the ops nerve has no handler for are missing, for the message a user gets.
 _UNSUPPORTED_WHY = {
-    **{op: "its output's size depends on the data, which a plan planned in advance cannot hold (run it "
-           "outside the model, e.g. NMS in numpy after the detector's outputs)"
-       for op in ("NonMaxSuppression", "Unique", "Compress")},
+    **{op: "its output's size depends on the data in a way nerve does not plan for (NonZero, Compress and "
+           "NonMaxSuppression are supported: run it outside the model)"
+       for op in ("Unique",)},
     **{op: "loops are not supported (If is: export with the loop unrolled, or run it outside)"
        for op in ("Loop", "Scan")},
     **{op: "optional values and SequenceMap are not supported (sequences of a length known when the model "

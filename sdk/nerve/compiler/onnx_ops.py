@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import symbolic as S
-from .graph import Value
+from .graph import Op, SymbolRef, Value
 from .onnx_import import NodeCtx, handler, np_dtype_of
 from .symbolic import Dim
 
@@ -639,18 +639,105 @@ def _gather_nd(ctx: NodeCtx, ins):
     return ctx.b.emit("gather", [flat, lin], [spec(ctx.out_name(), data.dtype, shape)], iattr=[0], name=ctx.name)
 
 
+def data_extent(ctx: NodeCtx, bound: int, what: str) -> Dim:
+    """A size the data decides (how many elements are nonzero, how many boxes survive NMS):
+    a symbol of its own with a bound, the most it can be, which the memory plan reserves for
+    every tensor sized by it. The op that finds it writes it to an int64 scalar, and
+    set_data_extent's set_dim op makes it the size downstream (plan.c)."""
+    name = ctx.b.fresh(f"{ctx.name}.{what}")
+    ctx.imp.symbols[name] = None
+    ctx.imp.dims[name] = int(bound)
+    return S.sym(name)
+
+
+def set_data_extent(ctx: NodeCtx, extent: Dim, count: Value) -> None:
+    (name,) = S.symbols_of(extent)
+    ctx.b.ops.append(Op("set_dim", [count], [], iattr=[SymbolRef(name)], name=ctx.name))
+
+
+def _elements_at_bounds(ctx: NodeCtx, shape) -> int:
+    from .memplan import bytes_at_bounds
+
+    return bytes_at_bounds(Value("n", np.uint8, list(shape)), ctx.imp.dims)
+
+
 @handler("NonZero")
 def _nonzero(ctx: NodeCtx, ins):
-    """NonZero of values known at compile time (index arithmetic, e.g. a rotary slice):
-    folded to its constant. Its output size depends on the values, so a run-time input
-    cannot have a static plan."""
+    """NonZero: of values known at compile time (index arithmetic, e.g. a rotary slice),
+    folded to its constant; of run-time values, op nonzero with the count of nonzero
+    elements as a size the data decides (data_extent), at most the input's element count."""
     x = ins[0]
+    if x.rank == 0:
+        raise ctx.fail("NonZero of a scalar is not supported (give it a rank-1 tensor)")
     known = ctx.b.known_values(x)
-    if x.rank == 0 or known is None or not all(S.is_static(v) for v in known) \
-            or not all(S.is_static(d) for d in x.shape):
-        raise ctx.fail("NonZero of run-time values is not supported (its output size depends on them)")
-    arr = np.array([int(v) for v in known]).reshape([int(d) for d in x.shape])
-    return [ctx.b.const(np.array(np.nonzero(arr), dtype=np.int64).reshape(x.rank, -1), ctx.out_name())]
+    if known is not None and all(S.is_static(v) for v in known) and all(S.is_static(d) for d in x.shape):
+        arr = np.array([int(v) for v in known]).reshape([int(d) for d in x.shape])
+        return [ctx.b.const(np.array(np.nonzero(arr), dtype=np.int64).reshape(x.rank, -1), ctx.out_name())]
+    n = data_extent(ctx, _elements_at_bounds(ctx, x.shape), "nonzero")
+    y, count = ctx.b.emit("nonzero", [x], [spec(ctx.out_name(), np.int64, (x.rank, n)),
+                                            spec(ctx.b.fresh(ctx.name + ".count"), np.int64, ())],
+                          name=ctx.name, fold=False)
+    set_data_extent(ctx, n, count)
+    return [y]
+
+
+@handler("Compress")
+def _compress(ctx: NodeCtx, ins):
+    """Compress(input, condition, axis): the slices along axis (or of the flattened input)
+    where the rank-1 condition is true (a condition shorter than the axis leaves the rest
+    out) — NonZero of the condition, then Gather."""
+    x, cond = ins[0], ins[1]
+    if cond.rank != 1:
+        raise ctx.fail(f"condition has rank {cond.rank}, expected 1")
+    axis = ctx.attr("axis")
+    if axis is None:
+        x = ctx.b.alias(x, [x.numel()], ctx.b.fresh(ctx.name + ".flat"))
+        axis = 0
+    axis = norm_axis(ctx, int(axis), x.rank)
+    length = cond.shape[0]
+    if S.is_static(length) and S.is_static(x.shape[axis]) and int(length) > int(x.shape[axis]):
+        raise ctx.fail(f"condition has {int(length)} entries, more than the {int(x.shape[axis])} along axis {axis}")
+    where = ctx.call("NonZero", [cond])[0]
+    idx = ctx.b.alias(where, [where.shape[1]], ctx.b.fresh(ctx.name + ".idx"))
+    return ctx.call("Gather", [x, idx], axis=axis)
+
+
+@handler("NonMaxSuppression")
+def _non_max_suppression(ctx: NodeCtx, ins):
+    """NonMaxSuppression as op nms (onnxruntime's rules: scores above score_threshold when it
+    is given, IoU over iou_threshold suppresses, up to max_output_boxes_per_class per image
+    and class). How many boxes it selects is a size the data decides (data_extent), at
+    most images x classes x min(boxes, max_output_boxes_per_class) when that is a constant."""
+    ctx.require_attrs(["center_point_box"])
+    boxes, scores = ins[0], ins[1]
+    opt = list(ins[2:5]) + [None] * (5 - len(ins))
+    center = int(ctx.attr("center_point_box", 0))
+    if center not in (0, 1):
+        raise ctx.fail(f"center_point_box is {center}, expected 0 or 1")
+    if boxes.dtype != np.float32 or scores.dtype != np.float32:
+        raise ctx.fail(f"boxes and scores must be float (got {boxes.dtype}, {scores.dtype})")
+    if boxes.rank != 3 or scores.rank != 3:
+        raise ctx.fail(f"boxes must be [batches, boxes, 4] and scores [batches, classes, boxes] (ranks "
+                       f"{boxes.rank}, {scores.rank})")
+    for k, (v, dt, what) in enumerate(zip(opt[:3], (np.int64, np.float32, np.float32),
+                                          ("max_output_boxes_per_class", "iou_threshold", "score_threshold"))):
+        if v is not None and (v.dtype != dt or not S.is_static(v.numel()) or int(v.numel()) != 1):
+            raise ctx.fail(f"{what} must be one {np.dtype(dt)}, got {v.dtype} of shape {[str(d) for d in v.shape]}")
+    nb, nc, n = scores.shape[0], scores.shape[1], boxes.shape[1]
+    per_class = _elements_at_bounds(ctx, [n])
+    if opt[0] is None:
+        per_class = 0  # no max_output_boxes_per_class: nothing is selected
+    else:
+        known = ctx.b.known_values(opt[0])
+        if known is not None and S.is_static(known[0]):
+            per_class = min(per_class, max(int(known[0]), 0))
+    count_dim = data_extent(ctx, _elements_at_bounds(ctx, [nb, nc]) * per_class, "selected")
+    sel, count = ctx.b.emit("nms", [boxes, scores] + opt[:3],
+                            [spec(ctx.out_name(), np.int64, (count_dim, 3)),
+                             spec(ctx.b.fresh(ctx.name + ".count"), np.int64, ())],
+                            iattr=[center], scratch_bytes=S.dim_mul(n, 12), name=ctx.name, fold=False)
+    set_data_extent(ctx, count_dim, count)
+    return [sel]
 
 
 @handler("IsNaN")
@@ -1507,7 +1594,6 @@ def _if(ctx: NodeCtx, ins):
     # specialise: both branches in the plan, one runs, chosen per run by the condition
     b = ctx.b
     else_label, end_label = b.label(ctx.name + ".else"), b.label(ctx.name + ".end")
-    from .graph import Op
     b.ops.append(Op("if", [b.materialize(cond)], [], iattr=[else_label], name=ctx.name))
     then_out = _inline_branch(ctx, then_g)
     results = []
@@ -1542,7 +1628,6 @@ def _branch_result(ctx: NodeCtx, v: Value, name: str, target: Optional[Value]) -
     b = ctx.b
     if target is None:
         return b.emit("copy", [v], [spec(name, v.dtype, v.shape)], name=ctx.name, fold=False)[0]
-    from .graph import Op
     v = b.materialize(v)
     op = Op("copy", [v], [target], name=ctx.name)
     b.ops.append(op)

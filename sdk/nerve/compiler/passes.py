@@ -60,7 +60,7 @@ from .builder import int8_affine
 from .graph import CompileError, Op, Program, Value
 from .memplan import bytes_at_bounds
 
-CONTROL = {"if", "jump", "label"}
+CONTROL = {"if", "jump", "label", "set_dim"}  # set_dim: a size the data decides (onnx_ops.data_extent)
 
 # unary code (op_elementwise.c) -> fused activation code (plan_ops.h nrv_plan_act)
 # unary code x·sigmoid(x) (op_elementwise.c U_SILU): made here, never an ONNX op of its own

@@ -14,7 +14,7 @@ from typing import Dict, List
 import numpy as np
 
 from . import symbolic as S
-from .graph import CompileError, Label, Program, dtype_code
+from .graph import CompileError, Label, Program, SymbolRef, dtype_code
 from .memplan import MemoryPlan, bytes_at_bounds, plan_memory
 
 MAGIC = b"NRVPLAN\0"
@@ -77,6 +77,8 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
                 if id(a) not in label_pc:
                     raise CompileError(f"internal: jump to a label that is not in the program ({a.name})")
                 iattr.append(label_pc[id(a)])
+            elif isinstance(a, SymbolRef):
+                iattr.append(symbols.index(a.name))
             else:
                 iattr.append(int(a))
         dattr = [exprs.ref(d) for d in op.dattr]
@@ -100,6 +102,11 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
                 if len(names) == 1 and d == S.sym(next(iter(names))):
                     binds.append((i, axis, symbols.index(next(iter(names)))))
     bound = {b[2] for b in binds}
+    set_by_data = {symbols.index(a.name) for op in ops if op.type == "set_dim" for a in op.iattr}
+    if bound & set_by_data:
+        raise CompileError(f"internal: dimension(s) {sorted(symbols[k] for k in bound & set_by_data)} are both "
+                           "an input's size and set by the data")
+    bound |= set_by_data
     for k, name in enumerate(symbols):
         if k not in bound:
             raise CompileError(f"dimension '{name}' is not the size of any input axis, so a run cannot bind it")

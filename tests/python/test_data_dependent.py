@@ -1,0 +1,190 @@
+"""Ops whose output size depends on the data (NonZero, Compress, NonMaxSuppression) against
+onnxruntime: the size is a symbol of the plan set during the run (op set_dim after the op
+that counts), so the ops downstream run at the real extent and a session's next run may find
+another one. Fresh random inputs, several runs per session (counts of zero and of everything
+included); the detection post-processing a YOLO or SSD export ends with."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import nerve  # noqa: E402
+
+
+I64, F32 = TensorProto.INT64, TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    """inputs: [(name, elem_type, shape)]; outputs: [(name, elem_type)]; inits: [(name, array)]."""
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+                              [numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _check(model, feed_sets, exact=True, **kw):
+    """Every output of one nerve session equal to onnxruntime's (shape, dtype and values) for
+    each feeds dict in turn."""
+    sess = nerve.Session(model, cache=False, **kw)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    names = [o.name for o in ref.get_outputs()]
+    for feeds in feed_sets:
+        got = sess.run(feeds)
+        for name, want in zip(names, ref.run(None, feeds)):
+            assert got[name].shape == want.shape and got[name].dtype == want.dtype, (name, got[name].shape,
+                                                                                      want.shape)
+            if exact:
+                np.testing.assert_array_equal(got[name], want, err_msg=name)
+            else:
+                np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+    return sess
+
+
+def test_nonzero_of_run_time_values_sizes_what_follows(rng):
+    """NonZero of a comparison, its transpose as GatherND indices, the values summed: the count
+    differs run to run (none, all, some) and every tensor after it follows."""
+    model = _model([helper.make_node("Greater", ["x", "t"], ["m"]), helper.make_node("NonZero", ["m"], ["nz"]),
+                    helper.make_node("Transpose", ["nz"], ["at"]), helper.make_node("GatherND", ["x", "at"], ["v"]),
+                    helper.make_node("Shape", ["v"], ["n"]), helper.make_node("ReduceSum", ["v"], ["s"], keepdims=1)],
+                   [("x", TensorProto.FLOAT, [3, 7, 5])], [("nz", I64), ("v", F32), ("n", I64), ("s", F32)], [("t", np.array(0.6, np.float32))])
+    feeds = [{"x": rng.random((3, 7, 5)).astype(np.float32)} for _ in range(4)]
+    feeds[1]["x"][:] = 0.0
+    feeds[2]["x"][:] = 1.0
+    sess = _check(model, feeds, exact=False)
+    assert "set_dim" in [o["type"] for o in sess.ops()]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32, np.uint8, np.bool_])
+def test_nonzero_dtypes(dtype, rng):
+    """NonZero of each element type, -0.0 counting as zero and NaN as nonzero."""
+    x = (rng.random((4, 9)) * 3).astype(dtype)
+    if dtype == np.float32:
+        x[0, :3] = [-0.0, np.nan, 0.0]
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _model([helper.make_node("NonZero", ["x"], ["nz"])], [("x", elem, [4, 9])], [("nz", I64)])
+    _check(model, [{"x": x}, {"x": np.zeros_like(x)}])
+
+
+def test_nonzero_with_symbolic_input_dims(rng):
+    """The input's own dims symbolic: the count's bound is the product of their bounds."""
+    model = _model([helper.make_node("NonZero", ["x"], ["nz"])], [("x", TensorProto.FLOAT, ["n", 6])], [("nz", I64)])
+    feeds = [{"x": (rng.random((n, 6)) > 0.5).astype(np.float32)} for n in (1, 13, 4)]
+    _check(model, feeds, dims={"n": 13})
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_compress(axis, rng):
+    """Compress along an axis or of the flattened input, the condition a run-time comparison
+    (shorter than the axis: the rest is left out)."""
+    length = {None: 20, 0: 5, 1: 4, -1: 3}[axis]
+    attrs = {} if axis is None else {"axis": axis}
+    model = _model([helper.make_node("Greater", ["c", "t"], ["cond"]),
+                    helper.make_node("Compress", ["x", "cond"], ["y"], **attrs)],
+                   [("x", TensorProto.FLOAT, [5, 4, 3]), ("c", TensorProto.FLOAT, [length])], [("y", F32)],
+                   [("t", np.array(0.5, np.float32))])
+    feeds = [{"x": rng.standard_normal((5, 4, 3)).astype(np.float32), "c": rng.random(length).astype(np.float32)}
+             for _ in range(3)]
+    feeds[1]["c"][:] = 0.0
+    _check(model, feeds)
+
+
+def _random_boxes(rng, batches, n, center):
+    """Boxes that overlap often: corners in any diagonal order, or centre and size."""
+    if center:
+        xy = rng.random((batches, n, 2)) * 8
+        wh = rng.random((batches, n, 2)) * 4 + 0.1
+        return np.concatenate([xy, wh], axis=2).astype(np.float32)
+    a = rng.random((batches, n, 2)) * 8
+    b = a + (rng.random((batches, n, 2)) * 4 + 0.1) * rng.choice([-1, 1], (batches, n, 2))
+    return np.concatenate([a, b], axis=2).astype(np.float32)
+
+
+@pytest.mark.parametrize("center", [0, 1])
+@pytest.mark.parametrize("max_out,iou,score", [(5, 0.5, 0.3), (1, 0.0, None), (0, 0.5, None), (100, 0.7, 0.9),
+                                               (-3, 0.5, 0.1), (3, 1.0, None)])
+def test_non_max_suppression(center, max_out, iou, score, rng):
+    """selected_indices equal to onnxruntime's for 2 images x 3 classes x 97 boxes, over the
+    attribute and threshold settings (no max: nothing; negative: nothing; IoU 0 and 1), the
+    scores distinct (onnxruntime's order of equal scores is its heap's)."""
+    inits = [("max", np.array(max_out, np.int64)), ("iou", np.array(iou, np.float32))]
+    names = ["boxes", "scores", "max", "iou"]
+    if score is not None:
+        inits.append(("score", np.array(score, np.float32)))
+        names.append("score")
+    model = _model([helper.make_node("NonMaxSuppression", names, ["sel"], center_point_box=center)],
+                   [("boxes", TensorProto.FLOAT, [2, 97, 4]), ("scores", TensorProto.FLOAT, [2, 3, 97])], [("sel", I64)],
+                   inits)
+    feeds = [{"boxes": _random_boxes(rng, 2, 97, center), "scores": rng.permutation(2 * 3 * 97).reshape(2, 3, 97)
+              .astype(np.float32) / 582} for _ in range(3)]
+    _check(model, feeds)
+
+
+def test_non_max_suppression_without_optional_inputs(rng):
+    """Only boxes and scores: no max_output_boxes_per_class, so nothing is selected."""
+    model = _model([helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["sel"])],
+                   [("boxes", TensorProto.FLOAT, [1, 10, 4]), ("scores", TensorProto.FLOAT, [1, 2, 10])], [("sel", I64)])
+    _check(model, [{"boxes": _random_boxes(rng, 1, 10, 0), "scores": rng.random((1, 2, 10)).astype(np.float32)}])
+
+
+def test_detection_post_processing(rng):
+    """A detector's tail as exports write it: transposed scores, NMS with run-time
+    thresholds, then the selected boxes and their scores gathered by the indices (Slice,
+    Squeeze, Gather, GatherND), the number of detections varying run to run, the symbolic
+    box count bound at compile time."""
+    nodes = [helper.make_node("Transpose", ["cls"], ["scores"], perm=[0, 2, 1]),
+             helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou", "thr"], ["sel"],
+                              center_point_box=1),
+             helper.make_node("Slice", ["sel", "s2", "e3", "ax1"], ["box_col"]),
+             helper.make_node("Squeeze", ["box_col", "ax1"], ["box_idx"]),
+             helper.make_node("Gather", ["boxes", "box_idx"], ["picked"], axis=1),
+             helper.make_node("Slice", ["sel", "s0", "e1", "ax1"], ["b_col"]),
+             helper.make_node("Slice", ["sel", "s1", "e3", "ax1"], ["cb"]),
+             helper.make_node("GatherND", ["scores", "sel"], ["conf"]),
+             helper.make_node("Cast", ["b_col"], ["b_f"], to=TensorProto.FLOAT)]
+    inits = [("max", np.array(20, np.int64)), ("s0", np.array([0], np.int64)), ("e1", np.array([1], np.int64)),
+             ("s1", np.array([1], np.int64)), ("s2", np.array([2], np.int64)), ("e3", np.array([3], np.int64)),
+             ("ax1", np.array([1], np.int64))]
+    model = _model(nodes, [("boxes", TensorProto.FLOAT, [1, "anchors", 4]),
+                           ("cls", TensorProto.FLOAT, [1, "anchors", 4]),
+                           ("iou", TensorProto.FLOAT, []), ("thr", TensorProto.FLOAT, [])],
+                   [("sel", I64), ("picked", F32), ("cb", I64), ("conf", F32), ("b_f", F32)], inits)
+    feeds = []
+    for anchors, thr in ((300, 0.5), (120, 0.99), (300, 0.0), (50, 1.5)):
+        feeds.append({"boxes": _random_boxes(rng, 1, anchors, 1),
+                      "cls": rng.permutation(anchors * 4).reshape(1, anchors, 4).astype(np.float32) / (anchors * 4),
+                      "iou": np.array(0.45, np.float32), "thr": np.array(thr, np.float32)})
+    _check(model, feeds, dims={"anchors": 300})
+
+
+def test_non_max_suppression_bad_threshold_is_a_clear_error(rng):
+    """An IoU threshold outside [0, 1] fed at run time: InputError naming it, and the session
+    runs again afterwards."""
+    model = _model([helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou"], ["sel"])],
+                   [("boxes", TensorProto.FLOAT, [1, 8, 4]), ("scores", TensorProto.FLOAT, [1, 1, 8]),
+                    ("iou", TensorProto.FLOAT, [])], [("sel", I64)], [("max", np.array(4, np.int64))])
+    sess = nerve.Session(model, cache=False)
+    feeds = {"boxes": _random_boxes(rng, 1, 8, 0), "scores": rng.random((1, 1, 8)).astype(np.float32),
+             "iou": np.array(1.5, np.float32)}
+    with pytest.raises(nerve.NerveError, match="iou_threshold"):
+        sess.run(feeds)
+    feeds["iou"] = np.array(0.5, np.float32)
+    assert sess.run(feeds)["sel"].shape[1] == 3
+
+
+def test_nonzero_plan_survives_save_and_load(tmp_path, rng):
+    """A plan with a data-decided size written to a file and loaded again runs the same."""
+    model = _model([helper.make_node("NonZero", ["x"], ["nz"])], [("x", TensorProto.FLOAT, [6, 6])], [("nz", I64)])
+    path = nerve.compile(model).save(tmp_path / "nz.nrv")
+    x = (rng.random((6, 6)) > 0.7).astype(np.float32)
+    np.testing.assert_array_equal(nerve.Session(nerve.Plan.load(path)).run({"x": x})["nz"], np.array(np.nonzero(x)))
+
+
+def test_nonzero_of_a_scalar_fails_clearly():
+    model = _model([helper.make_node("NonZero", ["x"], ["nz"])], [("x", TensorProto.FLOAT, [])], [("nz", I64)])
+    with pytest.raises(nerve.NerveError, match="NonZero of a scalar"):
+        nerve.Session(model, cache=False)
