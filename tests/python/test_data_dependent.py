@@ -188,3 +188,17 @@ def test_nonzero_of_a_scalar_fails_clearly():
     model = _model([helper.make_node("NonZero", ["x"], ["nz"])], [("x", TensorProto.FLOAT, [])], [("nz", I64)])
     with pytest.raises(nerve.NerveError, match="NonZero of a scalar"):
         nerve.Session(model, cache=False)
+
+
+def test_topk_of_the_boxes_left(rng):
+    """TopK with k = min(5, boxes left after a score filter), as torchvision's detection
+    exports compute it from sizes: k evaluated in each run, after the count is known."""
+    nodes = [helper.make_node("Greater", ["s", "t"], ["keep"]), helper.make_node("Compress", ["s", "keep"], ["left"]),
+             helper.make_node("Shape", ["left"], ["n"]), helper.make_node("Min", ["n", "five"], ["k"]),
+             helper.make_node("TopK", ["left", "k"], ["v", "i"])]
+    model = _model(nodes, [("s", TensorProto.FLOAT, [40])], [("v", F32), ("i", I64)],
+                   [("t", np.array(0.8, np.float32)), ("five", np.array([5], np.int64))])
+    feeds = [{"s": rng.permutation(40).astype(np.float32) / 40} for _ in range(2)]
+    feeds.append({"s": np.linspace(0.0, 0.83, 40, dtype=np.float32)})  # 2 left: k = 2
+    feeds.append({"s": np.zeros(40, np.float32)})                      # none left: k = 0
+    _check(model, feeds)

@@ -413,7 +413,8 @@ static int topk_int_cmp_smallest(const void *a, const void *b) {
  * in order (best first; ties: the lower position first).
  *   in[0] x f32, i64 or i32; out[0] values (x's dtype), out[1] indices i64, both x's dims
  *   with k along the axis.
- *   iattr [axis, k, largest]. scratch: 16 * x.dims[axis] bytes. */
+ *   iattr [axis, k, largest]; k < 0: k is dattr[0], a size evaluated for the run.
+ *   scratch: 16 * x.dims[axis] bytes. */
 static nrv_status topk_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 2, 3, -1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
@@ -427,7 +428,7 @@ static nrv_status topk_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect_dtype(a, yi, "indices", NRV_I64));
     int32_t ax;
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
-    const int64_t k = a->iattr[1], n = x->dims[ax];
+    const int64_t k = a->iattr[1] < 0 && a->n_dattr == 1 ? a->dattr[0] : a->iattr[1], n = x->dims[ax];
     const int largest = a->iattr[2] != 0;
     if (k < 0 || k > n)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "k = %lld is outside [0, %lld] (the axis' extent)", (long long)k,

@@ -1701,19 +1701,26 @@ def _cumsum(ctx: NodeCtx, ins):
 
 @handler("TopK")
 def _topk(ctx: NodeCtx, ins):
-    """TopK with k known at compile time (an output extent): values and int64 positions, best
-    first (also for sorted=0, which leaves the order free); ties keep the lower position."""
+    """TopK with k known at compile time (an output extent), or computed from sizes
+    (min(1000, boxes left), as detection exports write it: evaluated per run as a dattr):
+    values and int64 positions, best first (also for sorted=0, which leaves the order free);
+    ties keep the lower position."""
     x = ins[0]
     if x.dtype not in (np.float32, np.int64, np.int32):
         raise ctx.fail(f"TopK of {x.dtype} is not supported (float32, int64, int32)")
     if ctx.opset < 10:
         k = int(ctx.attr("k"))
     else:
-        k = ctx.known_int(ins[1], "K")
+        vals = ctx.known(ins[1], "K")
+        if len(vals) != 1:
+            raise ctx.fail(f"K has {len(vals)} values, expected 1")
+        k = int(vals[0]) if S.is_static(vals[0]) else vals[0]
     axis = norm_axis(ctx, int(ctx.attr("axis", -1)), x.rank)
     n = x.shape[axis]
-    if k < 0 or (S.is_static(n) and k > int(n)):
+    if S.is_static(k) and (k < 0 or (S.is_static(n) and k > int(n))):
         raise ctx.fail(f"k = {k} is outside [0, {n}]")
     shape = [k if i == axis else d for i, d in enumerate(x.shape)]
+    static_k = S.is_static(k)
     return ctx.b.emit("topk", [x], [spec(ctx.out_name(0), x.dtype, shape), spec(ctx.out_name(1), np.int64, shape)],
-                      iattr=[axis, k, int(ctx.attr("largest", 1))], scratch_bytes=S.dim_mul(16, n), name=ctx.name)
+                      iattr=[axis, k if static_k else -1, int(ctx.attr("largest", 1))],
+                      dattr=[] if static_k else [k], scratch_bytes=S.dim_mul(16, n), name=ctx.name)
