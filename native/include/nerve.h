@@ -115,8 +115,10 @@ typedef enum nrv_cpu_feature {
     NRV_CPU_AVX512DQ = 4096,
     NRV_CPU_AVX512VNNI = 8192,
     NRV_CPU_AVXVNNI = 16384,
-    NRV_CPU_AMXINT8 = 32768    /* AMX tiles with int8 dot products, and the OS let this
+    NRV_CPU_AMXINT8 = 32768,   /* AMX tiles with int8 dot products, and the OS let this
                                   process use them (Linux: arch_prctl ARCH_REQ_XCOMP_PERM) */
+    NRV_CPU_SHA256 = 65536     /* SHA-256 instructions (x86 SHA-NI with SSE4.1, aarch64 SHA2):
+                                  the plan loader's integrity check */
 } nrv_cpu_feature;
 
 /* Architecture the library was built for: "x86_64", "aarch64" or "other". Static string. */

@@ -52,6 +52,7 @@ static uint64_t detect(void) {
             if ((b >> 31) & 1) f |= NRV_CPU_AVX512VL;
             if ((c >> 11) & 1) f |= NRV_CPU_AVX512VNNI;
         }
+        if (((b >> 29) & 1) && (f & NRV_CPU_SSE42)) f |= NRV_CPU_SHA256; /* SHA-NI (SSE4.1 shuffles too) */
         const int amx_int8 = ((d >> 24) & 1) && ((d >> 25) & 1); /* AMX-TILE, AMX-INT8 */
         __cpuid_count(7, 1, a, b, c, d);
         if (os_avx && ((a >> 4) & 1)) f |= NRV_CPU_AVXVNNI;
@@ -69,6 +70,7 @@ const char *nrv_cpu_arch(void) { return "x86_64"; }
 #define NRV_HWCAP_ASIMD (1UL << 1)
 #define NRV_HWCAP_FPHP (1UL << 9)
 #define NRV_HWCAP_ASIMDDP (1UL << 20)
+#define NRV_HWCAP_SHA2 (1UL << 6)
 #define NRV_HWCAP2_I8MM (1UL << 13)
 
 static uint64_t detect(void) {
@@ -79,6 +81,7 @@ static uint64_t detect(void) {
     if (hw & NRV_HWCAP_ASIMDDP) f |= NRV_CPU_ASIMDDP;
     if (hw & NRV_HWCAP_FPHP) f |= NRV_CPU_FPHP;
     if (hw2 & NRV_HWCAP2_I8MM) f |= NRV_CPU_I8MM;
+    if (hw & NRV_HWCAP_SHA2) f |= NRV_CPU_SHA256;
     return f;
 }
 const char *nrv_cpu_arch(void) { return "aarch64"; }
@@ -136,6 +139,7 @@ const char *nrv_cpu_feature_name(uint64_t feature) {
     case NRV_CPU_AVX512VNNI: return "avx512vnni";
     case NRV_CPU_AVXVNNI: return "avxvnni";
     case NRV_CPU_AMXINT8: return "amxint8";
+    case NRV_CPU_SHA256: return "sha256";
     default: return NULL;
     }
 }

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include "nrv_test.h"
+#include "plan/plan_internal.h"
 
 static void test_status_names(void) {
     for (int s = NRV_OK; s <= NRV_ERR_INTERNAL; s++) {
@@ -86,7 +87,49 @@ static void test_failure_injection_is_one_shot(void) {
     nrv_debug_fail_alloc_after(0);
 }
 
+/* SHA-256 (the plan loader's integrity check): FIPS 180-4's examples, and the instruction-set
+ * block function where the CPU has one against the portable loop on random blocks. */
+static void test_sha256(void) {
+    static const struct {
+        const char *msg, *hex;
+    } known[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"}};
+    for (size_t t = 0; t < sizeof known / sizeof known[0]; t++) {
+        uint8_t d[32];
+        char hex[65];
+        nrv_sha256(known[t].msg, strlen(known[t].msg), d);
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+        NRV_EXPECT(strcmp(hex, known[t].hex) == 0, "sha256('%s') = %s", known[t].msg, hex);
+    }
+    enum { BLOCKS = 37 };
+    static uint8_t buf[64 * BLOCKS];
+    uint32_t seed = 12345;
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+    void (*fast)(uint32_t *, const uint8_t *, size_t) = NULL;
+#if defined(__x86_64__)
+    fast = nrv_sha256_blocks_x86;
+#elif defined(__aarch64__)
+    fast = nrv_sha256_blocks_arm;
+#endif
+    if (!fast || !(nrv_cpu_features() & NRV_CPU_SHA256)) {
+        printf("sha256: no SHA-256 instructions on this CPU; the portable loop only\n");
+        return;
+    }
+    for (size_t n = 0; n <= BLOCKS; n += (n < 3 ? 1 : 17)) {
+        uint32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        nrv_sha256_blocks_portable(a, buf, n);
+        fast(b, buf, n);
+        NRV_EXPECT(memcmp(a, b, sizeof a) == 0, "sha256 blocks: the SHA instructions differ from the portable "
+                                                 "loop after %zu blocks", n);
+    }
+    printf("sha256: SHA-256 instructions match the portable loop\n");
+}
+
 int main(void) {
+    test_sha256();
     test_status_names();
     test_version_and_dtypes();
     test_cpu_features();

@@ -69,7 +69,17 @@ typedef enum nrv_expr_op {
     NRV_EXPR_CEILDIV = 10
 } nrv_expr_op;
 
+/* SHA-256 of n bytes (sha256.c): the blocks through the SHA-256 instructions where the CPU
+ * has them (NRV_CPU_SHA256), else the portable loop. */
 void nrv_sha256(const void *data, size_t n, uint8_t out[32]);
+/* The compression of nblocks 64-byte blocks into the state h (a..h, FIPS 180-4), one
+ * implementation per instruction set; all give the same state. The x86 and aarch64 ones
+ * need NRV_CPU_SHA256 and exist only in their architecture's build. */
+void nrv_sha256_blocks_portable(uint32_t h[8], const uint8_t *p, size_t nblocks);
+void nrv_sha256_blocks_x86(uint32_t h[8], const uint8_t *p, size_t nblocks);
+void nrv_sha256_blocks_arm(uint32_t h[8], const uint8_t *p, size_t nblocks);
+/* The K constants of the 64 rounds (shared by the implementations). */
+extern const uint32_t nrv_sha256_k[64];
 
 /* The process-wide weight store (weight_store.c). */
 typedef struct nrv_weight_request {

@@ -1,9 +1,12 @@
-/* sha256.c — SHA-256 (FIPS 180-4), used to check a plan file's integrity at load. */
+/* sha256.c — SHA-256 (FIPS 180-4), used to check a plan file's integrity and every weight's
+ * digest at load (and by the compiler's one-op programs, e.g. packing a conv's weight).
+ * The portable block loop here ran at ~220 MB/s (a 100 MB plan: 0.45 s a load); the SHA-256
+ * instructions (x86/sha256_sha.c, neon/sha256_sha2.c) are chosen where the CPU has them. */
 #include <string.h>
 
 #include "plan_internal.h"
 
-static const uint32_t K[64] = {
+const uint32_t nrv_sha256_k[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
     0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
     0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
@@ -14,6 +17,8 @@ static const uint32_t K[64] = {
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
 static inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+#define K nrv_sha256_k
 
 static void compress(uint32_t h[8], const uint8_t block[64]) {
     uint32_t w[64];
@@ -41,23 +46,35 @@ static void compress(uint32_t h[8], const uint8_t block[64]) {
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += k;
 }
 
+void nrv_sha256_blocks_portable(uint32_t h[8], const uint8_t *p, size_t nblocks) {
+    for (size_t i = 0; i < nblocks; i++) compress(h, p + 64 * i);
+}
+
+typedef void (*sha256_blocks_fn)(uint32_t h[8], const uint8_t *p, size_t nblocks);
+
+static sha256_blocks_fn sha256_blocks(void) {
+#if defined(__x86_64__)
+    if (nrv_cpu_features() & NRV_CPU_SHA256) return nrv_sha256_blocks_x86;
+#elif defined(__aarch64__)
+    if (nrv_cpu_features() & NRV_CPU_SHA256) return nrv_sha256_blocks_arm;
+#endif
+    return nrv_sha256_blocks_portable;
+}
+
 void nrv_sha256(const void *data, size_t n, uint8_t out[32]) {
     uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     const uint8_t *p = data;
-    size_t left = n;
-    while (left >= 64) {
-        compress(h, p);
-        p += 64;
-        left -= 64;
-    }
+    const sha256_blocks_fn blocks = sha256_blocks();
+    blocks(h, p, n / 64);
+    p += n / 64 * 64;
+    const size_t left = n % 64;
     uint8_t tail[128] = {0};
     memcpy(tail, p, left);
     tail[left] = 0x80;
     const size_t tail_len = left < 56 ? 64 : 128;
     const uint64_t bits = (uint64_t)n * 8u;
     for (int i = 0; i < 8; i++) tail[tail_len - 1 - i] = (uint8_t)(bits >> (8 * i));
-    compress(h, tail);
-    if (tail_len == 128) compress(h, tail + 64);
+    blocks(h, tail, tail_len / 64);
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(h[i] >> 24);
         out[4 * i + 1] = (uint8_t)(h[i] >> 16);
