@@ -2,7 +2,9 @@
 onnxruntime: the size is a symbol of the plan set during the run (op set_dim after the op
 that counts), so the ops downstream run at the real extent and a session's next run may find
 another one. Fresh random inputs, several runs per session (counts of zero and of everything
-included); the detection post-processing a YOLO or SSD export ends with."""
+included); the detection post-processing a YOLO or SSD export ends with. And Loop, whose
+iterations must be known at compile time (it is unrolled): against onnxruntime, and refused
+clearly when the data decides them."""
 
 import numpy as np
 import pytest
@@ -202,3 +204,50 @@ def test_topk_of_the_boxes_left(rng):
     feeds.append({"s": np.linspace(0.0, 0.83, 40, dtype=np.float32)})  # 2 left: k = 2
     feeds.append({"s": np.zeros(40, np.float32)})                      # none left: k = 0
     _check(model, feeds)
+
+
+# ---------------------------------------------------------------- Loop (unrolled)
+
+def _loop_body(cond_out=None):
+    """A body: acc <- acc * 0.5 + x[i] (x from the outer graph), scan out acc and i * 2; the
+    condition out is cond_in, or what cond_out(builder nodes) gives."""
+    nodes = [helper.make_node("Gather", ["x", "i"], ["xi"], axis=0),
+             helper.make_node("Mul", ["acc_in", "half"], ["h"]), helper.make_node("Add", ["h", "xi"], ["acc_out"]),
+             helper.make_node("Mul", ["i", "two"], ["i2"])]
+    nodes += cond_out or [helper.make_node("Identity", ["c_in"], ["c_out"])]
+    return helper.make_graph(
+        nodes, "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                        helper.make_tensor_value_info("acc_in", F32, [3])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", F32, [3]),
+         helper.make_tensor_value_info("acc_out", F32, [3]), helper.make_tensor_value_info("i2", I64, [])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "half"), numpy_helper.from_array(np.array(2, np.int64), "two")])
+
+
+@pytest.mark.parametrize("kind", ["count", "shape", "until"])
+def test_loop_with_known_iterations_is_unrolled(kind, rng):
+    """Loop with its trip count a constant or the input's length, or with a condition the body
+    computes from the iteration number: the loop-carried value and both scan outputs equal
+    onnxruntime's."""
+    until = [helper.make_node("Less", ["i", "lim"], ["c_out"])] if kind == "until" else None
+    body = _loop_body(until)
+    if until:
+        body.initializer.append(numpy_helper.from_array(np.array(3, np.int64), "lim"))
+    nodes = [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Gather", ["xs", "zero"], ["n"], axis=0)]
+    m = {"count": "m", "shape": "n", "until": ""}[kind]
+    nodes.append(helper.make_node("Loop", [m, "" if kind != "until" else "t", "acc0"], ["acc", "accs", "i2s"],
+                                  body=body))
+    model = _model(nodes, [("x", F32, [6, 3])], [("acc", F32), ("accs", F32), ("i2s", I64)],
+                   [("m", np.array(4, np.int64)), ("zero", np.array(0, np.int64)), ("t", np.array(True)),
+                    ("acc0", np.zeros(3, np.float32))])
+    _check(model, [{"x": rng.standard_normal((6, 3)).astype(np.float32)} for _ in range(2)], exact=False)
+
+
+def test_loop_with_a_data_dependent_condition_is_refused():
+    body = _loop_body([helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
+                       helper.make_node("Less", ["s", "big"], ["c_out"])])
+    body.initializer.append(numpy_helper.from_array(np.array(10.0, np.float32), "big"))
+    model = _model([helper.make_node("Loop", ["m", "", "acc0"], ["acc", "accs", "i2s"], body=body)],
+                   [("x", F32, [6, 3])], [("acc", F32), ("accs", F32), ("i2s", I64)],
+                   [("m", np.array(4, np.int64)), ("acc0", np.zeros(3, np.float32))])
+    with pytest.raises(nerve.ModelError, match="depends on the data.*unrolled"):
+        nerve.Session(model, cache=False)

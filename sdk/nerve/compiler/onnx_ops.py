@@ -1612,6 +1612,66 @@ def _if(ctx: NodeCtx, ins):
     return results
 
 
+# Iterations a Loop may unroll to (each one's ops go into the plan).
+LOOP_UNROLL_MAX = 1024
+
+
+@handler("Loop")
+def _loop(ctx: NodeCtx, ins):
+    """Loop whose iterations are known when the model is compiled — a trip count M from
+    constants or shape arithmetic, and a condition that stays known (absent, a constant, or
+    computed from the iteration number), as scripted `for i in range(n)` loops export —
+    unrolled: the body imported once per iteration with the loop-carried values of the one
+    before, its scan outputs stacked along a new first axis. A plan runs a fixed list of ops,
+    so a loop whose condition or trip count depends on the data is refused."""
+    body = ctx.attrs["body"]
+    m_v, cond_v, carried = ins[0], ins[1], list(ins[2:])
+    n_carried = len(carried)
+    n_scan = len(body.output) - 1 - n_carried
+    if len(body.input) != 2 + n_carried or n_scan < 0:
+        raise ctx.fail(f"the body takes {len(body.input)} inputs and gives {len(body.output)} outputs for "
+                       f"{n_carried} loop-carried values")
+    trip = None if m_v is None else ctx.known_int(m_v, "the trip count M")
+
+    def known_condition(v: Optional[Value], what: str) -> bool:
+        if v is None:
+            return True
+        k = ctx.b.known_values(v)
+        if k is None or len(k) != 1 or not S.is_static(k[0]):
+            raise ctx.fail(f"{what} depends on the data: nerve runs loops unrolled, so their iterations must be "
+                           "known when the model is compiled (export with the loop unrolled, or run it outside)")
+        return bool(int(k[0]))
+
+    cond = known_condition(cond_v, "the loop's condition")
+    if trip is None and not cond:
+        trip = 0
+    scans: List[List[Value]] = [[] for _ in range(n_scan)]
+    i = 0
+    while cond and (trip is None or i < trip):
+        if i >= LOOP_UNROLL_MAX:
+            raise ctx.fail(f"more than {LOOP_UNROLL_MAX} iterations to unroll" +
+                           ("" if trip is not None else " (no trip count, and the condition stays true)"))
+        scope = dict(ctx.imp.current_scope)
+        scope[body.input[0].name] = ctx.b.const(np.array(i, np.int64), ctx.b.fresh(ctx.name + ".iter"))
+        scope[body.input[1].name] = ctx.b.const(np.array(True), ctx.b.fresh(ctx.name + ".cond"))
+        for vi, v in zip(body.input[2:], carried):
+            scope[vi.name] = v
+        ctx.imp.run_graph(body, scope)
+        outs = [scope[o.name] for o in body.output]
+        cond = known_condition(outs[0], "the condition the body computes")
+        carried = outs[1:1 + n_carried]
+        for k, v in enumerate(outs[1 + n_carried:]):
+            scans[k].append(v)
+        i += 1
+    results = list(carried)
+    for k, parts in enumerate(scans):
+        if not parts:
+            raise ctx.fail(f"scan output {k} of a loop that runs no iteration: its shape is unknown")
+        rows = [ctx.call("Unsqueeze", [v, ctx.const([0])])[0] for v in parts]
+        results.append(rows[0] if len(rows) == 1 else ctx.call("Concat", rows, axis=0)[0])
+    return results
+
+
 def _inline_branch(ctx: NodeCtx, graph, taken: bool = False) -> List[Value]:
     """Imports a branch; taken: the condition is known, so the branch's tensors are computed
     on every run and may be named as graph outputs (Importer.branch_values)."""
