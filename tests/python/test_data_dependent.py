@@ -251,3 +251,22 @@ def test_loop_with_a_data_dependent_condition_is_refused():
                    [("m", np.array(4, np.int64)), ("acc0", np.zeros(3, np.float32))])
     with pytest.raises(nerve.ModelError, match="depends on the data.*unrolled"):
         nerve.Session(model, cache=False)
+
+
+@pytest.mark.parametrize("in_dir,out_dir,out_axis", [(0, 0, 0), (1, 0, 1), (0, 1, 1), (1, 1, 0)])
+def test_scan_is_unrolled(in_dir, out_dir, out_axis, rng):
+    """Scan over a sequence of known length: a running state and a per-step output, the input
+    scanned along axis 1 in either direction, the output stacked along either axis in either
+    direction; against onnxruntime."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["s_in", "decay"], ["sd"]), helper.make_node("Add", ["sd", "xt"], ["s_out"]),
+         helper.make_node("Tanh", ["s_out"], ["y_t"])], "body",
+        [helper.make_tensor_value_info("s_in", F32, [4]), helper.make_tensor_value_info("xt", F32, [4])],
+        [helper.make_tensor_value_info("s_out", F32, [4]), helper.make_tensor_value_info("y_t", F32, [4])],
+        [numpy_helper.from_array(np.array(0.7, np.float32), "decay")])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, num_scan_inputs=1, scan_input_axes=[1],
+                            scan_input_directions=[in_dir], scan_output_axes=[out_axis],
+                            scan_output_directions=[out_dir])
+    model = _model([node], [("s0", F32, [4]), ("x", F32, [4, 9])], [("s", F32), ("y", F32)])
+    _check(model, [{"s0": rng.standard_normal(4).astype(np.float32), "x": rng.standard_normal((4, 9)).astype(np.float32)}],
+           exact=False)

@@ -152,8 +152,6 @@ _UNSUPPORTED_WHY = {
     **{op: "its output's size depends on the data in a way nerve does not plan for (NonZero, Compress and "
            "NonMaxSuppression are supported: run it outside the model)"
        for op in ("Unique",)},
-    **{op: "scans are not supported (Loop is when its iterations are known at compile time: export with the "
-           "loop unrolled, or run it outside)" for op in ("Scan",)},
     **{op: "optional values and SequenceMap are not supported (sequences of a length known when the model "
            "is compiled are: SplitToSequence, SequenceConstruct/At/Length/Insert/Erase/Empty, ConcatFromSequence)"
        for op in ("SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement")},

@@ -1672,6 +1672,60 @@ def _loop(ctx: NodeCtx, ins):
     return results
 
 
+@handler("Scan")
+def _scan(ctx: NodeCtx, ins):
+    """Scan (opset 9 on) over a sequence length known at compile time, unrolled: step t
+    takes slice t of each scan input along its axis (from the end for a reverse direction)
+    and the states of the step before; each scan output's slices are stacked along its axis
+    (in reverse for a reverse direction)."""
+    if ctx.opset < 9:
+        raise ctx.fail("Scan of opset 8 (batched, with sequence_lens) is not supported")
+    body = ctx.attrs["body"]
+    n_in = int(ctx.attr("num_scan_inputs"))
+    states, xs = list(ins[:len(ins) - n_in]), list(ins[len(ins) - n_in:])
+    n_states, n_out = len(states), len(body.output) - len(states)
+    if len(body.input) != n_states + n_in or n_out < 0:
+        raise ctx.fail(f"the body takes {len(body.input)} inputs and gives {len(body.output)} outputs for "
+                       f"{n_states} states and {n_in} scan inputs")
+
+    def per_tensor(name: str, count: int) -> List[int]:
+        vals = list(ctx.attr(name, [0] * count))
+        if len(vals) != count:
+            raise ctx.fail(f"{name} has {len(vals)} entries for {count} tensors")
+        return [int(v) for v in vals]
+
+    in_axes, in_dirs = per_tensor("scan_input_axes", n_in), per_tensor("scan_input_directions", n_in)
+    out_axes, out_dirs = per_tensor("scan_output_axes", n_out), per_tensor("scan_output_directions", n_out)
+    in_axes = [norm_axis(ctx, a, x.rank) for a, x in zip(in_axes, xs)]
+    lengths = {x.shape[a] for x, a in zip(xs, in_axes)}
+    if len(lengths) != 1 or not S.is_static(next(iter(lengths))):
+        raise ctx.fail(f"the scan inputs' lengths {[str(d) for d in lengths]} must be one number known when the "
+                       "model is compiled (nerve runs Scan unrolled)")
+    steps = int(next(iter(lengths)))
+    if steps > LOOP_UNROLL_MAX:
+        raise ctx.fail(f"{steps} steps: more than the {LOOP_UNROLL_MAX} nerve unrolls")
+    outs_per_step: List[List[Value]] = [[] for _ in range(n_out)]
+    for t in range(steps):
+        scope = dict(ctx.imp.current_scope)
+        for vi, v in zip(body.input[:n_states], states):
+            scope[vi.name] = v
+        for vi, x, axis, rev in zip(body.input[n_states:], xs, in_axes, in_dirs):
+            scope[vi.name] = ctx.call("Gather", [x, ctx.const(steps - 1 - t if rev else t)], axis=axis)[0]
+        ctx.imp.run_graph(body, scope)
+        outs = [scope[o.name] for o in body.output]
+        states = outs[:n_states]
+        for k, v in enumerate(outs[n_states:]):
+            outs_per_step[k].append(v)
+    results = list(states)
+    for k, parts in enumerate(outs_per_step):
+        if not parts:
+            raise ctx.fail(f"scan output {k} of a scan with no steps: its shape is unknown")
+        axis = norm_axis(ctx, out_axes[k], parts[0].rank + 1)
+        rows = [ctx.call("Unsqueeze", [v, ctx.const([axis])])[0] for v in (parts[::-1] if out_dirs[k] else parts)]
+        results.append(rows[0] if len(rows) == 1 else ctx.call("Concat", rows, axis=axis)[0])
+    return results
+
+
 def _inline_branch(ctx: NodeCtx, graph, taken: bool = False) -> List[Value]:
     """Imports a branch; taken: the condition is known, so the branch's tensors are computed
     on every run and may be named as graph outputs (Importer.branch_values)."""
