@@ -1663,13 +1663,16 @@ def _loop(ctx: NodeCtx, ins):
         for k, v in enumerate(outs[1 + n_carried:]):
             scans[k].append(v)
         i += 1
-    results = list(carried)
-    for k, parts in enumerate(scans):
-        if not parts:
-            raise ctx.fail(f"scan output {k} of a loop that runs no iteration: its shape is unknown")
-        rows = [ctx.call("Unsqueeze", [v, ctx.const([0])])[0] for v in parts]
-        results.append(rows[0] if len(rows) == 1 else ctx.call("Concat", rows, axis=0)[0])
-    return results
+    return list(carried) + [_stack_steps(ctx, parts, 0, f"scan output {k}") for k, parts in enumerate(scans)]
+
+
+def _stack_steps(ctx: NodeCtx, parts: List[Value], axis: int, what: str) -> Value:
+    """An unrolled loop's per-step outputs stacked along a new axis (Loop's and Scan's scan
+    outputs)."""
+    if not parts:
+        raise ctx.fail(f"{what} of a loop that runs no step: its shape is unknown")
+    rows = [ctx.call("Unsqueeze", [v, ctx.const([axis])])[0] for v in parts]
+    return rows[0] if len(rows) == 1 else ctx.call("Concat", rows, axis=axis)[0]
 
 
 @handler("Scan")
@@ -1718,11 +1721,8 @@ def _scan(ctx: NodeCtx, ins):
             outs_per_step[k].append(v)
     results = list(states)
     for k, parts in enumerate(outs_per_step):
-        if not parts:
-            raise ctx.fail(f"scan output {k} of a scan with no steps: its shape is unknown")
-        axis = norm_axis(ctx, out_axes[k], parts[0].rank + 1)
-        rows = [ctx.call("Unsqueeze", [v, ctx.const([axis])])[0] for v in (parts[::-1] if out_dirs[k] else parts)]
-        results.append(rows[0] if len(rows) == 1 else ctx.call("Concat", rows, axis=axis)[0])
+        axis = norm_axis(ctx, out_axes[k], parts[0].rank + 1) if parts else 0
+        results.append(_stack_steps(ctx, parts[::-1] if out_dirs[k] else parts, axis, f"scan output {k}"))
     return results
 
 
