@@ -1,4 +1,4 @@
-"""Ops whose output size depends on the data (NonZero, Compress, NonMaxSuppression) against
+"""Ops whose output size depends on the data (NonZero, Compress, NonMaxSuppression, Unique) against
 onnxruntime: the size is a symbol of the plan set during the run (op set_dim after the op
 that counts), so the ops downstream run at the real extent and a session's next run may find
 another one. Fresh random inputs, several runs per session (counts of zero and of everything
@@ -270,3 +270,25 @@ def test_scan_is_unrolled(in_dir, out_dir, out_axis, rng):
     model = _model([node], [("s0", F32, [4]), ("x", F32, [4, 9])], [("s", F32), ("y", F32)])
     _check(model, [{"s0": rng.standard_normal(4).astype(np.float32), "x": rng.standard_normal((4, 9)).astype(np.float32)}],
            exact=False)
+
+
+@pytest.mark.parametrize("axis,sorted_", [(None, 1), (None, 0), (0, 1), (1, 0), (-1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_unique(axis, sorted_, dtype, rng):
+    """Unique of elements or of slices along an axis, sorted or in order of first occurrence:
+    the values, first positions, inverse and counts equal onnxruntime's, over inputs with many
+    repeats, none, and -0.0 beside 0.0."""
+    attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _model([helper.make_node("Unique", ["x"], ["y", "idx", "inv", "cnt"], **attrs)], [("x", elem, [6, 5])],
+                   [("y", elem), ("idx", I64), ("inv", I64), ("cnt", I64)])
+    few = rng.integers(0, 3, (6, 5)).astype(dtype)
+    few[2] = few[4]          # a repeated row
+    few[:, 1] = few[:, 3]    # a repeated column
+    distinct = rng.permutation(30).reshape(6, 5).astype(dtype)
+    feeds = [{"x": few}, {"x": distinct}, {"x": np.zeros((6, 5), dtype)}]
+    if dtype == np.float32:
+        signed = few.copy()
+        signed[0, 0], signed[5, 4] = -0.0, 0.0
+        feeds.append({"x": signed})
+    _check(model, feeds)

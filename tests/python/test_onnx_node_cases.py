@@ -13,7 +13,7 @@ tests/data/onnx_node_cases_passing.txt lists the cases nerve runs today (those t
 second try marked `constants`), so an operator that stops compiling is a failure too. The
 rest are refused on purpose: dtypes the runtime does not hold (int16, uint16-64, float8,
 bfloat16, int4/2), training ops (losses, Dropout in training mode), string and sequence ops,
-data-dependent output sizes nerve does not plan for (Unique). A case that starts passing should be
+loops whose iterations the data decides. A case that starts passing should be
 added to the list (scripts/onnx_node_cases.py rewrites it)."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 /* op_index.c — plan ops that address elements by computed indices or positions (see
  * plan_ops.h for the contract): gather_elements, gather_nd, scatter_elements, scatter_nd
  * (ONNX's GatherElements, GatherND, ScatterElements, ScatterND), cumsum (and products), topk,
- * and the ops whose output size depends on the data: nonzero and nms (NonMaxSuppression).
+ * and the ops whose output size depends on the data: nonzero, nms (NonMaxSuppression) and
+ * unique.
  * Those write their output compactly at the size they find and that size to an int64
  * scalar, which the plan's set_dim op after them makes the size of every tensor downstream
  * (plan.c); the output's view holds the bound (the bytes reserved) while they run.
@@ -755,6 +756,119 @@ static nrv_status nms_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ------------------------------------------------------------------ unique */
+
+typedef struct unique_ctx {
+    const nrv_tview *x;
+    int64_t outer, m, inner;
+} unique_ctx;
+
+/* Element order of unique: numbers by value (-0 equals +0), NaN after every number and
+ * equal to NaN, so the order is total and the sort well defined. */
+static int unique_cmp_elem(const nrv_tview *x, int64_t i, int64_t j) {
+    double a, b;
+    switch (x->dtype) {
+    case NRV_F32: a = ((const float *)x->data)[i], b = ((const float *)x->data)[j]; break;
+    case NRV_F64: a = ((const double *)x->data)[i], b = ((const double *)x->data)[j]; break;
+    case NRV_I64: {
+        const int64_t u = ((const int64_t *)x->data)[i], v = ((const int64_t *)x->data)[j];
+        return (u > v) - (u < v);
+    }
+    case NRV_I32: a = ((const int32_t *)x->data)[i], b = ((const int32_t *)x->data)[j]; break;
+    case NRV_I8: a = ((const int8_t *)x->data)[i], b = ((const int8_t *)x->data)[j]; break;
+    default: a = ((const uint8_t *)x->data)[i], b = ((const uint8_t *)x->data)[j]; break; /* U8, BOOL */
+    }
+    if (a != a || b != b) return (a != a) - (b != b);
+    return (a > b) - (a < b);
+}
+
+/* Slices p and q along the axis, compared element by element in x's order. */
+static int unique_cmp_slices(const unique_ctx *u, int64_t p, int64_t q) {
+    for (int64_t o = 0; o < u->outer; o++)
+        for (int64_t i = 0; i < u->inner; i++) {
+            const int64_t base = o * u->m * u->inner + i;
+            const int c = unique_cmp_elem(u->x, base + p * u->inner, base + q * u->inner);
+            if (c) return c;
+        }
+    return 0;
+}
+
+/* Stable bottom-up merge sort of the positions in ord[0, n) by their slices (tmp: n more). */
+static void unique_sort(const unique_ctx *u, int64_t *ord, int64_t *tmp, int64_t n) {
+    for (int64_t w = 1; w < n; w *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * w) {
+            const int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int64_t a = lo, b = mid, k = lo;
+            while (a < mid && b < hi) tmp[k++] = unique_cmp_slices(u, ord[b], ord[a]) < 0 ? ord[b++] : ord[a++];
+            while (a < mid) tmp[k++] = ord[a++];
+            while (b < hi) tmp[k++] = ord[b++];
+        }
+        memcpy(ord, tmp, (size_t)n * sizeof *ord);
+    }
+}
+
+/* unique (ONNX Unique): the distinct slices of x along an axis, or its distinct elements.
+ *   in[0]  x        f32, f64, i64, i32, i8, u8 or bool, rank r >= 1; seen as [outer, m, inner]
+ *                   around the axis (the compiler flattens x for Unique without an axis)
+ *   out[0] y        x's dtype and dims with cap along the axis: written as [outer, u, inner]
+ *   out[1] indices  i64 [cap]: each distinct slice's first position
+ *   out[2] inverse  i64 [m]: each slice's place in y
+ *   out[3] counts   i64 [cap]: how often each occurs
+ *   out[4] count    i64, one element: u
+ *   iattr (2): [axis, sorted]: sorted 1 orders y ascending (slices lexicographically, in
+ *   x's element order), 0 by first occurrence
+ *   scratch: 5·m int64. */
+static nrv_status unique_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 5, 2, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "input"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    for (int k = 1; k < 4; k++) NRV_TRY(nrv_op_expect_dtype(a, a->out[k], "an index output", NRV_I64));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "output", (nrv_dtype)x->dtype));
+    NRV_TRY(check_count_out(a, a->out[4]));
+    if (x->dtype == NRV_F16)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "float16 input (the compiler widens it to float32)");
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    const unique_ctx u = {x, nrv_dims_product(x->dims, 0, ax), x->dims[ax], nrv_dims_product(x->dims, ax + 1, x->rank)};
+    const int64_t m = u.m, cap = y->rank == x->rank ? y->dims[ax] : -1;
+    if (cap < 0 || a->out[1]->numel != cap || a->out[3]->numel != cap || a->out[2]->numel != m)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "outputs do not match the input's %lld slices", (long long)m);
+    if ((uint64_t)a->scratch_bytes < (uint64_t)m * 5 * sizeof(int64_t) || (m > 0 && !a->scratch))
+        return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, %lld needed", a->scratch_bytes,
+                           (long long)(m * 5 * (int64_t)sizeof(int64_t)));
+    int64_t *ord = a->scratch, *tmp = ord + m, *group = tmp + m, *first = group + m, *rank_of = first + m;
+    for (int64_t i = 0; i < m; i++) ord[i] = i;
+    unique_sort(&u, ord, tmp, m);
+    int64_t nu = 0;
+    for (int64_t k = 0; k < m; k++) { /* groups in sorted order; a group's first is its lowest position */
+        if (k == 0 || unique_cmp_slices(&u, first[nu - 1], ord[k]) != 0) first[nu++] = ord[k];
+        group[ord[k]] = nu - 1;
+    }
+    if (nu > cap) return nrv_op_fail(a, NRV_ERR_SHAPE, "%lld distinct slices, room for %lld", (long long)nu, (long long)cap);
+    /* the place of each group in y: its sorted rank, or the rank of its first position */
+    if (a->iattr[1]) {
+        for (int64_t g = 0; g < nu; g++) rank_of[g] = g;
+    } else {
+        int64_t next = 0;
+        for (int64_t i = 0; i < m; i++)
+            if (first[group[i]] == i) rank_of[group[i]] = next++;
+    }
+    int64_t *indices = a->out[1]->data, *inverse = a->out[2]->data, *counts = a->out[3]->data;
+    for (int64_t g = 0; g < nu; g++) indices[rank_of[g]] = first[g], counts[rank_of[g]] = 0;
+    for (int64_t i = 0; i < m; i++) {
+        inverse[i] = rank_of[group[i]];
+        counts[inverse[i]]++;
+    }
+    const size_t es = nrv_dtype_size((nrv_dtype)x->dtype), row = (size_t)u.inner * es;
+    for (int64_t o = 0; o < u.outer; o++)
+        for (int64_t j = 0; j < nu; j++)
+            memcpy((char *)y->data + (size_t)(o * nu + j) * row, (const char *)x->data + (size_t)(o * m + indices[j]) * row,
+                   row);
+    *(int64_t *)a->out[4]->data = nu;
+    return NRV_OK;
+}
+
 const nrv_op_def nrv_plan_ops_index[] = {
     {"gather_elements", gather_elements_run, NULL},
     {"gather_nd", gather_nd_run, NULL},
@@ -766,5 +880,6 @@ const nrv_op_def nrv_plan_ops_index[] = {
     {"max_unpool", max_unpool_run, NULL},
     {"nonzero", nonzero_run, NULL},
     {"nms", nms_run, NULL},
+    {"unique", unique_run, NULL},
     {NULL, NULL, NULL},
 };

@@ -149,9 +149,6 @@ def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
 
 # Why the ops nerve has no handler for are missing, for the message a user gets.
 _UNSUPPORTED_WHY = {
-    **{op: "its output's size depends on the data in a way nerve does not plan for (NonZero, Compress and "
-           "NonMaxSuppression are supported: run it outside the model)"
-       for op in ("Unique",)},
     **{op: "optional values and SequenceMap are not supported (sequences of a length known when the model "
            "is compiled are: SplitToSequence, SequenceConstruct/At/Length/Insert/Erase/Empty, ConcatFromSequence)"
        for op in ("SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement")},

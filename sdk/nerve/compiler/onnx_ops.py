@@ -702,6 +702,34 @@ def _compress(ctx: NodeCtx, ins):
     return ctx.call("Gather", [x, idx], axis=axis)
 
 
+@handler("Unique")
+def _unique(ctx: NodeCtx, ins):
+    """Unique: the distinct elements (no axis: of the flattened input) or slices along an
+    axis, sorted ascending or in order of first occurrence, with each one's first position,
+    every element's place among them and the counts — op unique, the number of distinct
+    ones a size the data decides (data_extent), at most the slices' count."""
+    x = ins[0]
+    if x.dtype not in (np.float32, np.float64, np.int64, np.int32, np.int8, np.uint8, np.bool_):
+        raise ctx.fail(f"Unique of {x.dtype} is not supported")
+    axis = ctx.attr("axis")
+    if axis is None:
+        x = ctx.b.alias(x, [x.numel()], ctx.b.fresh(ctx.name + ".flat"))
+        axis = 0
+    if x.rank == 0:
+        raise ctx.fail("Unique of a scalar along an axis")
+    axis = norm_axis(ctx, int(axis), x.rank)
+    m = x.shape[axis]
+    u = data_extent(ctx, _elements_at_bounds(ctx, [m]), "unique")
+    y_shape = [u if k == axis else d for k, d in enumerate(x.shape)]
+    outs = ctx.b.emit("unique", [x], [spec(ctx.out_name(0), x.dtype, y_shape), spec(ctx.out_name(1), np.int64, (u,)),
+                                       spec(ctx.out_name(2), np.int64, (m,)), spec(ctx.out_name(3), np.int64, (u,)),
+                                       spec(ctx.b.fresh(ctx.name + ".count"), np.int64, ())],
+                      iattr=[axis, int(ctx.attr("sorted", 1))], scratch_bytes=S.dim_mul(m, 40), name=ctx.name,
+                      fold=False)
+    set_data_extent(ctx, u, outs[4])
+    return outs[:4]
+
+
 @handler("NonMaxSuppression")
 def _non_max_suppression(ctx: NodeCtx, ins):
     """NonMaxSuppression as op nms (onnxruntime's rules: scores above score_threshold when it
