@@ -43,7 +43,7 @@ from .errors import (
     UnboundDimsError,
 )
 from .memory import memory_report
-from .session import MemoryBudget, Plan, Session, compile
+from .session import MemoryBudget, Plan, Session, compile, default_threads
 from .quant import quantize
 
 __version__: str = _to_str(_lib.nrv_version())
@@ -59,6 +59,7 @@ __all__ = [
     "memory",
     "memory_report",
     "Session",
+    "default_threads",
     "MemoryBudget",
     "Plan",
     "compile",
@@ -133,6 +134,7 @@ def info() -> Dict[str, object]:
             "arch": _to_str(_lib.nrv_cpu_arch()),
             "features": cpu_features(),
             "count": int(_lib.nrv_cpu_count()),
+            "threads": default_threads(),  # a Session's threads when none are given
         },
         "kernels": {op: next((v["name"] for v in vs if v["selected"]), None) for op, vs in table.items()},
         "variants": table,

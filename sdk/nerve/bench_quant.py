@@ -193,7 +193,7 @@ def _nerve_w8_sessions(q: np.ndarray, s: np.ndarray, n_copies: int, bound: int, 
         qi, si = (q, s) if i == 0 else (np.roll(q, i, axis=0), np.roll(s, i))
         path = os.path.join(tmp, f"w8_{bound}_{i}.onnx")
         onnx.save((make_model or _w8_model)(np.ascontiguousarray(qi.T), si), path)
-        sess = Session(path, precision=precision, dims={"rows": bound}, cache=False)
+        sess = Session(path, precision=precision, dims={"rows": bound}, cache=False, threads=1)
         os.unlink(path)
         sessions.append(sess)
         op_lists.append([(o["type"], o["kernel"]) for o in sess.ops()])

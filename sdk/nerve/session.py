@@ -394,6 +394,20 @@ def _w4_dims(sess: "Session", op: dict):
     return int(n), int(cols) * (2 if t["dtype"] == np.uint8 else 1)
 
 
+def default_threads() -> int:
+    """Threads a Session uses when none are given: NERVE_THREADS when set, else the CPUs this
+    process may run on (its affinity mask: what taskset or a container's cpuset allows)."""
+    env = os.environ.get("NERVE_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise InputError(f"NERVE_THREADS must be a positive integer, got {env!r}")
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 class _Native:
     """Owns one nrv_session_t."""
 
@@ -453,7 +467,9 @@ class Session:
     feeds (the plan is compiled then; :meth:`run` says when it recompiles); ``log=`` and
     ``budget=`` need every bound up front.
     ``device="cpu"``; ``precision`` one of :mod:`nerve.precision` (see :func:`compile`); ``threads`` is the
-    number of threads for the big ops (1: the goals are measured at one thread).
+    number of threads for the big ops: by default every CPU this process may run on
+    (:func:`default_threads`, as onnxruntime does), 1 for a predictable single core (the
+    benchmarks' goals are measured at one thread). Results are the same bits at any count.
     ``log``: a JSON-lines provenance log (see :mod:`nerve.provenance`); ``nerve replay LOG``
     re-runs it and confirms the outputs.
     ``memory_limit`` (bytes, or "64MB", "1.5GiB"): when the weights at ``precision`` do not fit,
@@ -468,7 +484,7 @@ class Session:
 
     def __init__(self, model: Union[str, os.PathLike, bytes, "onnx.ModelProto", Plan], device: str = "cpu",
                  precision: str = "fp32",
-                 threads: int = 1, *, dims: Optional[Mapping[str, int]] = None,
+                 threads: Optional[int] = None, *, dims: Optional[Mapping[str, int]] = None,
                  state: Optional[Mapping[str, str]] = None, fuse: bool = True, cache: bool = True,
                  constants: Optional[Mapping[str, object]] = None, outputs: Optional[Sequence[str]] = None,
                  log: Optional[Union[str, os.PathLike]] = None, memory_limit: Union[int, str, None] = None,
@@ -477,6 +493,8 @@ class Session:
         if device != "cpu":
             raise InputError(f"device {device!r} is not supported by Session yet (use 'cpu')")
         precision_scheme.parse(precision)
+        if threads is None:
+            threads = default_threads()
         if not isinstance(threads, int) or threads < 1:
             raise InputError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads

@@ -4,6 +4,7 @@ commands, and the BERT-style encoder of the graph-compiler issue (parity and fus
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -278,6 +279,22 @@ def test_threads_give_identical_results(tmp_path):
             np.testing.assert_allclose(outs[0][k], ref[k], rtol=1e-4, atol=1e-4)
     with pytest.raises(nerve.InputError):
         nerve.Session(conv, threads=0)
+
+
+def test_default_threads_follow_the_cpus_this_process_may_use(tmp_path, monkeypatch):
+    """Without threads=, a session takes the CPUs in the process's affinity mask (as
+    onnxruntime does), NERVE_THREADS overrides it, and a bad value is an InputError."""
+    conv, feeds = _conv_model(tmp_path)
+    monkeypatch.delenv("NERVE_THREADS", raising=False)
+    assert nerve.default_threads() == len(os.sched_getaffinity(0))
+    assert nerve.Session(conv).threads == nerve.default_threads() == nerve.info()["cpu"]["threads"]
+    monkeypatch.setenv("NERVE_THREADS", "3")
+    assert nerve.Session(conv).threads == 3
+    np.testing.assert_array_equal(nerve.Session(conv).run(feeds)["y"], nerve.Session(conv, threads=1).run(feeds)["y"])
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("NERVE_THREADS", bad)
+        with pytest.raises(nerve.InputError, match="NERVE_THREADS"):
+            nerve.Session(conv)
 
 
 @pytest.mark.parametrize("kernel,stride,size,channels", [
