@@ -421,6 +421,33 @@ def test_many_ops_plan_runs_and_fuzzes_without_crashing(tmp_path, rng):
     assert r.returncode == 0, f"the loader crashed (rc {r.returncode}) at {last[0]}:\n{r.stderr[-3000:]}"
 
 
+def test_data_dependent_plan_fuzzes_without_crashing(tmp_path, rng):
+    """A plan whose sizes the data decides (NonZero, NonMaxSuppression, Unique, the set_dim
+    ops after them), its metadata corrupted with a valid hash, loaded and run: typed errors
+    only (in a subprocess, and under the sanitizers in make test-asan)."""
+    c = lambda a, n: nh.from_array(np.asarray(a), n)  # noqa: E731
+    nodes = [h.make_node("NonZero", ["x"], ["nz"]), h.make_node("Transpose", ["nz"], ["nzt"]),
+             h.make_node("GatherND", ["x", "nzt"], ["v"]), h.make_node("Unique", ["v"], ["u", "ui", "uv", "uc"]),
+             h.make_node("NonMaxSuppression", ["boxes", "scores", "mx", "iou"], ["sel"])]
+    m = make(nodes, [("x", T.FLOAT, (4, 5)), ("boxes", T.FLOAT, (1, 6, 4)), ("scores", T.FLOAT, (1, 2, 6))],
+             [("u", T.FLOAT), ("uc", T.INT64), ("sel", T.INT64)],
+             [c(np.array(3, I64), "mx"), c(np.array(0.5, F32), "iou")])
+    p = save(m, tmp_path / "dd.onnx")
+    plan = nerve.compile(p, cache=False).save(tmp_path / "dd.nrv")
+    x = rng.integers(0, 3, (4, 5)).astype(F32)
+    feeds = {"x": x, "boxes": rng.random((1, 6, 4)).astype(F32), "scores": rng.random((1, 2, 6)).astype(F32)}
+    np.testing.assert_array_equal(session(plan).run(feeds)["u"], np.unique(x[x != 0]))
+    hd = header(plan.read_bytes())
+    script = tmp_path / "fuzz.py"
+    script.write_text(_FUZZ)
+    start, end = hd["meta_offset"], hd["meta_offset"] + hd["meta_bytes"]
+    r = subprocess.run([sys.executable, str(script), str(plan), str(start), str(end), "2000", "13"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    last = [line for line in r.stdout.splitlines() if line.startswith("case")][-1:] or ["(none)"]
+    assert r.returncode == 0, f"the loader crashed (rc {r.returncode}) at {last[0]}:\n{r.stderr[-3000:]}"
+    assert "OUTCOMES" in r.stdout
+
+
 def test_metadata_cut_short_with_consistent_header_never_crashes(plan_file, tmp_path):
     """Sections cut at every 4th byte of the metadata, the header adjusted and re-hashed."""
     data = plan_file.read_bytes()

@@ -832,7 +832,9 @@ static nrv_status unique_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
     const unique_ctx u = {x, nrv_dims_product(x->dims, 0, ax), x->dims[ax], nrv_dims_product(x->dims, ax + 1, x->rank)};
     const int64_t m = u.m, cap = y->rank == x->rank ? y->dims[ax] : -1;
-    if (cap < 0 || a->out[1]->numel != cap || a->out[3]->numel != cap || a->out[2]->numel != m)
+    int same = cap >= 0; /* y is x's shape but along the axis */
+    for (int d = 0; same && d < x->rank; d++) same = d == ax || y->dims[d] == x->dims[d];
+    if (!same || a->out[1]->numel != cap || a->out[3]->numel != cap || a->out[2]->numel != m)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "outputs do not match the input's %lld slices", (long long)m);
     if ((uint64_t)a->scratch_bytes < (uint64_t)m * 5 * sizeof(int64_t) || (m > 0 && !a->scratch))
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "scratch is %zu bytes, %lld needed", a->scratch_bytes,
