@@ -351,19 +351,25 @@ _FUZZ = textwrap.dedent("""
 """)
 
 
-def test_corrupted_metadata_with_a_valid_hash_never_crashes(plan_file, tmp_path):
-    """The hash guards against accidents, not against a crafted file: the parser itself must
-    refuse metadata that is wrong, with a typed error (run in a subprocess: a crash fails the
-    test instead of killing the suite)."""
-    hd = header(plan_file.read_bytes())
+def fuzz_metadata(plan_path: Path, tmp_path: Path, cases: int, seed: int) -> None:
+    """Corrupts plan_path's metadata `cases` times (a valid hash each time), loads and runs
+    each in a subprocess (a crash fails the test instead of killing the suite): every outcome
+    must be a typed error or a run."""
+    hd = header(plan_path.read_bytes())
     script = tmp_path / "fuzz.py"
     script.write_text(_FUZZ)
     start, end = hd["meta_offset"], hd["meta_offset"] + hd["meta_bytes"]
-    r = subprocess.run([sys.executable, str(script), str(plan_file), str(start), str(end), "2000", "7"],
+    r = subprocess.run([sys.executable, str(script), str(plan_path), str(start), str(end), str(cases), str(seed)],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ))
     last = [line for line in r.stdout.splitlines() if line.startswith("case")][-1:] or ["(none)"]
     assert r.returncode == 0, f"the loader crashed (rc {r.returncode}) at {last[0]}:\n{r.stderr[-3000:]}"
     assert "OUTCOMES" in r.stdout
+
+
+def test_corrupted_metadata_with_a_valid_hash_never_crashes(plan_file, tmp_path):
+    """The hash guards against accidents, not against a crafted file: the parser itself must
+    refuse metadata that is wrong, with a typed error."""
+    fuzz_metadata(plan_file, tmp_path, 2000, 7)
 
 
 def many_ops_model(rng):
@@ -410,15 +416,7 @@ def test_many_ops_plan_runs_and_fuzzes_without_crashing(tmp_path, rng):
     assert len(ops) >= 12, ops
     x = rng.standard_normal((1, 3, 5, 8)).astype(F32)
     np.testing.assert_allclose(s.run({"x": x})["y3"], reference(m, {"x": x})["y3"], rtol=1e-4, atol=1e-4)
-    plan = nerve.compile(p, dims={"h": 6}, cache=False).save(tmp_path / "many.nrv")
-    hd = header(plan.read_bytes())
-    script = tmp_path / "fuzz.py"
-    script.write_text(_FUZZ)
-    start, end = hd["meta_offset"], hd["meta_offset"] + hd["meta_bytes"]
-    r = subprocess.run([sys.executable, str(script), str(plan), str(start), str(end), "3000", "11"],
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ))
-    last = [line for line in r.stdout.splitlines() if line.startswith("case")][-1:] or ["(none)"]
-    assert r.returncode == 0, f"the loader crashed (rc {r.returncode}) at {last[0]}:\n{r.stderr[-3000:]}"
+    fuzz_metadata(nerve.compile(p, dims={"h": 6}, cache=False).save(tmp_path / "many.nrv"), tmp_path, 3000, 11)
 
 
 def test_data_dependent_plan_fuzzes_without_crashing(tmp_path, rng):
@@ -437,15 +435,7 @@ def test_data_dependent_plan_fuzzes_without_crashing(tmp_path, rng):
     x = rng.integers(0, 3, (4, 5)).astype(F32)
     feeds = {"x": x, "boxes": rng.random((1, 6, 4)).astype(F32), "scores": rng.random((1, 2, 6)).astype(F32)}
     np.testing.assert_array_equal(session(plan).run(feeds)["u"], np.unique(x[x != 0]))
-    hd = header(plan.read_bytes())
-    script = tmp_path / "fuzz.py"
-    script.write_text(_FUZZ)
-    start, end = hd["meta_offset"], hd["meta_offset"] + hd["meta_bytes"]
-    r = subprocess.run([sys.executable, str(script), str(plan), str(start), str(end), "2000", "13"],
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ))
-    last = [line for line in r.stdout.splitlines() if line.startswith("case")][-1:] or ["(none)"]
-    assert r.returncode == 0, f"the loader crashed (rc {r.returncode}) at {last[0]}:\n{r.stderr[-3000:]}"
-    assert "OUTCOMES" in r.stdout
+    fuzz_metadata(plan, tmp_path, 2000, 13)
 
 
 def test_metadata_cut_short_with_consistent_header_never_crashes(plan_file, tmp_path):
