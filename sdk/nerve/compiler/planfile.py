@@ -144,7 +144,7 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
     for w in mp.weights:
         # the weight's bytes as a view (no copy: a plan's weights are most of its bytes, and
         # copying them three times was half of a ResNet-50 compile)
-        b = memoryview(np.ascontiguousarray(w.const, dtype=w.dtype).reshape(-1)).cast("B")
+        b = memoryview(np.ascontiguousarray(w.const, dtype=w.dtype).reshape(-1).view(np.uint8))
         p64(woff)
         p64(len(b))
         p32(dtype_code(w.dtype))
