@@ -142,13 +142,14 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
     woff = 0
     p32(len(mp.weights))
     for w in mp.weights:
+        code = dtype_code(w.dtype)  # first: a dtype the runtime does not hold (strings) is a CompileError
         # the weight's bytes as a view (no copy: a plan's weights are most of its bytes, and
         # copying them three times was half of a ResNet-50 compile)
         b = memoryview(np.ascontiguousarray(w.const, dtype=w.dtype).reshape(-1).view(np.uint8))
         p64(woff)
         p64(len(b))
-        p32(dtype_code(w.dtype))
-        p32(dtype_code(w.dtype))
+        p32(code)
+        p32(code)
         out.extend(hashlib.sha256(b).digest())  # verified at load; shares identical weights
         blobs.append((woff, b))
         woff = (woff + len(b) + 63) // 64 * 64
