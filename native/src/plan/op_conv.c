@@ -1477,7 +1477,6 @@ static nrv_status pool_run(const nrv_op_args *a) {
 /* ================================================================== global_pool */
 
 typedef double gp_v2d __attribute__((vector_size(16)));
-typedef float gp_v2f __attribute__((vector_size(8)));
 
 /* Σ x[i]: runs of 8 values per lane added in float across 16 lanes (4 vectors), each run's
  * sum then added in double. A single running sum was one dependent add per element (the SE

@@ -302,6 +302,21 @@ static nrv_status check_fits(const plan_tensor *t) {
     return NRV_OK;
 }
 
+/* A symbolic tensor's view at the current sizes: its dims, and for one in the arena, the
+ * weights or a state buffer, that it fits the bytes reserved (a feed's alias is checked
+ * against the feed by refresh_tensors). */
+static nrv_status refresh_symbolic_view(const nrv_session_t *s, plan_tensor *t) {
+    NRV_TRY(refresh_dims(s, t));
+    return t->storage == NRV_STORAGE_INPUT ? NRV_OK : check_fits(t);
+}
+
+/* Every dimension expression at the current symbol values (in order: later ones may refer
+ * to earlier ones). */
+static nrv_status eval_exprs(nrv_session_t *s) {
+    for (uint32_t e = 0; e < s->n_exprs; e++) NRV_TRY(eval_expr(s, e));
+    return NRV_OK;
+}
+
 /* ------------------------------------------------------------------ loading */
 
 static nrv_status parse_header(const uint8_t *buf, uint64_t size, uint64_t *meta_off, uint64_t *meta_len,
@@ -856,7 +871,7 @@ static nrv_status bind_inputs(nrv_session_t *s, const nrv_tensor *feeds, const v
             return nrv_fail(NRV_ERR_FORMAT, "run: dimension '%s' is not given by any input", s->symbol_names[k]);
     if (!s->views_valid || memcmp(s->prev_symbol_vals, s->symbol_vals, s->n_symbols * sizeof(int64_t)) != 0) {
         s->views_valid = 0; /* until refresh_tensors has re-derived the views for these sizes */
-        for (uint32_t e = 0; e < s->n_exprs; e++) NRV_TRY(eval_expr(s, e));
+        NRV_TRY(eval_exprs(s));
     }
     /* every input's shape must now match exactly */
     for (uint32_t i = 0; i < s->n_inputs; i++) {
@@ -879,10 +894,7 @@ static nrv_status refresh_tensors(nrv_session_t *s, const void **srcs) {
     s->views_valid = 0;
     for (uint32_t k = 0; k < s->n_dynamic; k++) {
         plan_tensor *t = &s->tensors[s->dynamic[k]];
-        if (t->symbolic && sizes_changed) {
-            NRV_TRY(refresh_dims(s, t));
-            if (t->storage != NRV_STORAGE_INPUT) NRV_TRY(check_fits(t));
-        }
+        if (t->symbolic && sizes_changed) NRV_TRY(refresh_symbolic_view(s, t));
         if (t->storage == NRV_STORAGE_INPUT) {
             if (sizes_changed) {
                 /* an alias of a feed must lie inside the feed */
@@ -918,13 +930,9 @@ static nrv_status set_runtime_dim(nrv_session_t *s, const plan_op *op) {
                         s->symbol_names[k], op->args.name, (long long)v, (long long)s->symbol_bounds[k]);
     if (v == s->symbol_vals[k]) return NRV_OK;
     s->symbol_vals[k] = v;
-    for (uint32_t e = 0; e < s->n_exprs; e++) NRV_TRY(eval_expr(s, e));
-    for (uint32_t j = 0; j < s->n_dynamic; j++) {
-        plan_tensor *t = &s->tensors[s->dynamic[j]];
-        if (!t->symbolic) continue;
-        NRV_TRY(refresh_dims(s, t));
-        if (t->storage != NRV_STORAGE_INPUT) NRV_TRY(check_fits(t));
-    }
+    NRV_TRY(eval_exprs(s));
+    for (uint32_t j = 0; j < s->n_dynamic; j++)
+        if (s->tensors[s->dynamic[j]].symbolic) NRV_TRY(refresh_symbolic_view(s, &s->tensors[s->dynamic[j]]));
     /* the views now hold these sizes: the next run compares its own against them */
     memcpy(s->prev_symbol_vals, s->symbol_vals, s->n_symbols * sizeof(int64_t));
     return NRV_OK;

@@ -681,6 +681,14 @@ def _nonzero(ctx: NodeCtx, ins):
     return [y]
 
 
+def _axis_or_flattened(ctx: NodeCtx, x: Value) -> Tuple[Value, int]:
+    """(x, its normalised axis attribute), or (x flattened, 0) without one (Compress, Unique)."""
+    axis = ctx.attr("axis")
+    if axis is None:
+        return ctx.b.alias(x, [x.numel()], ctx.b.fresh(ctx.name + ".flat")), 0
+    return x, norm_axis(ctx, int(axis), x.rank)
+
+
 @handler("Compress")
 def _compress(ctx: NodeCtx, ins):
     """Compress(input, condition, axis): the slices along axis (or of the flattened input)
@@ -689,11 +697,7 @@ def _compress(ctx: NodeCtx, ins):
     x, cond = ins[0], ins[1]
     if cond.rank != 1:
         raise ctx.fail(f"condition has rank {cond.rank}, expected 1")
-    axis = ctx.attr("axis")
-    if axis is None:
-        x = ctx.b.alias(x, [x.numel()], ctx.b.fresh(ctx.name + ".flat"))
-        axis = 0
-    axis = norm_axis(ctx, int(axis), x.rank)
+    x, axis = _axis_or_flattened(ctx, x)
     length = cond.shape[0]
     if S.is_static(length) and S.is_static(x.shape[axis]) and int(length) > int(x.shape[axis]):
         raise ctx.fail(f"condition has {int(length)} entries, more than the {int(x.shape[axis])} along axis {axis}")
@@ -711,13 +715,7 @@ def _unique(ctx: NodeCtx, ins):
     x = ins[0]
     if x.dtype not in (np.float32, np.float64, np.int64, np.int32, np.int8, np.uint8, np.bool_):
         raise ctx.fail(f"Unique of {x.dtype} is not supported")
-    axis = ctx.attr("axis")
-    if axis is None:
-        x = ctx.b.alias(x, [x.numel()], ctx.b.fresh(ctx.name + ".flat"))
-        axis = 0
-    if x.rank == 0:
-        raise ctx.fail("Unique of a scalar along an axis")
-    axis = norm_axis(ctx, int(axis), x.rank)
+    x, axis = _axis_or_flattened(ctx, x)
     m = x.shape[axis]
     u = data_extent(ctx, _elements_at_bounds(ctx, [m]), "unique")
     y_shape = [u if k == axis else d for k, d in enumerate(x.shape)]
@@ -1679,19 +1677,24 @@ def _loop(ctx: NodeCtx, ins):
         if i >= LOOP_UNROLL_MAX:
             raise ctx.fail(f"more than {LOOP_UNROLL_MAX} iterations to unroll" +
                            ("" if trip is not None else " (no trip count, and the condition stays true)"))
-        scope = dict(ctx.imp.current_scope)
-        scope[body.input[0].name] = ctx.b.const(np.array(i, np.int64), ctx.b.fresh(ctx.name + ".iter"))
-        scope[body.input[1].name] = ctx.b.const(np.array(True), ctx.b.fresh(ctx.name + ".cond"))
-        for vi, v in zip(body.input[2:], carried):
-            scope[vi.name] = v
-        ctx.imp.run_graph(body, scope)
-        outs = [scope[o.name] for o in body.output]
+        outs = _run_body(ctx, body, [ctx.b.const(np.array(i, np.int64), ctx.b.fresh(ctx.name + ".iter")),
+                                     ctx.b.const(np.array(True), ctx.b.fresh(ctx.name + ".cond"))] + carried)
         cond = known_condition(outs[0], "the condition the body computes")
         carried = outs[1:1 + n_carried]
         for k, v in enumerate(outs[1 + n_carried:]):
             scans[k].append(v)
         i += 1
     return list(carried) + [_stack_steps(ctx, parts, 0, f"scan output {k}") for k, parts in enumerate(scans)]
+
+
+def _run_body(ctx: NodeCtx, body, inputs: List[Value]) -> List[Value]:
+    """One step of an unrolled Loop or Scan: the body imported with its inputs bound to
+    `inputs` (it also sees the enclosing graph), its outputs."""
+    scope = dict(ctx.imp.current_scope)
+    for vi, v in zip(body.input, inputs):
+        scope[vi.name] = v
+    ctx.imp.run_graph(body, scope)
+    return [scope[o.name] for o in body.output]
 
 
 def _stack_steps(ctx: NodeCtx, parts: List[Value], axis: int, what: str) -> Value:
@@ -1737,13 +1740,9 @@ def _scan(ctx: NodeCtx, ins):
         raise ctx.fail(f"{steps} steps: more than the {LOOP_UNROLL_MAX} nerve unrolls")
     outs_per_step: List[List[Value]] = [[] for _ in range(n_out)]
     for t in range(steps):
-        scope = dict(ctx.imp.current_scope)
-        for vi, v in zip(body.input[:n_states], states):
-            scope[vi.name] = v
-        for vi, x, axis, rev in zip(body.input[n_states:], xs, in_axes, in_dirs):
-            scope[vi.name] = ctx.call("Gather", [x, ctx.const(steps - 1 - t if rev else t)], axis=axis)[0]
-        ctx.imp.run_graph(body, scope)
-        outs = [scope[o.name] for o in body.output]
+        slices = [ctx.call("Gather", [x, ctx.const(steps - 1 - t if rev else t)], axis=axis)[0]
+                  for x, axis, rev in zip(xs, in_axes, in_dirs)]
+        outs = _run_body(ctx, body, list(states) + slices)
         states = outs[:n_states]
         for k, v in enumerate(outs[n_states:]):
             outs_per_step[k].append(v)
