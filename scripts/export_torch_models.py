@@ -7,7 +7,7 @@ patterns, opsets, shape arithmetic), not hand-built.
 
 Development only (needs torch; the SDK and its tests never import it):
     pip install torch==2.13.0 onnx onnxscript
-    python scripts/export_torch_models.py tests/data/torch
+    python scripts/export_torch_models.py tests/data/torch [NAME...]   (names: only those)
 Weights are random with a fixed seed; each model is written as <name>.onnx with its
 feeds' shapes and symbolic dims in manifest.json.
 """
@@ -283,6 +283,13 @@ def hf_models():
                            conv_dim=(16, 16, 16), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
                            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
     audio = torch.export.Dim("samples", min=400, max=4000)
+    vits = T.VitsConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64,
+                        flow_size=16, upsample_initial_channel=32, upsample_rates=[8, 8, 4],
+                        upsample_kernel_sizes=[16, 16, 8], resblock_kernel_sizes=[3, 5],
+                        resblock_dilation_sizes=[[1, 3], [1, 3]], prior_encoder_num_flows=2,
+                        prior_encoder_num_wavenet_layers=2, posterior_encoder_num_wavenet_layers=2,
+                        duration_predictor_filter_channels=32, depth_separable_num_layers=2,
+                        noise_scale=0.0, noise_scale_duration=0.0)
     return [
         ("hf_bert", wrap(T.BertModel(T.BertConfig(vocab_size=97, **small)), ["input_ids", "attention_mask"],
                          "last_hidden_state"), (ids, mask), ["input_ids", "attention_mask"], ["hidden"], text,
@@ -298,6 +305,13 @@ def hf_models():
         # opset 23: RMSNormalization, RotaryEmbedding and Attention nodes
         ("hf_llama_op23", wrap(T.LlamaForCausalLM(llama), ["input_ids", "attention_mask"], "logits"), (ids, mask),
          ["input_ids", "attention_mask"], ["logits"], text, {"seq": 32}, "dynamo23"),
+        # text to speech (MMS-TTS / Piper's architecture) as the TorchScript exporter writes it: the
+        # waveform's length is decided by the predicted durations (a Range over their sum, given a
+        # bound by name), the stochastic duration predictor's spline flows index by boolean masks
+        # (NonZero, ScatterND), and the noise is RandomNormalLike, here scaled by 0 so the
+        # waveform can be compared with onnxruntime's
+        ("hf_vits", wrap(T.VitsModel(vits), ["input_ids"], "waveform"), (torch.randint(0, 97, (1, 9)),),
+         ["input_ids"], ["waveform"], {"input_ids": {1: "seq"}}, {"seq": 32, "/model/Range.length": 2048}, "torchscript"),
         # model.half(): float16 weights, inputs and outputs
         ("hf_vit_fp16", wrap(T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **small)).half(), ["pixel_values"],
                              "last_hidden_state"), (torch.randn(1, 3, 32, 32).half(),), ["pixel_values"], ["hidden"],
@@ -309,10 +323,13 @@ def hf_models():
 INT_INPUTS.update({"input_ids": {"high": 97}, "decoder_input_ids": {"high": 97}, "attention_mask": {"mask": True}})
 
 
-def export(out_dir: Path) -> None:
+def export(out_dir: Path, only=()) -> None:
+    """Every model, or only those named (their manifest entries replaced, the others kept)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    manifest = {}
+    manifest = json.loads((out_dir / "manifest.json").read_text()) if only else {}
     for name, module, args, in_names, out_names, dyn, bounds, exporter in models() + hf_models():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         for p in module.parameters():
             if not name.startswith("hf_"):  # those keep their architecture's own initialisation
@@ -354,4 +371,4 @@ def export(out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    export(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/torch"))
+    export(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/torch"), set(sys.argv[2:]))

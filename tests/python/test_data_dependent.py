@@ -292,3 +292,73 @@ def test_unique(axis, sorted_, dtype, rng):
         signed[0, 0], signed[5, 4] = -0.0, 0.0
         feeds.append({"x": signed})
     _check(model, feeds)
+
+
+# ---------------------------------------------------------------- Range over run-time bounds
+
+
+def _length_mask_model(dtype=I64):
+    """A TTS length regulator's idiom: frames = Range(0, max(lengths), 1), then the sequence
+    mask frames < lengths[:, None] and the frame indices scaled by a float."""
+    cast = [] if dtype == I64 else [helper.make_node("Cast", ["mx64"], ["mx"], to=dtype)]
+    return _model([helper.make_node("ReduceMax", ["lengths"], ["mx64"], keepdims=0)] + cast +
+                  [helper.make_node("Range", ["zero", "mx" if cast else "mx64", "one"], ["frames"], name="frames"),
+                   helper.make_node("Unsqueeze", ["frames", "ax0"], ["f2"]),
+                   helper.make_node("Cast", ["lengths"], ["len_t"], to=dtype),
+                   helper.make_node("Unsqueeze", ["len_t", "ax1"], ["l2"]),
+                   helper.make_node("Less", ["f2", "l2"], ["mask"]),
+                   helper.make_node("Cast", ["frames"], ["ff"], to=F32),
+                   helper.make_node("Mul", ["ff", "step"], ["times"])],
+                  [("lengths", I64, [3])], [("frames", dtype), ("mask", TensorProto.BOOL), ("times", F32)],
+                  [("zero", np.array(0, helper.tensor_dtype_to_np_dtype(dtype))),
+                   ("one", np.array(1, helper.tensor_dtype_to_np_dtype(dtype))),
+                   ("ax0", np.array([0])), ("ax1", np.array([1])), ("step", np.array(0.0125, np.float32))])
+
+
+@pytest.mark.parametrize("dtype", [I64, TensorProto.INT32, F32])
+def test_range_over_run_time_bounds_sizes_what_follows(dtype, rng):
+    """Range whose limit the data decides, with its bound given by name in dims: each run finds
+    its own length (0, the bound, and between) and the mask and scaled times after it follow."""
+    lengths = [rng.integers(0, 60, 3) for _ in range(3)] + [np.zeros(3), np.array([0, 64, 3]), np.array([5, 1, 2])]
+    _check(_length_mask_model(dtype), [{"lengths": np.asarray(v, np.int64)} for v in lengths], exact=False,
+           dims={"frames.length": 64})
+
+
+def test_range_with_every_bound_at_run_time(rng):
+    """start, limit and delta all fed: negative steps, empty ranges, steps that do not divide."""
+    model = _model([helper.make_node("Range", ["s", "l", "d"], ["y"], name="r"),
+                    helper.make_node("ReduceSum", ["y"], ["t"], keepdims=1)],
+                   [("s", I64, []), ("l", I64, []), ("d", I64, [])], [("y", I64), ("t", I64)])
+    cases = [(0, 10, 3), (10, -7, -4), (5, 5, 1), (5, 2, 1), (-3, 40, 7)] + \
+        [tuple(int(v) for v in rng.integers(-50, 50, 2)) + (int(rng.choice([-3, -1, 2, 5])),) for _ in range(4)]
+    _check(model, [{"s": np.array(s), "l": np.array(lim), "d": np.array(d)} for s, lim, d in cases], dims={"r.length": 40})
+
+
+def test_range_over_run_time_bounds_needs_its_bound_by_name():
+    with pytest.raises(nerve.ModelError, match=r"only known at run time.*dims=\{'frames.length': N\}"):
+        nerve.Session(_length_mask_model(), cache=False)
+
+
+def test_range_longer_than_its_bound_is_refused_and_the_session_survives():
+    sess = nerve.Session(_length_mask_model(), cache=False, dims={"frames.length": 16})
+    with pytest.raises(nerve.InputError, match=r"'frames.length' \(node 'frames'\) is 17, outside \[0, 16\]"):
+        sess.run({"lengths": np.array([3, 17, 2])})
+    got = sess.run({"lengths": np.array([3, 16, 2])})
+    assert got["frames"].shape == (16,) and got["mask"].shape == (3, 16)
+    np.testing.assert_array_equal(got["mask"].sum(1), [3, 16, 2])
+
+
+def test_range_with_a_zero_step_at_run_time_is_a_clear_error():
+    model = _model([helper.make_node("Range", ["s", "l", "d"], ["y"], name="r")],
+                   [("s", I64, []), ("l", I64, []), ("d", I64, [])], [("y", I64)])
+    sess = nerve.Session(model, cache=False, dims={"r.length": 8})
+    with pytest.raises(nerve.NerveError, match="delta is 0"):
+        sess.run({"s": np.array(0), "l": np.array(4), "d": np.array(0)})
+    np.testing.assert_array_equal(sess.run({"s": np.array(0), "l": np.array(4), "d": np.array(1)})["y"], [0, 1, 2, 3])
+
+
+def test_run_time_range_plan_survives_save_and_load(tmp_path):
+    path = tmp_path / "r.nrv"
+    nerve.compile(_length_mask_model(), dims={"frames.length": 32}).save(path)
+    got = nerve.Session(path).run({"lengths": np.array([4, 9, 1])})
+    np.testing.assert_array_equal(got["frames"], np.arange(9))

@@ -1201,7 +1201,8 @@ def test_shape_values_used_as_data(tmp_path, rng):
 def test_float_range_over_a_symbolic_dim(tmp_path, rng):
     """YOLOv8's anchor grid as torch.onnx writes it with dynamic height/width: arange(w) in
     float is Range(0.0, Cast(Gather(Shape(x), 3)), 1.0) + 0.5 (nudenet's 320n.onnx). The range's
-    length is the symbolic dim; a start that is not a whole number still needs known values."""
+    length is the symbolic dim; a start that is not a whole number makes it a length found at
+    run time, which needs a bound by name."""
     nodes = [
         h.make_node("Shape", ["x"], ["s"]),
         h.make_node("Gather", ["s", "i2"], ["w"], axis=0),
@@ -1218,9 +1219,12 @@ def test_float_range_over_a_symbolic_dim(tmp_path, rng):
     for n, w in ((2, 41), (1, 7), (2, 1), (1, 0), (1, 20)):
         check(tmp_path, m, {"x": randn(rng, (n, 3, w))}, sess=s)
     inits["zero"] = np.array(0.25, F32)
-    with pytest.raises(nerve.ModelError, match="known at compile time"):
-        nerve_session(tmp_path, model(nodes, [("x", F32, ("n", 3, "w"))], [("y", F32), ("every_other", F32)], inits),
-                      {"n": 2, "w": 41})
+    m = model(nodes, [("x", F32, ("n", 3, "w"))], [("y", F32), ("every_other", F32)], inits)
+    with pytest.raises(nerve.ModelError, match=r"only known at run time.*dims=\{'Range_3.length': N\}"):
+        nerve_session(tmp_path, m, {"n": 2, "w": 41})
+    s = nerve_session(tmp_path, m, {"n": 2, "w": 41, "Range_3.length": 41, "Range_6.length": 21})
+    for n, w in ((2, 41), (1, 7), (1, 0)):
+        check(tmp_path, m, {"x": randn(rng, (n, 3, w))}, sess=s)
 
 
 def test_static_zero_extent_input(tmp_path, rng):

@@ -135,7 +135,7 @@ def test_sequence_input_is_a_model_error(tmp_path):
 
 @pytest.mark.parametrize("op, inputs, why", [
     ("StringNormalizer", ["boxes"], "string ops are not supported"),
-    ("RandomNormalLike", ["boxes"], "random ops are not supported"),
+    ("Bernoulli", ["boxes"], "sampling ops are not supported"),
     ("Optional", ["boxes"], "optional values and SequenceMap are not supported"),
     ("Det", ["boxes"], "operator not supported by nerve"),
 ])
@@ -420,18 +420,22 @@ def test_many_ops_plan_runs_and_fuzzes_without_crashing(tmp_path, rng):
 
 
 def test_data_dependent_plan_fuzzes_without_crashing(tmp_path, rng):
-    """A plan whose sizes the data decides (NonZero, NonMaxSuppression, Unique, the set_dim
-    ops after them), its metadata corrupted with a valid hash, loaded and run: typed errors
+    """A plan whose sizes the data decides (NonZero, NonMaxSuppression, Unique, a Range over
+    run-time bounds, the set_dim ops after them; random values), its metadata corrupted with a valid hash, loaded and run: typed errors
     only (in a subprocess, and under the sanitizers in make test-asan)."""
     c = lambda a, n: nh.from_array(np.asarray(a), n)  # noqa: E731
     nodes = [h.make_node("NonZero", ["x"], ["nz"]), h.make_node("Transpose", ["nz"], ["nzt"]),
              h.make_node("GatherND", ["x", "nzt"], ["v"]), h.make_node("Unique", ["v"], ["u", "ui", "uv", "uc"]),
-             h.make_node("NonMaxSuppression", ["boxes", "scores", "mx", "iou"], ["sel"])]
+             h.make_node("NonMaxSuppression", ["boxes", "scores", "mx", "iou"], ["sel"]),
+             h.make_node("Cast", ["x"], ["xi"], to=T.INT64), h.make_node("ReduceMax", ["xi"], ["top"], keepdims=0),
+             h.make_node("Range", ["zero", "top", "one"], ["rg"], name="rg"),
+             h.make_node("RandomNormalLike", ["rg"], ["noise"], dtype=T.FLOAT)]
     m = make(nodes, [("x", T.FLOAT, (4, 5)), ("boxes", T.FLOAT, (1, 6, 4)), ("scores", T.FLOAT, (1, 2, 6))],
-             [("u", T.FLOAT), ("uc", T.INT64), ("sel", T.INT64)],
-             [c(np.array(3, I64), "mx"), c(np.array(0.5, F32), "iou")])
+             [("u", T.FLOAT), ("uc", T.INT64), ("sel", T.INT64), ("rg", T.INT64), ("noise", T.FLOAT)],
+             [c(np.array(3, I64), "mx"), c(np.array(0.5, F32), "iou"), c(np.array(0, I64), "zero"),
+              c(np.array(1, I64), "one")])
     p = save(m, tmp_path / "dd.onnx")
-    plan = nerve.compile(p, cache=False).save(tmp_path / "dd.nrv")
+    plan = nerve.compile(p, cache=False, dims={"rg.length": 8}).save(tmp_path / "dd.nrv")
     x = rng.integers(0, 3, (4, 5)).astype(F32)
     feeds = {"x": x, "boxes": rng.random((1, 6, 4)).astype(F32), "scores": rng.random((1, 2, 6)).astype(F32)}
     np.testing.assert_array_equal(session(plan).run(feeds)["u"], np.unique(x[x != 0]))

@@ -48,8 +48,9 @@ def test_torch_export_matches_onnxruntime(rng, name):
     sess = nerve.Session(path, dims=spec["dims"], cache=False)
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert sess.output_names == spec["outputs"]
-    dynamic = any(isinstance(d, str) for inp in spec["inputs"].values() for d in inp["shape"])
-    bound = max(spec["dims"].values()) if spec["dims"] else None
+    input_dims = {d for inp in spec["inputs"].values() for d in inp["shape"] if isinstance(d, str)}
+    dynamic = bool(input_dims)
+    bound = max(spec["dims"][d] for d in input_dims) if dynamic else None  # (dims also bound run-time lengths)
     least = spec.get("min", 2)
     for size in ([bound, least, int(rng.integers(least + 1, bound))] if dynamic else [None]):
         feeds = draw_feeds(rng, spec, size)

@@ -1,6 +1,6 @@
 /* op_shape.c — plan ops of the shape family (see plan_ops.h for the contract): ops that move
  * elements without arithmetic (copy, transpose, concat, split, slice, gather, expand, where,
- * trilu) and the small converters and generators (cast, range, fill, dims).
+ * trilu) and the small converters and generators (cast, range, range_count, random, fill, dims).
  *
  * "Any dtype" ops never look at values: they move nrv_dtype_size(dtype) bytes (1, 2, 4 or 8)
  * per element with fixed-size memcpy (compiled to plain loads and stores, no alignment
@@ -699,6 +699,46 @@ static nrv_status check_scalar(const nrv_op_args *a, int i, const char *what, in
     return NRV_OK;
 }
 
+/* The length of Range(start, limit, delta) with in[0..2] scalars of dtype dt, as ONNX defines
+ * it, max(ceil((limit - start) / delta), 0): *n with the quotient in double; for F32 also
+ * *n_float, the count with the quotient in float (exporters and runtimes compute either; -1
+ * when that one is not finite). delta == 0, a non-finite length or an overflowing int64
+ * difference is NRV_ERR_INVALID_ARG. */
+static nrv_status range_length(const nrv_op_args *a, int32_t dt, int64_t *n, int64_t *n_float) {
+    NRV_TRY(check_scalar(a, 0, "start", dt));
+    NRV_TRY(check_scalar(a, 1, "limit", dt));
+    NRV_TRY(check_scalar(a, 2, "delta", dt));
+    if (dt == NRV_F32) {
+        const float s = *(const float *)a->in[0]->data, l = *(const float *)a->in[1]->data,
+                    d = *(const float *)a->in[2]->data;
+        if (d == 0.0f) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "delta is 0");
+        const double qd = ceil(((double)l - (double)s) / (double)d);
+        const double qf = ceilf((l - s) / d);
+        if (!(fabs(qd) < 0x1p62))
+            return OPFAIL(a, NRV_ERR_INVALID_ARG, "range from %g to %g by %g has no finite length", (double)s,
+                          (double)l, (double)d);
+        *n = qd > 0 ? (int64_t)qd : 0;
+        *n_float = !(fabs(qf) < 0x1p62) ? -1 : qf > 0 ? (int64_t)qf : 0;
+        return NRV_OK;
+    }
+    const int64_t s = nrv_int_at(a->in[0], 0), l = nrv_int_at(a->in[1], 0), d = nrv_int_at(a->in[2], 0);
+    if (d == 0) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "delta is 0");
+    int64_t diff;
+    if (__builtin_sub_overflow(l, s, &diff) || (d == -1 && diff == INT64_MIN))
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "range from %lld to %lld by %lld overflows", (long long)s,
+                      (long long)l, (long long)d);
+    int64_t q = diff / d;
+    if (diff % d != 0 && ((diff < 0) == (d < 0))) q++; /* ceil for a positive quotient */
+    *n = *n_float = q < 0 ? 0 : q;
+    return NRV_OK;
+}
+
+static nrv_status check_range_dtype(const nrv_op_args *a, int32_t dt, const char *what) {
+    if (dt != NRV_F32 && dt != NRV_I32 && dt != NRV_I64)
+        return OPFAIL(a, NRV_ERR_DTYPE, "%s is %s, expected f32, i32 or i64", what, nrv_dtype_str((nrv_dtype)dt));
+    return NRV_OK;
+}
+
 /* range (ONNX Range): y[i] = start + i * delta for i < y.dims[0].
  *  in[0] start, in[1] limit, in[2] delta: one-element (rank-0) tensors of y's dtype;
  *  out[0] y, 1-D, F32, I32 or I64. iattr, fattr, dattr: none.
@@ -710,50 +750,98 @@ static nrv_status op_range(const nrv_op_args *a) {
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
     const int32_t dt = y->dtype;
-    if (dt != NRV_F32 && dt != NRV_I32 && dt != NRV_I64)
-        return OPFAIL(a, NRV_ERR_DTYPE, "y is %s, expected f32, i32 or i64", nrv_dtype_str((nrv_dtype)dt));
-    NRV_TRY(check_scalar(a, 0, "start", dt));
-    NRV_TRY(check_scalar(a, 1, "limit", dt));
-    NRV_TRY(check_scalar(a, 2, "delta", dt));
+    NRV_TRY(check_range_dtype(a, dt, "y"));
     if (y->rank != 1) return OPFAIL(a, NRV_ERR_SHAPE, "y has rank %d, expected 1", (int)y->rank);
+    int64_t nd, nf;
+    NRV_TRY(range_length(a, dt, &nd, &nf));
     const int64_t n = y->dims[0];
+    if (n != nd && n != nf)
+        return OPFAIL(a, NRV_ERR_SHAPE, "y has %lld elements, the range has %lld", (long long)n, (long long)nd);
     if (dt == NRV_F32) {
-        const float s = *(const float *)a->in[0]->data, l = *(const float *)a->in[1]->data,
-                    d = *(const float *)a->in[2]->data;
-        if (d == 0.0f) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "delta is 0");
-        const double qd = ceil(((double)l - (double)s) / (double)d);
-        const double qf = ceilf((l - s) / d);
-        if (!(fabs(qd) < 0x1p62))
-            return OPFAIL(a, NRV_ERR_INVALID_ARG, "range from %g to %g by %g has no finite length", (double)s,
-                          (double)l, (double)d);
-        const int64_t nd = qd > 0 ? (int64_t)qd : 0;
-        const int64_t nf = !(fabs(qf) < 0x1p62) ? -1 : qf > 0 ? (int64_t)qf : 0;
-        if (n != nd && n != nf)
-            return OPFAIL(a, NRV_ERR_SHAPE, "y has %lld elements, range from %g to %g by %g has %lld", (long long)n,
-                          (double)s, (double)l, (double)d, (long long)nd);
+        const double s = *(const float *)a->in[0]->data, d = *(const float *)a->in[2]->data;
         float *out = y->data;
-        for (int64_t i = 0; i < n; i++) out[i] = (float)((double)s + (double)i * (double)d);
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(s + (double)i * d);
         return NRV_OK;
     }
-    const int64_t s = nrv_int_at(a->in[0], 0), l = nrv_int_at(a->in[1], 0), d = nrv_int_at(a->in[2], 0);
-    if (d == 0) return OPFAIL(a, NRV_ERR_INVALID_ARG, "%s", "delta is 0");
-    int64_t diff;
-    if (__builtin_sub_overflow(l, s, &diff) || (d == -1 && diff == INT64_MIN))
-        return OPFAIL(a, NRV_ERR_INVALID_ARG, "range from %lld to %lld by %lld overflows", (long long)s,
-                      (long long)l, (long long)d);
-    int64_t q = diff / d;
-    if (diff % d != 0 && ((diff < 0) == (d < 0))) q++; /* ceil for a positive quotient */
-    if (q < 0) q = 0;
-    if (n != q)
-        return OPFAIL(a, NRV_ERR_SHAPE, "y has %lld elements, range from %lld to %lld by %lld has %lld", (long long)n,
-                      (long long)s, (long long)l, (long long)d, (long long)q);
     /* every value lies between start and limit: no overflow (computed unsigned all the same) */
+    const int64_t s = nrv_int_at(a->in[0], 0), d = nrv_int_at(a->in[2], 0);
     if (dt == NRV_I64) {
         int64_t *out = y->data;
         for (int64_t i = 0; i < n; i++) out[i] = (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)d);
     } else {
         int32_t *out = y->data;
         for (int64_t i = 0; i < n; i++) out[i] = (int32_t)(s + i * d);
+    }
+    return NRV_OK;
+}
+
+/* range_count: the length of a Range whose bounds the data decides, for the set_dim that
+ * sizes the range op after it (the compiler's run-time Range).
+ *  in[0] start, in[1] limit, in[2] delta: one-element tensors of one dtype (F32, I32, I64);
+ *  out[0] n, I64, one element: max(ceil((limit - start) / delta), 0), the quotient in double.
+ *  iattr, fattr, dattr: none. Errors as range's. */
+static nrv_status op_range_count(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 3, 3, 1, -1, -1));
+    nrv_tview *n = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, n, "n"));
+    NRV_TRY(nrv_op_expect_dtype(a, n, "n", NRV_I64));
+    if (n->numel != 1) return OPFAIL(a, NRV_ERR_SHAPE, "n has %lld elements, expected 1", (long long)n->numel);
+    NRV_TRY(nrv_op_check_in(a, 0, "start"));
+    NRV_TRY(check_range_dtype(a, a->in[0]->dtype, "start"));
+    int64_t nd, nf;
+    NRV_TRY(range_length(a, a->in[0]->dtype, &nd, &nf));
+    *(int64_t *)n->data = nd;
+    return NRV_OK;
+}
+
+/* ------------------------------------------------------------------ random */
+
+/* 64 well-mixed bits from (seed, counter): the splitmix64 finaliser of the counter's point on
+ * a Weyl sequence started at the seed. A pure function of the element's index, so the values
+ * do not depend on how the work is split, nor on earlier runs. */
+static inline uint64_t random_bits(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + (i + 1) * UINT64_C(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* random (ONNX RandomNormal, RandomUniform and their *Like forms): y[i] drawn from the
+ * distribution by a counter-based generator, a function of (seed, i) alone: the same values on
+ * every run, with any thread count, on every machine (up to libm's rounding of log and cos).
+ *  No inputs; out[0] y F32 (any shape).
+ *  iattr: [distribution (0 normal, 1 uniform), seed (any int64)].
+ *  fattr: normal [mean, scale]: Box-Muller on two 32-bit uniforms, |y - mean| < 6.7 scale;
+ *         uniform [low, high]: low + (high - low) u for a 24-bit u in [0, 1), clamped below
+ *         high (NRV_ERR_INVALID_ARG unless low <= high, both finite). dattr: none. */
+static nrv_status op_random(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 0, 0, 1, 2, 2));
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    const int64_t dist = a->iattr[0];
+    const uint64_t seed = (uint64_t)a->iattr[1];
+    const double p0 = a->fattr[0], p1 = a->fattr[1];
+    float *out = y->data;
+    if (dist == 0) {
+        if (!isfinite(p0) || !isfinite(p1))
+            return OPFAIL(a, NRV_ERR_INVALID_ARG, "normal with mean %g and scale %g", p0, p1);
+        for (int64_t i = 0; i < y->numel; i++) {
+            const uint64_t h = random_bits(seed, (uint64_t)i);
+            const double u1 = ((double)(h >> 32) + 1.0) * 0x1p-32; /* (0, 1]: log is finite */
+            const double u2 = (double)(h & 0xffffffffu) * 0x1p-32;
+            out[i] = (float)(p0 + p1 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        }
+        return NRV_OK;
+    }
+    if (dist != 1) return OPFAIL(a, NRV_ERR_INVALID_ARG, "distribution %lld (0 normal, 1 uniform)", (long long)dist);
+    if (!isfinite(p0) || !isfinite(p1) || p0 > p1)
+        return OPFAIL(a, NRV_ERR_INVALID_ARG, "uniform from %g to %g", p0, p1);
+    const float below_high = p1 > p0 ? nextafterf((float)p1, (float)p0) : (float)p0;
+    for (int64_t i = 0; i < y->numel; i++) {
+        const double u = (double)(random_bits(seed, (uint64_t)i) >> 40) * 0x1p-24;
+        const float v = (float)(p0 + (p1 - p0) * u);
+        out[i] = v < below_high ? v : below_high;
     }
     return NRV_OK;
 }
@@ -1104,6 +1192,8 @@ const nrv_op_def nrv_plan_ops_shape[] = {
     {"where", op_where, NULL},
     {"trilu", op_trilu, NULL},
     {"range", op_range, NULL},
+    {"range_count", op_range_count, NULL},
+    {"random", op_random, NULL},
     {"cast", op_cast, NULL},
     {"fill", op_fill, NULL},
     {"dims", op_dims, NULL},

@@ -152,9 +152,8 @@ _UNSUPPORTED_WHY = {
     **{op: "optional values and SequenceMap are not supported (sequences of a length known when the model "
            "is compiled are: SplitToSequence, SequenceConstruct/At/Length/Insert/Erase/Empty, ConcatFromSequence)"
        for op in ("SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement")},
-    **{op: "random ops are not supported (a plan is deterministic; feed the noise as an input)"
-       for op in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
-                  "Multinomial")},
+    **{op: "sampling ops are not supported (RandomNormal and RandomUniform and their *Like forms are; feed "
+           "the samples as an input)" for op in ("Bernoulli", "Multinomial")},
     **{op: "string ops are not supported" for op in ("StringNormalizer", "StringConcat", "StringSplit",
                                                      "RegexFullMatch", "TfIdfVectorizer")},
 }
@@ -197,6 +196,8 @@ class Importer:
             if imp.domain in ("", "ai.onnx"):
                 self.opset = imp.version
         self.symbols: Dict[str, int] = {}
+        # node name -> times a random node of that name was imported (its generator key, onnx_ops._random_seed)
+        self.random_nodes: Dict[str, int] = {}
         # uid of a DynamicQuantizeLinear's y -> (its float input, scale, zero point): a product
         # of y that dequantises it again (MatMulIntegerToFloat) reads the float input instead
         self.dynamic_quant: Dict[int, tuple] = {}
@@ -419,9 +420,11 @@ class Importer:
             if isinstance(v, SequenceValue):
                 raise CompileError(f"graph output '{vi.name}' is a sequence; a plan's outputs are tensors "
                                    "(output its elements, or their ConcatFromSequence)")
-            if v.dtype == np.float32 and np_dtype_of(vi.type.tensor_type.elem_type) == np.float16:
-                v = self.b.emit("cast", [v], [(self.b.fresh(vi.name), np.dtype(np.float16), v.shape)],
-                                name=vi.name)[0]  # computed in float32 (as_float32), declared float16
+            declared = vi.type.tensor_type.elem_type  # 0: the output's type is left to inference
+            if v.dtype == np.float32 and declared and np_dtype_of(declared) in (np.float16, np.float64):
+                # computed in float32 (as_float32; float64 constants are folded to float32), declared wider or narrower
+                v = self.b.emit("cast", [v], [(self.b.fresh(vi.name), np_dtype_of(declared), v.shape)],
+                                name=vi.name, fold=False)[0]
             v = self.b.materialize(v)
             if v.name != vi.name or v in outputs:
                 v = self.b.alias(v, v.shape, vi.name)  # its own name, same bytes

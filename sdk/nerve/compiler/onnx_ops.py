@@ -643,8 +643,11 @@ def data_extent(ctx: NodeCtx, bound: int, what: str) -> Dim:
     """A size the data decides (how many elements are nonzero, how many boxes survive NMS):
     a symbol of its own with a bound, the most it can be, which the memory plan reserves for
     every tensor sized by it. The op that finds it writes it to an int64 scalar, and
-    set_data_extent's set_dim op makes it the size downstream (plan.c)."""
-    name = ctx.b.fresh(f"{ctx.name}.{what}")
+    set_data_extent's set_dim op makes it the size downstream (plan.c). Named
+    "<node>.<what>" (what a run-time error names), made unique if the node is imported again."""
+    name = f"{ctx.name}.{what}"
+    if name in ctx.imp.symbols:
+        name = ctx.b.fresh(name)
     ctx.imp.symbols[name] = None
     ctx.imp.dims[name] = int(bound)
     return S.sym(name)
@@ -1012,12 +1015,94 @@ def _range(ctx: NodeCtx, ins):
         if all(k is not None for k in ki) and S.is_static(ki[0]) and S.is_static(ki[2]) and int(ki[2]) != 0:
             n = S.dim_max(S.dim_ceildiv(S.dim_sub(ki[1], ki[0]), int(ki[2])), 0)
             return ctx.b.emit("range", ins, [spec(ctx.out_name(), dt, (n,))], name=ctx.name)
-    for v in ins:
-        if v.const is None:
-            raise ctx.fail("start, limit and delta must be known at compile time (the output size depends on them)")
-    start, limit, delta = (float(v.const.reshape(-1)[0]) for v in ins)
-    n = max(int(np.ceil((limit - start) / delta)), 0)
-    return ctx.b.emit("range", ins, [spec(ctx.out_name(), dt, (n,))], name=ctx.name)
+    if all(v.const is not None for v in ins):
+        start, limit, delta = (float(v.const.reshape(-1)[0]) for v in ins)
+        n = max(int(np.ceil((limit - start) / delta)), 0)
+        return ctx.b.emit("range", ins, [spec(ctx.out_name(), dt, (n,))], name=ctx.name)
+    return _runtime_range(ctx, ins, dt)
+
+
+def runtime_length_name(ctx: NodeCtx) -> str:
+    """The name under which a caller bounds a length the data decides: `dims={name: N}`."""
+    return f"{ctx.name}.length"
+
+
+def _runtime_range(ctx: NodeCtx, ins, dt) -> List[Value]:
+    """Range over bounds the data decides (a TTS model's arange(max(predicted durations))): the
+    length is a size of its own (data_extent) whose bound the caller gives by name, as for a
+    symbolic input dim; op range_count computes it at run time, set_dim checks it against the
+    bound and sizes every tensor downstream, then op range fills the values."""
+    if dt.kind not in "if" or np.dtype(dt) not in (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64)):
+        raise ctx.fail(f"Range of {np.dtype(dt).name} is not supported (float32, int32, int64)")
+    name = runtime_length_name(ctx)
+    bound = ctx.imp.dims.get(name)
+    if bound is None:
+        raise ctx.fail(f"its length is only known at run time (start, limit or delta is computed from the "
+                       f"data, or is not a whole number); give the most it may be, e.g. dims={{{name!r}: N}} (the "
+                       f"memory plan reserves room for N elements in every tensor sized by it, and a run that "
+                       f"needs more is refused)")
+    n = data_extent(ctx, int(bound), "length")
+    count = ctx.b.emit("range_count", ins, [spec(ctx.b.fresh(ctx.name + ".count"), np.int64, ())], name=ctx.name,
+                       fold=False)[0]
+    set_data_extent(ctx, n, count)
+    return ctx.b.emit("range", ins, [spec(ctx.out_name(), dt, (n,))], name=ctx.name, fold=False)
+
+
+# ---------------------------------------------------------------- random
+
+
+def _random_seed(ctx: NodeCtx) -> int:
+    """The generator's key for one random node: its `seed` attribute (the float's bits) when it
+    has one, else a hash of the node's name, so two unseeded nodes draw different values and a
+    model's values do not change with the order the compiler meets its nodes. A node imported
+    more than once (an unrolled loop's body) gets a new key each time."""
+    import hashlib
+
+    k = ctx.imp.random_nodes.get(ctx.name, 0)
+    ctx.imp.random_nodes[ctx.name] = k + 1
+    seed = ctx.attr("seed")
+    if seed is not None and k == 0:
+        return int(np.float32(seed).view(np.int32))
+    key = f"{ctx.name}#{k}" if seed is None else f"{float(seed)!r}#{k}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little", signed=True)
+
+
+@handler("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike")
+def _random(ctx: NodeCtx, ins):
+    """Random tensors from a counter-based generator (op random): every element a function of
+    (seed, index), so a plan gives the same values on every run, at any thread count. Models
+    draw noise this way (a TTS model's sampling temperature scales it); feed your own noise as
+    an input where fresh values per run matter."""
+    normal = "Normal" in ctx.op_type
+    if ctx.op_type.endswith("Like"):
+        x = ins[0]
+        shape = list(x.shape)
+        dt = np_dtype_of(ctx.attr("dtype")) if ctx.attr("dtype") is not None else x.dtype
+    else:
+        if ctx.attr("shape") is None:
+            raise ctx.fail("the shape attribute is required")
+        shape = [int(d) for d in ctx.attr("shape")]
+        if any(d < 0 for d in shape):
+            raise ctx.fail(f"shape {shape} has a negative dimension")
+        dt = np_dtype_of(ctx.attr("dtype", 1))
+    dt = np.dtype(dt)
+    if dt.kind != "f":
+        raise ctx.fail(f"dtype {dt.name}: random values are float16, float32 or float64")
+    params = [float(ctx.attr("mean", 0.0)), float(ctx.attr("scale", 1.0))] if normal else \
+        [float(ctx.attr("low", 0.0)), float(ctx.attr("high", 1.0))]
+    if not normal and not params[0] <= params[1]:
+        raise ctx.fail(f"low {params[0]} is above high {params[1]}")
+    as_f32 = dt == np.float32
+    # (not folded when float64 is asked for: the builder keeps float64 constants as float32)
+    y = ctx.b.emit("random", [], [spec(ctx.out_name() if as_f32 else ctx.b.fresh(ctx.name + ".f32"), np.float32,
+                                       shape)],
+                   iattr=[0 if normal else 1, _random_seed(ctx)], fattr=params, name=ctx.name,
+                   fold=dt != np.float64)[0]
+    if as_f32:
+        return [y]
+    from onnx import helper
+
+    return ctx.call("Cast", [y], to=helper.np_dtype_to_tensor_dtype(dt))
 
 
 @handler("Trilu")
