@@ -409,7 +409,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .errors import NerveError
 
         if isinstance(exc, NerveError):
-            print(f"nerve: {exc}", file=sys.stderr)
+            message = str(exc)
+            if "dims={" in message and hasattr(args, "dim"):  # the Python spelling of a bound: say this one's
+                message += " (on the command line: --dim NAME=N for each)"
+            print(f"nerve: {message}", file=sys.stderr)
             return 1
         raise
 

@@ -81,3 +81,13 @@ def test_quickstart_example_runs():
     result = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "layernorm_linear: (3, 64)" in result.stdout and "refused: nrv_embedding: id[0] = 1000" in result.stdout
+
+
+def test_bench_of_a_tts_export_names_the_bound_it_needs_then_runs():
+    """A Range whose length the data decides (tests/data/torch/hf_vits.onnx): the error names
+    the key and the command-line spelling; given it, the bench runs against onnxruntime."""
+    model = Path(__file__).resolve().parents[1] / "data" / "torch" / "hf_vits.onnx"
+    r = run_cli("bench", str(model), "--quick")
+    assert r.returncode == 1 and "'/model/Range.length'" in r.stderr and "--dim NAME=N" in r.stderr, r.stderr
+    r = run_cli("bench", str(model), "--quick", "--json", "--vs", "onnxruntime", "--dim", "/model/Range.length=2048")
+    assert r.returncode == 0, r.stderr
