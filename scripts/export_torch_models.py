@@ -323,6 +323,33 @@ def hf_models():
 INT_INPUTS.update({"input_ids": {"high": 97}, "decoder_input_ids": {"high": 97}, "attention_mask": {"mask": True}})
 
 
+def export_optimum_merged_decoder(out_dir: Path) -> None:
+    """A tiny random Whisper exported by Hugging Face optimum the way `optimum-cli export onnx
+    --task automatic-speech-recognition-with-past` writes it, keeping its decoder_model_merged.onnx
+    (one If on `use_cache_branch`: with the cache the present KV is past + new long, without it
+    new long) as optimum_whisper_decoder_merged.onnx. Needs `pip install optimum-onnx onnxruntime`."""
+    import shutil
+    import tempfile
+
+    try:
+        import transformers as T
+        from optimum.exporters.onnx import main_export
+    except ImportError:
+        print("optimum is not installed: optimum_whisper_decoder_merged is not exported")
+        return
+    torch.manual_seed(0)
+    cfg = T.WhisperConfig(vocab_size=97, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+                          decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=80,
+                          max_source_positions=1500, max_target_positions=64, pad_token_id=1, bos_token_id=2,
+                          eos_token_id=3, decoder_start_token_id=2)
+    with tempfile.TemporaryDirectory() as tmp:
+        T.WhisperForConditionalGeneration(cfg).save_pretrained(tmp + "/model")
+        T.WhisperFeatureExtractor(feature_size=80).save_pretrained(tmp + "/model")
+        main_export(tmp + "/model", output=tmp + "/onnx", task="automatic-speech-recognition-with-past")
+        shutil.copy(tmp + "/onnx/decoder_model_merged.onnx", out_dir / "optimum_whisper_decoder_merged.onnx")
+    print("optimum_whisper_decoder_merged: exported")
+
+
 def export(out_dir: Path, only=()) -> None:
     """Every model, or only those named (their manifest entries replaced, the others kept)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -368,6 +395,8 @@ def export(out_dir: Path, only=()) -> None:
             manifest[name]["min"] = least
         print(f"{name}: {path.stat().st_size / 1e3:.0f} kB ({exporter})")
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if not only or "optimum_whisper_decoder_merged" in only:
+        export_optimum_merged_decoder(out_dir)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,36 @@ def test_torch_export_matches_torch(name):
         want = ref[f"out:{out}"]
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5 * max(float(np.abs(want).max()), 1.0),
                                    err_msg=f"{name}:{out}")
+
+
+def test_optimum_merged_decoder_decodes_as_onnxruntime(rng):
+    """Hugging Face optimum's default seq2seq export (optimum_whisper_decoder_merged.onnx: one
+    If on use_cache_branch, whose branches give present KV of different lengths): a greedy
+    decode of several steps, the first without the cache and the rest with it, every output
+    as onnxruntime's. The encoder's KV placeholders of the first step have the encoder's length:
+    nerve holds inputs that share a symbolic dimension to one size (optimum feeds length 0)."""
+    path = DATA / "optimum_whisper_decoder_merged.onnx"
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess = nerve.Session(path, cache=False, dims={"batch_size": 2, "decoder_sequence_length": 4,
+                                                  "encoder_sequence_length": 64, "past_decoder_sequence_length": 16})
+    outs = [o.name for o in ref.get_outputs()]
+    kv_inputs = [i.name for i in ref.get_inputs() if i.name.startswith("past_key_values")]
+    for batch, enc_len in ((1, 64), (2, 37)):
+        hidden = rng.standard_normal((batch, enc_len, 32)).astype(np.float32)
+        feeds = {"input_ids": rng.integers(0, 97, (batch, 3)), "encoder_hidden_states": hidden,
+                 "use_cache_branch": np.array([False]),
+                 **{n: np.zeros((batch, 2, enc_len if ".encoder." in n else 0, 16), np.float32) for n in kv_inputs}}
+        cross = {}
+        for step in range(5):
+            want = dict(zip(outs, ref.run(None, feeds)))
+            got = sess.run(feeds)
+            for name in outs:
+                if step > 0 and ".encoder." in name:
+                    continue  # with the cache, optimum's graph gives placeholders there, unused
+                assert got[name].shape == want[name].shape, (step, name, got[name].shape, want[name].shape)
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=f"step {step} {name}")
+            if step == 0:  # the cross-attention KV, computed once
+                cross = {n.replace("present", "past_key_values"): want[n] for n in outs if ".encoder." in n}
+            feeds = {"input_ids": want["logits"][:, -1:].argmax(-1), "encoder_hidden_states": hidden,
+                     "use_cache_branch": np.array([True]), **cross,
+                     **{n.replace("present", "past_key_values"): want[n] for n in outs if ".decoder." in n}}

@@ -862,7 +862,9 @@ static nrv_status bind_inputs(nrv_session_t *s, const nrv_tensor *feeds, const v
                             "run: input '%s' axis %u ('%s') is %lld, beyond the bound %lld the plan was compiled for",
                             in_name, bd->axis, sym_name, (long long)v, (long long)s->symbol_bounds[bd->symbol]);
         if (*sym >= 0 && *sym != v)
-            return nrv_fail(NRV_ERR_SHAPE, "run: dimension '%s' is %lld in one input and %lld in input '%s' axis %u",
+            return nrv_fail(NRV_ERR_SHAPE,
+                            "run: dimension '%s' is %lld in one input and %lld in input '%s' axis %u (inputs that "
+                            "share a symbolic dimension must agree, a placeholder for an unused input too)",
                             sym_name, (long long)*sym, (long long)v, in_name, bd->axis);
         *sym = v;
     }

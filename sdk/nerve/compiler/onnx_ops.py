@@ -1707,20 +1707,47 @@ def _if(ctx: NodeCtx, ins):
     else_label, end_label = b.label(ctx.name + ".else"), b.label(ctx.name + ".end")
     b.ops.append(Op("if", [b.materialize(cond)], [], iattr=[else_label], name=ctx.name))
     then_out = _inline_branch(ctx, then_g)
-    results = []
-    for i, v in enumerate(then_out):
-        results.append(_branch_result(ctx, v, ctx.out_name(i), None))
+    then_end = len(b.ops)  # the then-branch's writes of the results go here, once the shapes are known
     b.ops.append(Op("jump", [], [], iattr=[end_label], name=ctx.name))
     b.place(else_label)
     else_out = _inline_branch(ctx, else_g)
-    for i, v in enumerate(else_out):
-        tv = results[i]
-        if v.dtype != tv.dtype or len(v.shape) != len(tv.shape) or list(v.shape) != list(tv.shape):
-            raise ctx.fail(f"output {i}: the branches give {v.dtype}{list(v.shape)} and {tv.dtype}{list(tv.shape)}; "
-                           "nerve needs both branches to agree on dtype and shape")
-        _branch_result(ctx, v, ctx.out_name(i), tv)
+    results, then_writes = [], []
+    for i, (tv, ev) in enumerate(zip(then_out, else_out)):
+        if tv.dtype != ev.dtype or tv.rank != ev.rank:
+            raise ctx.fail(f"output {i}: the branches give {tv.dtype}{list(tv.shape)} and {ev.dtype}{list(ev.shape)}; "
+                           "nerve needs both branches to agree on dtype and rank")
+        shape = [t if t == e else data_extent(ctx, max(_dim_bound(ctx, t), _dim_bound(ctx, e)), f"out{i}.dim{k}")
+                 for k, (t, e) in enumerate(zip(tv.shape, ev.shape))]
+        target = Value(ctx.out_name(i), tv.dtype, shape)
+        then_writes += _branch_write(ctx, tv, target)
+        b.ops += _branch_write(ctx, ev, target)
+        results.append(target)
+    b.ops[then_end:then_end] = then_writes
     b.place(end_label)
     return results
+
+
+def _dim_bound(ctx: NodeCtx, d: Dim) -> int:
+    """The most a dim can be: its value at the bounds of its symbols (dims grow with them)."""
+    return max(int(S.evaluate(d, ctx.imp.dims)), 0)
+
+
+def _branch_write(ctx: NodeCtx, v: Value, target: Value) -> List[Op]:
+    """The ops that make a branch's output the If's output tensor (one tensor for both
+    branches): where the branches' sizes differ, the target's dim is a size the data decides,
+    set to this branch's (op dims, then set_dim: an optimum "merged" decoder's present KV is
+    past + new long with the cache and new long without); then a copy."""
+    ops = []
+    for d_target, d in zip(target.shape, v.shape):
+        if d_target != d:  # (a symbol of the If's own, data_extent)
+            (name,) = S.symbols_of(d_target)
+            count = Value(ctx.b.fresh(ctx.name + ".size"), np.int64, ())
+            ops.append(Op("dims", [], [count], dattr=[d], name=ctx.name))
+            ops.append(Op("set_dim", [count], [], iattr=[SymbolRef(name)], name=ctx.name))
+    ops.append(Op("copy", [ctx.b.materialize(v)], [target], name=ctx.name))
+    if target.producer is None:  # the first branch's copy stands for both
+        target.producer = ops[-1]
+    return ops
 
 
 # Iterations a Loop may unroll to (each one's ops go into the plan).
