@@ -1301,20 +1301,25 @@ def test_if_branches_of_different_sizes(tmp_path, rng):
     """Branches whose outputs differ in size (an optimum "merged" decoder: the present KV is
     Concat(past, new) with the cache and new alone without): the If's output gets a size of
     its own, set by whichever branch ran, and what follows runs at that size — symbolic and
-    static dims, the condition alternating run to run."""
+    static dims, values known only as shape arithmetic (Shape in a branch), the condition
+    alternating run to run."""
     then_g = h.make_graph([h.make_node("Concat", ["past", "x"], ["kv"], axis=0),
-                           h.make_node("Constant", [], ["tag"], value=nh.from_array(np.array([1.0, 2.0], F32)))],
+                           h.make_node("Constant", [], ["tag"], value=nh.from_array(np.array([1.0, 2.0], F32))),
+                           h.make_node("Shape", ["x"], ["sx"])],
                           "then", [], [h.make_tensor_value_info("kv", T.FLOAT, None),
-                                       h.make_tensor_value_info("tag", T.FLOAT, None)])
+                                       h.make_tensor_value_info("tag", T.FLOAT, None),
+                                       h.make_tensor_value_info("sx", T.INT64, None)])
     else_g = h.make_graph([h.make_node("Mul", ["x", "x"], ["sq"]),
-                           h.make_node("Constant", [], ["tag0"], value=nh.from_array(np.array([3.0, 4.0, 5.0], F32)))],
+                           h.make_node("Constant", [], ["tag0"], value=nh.from_array(np.array([3.0, 4.0, 5.0], F32))),
+                           h.make_node("Shape", ["past"], ["sp"])],
                           "else", [], [h.make_tensor_value_info("sq", T.FLOAT, None),
-                                       h.make_tensor_value_info("tag0", T.FLOAT, None)])
-    nodes = [h.make_node("If", ["c"], ["y", "t"], then_branch=then_g, else_branch=else_g),
+                                       h.make_tensor_value_info("tag0", T.FLOAT, None),
+                                       h.make_tensor_value_info("sp", T.INT64, None)])
+    nodes = [h.make_node("If", ["c"], ["y", "t", "s"], then_branch=then_g, else_branch=else_g),
              h.make_node("Relu", ["y"], ["z"]), h.make_node("Shape", ["y"], ["ys"]),
              h.make_node("ReduceSum", ["t"], ["ts"], keepdims=1)]
     m = model(nodes, [("x", F32, ("n", 3)), ("past", F32, ("p", 3)), ("c", BOOL, ())],
-              [("z", F32), ("ys", I64), ("t", F32), ("ts", F32)])
+              [("z", F32), ("ys", I64), ("t", F32), ("ts", F32), ("s", I64)])
     s = nerve_session(tmp_path, m, {"n": 8, "p": 10})
     for c, n, p in ((True, 2, 5), (False, 3, 5), (True, 8, 10), (False, 8, 10), (True, 1, 0), (False, 1, 0)):
         check(tmp_path, m, {"x": randn(rng, (n, 3)), "past": randn(rng, (p, 3)), "c": np.array(c)}, sess=s)

@@ -1022,11 +1022,6 @@ def _range(ctx: NodeCtx, ins):
     return _runtime_range(ctx, ins, dt)
 
 
-def runtime_length_name(ctx: NodeCtx) -> str:
-    """The name under which a caller bounds a length the data decides: `dims={name: N}`."""
-    return f"{ctx.name}.length"
-
-
 def _runtime_range(ctx: NodeCtx, ins, dt) -> List[Value]:
     """Range over bounds the data decides (a TTS model's arange(max(predicted durations))): the
     length is a size of its own (data_extent) whose bound the caller gives by name, as for a
@@ -1034,7 +1029,7 @@ def _runtime_range(ctx: NodeCtx, ins, dt) -> List[Value]:
     bound and sizes every tensor downstream, then op range fills the values."""
     if dt.kind not in "if" or np.dtype(dt) not in (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64)):
         raise ctx.fail(f"Range of {np.dtype(dt).name} is not supported (float32, int32, int64)")
-    name = runtime_length_name(ctx)
+    name = f"{ctx.name}.length"  # the key the caller bounds it by (data_extent names the symbol so)
     bound = ctx.imp.dims.get(name)
     if bound is None:
         raise ctx.fail(f"its length is only known at run time (start, limit or delta is computed from the "
@@ -1706,11 +1701,12 @@ def _if(ctx: NodeCtx, ins):
     b = ctx.b
     else_label, end_label = b.label(ctx.name + ".else"), b.label(ctx.name + ".end")
     b.ops.append(Op("if", [b.materialize(cond)], [], iattr=[else_label], name=ctx.name))
-    then_out = _inline_branch(ctx, then_g)
+    # (outputs materialised inside their own branch: the then-branch's writes are placed later)
+    then_out = [b.materialize(v) for v in _inline_branch(ctx, then_g)]
     then_end = len(b.ops)  # the then-branch's writes of the results go here, once the shapes are known
     b.ops.append(Op("jump", [], [], iattr=[end_label], name=ctx.name))
     b.place(else_label)
-    else_out = _inline_branch(ctx, else_g)
+    else_out = [b.materialize(v) for v in _inline_branch(ctx, else_g)]
     results, then_writes = [], []
     for i, (tv, ev) in enumerate(zip(then_out, else_out)):
         if tv.dtype != ev.dtype or tv.rank != ev.rank:
@@ -1744,7 +1740,7 @@ def _branch_write(ctx: NodeCtx, v: Value, target: Value) -> List[Op]:
             count = Value(ctx.b.fresh(ctx.name + ".size"), np.int64, ())
             ops.append(Op("dims", [], [count], dattr=[d], name=ctx.name))
             ops.append(Op("set_dim", [count], [], iattr=[SymbolRef(name)], name=ctx.name))
-    ops.append(Op("copy", [ctx.b.materialize(v)], [target], name=ctx.name))
+    ops.append(Op("copy", [v], [target], name=ctx.name))
     if target.producer is None:  # the first branch's copy stands for both
         target.producer = ops[-1]
     return ops
@@ -1874,17 +1870,6 @@ def _inline_branch(ctx: NodeCtx, graph, taken: bool = False) -> List[Value]:
     if taken:
         ctx.imp.branch_values.update({k: v for k, v in scope.items() if k not in outer})
     return [scope[o.name] for o in graph.output]
-
-
-def _branch_result(ctx: NodeCtx, v: Value, name: str, target: Optional[Value]) -> Value:
-    """Writes a branch's output into the If's output tensor (one tensor for both branches)."""
-    b = ctx.b
-    if target is None:
-        return b.emit("copy", [v], [spec(name, v.dtype, v.shape)], name=ctx.name, fold=False)[0]
-    v = b.materialize(v)
-    op = Op("copy", [v], [target], name=ctx.name)
-    b.ops.append(op)
-    return target
 
 
 # ---------------------------------------------------------------- element indexing, running sums, top-k
