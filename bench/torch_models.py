@@ -18,7 +18,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 
-from test_torch_exports import DATA, draw_feeds  # noqa: E402
+from test_torch_exports import DATA, draw_feeds, input_bound  # noqa: E402
 
 from nerve.bench import cpu_model  # noqa: E402
 from nerve.modeltools import bench_model  # noqa: E402
@@ -37,7 +37,7 @@ def main() -> int:
         if (DATA / f"{name}.torch.npz").exists():
             continue  # onnxruntime cannot run it (opset 23's RotaryEmbedding as torch writes it)
         spec = manifest[name]
-        size = max(spec["dims"].values()) if spec["dims"] else None
+        size = input_bound(spec)
         feeds = draw_feeds(rng, spec, size)
         r = bench_model(str(DATA / f"{name}.onnx"), feeds, spec["dims"], "onnxruntime", seconds=args.seconds)
         shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())

@@ -38,6 +38,13 @@ def draw_feeds(rng, spec, size):
     return feeds
 
 
+def input_bound(spec):
+    """The bound of the symbolic dims the inputs have (dims may also bound a run-time length,
+    such as hf_vits's Range), or None when the inputs are static (bench/torch_models.py too)."""
+    names = {d for inp in spec["inputs"].values() for d in inp["shape"] if isinstance(d, str)}
+    return max(spec["dims"][d] for d in names) if names else None
+
+
 TORCH_REFERENCE = {name for name in MANIFEST if (DATA / f"{name}.torch.npz").exists()}
 
 
@@ -48,9 +55,8 @@ def test_torch_export_matches_onnxruntime(rng, name):
     sess = nerve.Session(path, dims=spec["dims"], cache=False)
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert sess.output_names == spec["outputs"]
-    input_dims = {d for inp in spec["inputs"].values() for d in inp["shape"] if isinstance(d, str)}
-    dynamic = bool(input_dims)
-    bound = max(spec["dims"][d] for d in input_dims) if dynamic else None  # (dims also bound run-time lengths)
+    bound = input_bound(spec)
+    dynamic = bound is not None
     least = spec.get("min", 2)
     for size in ([bound, least, int(rng.integers(least + 1, bound))] if dynamic else [None]):
         feeds = draw_feeds(rng, spec, size)
