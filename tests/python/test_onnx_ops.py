@@ -733,7 +733,10 @@ def test_expand(tmp_path, rng, shape, target, dt):
 
 
 @pytest.mark.parametrize("shape, reps", [((2, 3), [2, 1]), ((1, 3, 1), [3, 2, 2]), ((4,), [3]), ((2, 3), [1, 1]),
-                                         ((2, 3), [0, 2])])
+                                         ((2, 3), [0, 2]),
+                                         # rank 5 (SAM's mask decoder), and ranks whose unit axes would pass 8
+                                         ((1, 1, 5, 3, 3), [1, 1, 1, 1, 1]), ((1, 1, 5, 3, 3), [1, 2, 1, 1, 1]),
+                                         ((2, 1, 3, 1, 2), [2, 3, 1, 2, 2]), ((1, 2, 1, 2, 1, 2, 1, 2), [2] * 8)])
 @pytest.mark.parametrize("dt", [F32, I32])
 def test_tile(tmp_path, rng, shape, reps, dt):
     check_op(tmp_path, "Tile", {"x": randn(rng, shape, dt)}, consts={"r": np.array(reps, I64)})

@@ -116,6 +116,15 @@ def test_if_branches_that_disagree_are_a_model_error(tmp_path):
         session(save(m, tmp_path / "m.onnx"))
 
 
+def test_a_tensor_of_rank_above_eight_is_a_model_error(tmp_path):
+    """The runtime holds rank <= 8 (NRV_MAX_RANK): a model that needs more is refused at
+    compile time, naming the tensor (before, the loader refused the plan: "bad dtype 0, rank 10")."""
+    m = make([h.make_node("Unsqueeze", ["x", "a"], ["deep"]), h.make_node("Relu", ["deep"], ["y"])],
+             [("x", T.FLOAT, (2,) * 8)], [("y", T.FLOAT)], [nh.from_array(np.array([0], I64), "a")])
+    with pytest.raises(nerve.ModelError, match=r"tensor 'deep'.*rank 9; the runtime holds at most 8"):
+        session(save(m, tmp_path / "m.onnx"))
+
+
 @pytest.mark.parametrize("elem", [T.STRING, T.COMPLEX64, T.BFLOAT16])
 def test_unsupported_input_dtype_is_a_model_error(tmp_path, elem):
     m = make([h.make_node("Identity", ["x"], ["y"])], [("x", elem, (2,))], [("y", elem)])

@@ -974,14 +974,32 @@ def _tile(ctx: NodeCtx, ins):
     grid = _known_grid(ctx, x, *reps)
     if grid is not None:  # torch's split into chunks tiles the chunk size
         return [_from_grid(ctx, np.tile(grid, [int(r) for r in reps]), x.dtype, ctx.out_name())]
-    # Tile = expand over interleaved unit axes, then a reshape
-    mid_in, mid_out = [], []
-    for d, r in zip(x.shape, reps):
-        mid_in += [1, d]
-        mid_out += [r, d]
-    xi = ctx.b.alias(x, mid_in, ctx.b.fresh(ctx.name))
-    y = ctx.b.emit("expand", [xi], [spec(ctx.b.fresh(ctx.name), x.dtype, mid_out)], name=ctx.name)[0]
-    return [ctx.b.alias(y, [S.dim_mul(d, r) for d, r in zip(x.shape, reps)], ctx.out_name())]
+    # Tile = expand over a unit axis before each tiled axis, then a reshape; axes repeated once
+    # need none, and when the unit axes would pass the runtime's rank (8), one expand per tiled
+    # axis over x viewed as [before, 1, axis, after]
+    tiled = [k for k, r in enumerate(reps) if not (S.is_static(r) and int(r) == 1)]
+    if not tiled:
+        return [ctx.b.alias(x, x.shape, ctx.out_name())]
+    groups = [tiled] if x.rank + len(tiled) <= 8 else [[k] for k in tiled]
+    y = x
+    for group in groups:
+        mid_in, mid_out = [], []
+        for k, d in enumerate(y.shape):
+            if k not in group:
+                mid_in.append(d)
+                mid_out.append(d)
+            elif len(groups) == 1:
+                mid_in += [1, d]
+                mid_out += [reps[k], d]
+            else:
+                mid_in = [S.prod(y.shape[:k]), 1, d, S.prod(y.shape[k + 1:])]
+                mid_out = [mid_in[0], reps[k], d, mid_in[3]]
+                break
+        yi = ctx.b.alias(y, mid_in, ctx.b.fresh(ctx.name))
+        e = ctx.b.emit("expand", [yi], [spec(ctx.b.fresh(ctx.name), x.dtype, mid_out)], name=ctx.name)[0]
+        y = ctx.b.alias(e, [S.dim_mul(d, reps[k]) if k in group else d for k, d in enumerate(y.shape)],
+                        ctx.b.fresh(ctx.name))
+    return [ctx.b.alias(y, y.shape, ctx.out_name())]
 
 
 def _integral_known(ctx: NodeCtx, v: Value):

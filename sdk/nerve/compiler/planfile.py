@@ -34,6 +34,9 @@ class _Strings:
         return self.index[s]
 
 
+MAX_RANK = 8  # nerve.h NRV_MAX_RANK
+
+
 def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
     """The plan file's bytes for prog (memory planned here unless mp is given)."""
     if mp is None:
@@ -89,6 +92,9 @@ def serialize(prog: Program, mp: MemoryPlan = None) -> bytes:
     # dims of every tensor (may add expressions), so encode before writing the expression table
     tensor_recs = []
     for v in tensors:
+        if v.rank > MAX_RANK:
+            made_by = f" (made by node '{v.producer.name}')" if v.producer is not None and v.producer.name else ""
+            raise CompileError(f"tensor '{v.name}'{made_by} has rank {v.rank}; the runtime holds at most {MAX_RANK}")
         pl = mp.placements[v.uid]
         dims = [exprs.ref(d) for d in v.shape]
         tensor_recs.append((v, pl, dims))
