@@ -160,13 +160,12 @@ def test_dropout_training_mode(tmp_path, rng):
         nerve_session(tmp_path, dropout(None, as_input=True))
 
 
-def test_softmax_of_float64_is_refused_at_compile_time(tmp_path):
-    """An attention's softmax_precision spelt as Cast to double: refused when compiled (nerve
-    computes in float32), not failing later at run time."""
+def test_softmax_of_float64_runs_in_float32(tmp_path, rng):
+    """An attention's softmax_precision spelt as Cast to double: nerve computes it in float32
+    (as every float64 section), within float32 rounding of onnxruntime's double softmax."""
     m = model([h.make_node("Cast", ["x"], ["xd"], to=T.DOUBLE), h.make_node("Softmax", ["xd"], ["p"]),
                h.make_node("Cast", ["p"], ["y"], to=T.FLOAT)], [("x", F32, (2, 5))], [("y", F32)])
-    with pytest.raises(nerve.ModelError, match="Softmax of float64 is not supported"):
-        nerve_session(tmp_path, m)
+    check(tmp_path, m, {"x": randn(rng, (2, 5), scale=4.0)})
 
 
 @pytest.mark.parametrize("attr, value, dt", [
@@ -1326,6 +1325,24 @@ def test_if_branches_of_different_sizes(tmp_path, rng):
     s = nerve_session(tmp_path, m, {"n": 8, "p": 10})
     for c, n, p in ((True, 2, 5), (False, 3, 5), (True, 8, 10), (False, 8, 10), (True, 1, 0), (False, 1, 0)):
         check(tmp_path, m, {"x": randn(rng, (n, 3)), "past": randn(rng, (p, 3)), "c": np.array(c)}, sess=s)
+
+
+def test_float64_sections_compute_in_float32(tmp_path, rng):
+    """Float64 in a float32 model (an exporter's Cast to double, a double initializer, a double
+    input, as multi-scale deformable attention writes its sampling locations): nerve computes
+    it in float32, and outputs declared double come out double — onnxruntime's values within
+    float32 rounding."""
+    nodes = [h.make_node("Cast", ["x"], ["xd"], to=T.DOUBLE), h.make_node("Mul", ["xd", "k"], ["m"]),
+             h.make_node("Add", ["m", "z"], ["a"]), h.make_node("Sigmoid", ["a"], ["sd"]),
+             h.make_node("Cast", ["sd"], ["y"], to=T.FLOAT), h.make_node("ReduceSum", ["a"], ["total"], keepdims=0)]
+    m = model(nodes, [("x", F32, (3, 5)), ("z", np.float64, (3, 5))],
+              [("y", F32, (3, 5)), ("sd", np.float64, (3, 5)), ("total", np.float64, ())],
+              {"k": rng.standard_normal((3, 5))})
+    feeds = {"x": randn(rng, (3, 5)), "z": rng.standard_normal((3, 5))}
+    got, want = nerve_session(tmp_path, m).run(feeds), ort_run(m, feeds)
+    for k in want:
+        assert got[k].dtype == want[k].dtype, k
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-6, atol=2e-6, err_msg=k)
 
 
 def test_if_condition_from_shape_is_folded(tmp_path, rng):

@@ -164,8 +164,8 @@ def _unsupported_reason(op_type: str) -> str:
     return f": {why}" if why else ""
 
 
-# ops that take float16 inputs as they are; every other op reads them widened to float32
-_FLOAT16_NATIVE = frozenset({"Cast", "CastLike", "Shape", "Size"})
+# ops that take float16 and float64 inputs as they are; every other op reads them as float32
+_ANY_FLOAT_WIDTH = frozenset({"Cast", "CastLike", "Shape", "Size"})
 
 # ops that take or make a SequenceValue (onnx_ops_composite.py)
 SEQUENCE_OPS = frozenset({"SplitToSequence", "SequenceConstruct", "SequenceAt", "SequenceLength", "SequenceInsert",
@@ -321,8 +321,8 @@ class Importer:
             if node.op_type not in SEQUENCE_OPS and any(isinstance(v, SequenceValue) for v in ins):
                 raise ctx.fail("takes a sequence, which only the sequence ops (SequenceAt, ConcatFromSequence, ...) "
                                "read in a plan")
-            if node.op_type not in _FLOAT16_NATIVE:
-                ins = [self.as_float32(v) if v is not None and v.dtype == np.float16 else v for v in ins]
+            if node.op_type not in _ANY_FLOAT_WIDTH:
+                ins = [self.as_float32(v) if v is not None and v.dtype in (np.float16, np.float64) else v for v in ins]
             _check_arity(ctx, node)
             try:
                 outs = fn(ctx, ins)
@@ -333,10 +333,12 @@ class Importer:
                     scope[name] = v
 
     def as_float32(self, v: Value) -> Value:
-        """v (float16) as float32, once per value: nerve computes float16 graphs (fp16 exports,
-        onnxconverter-common's conversions) in float32 — every op reads its float16 inputs
-        widened (exactly), a Cast to float16 still rounds, and outputs declared float16 are
-        cast back (import_model). A constant is widened at compile time."""
+        """v (float16 or float64) as float32, once per value: nerve computes in float32. Float16
+        graphs (fp16 exports, onnxconverter-common's conversions): every op reads its float16
+        inputs widened (exactly), a Cast to float16 still rounds. Float64 sections (an
+        exporter's Cast to double, as multi-scale deformable attention writes its sampling
+        locations): rounded to float32, where onnxruntime computes in double. Outputs declared
+        float16 or float64 are cast back (import_model). A constant is converted at compile time."""
         got = self.widened.get(v.uid)
         if got is None:
             if v.const is not None:

@@ -551,6 +551,8 @@ def _clip(ctx: NodeCtx, ins):
 def _cast(ctx: NodeCtx, ins):
     x = ins[0]
     to = np_dtype_of(ctx.attr("to"))
+    if to == np.float64 and x.dtype != np.float64:  # computed as float32 (Importer.as_float32), not cast twice
+        to = np.dtype(np.float32)
     k = ctx.b.known_values(x)
     if k is not None and x.const is None and to.kind in "iu":
         return [ctx.b.from_known(k, to, x.shape, ctx.out_name())]
