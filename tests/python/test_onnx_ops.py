@@ -1328,21 +1328,25 @@ def test_if_branches_of_different_sizes(tmp_path, rng):
 
 
 def test_float64_sections_compute_in_float32(tmp_path, rng):
-    """Float64 in a float32 model (an exporter's Cast to double, a double initializer, a double
-    input, as multi-scale deformable attention writes its sampling locations): nerve computes
-    it in float32, and outputs declared double come out double — onnxruntime's values within
-    float32 rounding."""
+    """Float64 a float32 model makes (an exporter's Cast to double and double initializers, as
+    multi-scale deformable attention writes its sampling locations): nerve computes it in
+    float32, and outputs declared double come out double — onnxruntime's values within float32
+    rounding. A float64 graph input is not rounded (its values may pass float32's range):
+    arithmetic on it is refused, saying so."""
     nodes = [h.make_node("Cast", ["x"], ["xd"], to=T.DOUBLE), h.make_node("Mul", ["xd", "k"], ["m"]),
-             h.make_node("Add", ["m", "z"], ["a"]), h.make_node("Sigmoid", ["a"], ["sd"]),
+             h.make_node("Add", ["m", "k2"], ["a"]), h.make_node("Sigmoid", ["a"], ["sd"]),
              h.make_node("Cast", ["sd"], ["y"], to=T.FLOAT), h.make_node("ReduceSum", ["a"], ["total"], keepdims=0)]
-    m = model(nodes, [("x", F32, (3, 5)), ("z", np.float64, (3, 5))],
-              [("y", F32, (3, 5)), ("sd", np.float64, (3, 5)), ("total", np.float64, ())],
-              {"k": rng.standard_normal((3, 5))})
-    feeds = {"x": randn(rng, (3, 5)), "z": rng.standard_normal((3, 5))}
+    m = model(nodes, [("x", F32, (3, 5))], [("y", F32, (3, 5)), ("sd", np.float64, (3, 5)), ("total", np.float64, ())],
+              {"k": rng.standard_normal((3, 5)), "k2": rng.standard_normal((3, 5))})
+    feeds = {"x": randn(rng, (3, 5))}
     got, want = nerve_session(tmp_path, m).run(feeds), ort_run(m, feeds)
     for k in want:
         assert got[k].dtype == want[k].dtype, k
         np.testing.assert_allclose(got[k], want[k], rtol=2e-6, atol=2e-6, err_msg=k)
+    fed = model([h.make_node("Cast", ["x"], ["xd"], to=T.DOUBLE), h.make_node("Add", ["xd", "z"], ["y"])],
+                [("x", F32, (3, 5)), ("z", np.float64, (3, 5))], [("y", np.float64, (3, 5))])
+    with pytest.raises(nerve.ModelError, match="float64"):
+        nerve_session(tmp_path, fed)
 
 
 def test_if_condition_from_shape_is_folded(tmp_path, rng):

@@ -167,6 +167,16 @@ def _unsupported_reason(op_type: str) -> str:
 # ops that take float16 and float64 inputs as they are; every other op reads them as float32
 _ANY_FLOAT_WIDTH = frozenset({"Cast", "CastLike", "Shape", "Size"})
 
+def _computed_in_float32(v) -> bool:
+    """Whether an op reads v as float32 (Importer.as_float32): float16 values, and float64 ones
+    the model computes from its float32 data (a Cast to double, double constants). A float64
+    graph input stays as fed — its values may lie past float32's range — so arithmetic on it
+    is refused with the reason, where rounding would give inf or 0 without a word."""
+    if v is None or v.dtype not in (np.float16, np.float64):
+        return False
+    return v.dtype == np.float16 or not v.root().is_input
+
+
 # ops that take or make a SequenceValue (onnx_ops_composite.py)
 SEQUENCE_OPS = frozenset({"SplitToSequence", "SequenceConstruct", "SequenceAt", "SequenceLength", "SequenceInsert",
                           "SequenceErase", "SequenceEmpty", "ConcatFromSequence"})
@@ -322,7 +332,7 @@ class Importer:
                 raise ctx.fail("takes a sequence, which only the sequence ops (SequenceAt, ConcatFromSequence, ...) "
                                "read in a plan")
             if node.op_type not in _ANY_FLOAT_WIDTH:
-                ins = [self.as_float32(v) if v is not None and v.dtype in (np.float16, np.float64) else v for v in ins]
+                ins = [self.as_float32(v) if _computed_in_float32(v) else v for v in ins]
             _check_arity(ctx, node)
             try:
                 outs = fn(ctx, ins)
@@ -335,10 +345,11 @@ class Importer:
     def as_float32(self, v: Value) -> Value:
         """v (float16 or float64) as float32, once per value: nerve computes in float32. Float16
         graphs (fp16 exports, onnxconverter-common's conversions): every op reads its float16
-        inputs widened (exactly), a Cast to float16 still rounds. Float64 sections (an
-        exporter's Cast to double, as multi-scale deformable attention writes its sampling
-        locations): rounded to float32, where onnxruntime computes in double. Outputs declared
-        float16 or float64 are cast back (import_model). A constant is converted at compile time."""
+        inputs widened (exactly), a Cast to float16 still rounds. Float64 sections computed from
+        float32 data (an exporter's Cast to double, as multi-scale deformable attention writes
+        its sampling locations; not a float64 graph input, _computed_in_float32): rounded to
+        float32, where onnxruntime computes in double. Outputs declared float16 or float64 are
+        cast back (import_model). A constant is converted at compile time."""
         got = self.widened.get(v.uid)
         if got is None:
             if v.const is not None:

@@ -1107,13 +1107,13 @@ def _random(ctx: NodeCtx, ins):
         [float(ctx.attr("low", 0.0)), float(ctx.attr("high", 1.0))]
     if not normal and not params[0] <= params[1]:
         raise ctx.fail(f"low {params[0]} is above high {params[1]}")
-    as_f32 = dt == np.float32
-    # (not folded when float64 is asked for: the builder keeps float64 constants as float32)
-    y = ctx.b.emit("random", [], [spec(ctx.out_name() if as_f32 else ctx.b.fresh(ctx.name + ".f32"), np.float32,
+    # float64 stays float32, as every float64 section (Importer.as_float32; a graph output
+    # declared double is cast back); float16 values are rounded to it, as onnxruntime draws them
+    as_f16 = dt == np.float16
+    y = ctx.b.emit("random", [], [spec(ctx.b.fresh(ctx.name + ".f32") if as_f16 else ctx.out_name(), np.float32,
                                        shape)],
-                   iattr=[0 if normal else 1, _random_seed(ctx)], fattr=params, name=ctx.name,
-                   fold=dt != np.float64)[0]
-    if as_f32:
+                   iattr=[0 if normal else 1, _random_seed(ctx)], fattr=params, name=ctx.name)[0]
+    if not as_f16:
         return [y]
     from onnx import helper
 
