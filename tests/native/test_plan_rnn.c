@@ -27,7 +27,7 @@
 #define GUARD 16
 #define SENTINEL 12345.5f
 
-static const char *const kOps[] = {"linear", "sigmoid", "tanh"};
+static const char *const kOps[] = {"linear", "sigmoid", "tanh", "gemm"}; /* gemm: R's panels (linear_panels) */
 #include "nrv_plan_test.h"
 
 /* ------------------------------------------------------------------ case description */
@@ -47,8 +47,8 @@ typedef struct rnn_data {
     int64_t dirs, gates;
     float *X, *W, *R, *B, *h0, *c0, *P;
     int32_t *lens;
-    float *Y, *Yh, *Yc;
-    nrv_tview vX, vW, vR, vB, vL, vH0, vC0, vP, vY, vYh, vYc;
+    float *Y, *Yh, *Yc, *Rp;
+    nrv_tview vX, vW, vR, vB, vL, vH0, vC0, vP, vY, vYh, vYc, vRp;
     void *scratch;
     size_t scratch_bytes;
 } rnn_data;
@@ -56,6 +56,9 @@ typedef struct rnn_data {
 /* 1: the scratch also holds every step's input projection (what the compiler reserves;
  * one product before the time loop); 0: the minimum (projected step by step). */
 static int g_projection_room;
+/* 1: R also as panels (op_rnn.c rnn_check_r_panels; the compiler's select_rnn_panels), the
+ * step's product through linear_panels. */
+static int g_panels;
 
 static size_t scratch_bytes_for(const rnn_case *c) {
     const size_t b = (size_t)c->batch, h = (size_t)c->hid, gates = c->gru ? 3 : 4;
@@ -98,6 +101,18 @@ static void data_make(const rnn_case *c, rnn_data *d) {
     d->vY = mkview(d->Y, NRV_F32, 4, (const int64_t[]){c->seq, dirs, c->batch, H});
     d->vYh = mkview(d->Yh, NRV_F32, 3, (const int64_t[]){dirs, c->batch, H});
     d->vYc = mkview(d->Yc, NRV_F32, 3, (const int64_t[]){dirs, c->batch, H});
+    if (g_panels) { /* per direction, R's row blocks packed back to back */
+        const int64_t zr = c->gru && !c->lbr ? 2 * H : G, blocks[2] = {zr, G - zr};
+        int64_t per = 0;
+        for (int i = 0; i < 2; i++) per += blocks[i] ? nrv_panels_floats(blocks[i], H) : 0;
+        d->Rp = aligned_alloc(64, ((size_t)(dirs * per) * sizeof(float) + 63) / 64 * 64 + 64);
+        for (int64_t dir = 0; dir < dirs; dir++)
+            for (int i = 0, r0 = 0, at = 0; i < 2 && blocks[i]; r0 += (int)blocks[i], i++) {
+                nrv_panels_pack(d->R + (dir * G + r0) * H, blocks[i], H, d->Rp + dir * per + at);
+                at += (int)nrv_panels_floats(blocks[i], H);
+            }
+        d->vRp = mkview(d->Rp, NRV_F32, 2, (const int64_t[]){dirs, per});
+    }
     d->scratch_bytes = scratch_bytes_for(c);
     d->scratch = d->scratch_bytes ? malloc(d->scratch_bytes) : NULL;
     if (d->scratch) memset(d->scratch, 0xff, d->scratch_bytes); /* NaN garbage */
@@ -115,6 +130,7 @@ static void data_free(rnn_data *d) {
     free(d->Y);
     free(d->Yh);
     free(d->Yc);
+    free(d->Rp);
     free(d->scratch);
 }
 
@@ -122,14 +138,16 @@ static void data_free(rnn_data *d) {
 static nrv_status data_run(const rnn_case *c, rnn_data *d) {
     const nrv_op_def *def = nrv_plan_op_find(c->gru ? "gru" : "lstm");
     if (!def) return NRV_ERR_INTERNAL;
-    const nrv_tview *in[8] = {&d->vX,
-                              &d->vW,
-                              &d->vR,
-                              c->with_b ? &d->vB : NULL,
-                              c->with_seq_lens ? &d->vL : NULL,
-                              c->with_init_h ? &d->vH0 : NULL,
-                              c->with_init_c ? &d->vC0 : NULL,
-                              c->with_p ? &d->vP : NULL};
+    const nrv_tview *in[11] = {&d->vX,
+                               &d->vW,
+                               &d->vR,
+                               c->with_b ? &d->vB : NULL,
+                               c->with_seq_lens ? &d->vL : NULL,
+                               c->with_init_h ? &d->vH0 : NULL,
+                               c->gru ? NULL : c->with_init_c ? &d->vC0 : NULL,
+                               c->gru ? NULL : c->with_p ? &d->vP : NULL,
+                               NULL, NULL, NULL};
+    if (d->Rp) in[c->gru ? 8 : 10] = &d->vRp;
     nrv_tview *out[3] = {&d->vY, &d->vYh, &d->vYc};
     const int64_t ia[3] = {c->direction, c->hid, c->gru ? c->lbr : c->input_forget};
     const float fa[1] = {c->clip};
@@ -138,7 +156,7 @@ static nrv_status data_run(const rnn_case *c, rnn_data *d) {
     a.type = c->gru ? "gru" : "lstm";
     a.name = "test_node";
     a.in = in;
-    a.n_in = c->gru ? 6 : 8;
+    a.n_in = d->Rp ? (c->gru ? 9 : 11) : (c->gru ? 6 : 8);
     a.out = out;
     a.n_out = c->gru ? 2 : 3;
     a.iattr = ia;
@@ -248,10 +266,11 @@ static void reference(const rnn_case *c, const rnn_data *d, double *want_y, doub
 
 static void describe(const rnn_case *c, char *buf, size_t n) {
     snprintf(buf, n,
-             "%s seq=%lld batch=%lld in=%lld H=%lld dir=%d B=%d lens=%d h0=%d c0=%d P=%d if=%d lbr=%d clip=%g (%s)",
+             "%s seq=%lld batch=%lld in=%lld H=%lld dir=%d B=%d lens=%d h0=%d c0=%d P=%d if=%d lbr=%d clip=%g "
+             "R panels=%d (%s)",
              c->gru ? "gru" : "lstm", (long long)c->seq, (long long)c->batch, (long long)c->in, (long long)c->hid,
              c->direction, c->with_b, c->with_seq_lens, c->with_init_h, c->with_init_c, c->with_p, c->input_forget,
-             c->lbr, (double)c->clip, round_desc);
+             c->lbr, (double)c->clip, g_panels, round_desc);
 }
 
 static void run_case(const rnn_case *c) {
@@ -414,6 +433,12 @@ static void test_errors(int gru) {
     c.hid = 6;
     ERR_CASE("direction 3", c.direction = 3, NRV_ERR_INVALID_ARG);
     c.direction = 2;
+    g_panels = 1;
+    ERR_CASE("R panels one float short", d.vRp.dims[1] -= 1, NRV_ERR_SHAPE);
+    ERR_CASE("R panels dirs", d.vRp.dims[0] = 1, NRV_ERR_SHAPE);
+    ERR_CASE("R panels misaligned", d.vRp.data = d.Rp + 1, NRV_ERR_INVALID_ARG);
+    ERR_CASE("R panels i32", d.vRp.dtype = NRV_I32, NRV_ERR_DTYPE);
+    g_panels = 0;
     if (!gru) {
         ERR_CASE("initial_c H", d.vC0.dims[2] = 5, NRV_ERR_SHAPE);
         ERR_CASE("P length", d.vP.dims[1] = 17, NRV_ERR_SHAPE);
@@ -470,10 +495,13 @@ int main(void) {
         nrv_test_seed(0xabcdu + (uint64_t)k);
         force_round(k);
         printf("round %d: %s\n", k, round_desc);
-        for (g_projection_room = 0; g_projection_room < 2; g_projection_room++) {
+        for (int v = 0; v < 3; v++) { /* minimal scratch, room for the projection, and R's panels too */
+            g_projection_room = v > 0;
+            g_panels = v == 2;
             test_cases(0);
             test_cases(1);
         }
+        g_panels = 0;
     }
     unforce();
     g_projection_room = 0; /* the error cases shave the minimum scratch */

@@ -347,6 +347,9 @@ RNN_CASES = [
     (5, 3, 4, 8, "forward", True, False, None, {"clip": 0.5}),
     (5, 3, 4, 8, "bidirectional", True, True, [4, 2, 5], {"clip": 1.5}),
     (1, 3, 4, 17, "reverse", True, True, None, {}),
+    # wide enough for R's panels (select_rnn_panels: hidden >= 16), several rows per step
+    (4, 2, 6, 32, "bidirectional", True, True, [4, 1], {}),
+    (3, 5, 8, 48, "forward", True, False, None, {"clip": 2.0}),
 ]
 
 
@@ -371,6 +374,17 @@ def test_gru(tmp_path, rng, lbr, seq, batch, inp, hid, direction, with_b, init, 
                           linear_before_reset=lbr, **attrs)
     sess = check(tmp_path, m, feeds)
     assert [o["type"] for o in sess.ops()] == ["gru"]
+
+
+@pytest.mark.parametrize("kind, n_in", [("LSTM", 11), ("GRU", 9), ("RNN", 7)])
+def test_rnn_recurrent_weight_goes_as_panels(tmp_path, rng, kind, n_in):
+    """From hidden 16 on, R also goes into the plan as panels (the step's product streams
+    them); below, it does not. Outputs as onnxruntime's either way."""
+    m, feeds = _rnn_model(rng, kind, 4, 2, 6, 24, "bidirectional", True, True, None)
+    sess = check(tmp_path, m, feeds)
+    assert [len(o["inputs"]) for o in sess.ops()] == [n_in]
+    m, feeds = _rnn_model(rng, kind, 4, 2, 6, 8, "bidirectional", True, True, None)
+    assert [len(o["inputs"]) for o in check(tmp_path, m, feeds).ops()] != [n_in]
 
 
 @pytest.mark.parametrize("acts", [None, ["Relu"], ["Sigmoid"]])

@@ -126,13 +126,37 @@ static nrv_status rnn_check_r_w8(const nrv_op_args *a, const rnn_dims *d, int64_
     return NRV_OK;
 }
 
-/* y[batch, n] = h · R[dir][row0 : row0 + n]ᵀ + Rb (R [dirs, G, H]): the f32 linear kernel,
- * or linear_w8 (the int8 rows widened in registers: a step's GEMV reads a quarter of the
- * bytes). */
-static void rnn_recurrent(const rnn_r_w8 *r8, const float *R, int64_t dir, int64_t G, int64_t row0, int64_t n,
-                          const float *h, int64_t batch, int64_t H, const float *Rb, float *y) {
+/* R as weight panels (optional; the compiler's select_rnn_panels): in[at] f32 [dirs, P] holding,
+ * per direction, the row blocks of R the op multiplies by h — LSTM [0, 4H); GRU [0, 3H) with
+ * linear_before_reset, else [0, 2H) then [2H, 3H); RNN [0, H) — each packed by
+ * nrv_panels_pack (H deep), back to back; 64-byte aligned. The step's product then streams
+ * whole panels with no horizontal sums (the dot kernel's cost at small H: a 32-wide LSTM's
+ * 128 x 32 product 520 -> 150 ns). Sets *rp to direction 0's panels, or NULL when absent (or
+ * when R is int8: its W8 path), and *per_dir to P. */
+static nrv_status rnn_check_r_panels(const nrv_op_args *a, const rnn_dims *d, int at, const int64_t *blocks, int nb,
+                                     const rnn_r_w8 *r8, const float **rp, int64_t *per_dir) {
+    *rp = NULL;
+    *per_dir = 0;
+    if (a->n_in <= at || !a->in[at] || r8->q) return NRV_OK;
+    int64_t want = 0;
+    for (int i = 0; i < nb; i++) want += nrv_panels_floats(blocks[i], d->hid); /* R [dirs, G, H] is in memory */
+    NRV_TRY(expect_shape(a, a->in[at], "R panels", 2, (const int64_t[]){d->dirs, want}));
+    if ((uintptr_t)a->in[at]->data % 64 != 0)
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): R panels are not 64-byte aligned", a->type, a->name);
+    *rp = a->in[at]->data;
+    *per_dir = want;
+    return NRV_OK;
+}
+
+/* y[batch, n] = h · R[dir][row0 : row0 + n]ᵀ + Rb (R [dirs, G, H]): linear_panels on this
+ * block's panels when given, else the f32 linear kernel, or linear_w8 (the int8 rows widened
+ * in registers: a step's GEMV reads a quarter of the bytes). */
+static void rnn_recurrent(const rnn_r_w8 *r8, const float *R, const float *panels, int64_t dir, int64_t G,
+                          int64_t row0, int64_t n, const float *h, int64_t batch, int64_t H, const float *Rb, float *y) {
     const int64_t row = dir * G + row0;
-    if (r8->q)
+    if (panels)
+        nrv_kernel_get_rows_panels(NRV_OP_GEMM).linear_panels(h, batch, H, H, NULL, NULL, 0.0f, panels, n, Rb, y, n);
+    else if (r8->q)
         nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(h, batch, H, r8->q + row * H, r8->s + row, r8->z ? r8->z + row : NULL,
                                                   1, Rb, n, y);
     else
@@ -207,7 +231,8 @@ static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
  *   onnxruntime's DynamicQuantizeLSTM keeps its recurrent weights int8 this way);
  *   in[3] B [dirs, 8H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
  *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional;
- *   in[6] initial_c [dirs, batch, H] optional; in[7] P [dirs, 3H] optional (peepholes i, o, f).
+ *   in[6] initial_c [dirs, batch, H] optional; in[7] P [dirs, 3H] optional (peepholes i, o, f);
+ *   in[10] R panels [dirs, nrv_panels_floats(4H, H)] optional (rnn_check_r_panels; f32 R only).
  *   out[0] Y [seq, dirs, batch, H]; out[1] Y_h [dirs, batch, H]; out[2] Y_c [dirs, batch, H]
  *   (all three always present). All f32 but sequence_lens. Gate order in W, R, B: i, o, f, c.
  *   iattr [direction (0 forward, 1 reverse, 2 bidirectional; dirs = 2 if bidirectional else 1),
@@ -221,11 +246,14 @@ static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
  *   Bidirectional: direction 0 runs forward, direction 1 in reverse; Y[:, d] and Y_h[d], Y_c[d]
  *   hold direction d. */
 static nrv_status run_lstm(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 10, 3, 3, 1));
+    NRV_TRY(nrv_op_expect(a, 3, 11, 3, 3, 1));
     rnn_dims d;
     NRV_TRY(rnn_check_common(a, 4, &d));
     rnn_r_w8 r8;
     NRV_TRY(rnn_check_r_w8(a, &d, 4 * d.hid, 8, &r8));
+    const float *rp;
+    int64_t rp_dir;
+    NRV_TRY(rnn_check_r_panels(a, &d, 10, (const int64_t[]){4 * d.hid}, 1, &r8, &rp, &rp_dir));
     const int64_t input_forget = a->iattr[2];
     if (input_forget != 0 && input_forget != 1)
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): input_forget %lld must be 0 or 1", a->type, a->name,
@@ -270,7 +298,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
             g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, G);
-            rnn_recurrent(&r8, R, dir, G, 0, G, h, batch, H, Rb, g2);
+            rnn_recurrent(&r8, R, rp ? rp + dir * rp_dir : NULL, dir, G, 0, G, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
                 float *gi = g1 + b * G, *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H;
@@ -334,7 +362,8 @@ static nrv_status run_lstm(const nrv_op_args *a) {
  *   in[0] X [seq, batch, I]; in[1] W [dirs, 3H, I]; in[2] R [dirs, 3H, H] f32, or int8 with
  *   in[6] its scales and in[7] (optional) its offsets, each [dirs, 3H] f32 (rnn_check_r_w8);
  *   in[3] B [dirs, 6H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
- *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional.
+ *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional;
+ *   in[8] R panels [dirs, P] optional (rnn_check_r_panels: blocks 3H, or 2H then H; f32 R only).
  *   out[0] Y [seq, dirs, batch, H]; out[1] Y_h [dirs, batch, H] (both always present).
  *   All f32 but sequence_lens. Gate order in W, R, B: z, r, h.
  *   iattr [direction (0 forward, 1 reverse, 2 bidirectional), hidden_size H (> 0),
@@ -344,7 +373,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
  *   blocks and one [batch, H]); less is NRV_ERR_INVALID_ARG. With 4 · seq · batch · 3H bytes
  *   more, every step's input projection comes from one product before the time loop. */
 static nrv_status run_gru(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 8, 2, 3, 1));
+    NRV_TRY(nrv_op_expect(a, 3, 9, 2, 3, 1));
     rnn_dims d;
     NRV_TRY(rnn_check_common(a, 3, &d));
     rnn_r_w8 r8;
@@ -353,6 +382,10 @@ static nrv_status run_gru(const nrv_op_args *a) {
     if (lbr != 0 && lbr != 1)
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): linear_before_reset %lld must be 0 or 1", a->type,
                         a->name, (long long)lbr);
+    const float *rp;
+    int64_t rp_dir;
+    const int64_t zr_rows = lbr ? 3 * d.hid : 2 * d.hid; /* the first block: all of R, or z and r */
+    NRV_TRY(rnn_check_r_panels(a, &d, 8, (const int64_t[]){zr_rows, d.hid}, lbr ? 1 : 2, &r8, &rp, &rp_dir));
     const int64_t H = d.hid, G = 3 * H, batch = d.batch, seq = d.seq, I = d.in, dirs = d.dirs;
     if (batch == 0) return NRV_OK;
     NRV_TRY(rnn_check_scratch(a, 2, batch, G, H));
@@ -385,7 +418,8 @@ static nrv_status run_gru(const nrv_op_args *a) {
             g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, G);
             /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
             const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
-            rnn_recurrent(&r8, R, dir, G, 0, rs, h, batch, H, Rb, g2);
+            const float *rpd = rp ? rp + dir * rp_dir : NULL;
+            rnn_recurrent(&r8, R, rpd, dir, G, 0, rs, h, batch, H, Rb, g2);
             for (int64_t b = 0; b < batch; b++) {
                 float *gz = g1 + b * G;
                 const float *r2 = g2 + b * rs;
@@ -400,7 +434,8 @@ static nrv_status run_gru(const nrv_op_args *a) {
                     float *o = rh + b * H;
                     for (int64_t j = 0; j < H; j++) o[j] = gr[j] * hb[j];
                 }
-                rnn_recurrent(&r8, R, dir, G, 2 * H, H, rh, batch, H, Rb ? Rb + 2 * H : NULL, g2);
+                rnn_recurrent(&r8, R, rpd ? rpd + nrv_panels_floats(2 * H, H) : NULL, dir, G, 2 * H, H, rh, batch, H,
+                              Rb ? Rb + 2 * H : NULL, g2);
             }
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
@@ -438,7 +473,8 @@ enum { RNN_ACT_TANH = 0, RNN_ACT_RELU = 1, RNN_ACT_SIGMOID = 2 };
  * layout 0.
  *   in[0] X [seq, batch, I]; in[1] W [dirs, H, I]; in[2] R [dirs, H, H]; in[3] B [dirs, 2H]
  *   optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted) optional, each in
- *   [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional.
+ *   [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional; in[6] R panels
+ *   [dirs, nrv_panels_floats(H, H)] optional (rnn_check_r_panels).
  *   out[0] Y [seq, dirs, batch, H]; out[1] Y_h [dirs, batch, H] (both always present). All f32
  *   but sequence_lens.
  *   iattr [direction (0 forward, 1 reverse, 2 bidirectional), hidden_size H (> 0),
@@ -448,10 +484,14 @@ enum { RNN_ACT_TANH = 0, RNN_ACT_RELU = 1, RNN_ACT_SIGMOID = 2 };
  *   4 · seq · batch · H bytes more, every step's input projection comes from one product
  *   before the time loop. */
 static nrv_status run_rnn(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 6, 2, 4, 1));
+    NRV_TRY(nrv_op_expect(a, 3, 7, 2, 4, 1));
     rnn_dims d;
     NRV_TRY(rnn_check_common(a, 1, &d));
     NRV_TRY(nrv_op_expect_dtype(a, a->in[2], "R", NRV_F32));
+    const rnn_r_w8 no_w8 = {NULL, NULL, NULL};
+    const float *rp;
+    int64_t rp_dir;
+    NRV_TRY(rnn_check_r_panels(a, &d, 6, (const int64_t[]){d.hid}, 1, &no_w8, &rp, &rp_dir));
     for (int k = 0; k < 2; k++)
         if (a->iattr[2 + k] < RNN_ACT_TANH || a->iattr[2 + k] > RNN_ACT_SIGMOID)
             return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): activation code %lld (0 tanh, 1 relu, 2 sigmoid)",
@@ -468,7 +508,6 @@ static nrv_status run_rnn(const nrv_op_args *a) {
     float *Y = a->out[0]->data, *Yh = a->out[1]->data;
     rnn_init_state(Yh, init_h, dirs * batch * H);
 
-    const rnn_r_w8 no_w8 = {NULL, NULL, NULL};
     float *g1 = a->scratch;     /* [batch, H]: X_t · Wᵀ + Wb, then h_new */
     float *g2 = g1 + batch * H; /* [batch, H]: h · Rᵀ + Rb */
     float *xproj = rnn_projection_room(a, 2 * (uint64_t)batch * H * sizeof(float), seq, batch, H);
@@ -486,7 +525,7 @@ static nrv_status run_rnn(const nrv_op_args *a) {
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
             g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, H);
-            rnn_recurrent(&no_w8, R, dir, H, 0, H, h, batch, H, Rb, g2);
+            rnn_recurrent(&no_w8, R, rp ? rp + dir * rp_dir : NULL, dir, H, 0, H, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
                 float *gb = g1 + b * H, *hb = h + b * H, *yb = yt + b * H;

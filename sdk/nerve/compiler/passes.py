@@ -1308,6 +1308,58 @@ def select_linear_panels(prog: Program) -> bool:
     return changed
 
 
+# op_rnn.c: the input index of R's panels, and the row blocks of R each op multiplies by h
+# (rnn_check_r_panels); GRU's depend on linear_before_reset (iattr[2])
+RNN_R_PANELS = {"lstm": 10, "gru": 8, "rnn": 6}
+RNN_PANELS_MIN_HIDDEN = 16
+RNN_PANELS_MAX_BYTES = 4 << 20
+
+
+def _rnn_row_blocks(op: Op, hidden: int) -> List[int]:
+    if op.type == "lstm":
+        return [4 * hidden]
+    if op.type == "gru":
+        return [3 * hidden] if op.iattr[2] else [2 * hidden, hidden]
+    return [hidden]
+
+
+def select_rnn_panels(prog: Program) -> bool:
+    """LSTM, GRU and RNN ops with an fp32 constant recurrent weight R get it as panels too (an
+    extra input, op_rnn.c rnn_check_r_panels): each time step's h · Rᵀ is a product of a few
+    rows, where the dot kernel's horizontal sums cost more than the multiply-adds at small H
+    and the panels stream R with none (one thread: 128 x 32 at 1 row 520 -> 150 ns, 512 x 128
+    1.2x; bench/RESULTS.md stop 33). R stays as it is (its shape is checked, and W8 takes it);
+    the panels are one more copy, so only up to RNN_PANELS_MAX_BYTES, and from
+    RNN_PANELS_MIN_HIDDEN (narrower panels gain little). Runs after the precision passes (an
+    int8 R keeps its W8 path) with select_linear_panels; NERVE_CONV_PANELS=0 turns it off."""
+    if not conv_panels_enabled():
+        return False
+    changed = False
+    for op in prog.ops:
+        at = RNN_R_PANELS.get(op.type)
+        if at is None or len(op.inputs) > at:
+            continue
+        r = op.inputs[2]
+        if r is None or r.const is None or r.const.dtype != np.float32 or r.rank != 3 or not r.static:
+            continue
+        dirs, rows, hidden = (int(d) for d in r.shape)
+        if hidden < RNN_PANELS_MIN_HIDDEN or r.const.nbytes > RNN_PANELS_MAX_BYTES:
+            continue
+        rc = np.asarray(r.const, np.float32)
+        per_dir = []
+        for d in range(dirs):
+            parts, r0 = [], 0
+            for n in _rnn_row_blocks(op, hidden):
+                parts.append(_pack_panels(np.ascontiguousarray(rc[d, r0:r0 + n, :])))
+                r0 += n
+            per_dir.append(np.concatenate(parts))
+        panels = np.ascontiguousarray(np.stack(per_dir))
+        op.inputs += [None] * (at - len(op.inputs)) + [Value(r.name + ".panels", np.float32, panels.shape,
+                                                              const=panels)]
+        changed = True
+    return changed
+
+
 RDFT_MAX_N = 4096  # kernels.h NRV_RDFT_MAX_N
 RDFT_WORK_BYTES_PER_N = 18  # kernels.h nrv_rdft_work_bytes
 RDFT_BASIS_TOL = 1e-6  # |weight - window·cos/sin basis| allowed, relative to max |weight|: fp32 rounding
@@ -1576,4 +1628,5 @@ def optimize(prog: Program, fuse: bool = True, precision: str = "fp32",
     fuse_attention(prog)
     select_conv_panels(prog)
     select_linear_panels(prog)
+    select_rnn_panels(prog)
     eliminate_dead_ops(prog)
