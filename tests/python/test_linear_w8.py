@@ -104,7 +104,7 @@ def test_nerve_w8_0_disables(tmp_path, rng, monkeypatch):
     m = matmul_model(rng, 97, 65)
     monkeypatch.setenv("NERVE_W8", "0")
     sess = session(tmp_path, m, {"batch": 1, "seq": 1})
-    assert op_types(sess) == ["linear"]
+    assert op_types(sess) == ["linear_panels"]  # fp32 (a decode step's weight as panels)
     check(sess, m, {"x": rng.standard_normal((1, 1, 97)).astype(F32)})
 
 
@@ -119,7 +119,7 @@ def test_per_output_scale_and_zero(tmp_path, rng, s_shape, z_shape):
 def test_scale_varying_along_k_stays_fp32(tmp_path, rng):
     m = matmul_model(rng, 97, 65, s_shape=(97, 1))
     sess = session(tmp_path, m, {"batch": 1, "seq": 1})
-    assert op_types(sess) == ["linear"]
+    assert op_types(sess) == ["linear_panels"]  # fp32 (a decode step's weight as panels)
     check(sess, m, {"x": rng.standard_normal((1, 1, 97)).astype(F32)})
 
 

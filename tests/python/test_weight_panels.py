@@ -253,12 +253,15 @@ def test_linear_panels_match_float64(tmp_path, rng, x_shape, n, ln, act):
 
 
 def test_linears_that_keep_their_weight(tmp_path, rng):
-    """Few rows (a decode step) keep the row-major weight the dot-product kernels stream, as
-    do narrow layers (panels nearly half zeros); a weight another op also reads (a tied
-    embedding) is not doubled."""
+    """A decode step's few rows with fewer than 32 outputs keep the row-major weight the dot
+    kernels stream (with 32 or more, panels win there: test_few_rows_go_to_panels), and so do
+    13-31 rows (the outer-product path) and narrow layers (panels nearly half zeros); a weight
+    another op also reads (a tied embedding) is not doubled."""
     w = (rng.standard_normal((64, 48)) * 0.1).astype(np.float32)
-    few = nerve.Session(_linear_model(w, None, (1, 8, 48)), cache=False)
-    assert _op_types(few) == ["linear"]
+    few_outputs = nerve.Session(_linear_model(w[:20], None, (1, 8, 48)), cache=False)
+    assert _op_types(few_outputs) == ["linear"]
+    mid = nerve.Session(_linear_model(w, None, (1, 20, 48)), cache=False)
+    assert _op_types(mid) == ["linear"]
     narrow = nerve.Session(_linear_model(w[:17], None, (1, 64, 48)), cache=False)  # 17 outputs: a panel of 32
     assert _op_types(narrow) == ["linear"]
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [40])
@@ -272,6 +275,20 @@ def test_linears_that_keep_their_weight(tmp_path, rng):
     assert "linear" in _op_types(sess)  # the table's bytes, stored once for both (by content)
     y = sess.run({"ids": np.arange(40) % 64})["y"]
     np.testing.assert_allclose(y, w[np.arange(40) % 64] @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, n, k", [(1, 128, 32), (4, 64, 48), (12, 300, 17), (1, 1024, 256)])
+def test_few_rows_go_to_panels(tmp_path, rng, rows, n, k):
+    """1-12 rows (a streaming step) with 32 or more outputs: panels, which beat the dot
+    kernels' horizontal sums there (bench/RESULTS.md stop 33); the same numbers as onnxruntime."""
+    w = (rng.standard_normal((n, k)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    m = _linear_model(w, b, (1, rows, k))
+    sess = nerve.Session(m, cache=False)
+    assert _op_types(sess) == ["linear_panels"]
+    x = rng.standard_normal((1, rows, k)).astype(np.float32)
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
 def test_linear_panels_check_their_operands():

@@ -1248,6 +1248,15 @@ def select_conv_panels(prog: Program) -> bool:
 # 1.42 → 0.67 ms, at 20 rows 6.05 → 3.83 (onnxruntime 4.07); 4096² at 8 rows 5.30 → 3.76;
 # 1024² at 20 rows 0.50 → 0.43.
 LINEAR_PANELS_MIN_ROWS = 32
+# ... except below the decode-step kernels' outer-product path (linear_impl.h
+# LINEAR_MID_MIN_ROWS = 13), where panels beat their dot products whenever there are
+# LINEAR_PANELS_FEW_MIN_OUT or more outputs: no horizontal sum per output, W streamed once
+# (stop 33, AMD EPYC guest, one thread, C harness over 19 shapes x 1-16 rows: at 1-8 rows
+# 1.1-3.1x, e.g. 128 x 32 at 1 row 361 -> 117 ns, 512 x 256 1.11x, 1664 x 416 1.17-1.42x,
+# 1024² 1.08-1.16x; 256 x 1024 at 1 row 0.96x; fewer outputs lose: 16 x 200 0.60x, 10 x 512
+# 0.33x; at 16 rows the outer products are level or ahead, 0.89-1.05x).
+LINEAR_PANELS_FEW_ROWS = 13
+LINEAR_PANELS_FEW_MIN_OUT = 32
 LINEAR_PANELS_BIG_WEIGHT = 4 << 20  # bytes of fp32 W
 
 
@@ -1266,7 +1275,8 @@ def _digests_read_by_others(prog: Program, types: Tuple[str, ...]) -> Set[bytes]
 def select_linear_panels(prog: Program) -> bool:
     """fp32 ``linear`` and ``layernorm_linear`` ops with a constant weight whose contents no
     other kind of op reads (a tied embedding's table), on at least LINEAR_PANELS_MIN_ROWS
-    rows at the bounds or with a weight of LINEAR_PANELS_BIG_WEIGHT bytes, whose panels hold
+    rows at the bounds, or on fewer than LINEAR_PANELS_FEW_ROWS with LINEAR_PANELS_FEW_MIN_OUT
+    outputs or more, or with a weight of LINEAR_PANELS_BIG_WEIGHT bytes, whose panels hold
     at most CONV_PANELS_MAX_PAD times the weight (16 or more outputs), become ``linear_panels`` and ``layernorm_linear_panels``: the weight
     packed once, here, as panels (kernels.h), which the GEMM reads in place where it packed
     Wᵀ from W on every call (in-model linears with their weights out of cache spent
@@ -1291,7 +1301,8 @@ def select_linear_panels(prog: Program) -> bool:
             continue
         n, k = int(w.shape[0]), int(w.shape[1])
         rows = bytes_at_bounds(Value("rows", np.uint8, x.shape[:-1]), prog.symbols)
-        if n == 0 or (rows < LINEAR_PANELS_MIN_ROWS and 4 * n * k < LINEAR_PANELS_BIG_WEIGHT) \
+        few = rows < LINEAR_PANELS_FEW_ROWS and n >= LINEAR_PANELS_FEW_MIN_OUT
+        if n == 0 or (rows < LINEAR_PANELS_MIN_ROWS and 4 * n * k < LINEAR_PANELS_BIG_WEIGHT and not few) \
                 or panels_floats(n, k) > CONV_PANELS_MAX_PAD * n * k:
             continue
         if shared is None:
