@@ -125,7 +125,6 @@ def test_conv_panels_with_symbolic_sizes(tmp_path, rng):
     ((1, 32, 20, 20), 32, (3, 3), 32),   # depthwise: its own direct loop
     ((1, 64, 20, 20), 64, (3, 3), 8),    # 8 outputs per group: panels of 16 would be half zeros
     ((1, 16, 20, 20), 17, (3, 3), 1),    # 17 outputs: a panel of 32, nearly half zeros
-    ((1, 6, 3, 3), 32, (3, 3), 1),       # 9 positions (a streaming model's frames): the rows path
     ((1, 64, 20, 20), 128, (1, 1), 1),   # pointwise with a small weight: the GEMM on x itself
 ])
 def test_convs_that_keep_the_implicit_gemm(tmp_path, rng, x_shape, m, kernel, group):
@@ -137,6 +136,33 @@ def test_convs_that_keep_the_implicit_gemm(tmp_path, rng, x_shape, m, kernel, gr
     x = rng.standard_normal(x_shape).astype(np.float32)
     np.testing.assert_allclose(sess.run({"x": x})["y"], _conv_ref(x, w, None, group, (1, 1), (1, 1), pads),
                                rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape, m, kernel, group, strides, dil, act, b", [
+    ((1, 6, 3, 3), 32, (3, 3), 1, (1, 1), (1, 1), None, False),      # 9 positions
+    ((2, 129, 4), 128, (3,), 1, (1,), (1,), "relu", True),          # silero's first conv, 2 images
+    ((1, 64, 7), 70, (3,), 1, (2,), (1,), "clip", True),            # stride 2: 4 positions, 70 outputs
+    ((1, 32, 4, 4), 64, (3, 3), 2, (1, 1), (2, 2), None, True),     # groups of 32 outputs, dilation 2
+    ((1, 300, 2, 2), 96, (1, 1), 1, (1, 1), (1, 1), "relu", False),  # pointwise, 4 positions
+])
+def test_few_position_convs_take_panels_through_their_rows(tmp_path, rng, x_shape, m, kernel, group, strides, dil,
+                                                           act, b):
+    """At most 16 output positions (a streaming model's frames): conv_packed, whose transposed
+    im2col rows go through linear_panels (op_conv.c conv_group_rows); float64 reference."""
+    w = (rng.standard_normal((m, x_shape[1] // group) + kernel) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32) if b else None
+    pads = [k // 2 for k in kernel] * 2
+    model = _conv_model(w, bias, x_shape, act, kernel_shape=list(kernel), group=group, pads=pads,
+                        strides=list(strides), dilations=list(dil))
+    sess = nerve.Session(model, cache=False)
+    assert _op_types(sess) == ["conv_packed"]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    want = _conv_ref(x, w, bias, group, strides, dil, pads)
+    if act == "relu":
+        want = np.maximum(want, 0.0)
+    elif act == "clip":
+        want = np.clip(want, -0.5, 0.75)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-5, atol=1e-4)
 
 
 def test_conv_panels_replace_the_fp32_weight_and_can_be_turned_off(tmp_path, rng, monkeypatch):

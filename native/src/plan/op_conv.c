@@ -562,8 +562,37 @@ static int64_t conv_channel_pieces(const conv_geom *g, nrv_threadpool *pool, int
     return fit;
 }
 
-static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg, const float *bg, float *scratch,
-                            float *yg, nrv_threadpool *pool) {
+/* conv_packed's few positions: whole panels of output channels [t0, t1) per piece, through
+ * the gemm variant's linear_panels (broadcast-FMA, no horizontal sum per output: 1.2-1.6x the
+ * dot kernel at 4 rows, bench/RESULTS.md stop 33), into the stack tile, transposed into y. */
+typedef struct conv_rows_panels_job {
+    const conv_geom *g;
+    const float *rows, *wp, *bg;
+    float *yg;
+    int64_t panels, pieces;
+} conv_rows_panels_job;
+
+static void conv_rows_panels_task(void *ctx, int64_t t) {
+    const conv_rows_panels_job *j = ctx;
+    const conv_geom *g = j->g;
+    float out[CONV_OUT_BLOCK];
+    const int64_t m0 = t * j->panels / j->pieces * NRV_PANEL_COLS, m1e = (t + 1) * j->panels / j->pieces * NRV_PANEL_COLS;
+    const int64_t mb = (m1e < g->mg ? m1e : g->mg) - m0;
+    if (mb <= 0) return;
+    nrv_kernel_get_rows_panels(NRV_OP_GEMM)
+        .linear_panels(j->rows, g->p, g->kdim, g->kdim, NULL, NULL, 0.0f, j->wp + m0 * g->kdim, mb,
+                       j->bg ? j->bg + m0 : NULL, out, mb);
+    for (int64_t jj = 0; jj < mb; jj++) {
+        float *yr = j->yg + (m0 + jj) * g->p;
+        for (int64_t q = 0; q < g->p; q++) yr[q] = out[q * mb + jj];
+    }
+}
+
+/* y_g = W_g · col + bias_g for one image and group with at most CONV_ROWS_MAX_P positions:
+ * the transposed im2col rows (in scratch; a pointwise conv's x^T on the stack), then "linear"
+ * on W_g, or linear_panels on its panels wp (conv_packed). */
+static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg, const float *wp, const float *bg,
+                            float *scratch, float *yg, nrv_threadpool *pool) {
     float xt[CONV_PW_ROWS_MAX];
     const float *rows;
     if (g->pointwise) {
@@ -573,6 +602,16 @@ static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg
     } else {
         conv_im2row(g, xg, scratch);
         rows = scratch;
+    }
+    if (wp) {
+        const int64_t panels = (g->mg + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
+        int64_t per = CONV_OUT_BLOCK / (NRV_PANEL_COLS * (g->p > 0 ? g->p : 1)); /* panels a tile holds: >= 2 */
+        per = per < 1 ? 1 : per;
+        int64_t pieces = (panels + per - 1) / per;
+        const int64_t par = nrv_plan_pieces(pool, g->mg * g->kdim * g->p, 1 << 16, panels);
+        conv_rows_panels_job j = {g, rows, wp, bg, yg, panels, par > pieces ? par : pieces};
+        nrv_parallel_for(pool, j.pieces, conv_rows_panels_task, &j);
+        return;
     }
     conv_rows_job j = {g, rows, wg, bg, yg, conv_channel_pieces(g, pool, CONV_OUT_BLOCK)};
     nrv_parallel_for(pool, j.pieces, conv_rows_task, &j);
@@ -811,7 +850,10 @@ static int64_t conv_block_positions(const conv_geom *g) {
  * conv_packed: the same convolution with the weight as panels (op pack_panels, kernels.h),
  *   in[1] f32 [group · nrv_panels_floats(M/group, C/group·Πkernel)], 64-byte aligned;
  *   iattr (4 + 5*sr): conv's, then [M, kernel[sr]]; scratch: conv_scratch_bytes (packed).
- *   Every image and group runs the gemm variant's `panels` entry (conv_panels_group). */
+ *   Every image and group runs the gemm variant's `panels` entry (conv_panels_group), except
+ *   with at most CONV_ROWS_MAX_P output positions when the scratch also holds the transposed
+ *   im2col rows after the row offsets (roundup64(8·K) + 4·K·P bytes; a pointwise conv needs
+ *   none): those rows through the `rows_panels` entry (linear_panels, conv_group_rows). */
 static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
     NRV_TRY(nrv_op_expect(a, 2, 4, 1, -1, 2));
     int64_t sr;
@@ -912,6 +954,12 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
     const float p0 = a->fattr[0], p1 = a->fattr[1];
     if (packed) {
         const int64_t per_group = nrv_panels_floats(g.mg, g.kdim);
+        /* few positions: the transposed im2col rows (after the row offsets' room) on the
+         * panels, when the scratch holds them (the compiler reserves it for convs with at most
+         * CONV_ROWS_MAX_P positions at the dims' bounds) */
+        const uint64_t rows_at = ((uint64_t)g.kdim * 8 + 63) / 64 * 64;
+        const int few = conv_use_rows(&g) &&
+                        (g.pointwise || rows_at + (uint64_t)g.kdim * (uint64_t)g.p * sizeof(float) <= a->scratch_bytes);
         for (int64_t n = 0; n < g.n; n++)
             for (int64_t gi = 0; gi < g.group; gi++) {
                 float *yg = yd + (n * g.m + gi * g.mg) * g.p;
@@ -919,6 +967,12 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                 if (g.cg == 0) { /* no input channel: the bias alone */
                     for (int64_t m = 0; m < g.mg; m++)
                         for (int64_t q = 0; q < g.p; q++) yg[m * g.p + q] = bd ? bd[gi * g.mg + m] : 0.0f;
+                    NRV_TRY(nrv_plan_epilogue(a, act, p0, p1, NULL, sg, yg, g.mg * g.p));
+                    continue;
+                }
+                if (few) {
+                    conv_group_rows(&g, xd + (n * g.c + gi * g.cg) * g.hw, NULL, wd + gi * per_group,
+                                    bd ? bd + gi * g.mg : NULL, (float *)((char *)a->scratch + rows_at), yg, a->pool);
                     NRV_TRY(nrv_plan_epilogue(a, act, p0, p1, NULL, sg, yg, g.mg * g.p));
                     continue;
                 }
@@ -945,7 +999,7 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                 const float *wg = wd + gi * g.mg * g.kdim;
                 float *yg = yn + gi * g.mg * g.p;
                 if (use_rows) {
-                    conv_group_rows(&g, xg, wg, bd ? bd + gi * g.mg : NULL, col, yg, a->pool);
+                    conv_group_rows(&g, xg, wg, NULL, bd ? bd + gi * g.mg : NULL, col, yg, a->pool);
                 } else {
                     /* blocks of output positions: the product, bias and activation, each
                      * block while it is in cache; pointwise convs read x itself as B */

@@ -1153,9 +1153,10 @@ CONV_PANELS_POINTWISE_MIN_BYTES = 1 << 20
 # 256->64 at 10x10 29 -> 27; at 20x20 within noise either way, at 28x28 and wider with a
 # short depth the GEMM stays ahead: 24->144 at 56x56 425 against 574).
 CONV_PANELS_POINTWISE_MAX_P = 256
-# Convs with at most this many output positions (at the dims' bounds) keep op conv, whose
-# few-positions path runs "linear" on the transposed im2col rows (op_conv.c CONV_ROWS_MAX_P):
-# silero VAD's convs (4 frames a chunk) ran 0.029 -> 0.042 ms a chunk on panels.
+# Convs with at most this many output positions (at the dims' bounds) run their transposed
+# im2col rows through a row product (op_conv.c CONV_ROWS_MAX_P), not the GEMM over positions:
+# silero VAD's convs (4 frames a chunk) ran 0.029 -> 0.042 ms a chunk on the panels' GEMM; as
+# conv_packed they take linear_panels on those rows (stop 33).
 CONV_ROWS_MAX_P = 16
 
 
@@ -1192,8 +1193,8 @@ def _pack_panels(w: np.ndarray, group: int = 1) -> np.ndarray:
 def select_conv_panels(prog: Program) -> bool:
     """Every fp32 conv with a constant weight that is not depthwise (nor a 1x1 one with a
     weight under CONV_PANELS_POINTWISE_MIN_BYTES and more than CONV_PANELS_POINTWISE_MAX_P
-    output positions, nor one with at most CONV_ROWS_MAX_P output positions) becomes
-    ``conv_packed``:
+    output positions) becomes ``conv_packed`` (with at most CONV_ROWS_MAX_P output positions,
+    a streaming model's frames, its transposed im2col rows then go through linear_panels):
     its weight packed once, here, as panels of 64 output channels (kernels.h), which the
     kernel streams in order with the output channels as vector lanes, each input value
     broadcast (no junk columns, no weight read at a 4.6 KiB stride). Convs whose panels
@@ -1228,11 +1229,13 @@ def select_conv_panels(prog: Program) -> bool:
         strides, dil = list(op.iattr[3:3 + sr]), list(op.iattr[3 + sr:3 + 2 * sr])
         pb, pe = list(op.iattr[3 + 2 * sr:3 + 3 * sr]), list(op.iattr[3 + 3 * sr:3 + 4 * sr])
         out_sp = list(op.outputs[0].shape[2:])
-        if positions <= CONV_ROWS_MAX_P:
-            continue  # a streaming model's few frames: the rows path streams W once per call, faster
         pointwise = kernel == [1] * sr and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
-        scratch = Value(op.name + ".panels.scratch", np.uint8,
-                        (conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise),))
+        scratch_bytes = conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise)
+        if positions <= CONV_ROWS_MAX_P and not pointwise:
+            # a streaming model's few frames: the transposed im2col rows after the row offsets,
+            # through linear_panels (op_conv.c conv_group_rows)
+            scratch_bytes = S.dim_max(scratch_bytes, (k * 8 + 63) // 64 * 64 + 4 * k * positions)
+        scratch = Value(op.name + ".panels.scratch", np.uint8, (scratch_bytes,))
         new = Op("conv_packed", [x, made[key]] + list(op.inputs[2:4]), op.outputs, iattr=list(op.iattr) + [m] + kernel,
                  fattr=list(op.fattr), scratch=scratch, name=op.name)
         _swap_op(prog, i, new)
