@@ -36,6 +36,14 @@ def _conv_model(w, b, x_shape, act=None, **attrs):
     return m
 
 
+def _conv_act_ref(x, w, b, group, strides, dil, pads, act):
+    """_conv_ref, then the activation _conv_model appends (relu, or clip to [-0.5, 0.75])."""
+    want = _conv_ref(x, w, b, group, strides, dil, pads)
+    if act == "relu":
+        return np.maximum(want, 0.0)
+    return np.clip(want, -0.5, 0.75) if act == "clip" else want
+
+
 def _conv_ref(x, w, b, group, strides, dil, pads):
     """float64 convolution, NC[H]W, pads = begins + ends (ONNX order)."""
     x, w = x.astype(np.float64), w.astype(np.float64)
@@ -95,11 +103,7 @@ def test_conv_panels_match_float64(tmp_path, rng, x_shape, m, kernel, group, str
     sess = nerve.Session(path, cache=False)
     assert _op_types(sess) == ["conv_packed"]
     x = rng.standard_normal(x_shape).astype(np.float32)
-    want = _conv_ref(x, w, b, group, strides, dil, pads)
-    if act == "relu":
-        want = np.maximum(want, 0.0)
-    elif act == "clip":
-        want = np.clip(want, -0.5, 0.75)
+    want = _conv_act_ref(x, w, b, group, strides, dil, pads, act)
     got = sess.run({"x": x})["y"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.sqrt(fan))
@@ -157,11 +161,7 @@ def test_few_position_convs_take_panels_through_their_rows(tmp_path, rng, x_shap
     sess = nerve.Session(model, cache=False)
     assert _op_types(sess) == ["conv_packed"]
     x = rng.standard_normal(x_shape).astype(np.float32)
-    want = _conv_ref(x, w, bias, group, strides, dil, pads)
-    if act == "relu":
-        want = np.maximum(want, 0.0)
-    elif act == "clip":
-        want = np.clip(want, -0.5, 0.75)
+    want = _conv_act_ref(x, w, bias, group, strides, dil, pads, act)
     np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-5, atol=1e-4)
 
 
