@@ -331,7 +331,9 @@ def test_range_with_every_bound_at_run_time(rng):
                    [("s", I64, []), ("l", I64, []), ("d", I64, [])], [("y", I64), ("t", I64)])
     cases = [(0, 10, 3), (10, -7, -4), (5, 5, 1), (5, 2, 1), (-3, 40, 7)] + \
         [tuple(int(v) for v in rng.integers(-50, 50, 2)) + (int(rng.choice([-3, -1, 2, 5])),) for _ in range(4)]
-    _check(model, [{"s": np.array(s), "l": np.array(lim), "d": np.array(d)} for s, lim, d in cases], dims={"r.length": 40})
+    # bound: the longest range drawn, 99 elements (from -50 to 49 by 1)
+    _check(model, [{"s": np.array(s), "l": np.array(lim), "d": np.array(d)} for s, lim, d in cases],
+           dims={"r.length": 100})
 
 
 def test_range_over_run_time_bounds_needs_its_bound_by_name():
