@@ -535,6 +535,14 @@ typedef struct conv_rows_job {
     int64_t pieces;
 } conv_rows_job;
 
+/* y's channels [m0, m0 + mb) from a row product's tile out [P, mb] (transposed). */
+static void conv_rows_store(const conv_geom *g, const float *out, int64_t m0, int64_t mb, float *yg) {
+    for (int64_t jj = 0; jj < mb; jj++) {
+        float *yr = yg + (m0 + jj) * g->p;
+        for (int64_t q = 0; q < g->p; q++) yr[q] = out[q * mb + jj];
+    }
+}
+
 static void conv_rows_task(void *ctx, int64_t t) {
     const conv_rows_job *j = ctx;
     const conv_geom *g = j->g;
@@ -542,10 +550,7 @@ static void conv_rows_task(void *ctx, int64_t t) {
     const int64_t m0 = t * g->mg / j->pieces, mb = (t + 1) * g->mg / j->pieces - m0;
     nrv_kernel_get(NRV_OP_LINEAR).linear(j->rows, g->p, g->kdim, j->wg + m0 * g->kdim, j->bg ? j->bg + m0 : NULL, mb,
                                          out);
-    for (int64_t jj = 0; jj < mb; jj++) {
-        float *yr = j->yg + (m0 + jj) * g->p;
-        for (int64_t q = 0; q < g->p; q++) yr[q] = out[q * mb + jj];
-    }
+    conv_rows_store(g, out, m0, mb, j->yg);
 }
 
 /* Pieces of the output channels: enough for each to fit the stack tile (tile_floats;
@@ -582,10 +587,7 @@ static void conv_rows_panels_task(void *ctx, int64_t t) {
     nrv_kernel_get_rows_panels(NRV_OP_GEMM)
         .linear_panels(j->rows, g->p, g->kdim, g->kdim, NULL, NULL, 0.0f, j->wp + m0 * g->kdim, mb,
                        j->bg ? j->bg + m0 : NULL, out, mb);
-    for (int64_t jj = 0; jj < mb; jj++) {
-        float *yr = j->yg + (m0 + jj) * g->p;
-        for (int64_t q = 0; q < g->p; q++) yr[q] = out[q * mb + jj];
-    }
+    conv_rows_store(g, out, m0, mb, j->yg);
 }
 
 /* y_g = W_g · col + bias_g for one image and group with at most CONV_ROWS_MAX_P positions:
@@ -605,9 +607,8 @@ static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg
     }
     if (wp) {
         const int64_t panels = (g->mg + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
-        int64_t per = CONV_OUT_BLOCK / (NRV_PANEL_COLS * (g->p > 0 ? g->p : 1)); /* panels a tile holds: >= 2 */
-        per = per < 1 ? 1 : per;
-        int64_t pieces = (panels + per - 1) / per;
+        const int64_t per = CONV_OUT_BLOCK / (NRV_PANEL_COLS * CONV_ROWS_MAX_P); /* panels a tile holds (2) */
+        const int64_t pieces = (panels + per - 1) / per;
         const int64_t par = nrv_plan_pieces(pool, g->mg * g->kdim * g->p, 1 << 16, panels);
         conv_rows_panels_job j = {g, rows, wp, bg, yg, panels, par > pieces ? par : pieces};
         nrv_parallel_for(pool, j.pieces, conv_rows_panels_task, &j);

@@ -412,13 +412,15 @@ static nrv_status run_gru(const nrv_op_args *a) {
         const float *Wd = W + dir * G * I;
         const float *Wb = Bv ? Bv + dir * 2 * G : NULL, *Rb = Bv ? Bv + dir * 2 * G + G : NULL;
         float *h = Yh + dir * batch * H;
+        /* this direction's R panels: z and r (all of R when lbr), then h's block (lbr = 0) */
+        const float *rpd = rp ? rp + dir * rp_dir : NULL;
+        const float *rpd_h = rpd && !lbr ? rpd + nrv_panels_floats(2 * H, H) : NULL;
         if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
             g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, G);
             /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
             const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
-            const float *rpd = rp ? rp + dir * rp_dir : NULL;
             rnn_recurrent(&r8, R, rpd, dir, G, 0, rs, h, batch, H, Rb, g2);
             for (int64_t b = 0; b < batch; b++) {
                 float *gz = g1 + b * G;
@@ -434,8 +436,7 @@ static nrv_status run_gru(const nrv_op_args *a) {
                     float *o = rh + b * H;
                     for (int64_t j = 0; j < H; j++) o[j] = gr[j] * hb[j];
                 }
-                rnn_recurrent(&r8, R, rpd ? rpd + nrv_panels_floats(2 * H, H) : NULL, dir, G, 2 * H, H, rh, batch, H,
-                              Rb ? Rb + 2 * H : NULL, g2);
+                rnn_recurrent(&r8, R, rpd_h, dir, G, 2 * H, H, rh, batch, H, Rb ? Rb + 2 * H : NULL, g2);
             }
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {

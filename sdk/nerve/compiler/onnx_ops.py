@@ -982,26 +982,26 @@ def _tile(ctx: NodeCtx, ins):
     tiled = [k for k, r in enumerate(reps) if not (S.is_static(r) and int(r) == 1)]
     if not tiled:
         return [ctx.b.alias(x, x.shape, ctx.out_name())]
-    groups = [tiled] if x.rank + len(tiled) <= 8 else [[k] for k in tiled]
-    y = x
-    for group in groups:
+    if x.rank + len(tiled) <= 8:
         mid_in, mid_out = [], []
-        for k, d in enumerate(y.shape):
-            if k not in group:
-                mid_in.append(d)
-                mid_out.append(d)
-            elif len(groups) == 1:
-                mid_in += [1, d]
-                mid_out += [reps[k], d]
-            else:
-                mid_in = [S.prod(y.shape[:k]), 1, d, S.prod(y.shape[k + 1:])]
-                mid_out = [mid_in[0], reps[k], d, mid_in[3]]
-                break
-        yi = ctx.b.alias(y, mid_in, ctx.b.fresh(ctx.name))
-        e = ctx.b.emit("expand", [yi], [spec(ctx.b.fresh(ctx.name), x.dtype, mid_out)], name=ctx.name)[0]
-        y = ctx.b.alias(e, [S.dim_mul(d, reps[k]) if k in group else d for k, d in enumerate(y.shape)],
-                        ctx.b.fresh(ctx.name))
+        for k, d in enumerate(x.shape):
+            mid_in += [1, d] if k in tiled else [d]
+            mid_out += [reps[k], d] if k in tiled else [d]
+        return [_expand_as(ctx, x, mid_in, mid_out, [S.dim_mul(d, r) for d, r in zip(x.shape, reps)],
+                           ctx.out_name())]
+    y = x
+    for k in tiled:
+        before, after = S.prod(y.shape[:k]), S.prod(y.shape[k + 1:])
+        y = _expand_as(ctx, y, [before, 1, y.shape[k], after], [before, reps[k], y.shape[k], after],
+                       [S.dim_mul(d, reps[k]) if j == k else d for j, d in enumerate(y.shape)], ctx.b.fresh(ctx.name))
     return [ctx.b.alias(y, y.shape, ctx.out_name())]
+
+
+def _expand_as(ctx: NodeCtx, x: Value, view: List[Dim], expanded: List[Dim], shape: List[Dim], name: str) -> Value:
+    """x viewed as `view`, expanded (op expand) to `expanded`, the result viewed as `shape`."""
+    xi = ctx.b.alias(x, view, ctx.b.fresh(ctx.name))
+    y = ctx.b.emit("expand", [xi], [spec(ctx.b.fresh(ctx.name), x.dtype, expanded)], name=ctx.name)[0]
+    return ctx.b.alias(y, shape, name)
 
 
 def _integral_known(ctx: NodeCtx, v: Value):
@@ -1047,7 +1047,7 @@ def _runtime_range(ctx: NodeCtx, ins, dt) -> List[Value]:
     length is a size of its own (data_extent) whose bound the caller gives by name, as for a
     symbolic input dim; op range_count computes it at run time, set_dim checks it against the
     bound and sizes every tensor downstream, then op range fills the values."""
-    if dt.kind not in "if" or np.dtype(dt) not in (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64)):
+    if np.dtype(dt) not in (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64)):
         raise ctx.fail(f"Range of {np.dtype(dt).name} is not supported (float32, int32, int64)")
     name = f"{ctx.name}.length"  # the key the caller bounds it by (data_extent names the symbol so)
     bound = ctx.imp.dims.get(name)
@@ -1581,16 +1581,21 @@ CONV_DW_PLANES = 8  # op_conv.c: a depthwise conv's planes, one per thread's pie
 
 
 def conv_scratch(cg: int, mg: int, kernel, strides, dil, out_sp, packed: bool = False,
-                 pointwise: bool = False) -> Dim:
+                 pointwise: bool = False, few_positions: int = 0) -> Dim:
     """Scratch bytes of a non-pointwise conv: the layout documented in op_conv.c (the
     direct path; conv_scratch_bytes there checks it): row offsets, the padded input's stride
     phases (a depthwise conv: CONV_DW_PLANES of them, the threads' planes), the row buffer,
     the few-positions path's transposed im2col. Every term grows
     with the output size, so the reservation at the dims' bounds covers smaller runs.
-    packed (op conv_packed): the row offsets and, unless pointwise, the phases only."""
+    packed (op conv_packed): the row offsets and, unless pointwise, the phases only; with
+    few_positions (at most CONV_ROWS_MAX_P output positions, not pointwise) at least room for
+    the transposed im2col rows after the row offsets, which that path reads instead."""
     k = cg * int(np.prod(kernel))
+    if packed and few_positions and not pointwise:
+        return S.dim_max(conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True),
+                         _conv_offsets_bytes(k) + 4 * k * few_positions)
     if packed and pointwise:
-        return (k * 8 + 63) // 64 * 64
+        return _conv_offsets_bytes(k)
     if len(kernel) == 2 and kernel[1] == 1 and S.is_static(out_sp[1]) and int(out_sp[1]) == 1:
         # a [kh, 1] kernel giving one output column: the op runs it as a 1-D conv along H when
         # the input is one column wide too (op_conv.c); reserve for both shapes
@@ -1602,18 +1607,23 @@ def conv_scratch(cg: int, mg: int, kernel, strides, dil, out_sp, packed: bool = 
     return _conv_scratch_2d(cg, mg, k, kernel, strides, dil, out_sp, packed)
 
 
+def _conv_offsets_bytes(k: int) -> int:
+    """The row offsets at the start of a conv's scratch: k int64, rounded up to 64 bytes."""
+    return (k * 8 + 63) // 64 * 64
+
+
 def _conv_scratch_2d(cg: int, mg: int, k: int, kernel, strides, dil, out_sp, packed: bool) -> Dim:
     extent = [S.dim_ceildiv(S.dim_add(S.dim_mul(S.dim_sub(o, 1), s), (kk - 1) * d + 1), s)
               for o, kk, s, d in zip(out_sp, kernel, strides, dil)]
     planes = CONV_DW_PLANES if cg == 1 and mg == 1 else cg
     phases = S.dim_mul(planes * strides[0] * strides[1], S.dim_mul(extent[0], extent[1]))
     if packed:
-        return S.dim_add((k * 8 + 63) // 64 * 64, S.dim_mul(4, phases))
+        return S.dim_add(_conv_offsets_bytes(k), S.dim_mul(4, phases))
     row = S.dim_mul(mg, extent[1])
     rowbuf = S.dim_min(S.dim_mul(row, out_sp[0]), S.dim_max(CONV_Y_BLOCK_FLOATS, row))
     few = S.dim_mul(k, S.dim_min(S.prod(out_sp), 16))
     floats = S.dim_add(S.dim_add(phases, rowbuf), few)
-    return S.dim_add((k * 8 + 63) // 64 * 64, S.dim_mul(4, floats))
+    return S.dim_add(_conv_offsets_bytes(k), S.dim_mul(4, floats))
 
 
 @handler("Conv")
@@ -1732,7 +1742,8 @@ def _if(ctx: NodeCtx, ins):
         if tv.dtype != ev.dtype or tv.rank != ev.rank:
             raise ctx.fail(f"output {i}: the branches give {tv.dtype}{list(tv.shape)} and {ev.dtype}{list(ev.shape)}; "
                            "nerve needs both branches to agree on dtype and rank")
-        shape = [t if t == e else data_extent(ctx, max(_dim_bound(ctx, t), _dim_bound(ctx, e)), f"out{i}.dim{k}")
+        shape = [t if t == e else data_extent(ctx, max(_elements_at_bounds(ctx, [t]), _elements_at_bounds(ctx, [e])),
+                                              f"out{i}.dim{k}")
                  for k, (t, e) in enumerate(zip(tv.shape, ev.shape))]
         target = Value(ctx.out_name(i), tv.dtype, shape)
         then_writes += _branch_write(ctx, tv, target)
@@ -1741,11 +1752,6 @@ def _if(ctx: NodeCtx, ins):
     b.ops[then_end:then_end] = then_writes
     b.place(end_label)
     return results
-
-
-def _dim_bound(ctx: NodeCtx, d: Dim) -> int:
-    """The most a dim can be: its value at the bounds of its symbols (dims grow with them)."""
-    return max(int(S.evaluate(d, ctx.imp.dims)), 0)
 
 
 def _branch_write(ctx: NodeCtx, v: Value, target: Value) -> List[Op]:

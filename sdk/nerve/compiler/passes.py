@@ -1079,7 +1079,7 @@ def quantize_rnn_recurrent_w8(prog: Program, default: bool, layers: Optional[Dic
         if r is None or r.const is None or r.const.dtype != np.float32 or r.rank != 3 or not r.static \
                 or r.const.size == 0 or not np.all(np.isfinite(r.const)):
             continue
-        dirs, rows, hidden = (int(d) for d in r.shape)
+        dirs, _, hidden = (int(d) for d in r.shape)
         q, sc = quantize_w8(r.const.reshape(dirs * rows, hidden))
         op.inputs[2] = Value(r.name + ".w8", np.int8, r.shape, const=np.ascontiguousarray(q.reshape(r.shape)))
         scales = Value(r.name + ".w8_scale", np.float32, (dirs, rows),
@@ -1230,12 +1230,10 @@ def select_conv_panels(prog: Program) -> bool:
         pb, pe = list(op.iattr[3 + 2 * sr:3 + 3 * sr]), list(op.iattr[3 + 3 * sr:3 + 4 * sr])
         out_sp = list(op.outputs[0].shape[2:])
         pointwise = kernel == [1] * sr and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
-        scratch_bytes = conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise)
-        if positions <= CONV_ROWS_MAX_P and not pointwise:
-            # a streaming model's few frames: the transposed im2col rows after the row offsets,
-            # through linear_panels (op_conv.c conv_group_rows)
-            scratch_bytes = S.dim_max(scratch_bytes, (k * 8 + 63) // 64 * 64 + 4 * k * positions)
-        scratch = Value(op.name + ".panels.scratch", np.uint8, (scratch_bytes,))
+        # a streaming model's few frames: their transposed im2col rows go through linear_panels
+        scratch = Value(op.name + ".panels.scratch", np.uint8,
+                        (conv_scratch(cg, mg, kernel, strides, dil, out_sp, packed=True, pointwise=pointwise,
+                                      few_positions=positions if positions <= CONV_ROWS_MAX_P else 0),))
         new = Op("conv_packed", [x, made[key]] + list(op.inputs[2:4]), op.outputs, iattr=list(op.iattr) + [m] + kernel,
                  fattr=list(op.fattr), scratch=scratch, name=op.name)
         _swap_op(prog, i, new)
@@ -1356,7 +1354,7 @@ def select_rnn_panels(prog: Program) -> bool:
         r = op.inputs[2]
         if r is None or r.const is None or r.const.dtype != np.float32 or r.rank != 3 or not r.static:
             continue
-        dirs, rows, hidden = (int(d) for d in r.shape)
+        dirs, _, hidden = (int(d) for d in r.shape)
         if hidden < RNN_PANELS_MIN_HIDDEN or r.const.nbytes > RNN_PANELS_MAX_BYTES:
             continue
         rc = np.asarray(r.const, np.float32)
