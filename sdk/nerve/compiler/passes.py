@@ -1079,7 +1079,7 @@ def quantize_rnn_recurrent_w8(prog: Program, default: bool, layers: Optional[Dic
         if r is None or r.const is None or r.const.dtype != np.float32 or r.rank != 3 or not r.static \
                 or r.const.size == 0 or not np.all(np.isfinite(r.const)):
             continue
-        dirs, _, hidden = (int(d) for d in r.shape)
+        dirs, rows, hidden = (int(d) for d in r.shape)
         q, sc = quantize_w8(r.const.reshape(dirs * rows, hidden))
         op.inputs[2] = Value(r.name + ".w8", np.int8, r.shape, const=np.ascontiguousarray(q.reshape(r.shape)))
         scales = Value(r.name + ".w8_scale", np.float32, (dirs, rows),
