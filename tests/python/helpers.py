@@ -141,15 +141,170 @@ def onnx_session(tmp_path, m, dims, **kw):
 
 def ort_run(m, feeds, basic=False):
     """m run by onnxruntime on the CPU: {output name: array}. basic: only its basic graph
-    optimisations (no fusions that change the arithmetic)."""
+    optimisations (no fusions that change the arithmetic). Integer products of uint8
+    activations and int8 weights run exactly on every CPU (ort_session)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if basic:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    s = ort_session(m, so)
     return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+# ---- onnxruntime as the reference for integer products. On an x86 CPU without AVX-512 VNNI
+# (AVX2 only) onnxruntime multiplies uint8 activations by int8 weights with vpmaddubsw, which
+# adds each pair of products into an int16 and saturates there (255 · -128 · 2 = -65280), and
+# its ConvInteger of int8 activations by uint8 weights is wrong too: its MatMulInteger,
+# ConvInteger, QLinearConv, ... are then off by thousands, while nerve's are exact. Products
+# of operands of the same signedness are exact there. So where onnxruntime saturates, the
+# reference runs the same model with each such weight stored in its activation's signedness
+# (w ± 128, zero point ± 128): the same dequantised values, the same requantisation, exact
+# integer sums.
+
+# (domain, op type) -> (indices of the activation and its zero point, or None when the op
+# quantizes a float activation to uint8 itself; [(weight index, weight zero point index), ...])
+_INT_WEIGHT_INPUTS = {
+    ("", "MatMulInteger"): ((0, 2), [(1, 3)]),
+    ("", "ConvInteger"): ((0, 2), [(1, 3)]),
+    ("", "QLinearConv"): ((0, 2), [(3, 5)]),
+    ("", "QLinearMatMul"): ((0, 2), [(3, 5)]),
+    ("com.microsoft", "QGemm"): ((0, 2), [(3, 5)]),
+    ("com.microsoft", "MatMulIntegerToFloat"): ((0, 4), [(1, 5)]),
+    ("com.microsoft", "DynamicQuantizeMatMul"): (None, [(1, 3)]),
+}
+
+
+def ort_u8s8_saturates() -> bool:
+    """Whether this machine's onnxruntime sums uint8 x int8 products through int16 (AVX2)."""
+    global _U8S8_SATURATES
+    if _U8S8_SATURATES is None:
+        from onnx import TensorProto as T
+        from onnx import helper as h
+        from onnx import numpy_helper as nh
+        import onnxruntime as ort
+
+        a = np.full((1, 32), 255, np.uint8)
+        b = np.full((32, 1), -128, np.int8)
+        g = h.make_graph([h.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
+                         [h.make_tensor_value_info("a", T.UINT8, [1, 32])],
+                         [h.make_tensor_value_info("y", T.INT32, [1, 1])], [nh.from_array(b, "b")])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+        m.ir_version = 8
+        got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+        _U8S8_SATURATES = int(got[0, 0]) != 255 * -128 * 32
+    return _U8S8_SATURATES
+
+
+_U8S8_SATURATES = None
+
+
+def ort_session(model, so=None):
+    """An onnxruntime CPU session of model (a ModelProto or a path), its mixed-sign integer
+    products run exactly where this CPU's onnxruntime would not (see above)."""
+    import onnx
+    import onnxruntime as ort
+
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model))
+    if ort_u8s8_saturates():
+        model = _weights_signed_as_activations(model)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _weights_signed_as_activations(model):
+    """A copy of model in which every 8-bit weight initializer multiplied with activations of
+    the other signedness (the ops of _INT_WEIGHT_INPUTS, and a DequantizeLinear of a weight
+    beside a DequantizeLinear of activations, as the QDQ format writes a quantized Conv or
+    MatMul) takes the activations' type: w ± 128 and its zero point ± 128 (a zero point added
+    where the node has none)."""
+    import onnx
+    from onnx import numpy_helper as nh
+
+    model = copy_model(model)
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    types = _tensor_types(model)
+    producers = {o: n for n in g.node for o in n.output}
+    consumers = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    eight_bit = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
+
+    to_shift = []  # (node, weight index, zero point index, the activations' type)
+    for n in g.node:
+        rule = _INT_WEIGHT_INPUTS.get((n.domain if n.domain != "ai.onnx" else "", n.op_type))
+        if rule is not None:
+            act, pairs = rule
+            act_type = onnx.TensorProto.UINT8 if act is None else next(
+                (types[n.input[i]] for i in act if len(n.input) > i and types.get(n.input[i])), None)
+            to_shift += [(n, w, zp, act_type) for w, zp in pairs]
+        elif n.op_type == "DequantizeLinear" and n.input[0] in inits:
+            beside = {types.get(p.input[0]) for c in consumers.get(n.output[0], []) for i in c.input
+                      if i != n.output[0] for p in [producers.get(i)] if p is not None and p.op_type == "DequantizeLinear"}
+            kinds = beside & set(eight_bit)
+            if len(kinds) == 1:
+                to_shift.append((n, 0, 2, kinds.pop()))
+    shifted = set()
+    for n, w, zp, act_type in to_shift:
+        weight, zero = n.input[w] if len(n.input) > w else "", n.input[zp] if len(n.input) > zp else ""
+        if act_type not in eight_bit or weight not in inits or inits[weight].data_type not in eight_bit \
+                or inits[weight].data_type == act_type or (zero and zero not in inits):
+            continue  # same signedness already, or a run-time weight or zero point: left as it is
+        to_unsigned = act_type == onnx.TensorProto.UINT8
+        if not zero:  # none: 0, stored as 128 or -128
+            while len(n.input) <= zp:
+                n.input.append("")
+            zero = n.input[zp] = f"{n.output[0]}.zero_point"
+            g.initializer.append(nh.from_array(np.array(0, np.int8 if to_unsigned else np.uint8), zero))
+            inits[zero] = g.initializer[-1]
+        for name in (weight, zero):
+            if name not in shifted:
+                t = inits[name]
+                v = nh.to_array(t).astype(np.int16)
+                t.CopyFrom(nh.from_array((v + 128).astype(np.uint8) if to_unsigned else (v - 128).astype(np.int8), name))
+                shifted.add(name)
+    return model
+
+
+def _tensor_types(model):
+    """{tensor name: TensorProto type} of model's main graph: declared, inferred, and for the
+    com.microsoft ops that shape inference does not know (QLinearGlobalAveragePool, ...)
+    carried by hand: a quantized op's output has its zero point's type, a Flatten's its
+    input's."""
+    import onnx
+
+    g = model.graph
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.output) + list(g.value_info)}
+    types.update({t.name: t.data_type for t in g.initializer})
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        types.update({vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.value_info})
+    except Exception:  # noqa: BLE001 - inference is a help here, not a requirement
+        pass
+    eight_bit = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
+    for n in g.node:
+        if n.op_type.startswith("QLinear") or n.op_type in ("QuantizeLinear", "QGemm"):
+            zero_points = [types.get(i) for i in n.input if types.get(i) in eight_bit]
+            out_type = zero_points[-1] if zero_points else 0  # the output zero point is the last
+        elif n.op_type in ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Concat"):
+            out_type = types.get(n.input[0], 0)
+        else:
+            continue
+        for o in n.output:
+            if o and not types.get(o):
+                types[o] = out_type
+    return types
+
+
+def copy_model(model):
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
 
 
 def op_types(sess):

@@ -19,7 +19,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import nerve
-from helpers import forced, make_model, op_types, ort_run, variant_params
+from helpers import forced, make_model, op_types, ort_run, ort_u8s8_saturates, variant_params
 from helpers import onnx_session as session
 
 pytest.importorskip("onnxruntime")
@@ -408,7 +408,9 @@ def test_dynamic_quantize_lstm(tmp_path, rng, dirs, per_channel, wdt):
     ref = ort_run(f, {"x": x})
     for k in ("Y", "Yh", "Yc"):
         close(got[k], ref[k], k)
-    if wdt == np.int8:  # onnxruntime's DynamicQuantizeLSTM takes int8 weights only
+    # onnxruntime's DynamicQuantizeLSTM takes int8 weights only, which an AVX2-only CPU's
+    # onnxruntime multiplies by its uint8 x and h with int16 saturation (helpers.ort_u8s8_saturates)
+    if wdt == np.int8 and not ort_u8s8_saturates():
         rq = ort_run(q, {"x": x})
         assert float(np.abs(got["Y"] - rq["Y"]).max()) < 0.1  # h in (-1, 1): rounding, not a wrong gate
     from nerve.compiler import compile_program

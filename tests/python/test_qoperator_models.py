@@ -21,7 +21,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import nerve
-from helpers import forced, variant_params
+from helpers import forced, ort_session, variant_params
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -95,8 +95,8 @@ def _check_cnn_outputs(tmp_path, sess, steps, images, qdq=False):
     onnxruntime's (2.6 at most measured)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    ref = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"])
-    f32 = ort.InferenceSession(str(tmp_path / "f32.onnx"), so, providers=["CPUExecutionProvider"])
+    ref = ort_session(str(tmp_path / "q.onnx"), so)
+    f32 = ort_session(str(tmp_path / "f32.onnx"), so)
     for x in images:
         got = sess.run({"x": x})
         want = dict(zip(["y", "z"], ref.run(["y", "z"], {"x": x})))
@@ -147,7 +147,7 @@ def _one_node_is_onnxruntime(tmp_path, node, x, inits, check_ops, threads=(1,)):
     onnx.save(model, tmp_path / "q.onnx")
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort_session(str(tmp_path / "q.onnx"), so).run(None, {"x": x})[0]
     for t in threads:
         sess = nerve.Session(tmp_path / "q.onnx", cache=False, threads=t)
         kinds = [o["type"] for o in sess.ops()]
@@ -180,7 +180,7 @@ def test_qoperator_softmax_head_is_onnxruntime(tmp_path, rng, opset):
     step = float(nh.to_array(next(t for t in q.graph.initializer if t.name == sm.input[3])))
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    ref = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"])
+    ref = ort_session(str(tmp_path / "q.onnx"), so)
     sess = nerve.Session(tmp_path / "q.onnx", cache=False)
     for x in images[8:]:
         got, want = sess.run({"x": x})["p"], ref.run(None, {"x": x})[0]
@@ -251,7 +251,7 @@ def test_qoperator_maxpool_resize_model_is_onnxruntime(tmp_path, rng):
     assert kinds["MaxPool"] == 1 and kinds["Resize"] == 1 and kinds["QLinearConv"] == 3, kinds
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    ref = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"])
+    ref = ort_session(str(tmp_path / "q.onnx"), so)
     sess = nerve.Session(tmp_path / "q.onnx", cache=False)
     for x in images[8:]:
         np.testing.assert_array_equal(sess.run({"x": x})["y"], ref.run(None, {"x": x})[0])
@@ -409,7 +409,7 @@ def test_qdq_conv_is_onnxruntime_bit_for_bit_and_unfusable_triples_stay(tmp_path
         sess = nerve.Session(tmp_path / "q.onnx", cache=False)
         kinds = [o["type"] for o in sess.ops()]
         got = sess.run({"x": x})["y"]
-        want = ort.InferenceSession(str(tmp_path / "q.onnx"), so, providers=["CPUExecutionProvider"]).run(["y"],
+        want = ort_session(str(tmp_path / "q.onnx"), so).run(["y"],
                                                                                                           {"x": x})[0]
         if not relu and not expose:
             assert "conv_integer" in kinds and "requantize" not in kinds  # requantized in the op
