@@ -254,11 +254,13 @@ def _weights_signed_as_activations(model):
                 or inits[weight].data_type == act_type or (zero and zero not in inits):
             continue  # same signedness already, or a run-time weight or zero point: left as it is
         to_unsigned = act_type == onnx.TensorProto.UINT8
-        if not zero:  # none: 0, stored as 128 or -128
+        if not zero:  # none: 0, stored as 128 or -128 (a DequantizeLinear's per axis, as its scale)
             while len(n.input) <= zp:
                 n.input.append("")
             zero = n.input[zp] = f"{n.output[0]}.zero_point"
-            g.initializer.append(nh.from_array(np.array(0, np.int8 if to_unsigned else np.uint8), zero))
+            scale = inits.get(n.input[1]) if n.op_type == "DequantizeLinear" else None
+            shape = tuple(scale.dims) if scale is not None else ()
+            g.initializer.append(nh.from_array(np.zeros(shape, np.int8 if to_unsigned else np.uint8), zero))
             inits[zero] = g.initializer[-1]
         for name in (weight, zero):
             if name not in shifted:
