@@ -124,6 +124,13 @@ def _check_arity(ctx: "NodeCtx", node) -> None:
         raise ctx.fail(f"too few inputs: {len(node.input)}, the operator needs at least {schema.min_input}")
 
 
+# ONNX element types nerve computes with (TensorProto.DataType numbers). Spelt out rather than
+# taken from onnx.helper: older onnx wheels map bfloat16 to float32 and the float8/int4 types
+# to their storage integers, which would turn such a tensor into another type without a word.
+_ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
+                9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+
+
 def np_dtype_of(elem_type):
     """The numpy dtype of an ONNX element type: its number, or its name (Cast-1's `to`)."""
     import onnx
@@ -131,9 +138,14 @@ def np_dtype_of(elem_type):
     try:
         if isinstance(elem_type, (str, bytes)):
             elem_type = onnx.TensorProto.DataType.Value(elem_type.decode() if isinstance(elem_type, bytes) else elem_type)
-        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+        return np.dtype(_ONNX_DTYPES[int(elem_type)])
     except (KeyError, ValueError, TypeError):
-        raise CompileError(f"ONNX element type {elem_type} is not supported") from None
+        try:
+            name = onnx.TensorProto.DataType.Name(int(elem_type))
+        except (ValueError, TypeError):
+            name = str(elem_type)
+        raise CompileError(f"ONNX element type {name} is not supported by nerve (it computes in "
+                           f"{', '.join(sorted({np.dtype(d).name for d in _ONNX_DTYPES.values()}))})") from None
 
 
 def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
@@ -215,6 +227,9 @@ class Importer:
         # computed, so they may be asked for as outputs (calibration taps, debugging)
         self.branch_values: Dict[str, Value] = {}
         self.widened: Dict[int, Value] = {}  # uid of a float16 value -> it as float32 (as_float32)
+        # initializers of element types nerve does not compute in (bfloat16, float8, int4, ...)
+        # -> the error a node that reads one gets
+        self.unsupported_initializers: Dict[str, str] = {}
         # id(graph) -> the node list to import instead of graph.node (onnx_qdq.rewrite_qdq)
         self.node_override: Dict[int, Optional[list]] = {}
 
@@ -304,7 +319,13 @@ class Importer:
 
     def _run_nodes(self, graph, scope: Dict[str, Value]) -> None:
         for t in graph.initializer:
-            scope[t.name] = self.b.const(self.load_initializer(t), t.name)
+            if t.data_type in _ONNX_DTYPES:
+                scope[t.name] = self.b.const(self.load_initializer(t), t.name)
+            else:  # refused where a node reads it: an unused one (metadata, a leftover) is no error
+                try:
+                    np_dtype_of(t.data_type)
+                except CompileError as exc:
+                    self.unsupported_initializers[t.name] = f"initializer '{t.name}': {exc}"
         for t in getattr(graph, "sparse_initializer", []):
             raise CompileError(f"sparse initializer '{t.values.name}' is not supported")
         nodes = self.node_override.get(id(graph)) or graph.node
@@ -325,6 +346,8 @@ class Importer:
                 if not name:
                     ins.append(None)
                 elif name not in scope:
+                    if name in self.unsupported_initializers:
+                        raise ctx.fail(self.unsupported_initializers[name])
                     raise ctx.fail(f"input '{name}' is not defined before the node")
                 else:
                     ins.append(scope[name])
