@@ -59,6 +59,14 @@ class NodeCtx:
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
 
+    def dtype_attr(self, name: str, default=None) -> np.dtype:
+        """The numpy dtype an element-type attribute (Cast's `to`, `dtype`, ...) names; a type
+        nerve does not compute in fails naming the node."""
+        try:
+            return np_dtype_of(self.attr(name, default))
+        except CompileError as exc:
+            raise self.fail(f"attribute {name}: {exc}") from None
+
     def const(self, values, dtype=np.int64) -> Value:
         """A small constant of this node (axes, a shape: int64; a scale) for the ops it is spelt
         out in."""
@@ -127,8 +135,9 @@ def _check_arity(ctx: "NodeCtx", node) -> None:
 # ONNX element types nerve computes with (TensorProto.DataType numbers). Spelt out rather than
 # taken from onnx.helper: older onnx wheels map bfloat16 to float32 and the float8/int4 types
 # to their storage integers, which would turn such a tensor into another type without a word.
+# Strings (8) pass as numpy objects, which no kernel takes: the op that reads them says so.
 _ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
-                9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+                8: np.object_, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
 
 
 def np_dtype_of(elem_type):
@@ -144,8 +153,9 @@ def np_dtype_of(elem_type):
             name = onnx.TensorProto.DataType.Name(int(elem_type))
         except (ValueError, TypeError):
             name = str(elem_type)
+        kinds = sorted({np.dtype(d).name for d in _ONNX_DTYPES.values()} - {"object"})
         raise CompileError(f"ONNX element type {name} is not supported by nerve (it computes in "
-                           f"{', '.join(sorted({np.dtype(d).name for d in _ONNX_DTYPES.values()}))})") from None
+                           f"{', '.join(kinds)})") from None
 
 
 def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
@@ -292,7 +302,10 @@ class Importer:
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise CompileError(f"input '{vi.name}' is not a tensor (sequences and maps are not supported)")
-        dtype = np_dtype_of(tt.elem_type)
+        try:
+            dtype = np_dtype_of(tt.elem_type)
+        except CompileError as exc:
+            raise CompileError(f"input '{vi.name}': {exc}") from None
         shape = []
         if not tt.HasField("shape"):
             raise CompileError(f"input '{vi.name}' has no declared rank")
@@ -457,6 +470,11 @@ class Importer:
                 raise CompileError(f"graph output '{vi.name}' is a sequence; a plan's outputs are tensors "
                                    "(output its elements, or their ConcatFromSequence)")
             declared = vi.type.tensor_type.elem_type  # 0: the output's type is left to inference
+            if declared and declared not in _ONNX_DTYPES:
+                try:
+                    np_dtype_of(declared)
+                except CompileError as exc:
+                    raise CompileError(f"output '{vi.name}': {exc}") from None
             if v.dtype == np.float32 and declared and np_dtype_of(declared) in (np.float16, np.float64):
                 # computed in float32 (as_float32; float64 constants are folded to float32), declared wider or narrower
                 v = self.b.emit("cast", [v], [(self.b.fresh(vi.name), np_dtype_of(declared), v.shape)],

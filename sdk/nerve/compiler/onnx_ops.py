@@ -16,7 +16,7 @@ import numpy as np
 
 from . import symbolic as S
 from .graph import Op, SymbolRef, Value
-from .onnx_import import NodeCtx, handler, np_dtype_of
+from .onnx_import import NodeCtx, handler
 from .symbolic import Dim
 
 INT64_MAX = 2 ** 63 - 1
@@ -550,7 +550,7 @@ def _clip(ctx: NodeCtx, ins):
 @handler("Cast")
 def _cast(ctx: NodeCtx, ins):
     x = ins[0]
-    to = np_dtype_of(ctx.attr("to"))
+    to = ctx.dtype_attr("to")
     if to == np.float64 and x.dtype != np.float64:  # computed as float32 (Importer.as_float32), not cast twice
         to = np.dtype(np.float32)
     k = ctx.b.known_values(x)
@@ -1092,14 +1092,14 @@ def _random(ctx: NodeCtx, ins):
     if ctx.op_type.endswith("Like"):
         x = ins[0]
         shape = list(x.shape)
-        dt = np_dtype_of(ctx.attr("dtype")) if ctx.attr("dtype") is not None else x.dtype
+        dt = ctx.dtype_attr("dtype") if ctx.attr("dtype") is not None else x.dtype
     else:
         if ctx.attr("shape") is None:
             raise ctx.fail("the shape attribute is required")
         shape = [int(d) for d in ctx.attr("shape")]
         if any(d < 0 for d in shape):
             raise ctx.fail(f"shape {shape} has a negative dimension")
-        dt = np_dtype_of(ctx.attr("dtype", 1))
+        dt = ctx.dtype_attr("dtype", 1)
     dt = np.dtype(dt)
     if dt.kind != "f":
         raise ctx.fail(f"dtype {dt.name}: random values are float16, float32 or float64")

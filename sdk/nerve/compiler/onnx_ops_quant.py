@@ -45,7 +45,7 @@ import numpy as np
 from . import symbolic as S
 from .graph import Value
 from .memplan import bytes_at_bounds
-from .onnx_import import NodeCtx, handler, np_dtype_of
+from .onnx_import import NodeCtx, handler
 from .onnx_ops import binary, linear, norm_axis, spec, unary
 
 F32 = np.dtype(np.float32)
@@ -283,7 +283,7 @@ def _dequantize_linear(ctx: NodeCtx, ins):
         raise ctx.fail(f"x_scale must be float, got {sc.dtype}")
     out_dt = sc.dtype
     if ctx.attr("output_dtype", 0):
-        out_dt = np_dtype_of(ctx.attr("output_dtype"))
+        out_dt = ctx.dtype_attr("output_dtype")
         if out_dt != sc.dtype:
             raise ctx.fail(f"output_dtype {out_dt} differs from x_scale's {sc.dtype}")
     if x.dtype not in (np.int8, np.uint8, np.int16, np.uint16, np.int32):
@@ -353,7 +353,7 @@ def _quantize_linear(ctx: NodeCtx, ins):
         raise ctx.fail(f"QuantizeLinear of {x.dtype} with a {sc.dtype} scale is not supported (float32)")
     out_dt = np.dtype(zp.dtype) if zp is not None else np.dtype(np.uint8)
     if ctx.attr("output_dtype", 0):
-        want = np_dtype_of(ctx.attr("output_dtype"))
+        want = ctx.dtype_attr("output_dtype")
         if zp is not None and want != out_dt:
             raise ctx.fail(f"output_dtype {want} differs from y_zero_point's {out_dt}")
         out_dt = want

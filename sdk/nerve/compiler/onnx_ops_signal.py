@@ -12,7 +12,7 @@ import numpy as np
 
 from . import symbolic as S
 from .graph import Value
-from .onnx_import import NodeCtx, handler, np_dtype_of
+from .onnx_import import NodeCtx, handler
 from .onnx_ops import conv_out_dim, conv_scratch, norm_axis, spec
 
 
@@ -23,7 +23,7 @@ def _static_float(ctx: NodeCtx, v: Value, what: str) -> float:
 
 
 def _output_dtype(ctx: NodeCtx) -> np.dtype:
-    return np_dtype_of(int(ctx.attr("output_datatype", 1)))  # 1: float32
+    return ctx.dtype_attr("output_datatype", 1)  # 1: float32
 
 
 # ---------------------------------------------------------------- STFT
