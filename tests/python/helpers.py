@@ -1,5 +1,6 @@
 """Constants and helpers shared by the test modules (fixtures live in conftest.py)."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -176,28 +177,23 @@ _INT_WEIGHT_INPUTS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def ort_u8s8_saturates() -> bool:
     """Whether this machine's onnxruntime sums uint8 x int8 products through int16 (AVX2)."""
-    global _U8S8_SATURATES
-    if _U8S8_SATURATES is None:
-        from onnx import TensorProto as T
-        from onnx import helper as h
-        from onnx import numpy_helper as nh
-        import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+    import onnxruntime as ort
 
-        a = np.full((1, 32), 255, np.uint8)
-        b = np.full((32, 1), -128, np.int8)
-        g = h.make_graph([h.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
-                         [h.make_tensor_value_info("a", T.UINT8, [1, 32])],
-                         [h.make_tensor_value_info("y", T.INT32, [1, 1])], [nh.from_array(b, "b")])
-        m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-        m.ir_version = 8
-        got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
-        _U8S8_SATURATES = int(got[0, 0]) != 255 * -128 * 32
-    return _U8S8_SATURATES
-
-
-_U8S8_SATURATES = None
+    a = np.full((1, 32), 255, np.uint8)
+    b = np.full((32, 1), -128, np.int8)
+    g = h.make_graph([h.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
+                     [h.make_tensor_value_info("a", T.UINT8, [1, 32])],
+                     [h.make_tensor_value_info("y", T.INT32, [1, 1])], [nh.from_array(b, "b")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    return int(got[0, 0]) != 255 * -128 * 32
 
 
 def ort_session(model, so=None):
@@ -222,8 +218,9 @@ def _weights_signed_as_activations(model):
     import onnx
     from onnx import numpy_helper as nh
 
-    model = copy_model(model)
-    g = model.graph
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    model, g = copied, copied.graph
     inits = {t.name: t for t in g.initializer}
     types = _tensor_types(model)
     producers = {o: n for n in g.node for o in n.output}
@@ -299,14 +296,6 @@ def _tensor_types(model):
             if o and not types.get(o):
                 types[o] = out_type
     return types
-
-
-def copy_model(model):
-    import onnx
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    return out
 
 
 def op_types(sess):

@@ -149,13 +149,19 @@ def np_dtype_of(elem_type):
             elem_type = onnx.TensorProto.DataType.Value(elem_type.decode() if isinstance(elem_type, bytes) else elem_type)
         return np.dtype(_ONNX_DTYPES[int(elem_type)])
     except (KeyError, ValueError, TypeError):
-        try:
-            name = onnx.TensorProto.DataType.Name(int(elem_type))
-        except (ValueError, TypeError):
-            name = str(elem_type)
-        kinds = sorted({np.dtype(d).name for d in _ONNX_DTYPES.values()} - {"object"})
-        raise CompileError(f"ONNX element type {name} is not supported by nerve (it computes in "
-                           f"{', '.join(kinds)})") from None
+        raise _unsupported_type(elem_type) from None
+
+
+def _unsupported_type(elem_type) -> CompileError:
+    """The error for an ONNX element type outside _ONNX_DTYPES, naming it and what nerve takes."""
+    import onnx
+
+    try:
+        name = onnx.TensorProto.DataType.Name(int(elem_type))
+    except (ValueError, TypeError):
+        name = str(elem_type)
+    kinds = sorted({np.dtype(d).name for d in _ONNX_DTYPES.values()} - {"object"})
+    return CompileError(f"ONNX element type {name} is not supported by nerve (it computes in {', '.join(kinds)})")
 
 
 def dim_symbol(input_name: str, k: int, dim) -> Optional[str]:
@@ -335,10 +341,7 @@ class Importer:
             if t.data_type in _ONNX_DTYPES:
                 scope[t.name] = self.b.const(self.load_initializer(t), t.name)
             else:  # refused where a node reads it: an unused one (metadata, a leftover) is no error
-                try:
-                    np_dtype_of(t.data_type)
-                except CompileError as exc:
-                    self.unsupported_initializers[t.name] = f"initializer '{t.name}': {exc}"
+                self.unsupported_initializers[t.name] = f"initializer '{t.name}': {_unsupported_type(t.data_type)}"
         for t in getattr(graph, "sparse_initializer", []):
             raise CompileError(f"sparse initializer '{t.values.name}' is not supported")
         nodes = self.node_override.get(id(graph)) or graph.node
@@ -471,10 +474,7 @@ class Importer:
                                    "(output its elements, or their ConcatFromSequence)")
             declared = vi.type.tensor_type.elem_type  # 0: the output's type is left to inference
             if declared and declared not in _ONNX_DTYPES:
-                try:
-                    np_dtype_of(declared)
-                except CompileError as exc:
-                    raise CompileError(f"output '{vi.name}': {exc}") from None
+                raise CompileError(f"output '{vi.name}': {_unsupported_type(declared)}")
             if v.dtype == np.float32 and declared and np_dtype_of(declared) in (np.float16, np.float64):
                 # computed in float32 (as_float32; float64 constants are folded to float32), declared wider or narrower
                 v = self.b.emit("cast", [v], [(self.b.fresh(vi.name), np_dtype_of(declared), v.shape)],
