@@ -33,6 +33,7 @@ __all__ = [
     "as_float32",
     "check_out",
     "new_or_checked_out",
+    "result",
     "empty_aligned",
     "check_no_overlap",
     "check_same_or_disjoint",
@@ -62,14 +63,15 @@ _NRV_DTYPES = {
     np.dtype(np.float64): lib.NRV_F64,
 }
 
-# C pointer type handed to ffi.from_buffer for each dtype.
+# C pointer type handed to ffi.from_buffer for each dtype, parsed once (not per call).
 _C_TYPES = {
-    np.dtype(np.float32): "float[]",
-    np.dtype(np.float16): "uint16_t[]",
-    np.dtype(np.int8): "int8_t[]",
-    np.dtype(np.int32): "int32_t[]",
-    np.dtype(np.int64): "int64_t[]",
+    np.dtype(np.float32): ffi.typeof("float[]"),
+    np.dtype(np.float16): ffi.typeof("uint16_t[]"),
+    np.dtype(np.int8): ffi.typeof("int8_t[]"),
+    np.dtype(np.int32): ffi.typeof("int32_t[]"),
+    np.dtype(np.int64): ffi.typeof("int64_t[]"),
 }
+_BYTES = ffi.typeof("char[]")
 
 
 def nrv_dtype(dtype: np.dtype) -> int:
@@ -134,6 +136,12 @@ def as_input(
     lists/scalars are converted to the first one of their kind). ``ndim`` (exact) / ``min_ndim``: rank requirements. Returns the same array
     object when it is already C-contiguous and aligned (no copy), else a contiguous copy.
     """
+    if type(value) is np.ndarray and value.dtype in dtypes:
+        # The common case, kept cheap (a streaming caller pays this per argument per call):
+        # an exact ndarray of an accepted dtype that C can read in place.
+        flags = value.flags
+        if flags.c_contiguous and flags.aligned and value.ndim >= min_ndim and (ndim is None or value.ndim == ndim):
+            return value
     expected = [np.dtype(d) for d in dtypes]
     if isinstance(value, np.ndarray):
         arr = value
@@ -218,6 +226,29 @@ def new_or_checked_out(out, shape: Tuple[int, ...], op: str, dtype=F32) -> np.nd
     return check_out(out, shape, op, dtype)
 
 
+# Below this many bytes a result is allocated by numpy as it comes (16-byte aligned): aligning
+# it costs ~3 us of Python per call, more than the few split cache-line stores it would save.
+SMALL_RESULT_BYTES = 64 * 1024
+
+
+def result(out, shape: Tuple[int, ...], op: str, *, in_place: Optional[Tuple[str, np.ndarray]] = None,
+           dtype=F32, **inputs: Optional[np.ndarray]) -> np.ndarray:
+    """The array an op writes its result to: a new one when ``out`` is None (64-byte aligned
+    when large; it cannot overlap anything), else ``out`` checked by :func:`check_out` and
+    checked to share no memory with ``inputs`` (None ignored). ``in_place=(name, arr)``
+    names the one input that ``out`` may also be, exactly (see :func:`check_same_or_disjoint`)."""
+    if out is None:
+        dtype = np.dtype(dtype)
+        if prod(shape) * dtype.itemsize < SMALL_RESULT_BYTES:
+            return np.empty(shape, dtype)
+        return empty_aligned(shape, dtype)
+    out = check_out(out, shape, op, dtype)
+    if in_place is not None:
+        check_same_or_disjoint(op, out, *in_place)
+    check_no_overlap(op, out, **inputs)
+    return out
+
+
 def check_no_overlap(op: str, out: np.ndarray, **inputs: Optional[np.ndarray]) -> None:
     """InputError if ``out`` shares any memory with one of the named inputs (None ignored)."""
     for name, arr in inputs.items():
@@ -285,5 +316,5 @@ def ptr(arr: Optional[np.ndarray], ctype: Optional[str] = None):
     if arr is None or arr.size == 0:
         return ffi.NULL
     if ctype is None:
-        ctype = _C_TYPES.get(arr.dtype, "char[]")
+        ctype = _C_TYPES.get(arr.dtype, _BYTES)
     return ffi.from_buffer(ctype, arr, require_writable=False)

@@ -80,8 +80,7 @@ def embedding(table, ids, out=None, row_scales=None):
             f"embedding: row_scales is only for an int8 table, this table is {table.dtype}",
             code("NRV_ERR_INVALID_ARG"),
         )
-    out = m.new_or_checked_out(out, ids.shape + (dim,), op)
-    m.check_no_overlap(op, out, table=table, ids=ids, row_scales=row_scales)
+    out = m.result(out, ids.shape + (dim,), op, table=table, ids=ids, row_scales=row_scales)
     check(
         lib.nrv_embedding(
             m.ptr(table), m.nrv_dtype(table.dtype), rows, dim, m.ptr(row_scales),
@@ -113,9 +112,7 @@ def layernorm(x, gamma, beta=None, eps=1e-5, out=None):
     op = "layernorm"
     x = m.as_float32(x, "x", op, min_ndim=1)
     gamma, beta = _norm_params(op, x, gamma, beta)
-    out = m.new_or_checked_out(out, x.shape, op)
-    m.check_same_or_disjoint(op, out, "x", x)
-    m.check_no_overlap(op, out, gamma=gamma, beta=beta)
+    out = m.result(out, x.shape, op, in_place=("x", x), gamma=gamma, beta=beta)
     dim = x.shape[-1]
     check(lib.nrv_layernorm(m.ptr(x), m.prod(x.shape[:-1]), dim, m.ptr(gamma), m.ptr(beta), _eps(eps, op), m.ptr(out)))
     return out
@@ -148,8 +145,7 @@ def linear(x, W, b=None, out=None):
     x = m.as_float32(x, "x", op, min_ndim=1)
     W, b = _linear_params(op, x, W, b)
     n_out, n_in = W.shape
-    out = m.new_or_checked_out(out, x.shape[:-1] + (n_out,), op)
-    m.check_no_overlap(op, out, x=x, W=W, b=b)
+    out = m.result(out, x.shape[:-1] + (n_out,), op, x=x, W=W, b=b)
     check(lib.nrv_linear(m.ptr(x), m.prod(x.shape[:-1]), n_in, m.ptr(W), m.ptr(b), n_out, m.ptr(out)))
     return out
 
@@ -175,8 +171,7 @@ def layernorm_linear(x, gamma, beta, W, b=None, eps=1e-5, out=None, device=None)
     gamma, beta = _norm_params(op, x, gamma, beta)
     W, b = _linear_params(op, x, W, b)
     n_out, n_in = W.shape
-    out = m.new_or_checked_out(out, x.shape[:-1] + (n_out,), op)
-    m.check_no_overlap(op, out, x=x, gamma=gamma, beta=beta, W=W, b=b)
+    out = m.result(out, x.shape[:-1] + (n_out,), op, x=x, gamma=gamma, beta=beta, W=W, b=b)
     check(
         lib.nrv_layernorm_linear(
             m.ptr(x), m.prod(x.shape[:-1]), n_in, m.ptr(gamma), m.ptr(beta), _eps(eps, op),
@@ -215,8 +210,7 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=No
     if c is not None:
         c = m.as_float32(c, "c", op, ndim=2)
         m.expect_shape(c, (rows, cols), "c", op, "op(a).shape[0], op(b).shape[1]")
-    out = m.new_or_checked_out(out, (rows, cols), op)
-    m.check_no_overlap(op, out, a=a_stored, b=b_stored)
+    out = m.result(out, (rows, cols), op, a=a_stored, b=b_stored)
     if c is None or beta == 0.0:
         beta = 0.0  # C's prior contents are ignored
     elif not (c.__array_interface__["data"][0] == out.__array_interface__["data"][0] and c.shape == out.shape):
@@ -234,8 +228,7 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=No
 
 def _activate(op: str, act: int, x, out):
     x = m.as_float32(x, "x", op)
-    out = m.new_or_checked_out(out, x.shape, op)
-    m.check_same_or_disjoint(op, out, "x", x)
+    out = m.result(out, x.shape, op, in_place=("x", x))
     check(lib.nrv_activate(act, m.ptr(x), x.size, m.ptr(out)))
     return out
 
@@ -271,7 +264,6 @@ def softmax(x, out=None):
     """Softmax over the last axis of ``x`` (any rank >= 1). ``out`` may be ``x`` (in place)."""
     op = "softmax"
     x = m.as_float32(x, "x", op, min_ndim=1)
-    out = m.new_or_checked_out(out, x.shape, op)
-    m.check_same_or_disjoint(op, out, "x", x)
+    out = m.result(out, x.shape, op, in_place=("x", x))
     check(lib.nrv_softmax(m.ptr(x), m.prod(x.shape[:-1]), x.shape[-1], m.ptr(out)))
     return out

@@ -379,9 +379,15 @@ def test_library_override_loads_that_file():
     assert result.stdout.startswith("imported"), result.stdout + result.stderr
 
 
-def test_results_are_64_byte_aligned(rng):
-    x = rng.standard_normal((5, 33), dtype=F32)
-    for result in (ops.relu(x), ops.softmax(x), ops.embedding(x, [4, 0, 2]), ops.linear(x, x),
-                   ops.gemm(x, x.T), ops.layernorm(x, np.ones(33, F32))):
+def test_large_results_are_64_byte_aligned(rng):
+    # From _marshal.SMALL_RESULT_BYTES (64 KiB) up; smaller results come as numpy allocates them.
+    x = rng.standard_normal((129, 131), dtype=F32)  # 67.6 KB
+    assert x.nbytes >= _marshal.SMALL_RESULT_BYTES
+    for result in (ops.relu(x), ops.softmax(x), ops.embedding(x, np.arange(129)), ops.linear(x, x),
+                   ops.gemm(x, x.T), ops.layernorm(x, np.ones(131, F32))):
+        assert result.nbytes >= _marshal.SMALL_RESULT_BYTES
         assert result.__array_interface__["data"][0] % 64 == 0
+        assert result.flags.c_contiguous and result.flags.writeable and result.dtype == F32
+    small = rng.standard_normal((5, 33), dtype=F32)
+    for result in (ops.relu(small), ops.embedding(small, [4, 0, 2]), ops.linear(small, small)):
         assert result.flags.c_contiguous and result.flags.writeable and result.dtype == F32
