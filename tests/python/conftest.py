@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nerve
-from helpers import SEED
+from helpers import SEED, older_ort_cannot_run
 
 
 def pytest_report_header(config):
@@ -34,3 +34,16 @@ def _no_leaked_kernel_settings():
         nerve.kernels.force(op, variant)
     nerve.kernels.disable(before[1])
     assert after == before, "a test changed the kernel dispatch table without restoring it"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test whose onnxruntime reference raised because that onnxruntime is too old for the
+    case (helpers.older_ort_cannot_run) is reported skipped, with the reason; any other
+    failure, and every failure with the verified onnxruntime, stays a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    reason = older_ort_cannot_run(call.excinfo.value) if report.failed and call.excinfo is not None else None
+    if reason:
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {reason}")

@@ -15,7 +15,7 @@ from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
 import nerve
-from helpers import ort_run
+from helpers import older_ort_differs, ort_run
 
 F32 = np.float32
 
@@ -79,6 +79,8 @@ def test_experimental_ops_of_old_opsets(tmp_path, rng, op, attrs, shape):
     ((6, 3, 5), 1, 0, [6, 2, 0]), ((4, 7, 2), 0, 1, [1, 7, 3, 5]), ((9, 2), 1, 0, [4, 9]),
 ])
 def test_reverse_sequence(tmp_path, rng, shape, batch_axis, time_axis, lens):
+    if 0 in lens:
+        older_ort_differs("a sequence length of 0 does not leave its batch entry as it was")
     x = rng.standard_normal(shape).astype(F32)
     _check(tmp_path, h.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=batch_axis, time_axis=time_axis),
            [("x", T.FLOAT, list(shape))], {"x": x}, 10, inits={"lens": np.array(lens, np.int64)})

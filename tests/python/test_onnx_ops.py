@@ -18,6 +18,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import nerve
+from helpers import older_ort_differs
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -774,6 +775,8 @@ def test_pad(tmp_path, rng, mode, shape, pads):
         pytest.skip("reflect needs a pad smaller than the extent")  # an invalid model, not a nerve limit
     if mode == "edge" and 0 in shape:
         pytest.skip()
+    if mode == "wrap" and any(pads[i] > shape[i % len(shape)] for i in range(len(pads))):
+        older_ort_differs("wrap padding wider than the extent does not repeat the data as a torus does")
     consts = {"p": np.array(pads, I64)}
     if mode == "constant":
         consts["v"] = np.array(1.5, F32)
