@@ -66,8 +66,9 @@ def _rand(rng, *shape):
 # ---------------------------------------------------------------- pooling
 
 def _ceil_average_needs_verified_ort(op, attrs):
-    if op == "AveragePool" and attrs.get("ceil_mode") and not attrs.get("count_include_pad"):
-        older_ort_differs("it divides an AveragePool window that ceil_mode extends past the padding by a count other than its input elements (count_include_pad=0)")
+    if op == "AveragePool" and attrs.get("ceil_mode") and attrs.get("count_include_pad"):
+        older_ort_differs("with count_include_pad=1 it divides an AveragePool window that ceil_mode extends "
+                          "past the padding by another count than the window's input and padding elements")
 
 
 POOL_CASES = [

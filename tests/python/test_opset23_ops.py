@@ -15,7 +15,7 @@ from onnx import helper as h
 from onnx.reference import ReferenceEvaluator
 
 import nerve
-from helpers import ort_run
+from helpers import older_ort_differs, ort_run
 
 F32 = np.float32
 
@@ -100,6 +100,8 @@ def test_attention_3d_boolean_mask_softcap_and_weights(tmp_path, rng):
                 ("m", T.BOOL, [B, 1, S, T_])], [("y", T.FLOAT), ("w", T.FLOAT)])
     mask = rng.random((B, 1, S, T_)) < 0.7
     mask[0, 0, 1, :] = False
+    older_ort_differs("its Attention adds the mask before the softcap (the ONNX reference caps first), so "
+                      "masked positions keep a weight")
     feeds = {"q": _randn(rng, B, S, H * D), "k": _randn(rng, B, T_, H * D), "v": _randn(rng, B, T_, H * D), "m": mask}
     sess = _check(tmp_path, m, [feeds])
     assert np.all(sess.run(feeds)["w"][0, :, 1] == 0)
