@@ -350,6 +350,19 @@ static void bcast_run(const bcast *bc, const void *a, const void *b, void *z, si
     nrv_parallel_for(pool, j.pieces, bcast_task, &j);
 }
 
+/* Min / Max with a NaN in giving a NaN out, written as two selects (the second on x alone:
+ * y NaN already fails the comparison), the one form of this GCC vectorises: a sum under
+ * the NaN test, or a test of both operands, kept a branch per element (Max(x, -0.4) on
+ * 57K floats: 41 us, against 5.6 for Add). Ties give y, as before. */
+static inline float nrv_max_nan(float x, float y) {
+    const float m = x > y ? x : y;
+    return x != x ? x : m;
+}
+static inline float nrv_min_nan(float x, float y) {
+    const float m = x < y ? x : y;
+    return x != x ? x : m;
+}
+
 /* One inner loop per (code, dtype): z[i] = EXPR(x = a[i*sa], y = b[i*sb]) with sa, sb in
  * {0, 1}, specialised so the compiler vectorises the three stride shapes separately. */
 #define LOOP(N, TA, TZ, EXPR)                                                               \
@@ -379,8 +392,8 @@ LOOP(f32_sub, float, float, x - y)
 LOOP(f32_mul, float, float, x * y)
 LOOP(f32_div, float, float, x / y)
 LOOP(f32_pow, float, float, y == 2.0f ? x * x : powf(x, y))
-LOOP(f32_min, float, float, (x != x || y != y) ? x + y : (x < y ? x : y))
-LOOP(f32_max, float, float, (x != x || y != y) ? x + y : (x > y ? x : y))
+LOOP(f32_min, float, float, nrv_min_nan(x, y))
+LOOP(f32_max, float, float, nrv_max_nan(x, y))
 LOOP(f32_fmod, float, float, fmodf(x, y))
 LOOP(f32_mod, float, float, (fmodf(x, y) != 0.0f && ((fmodf(x, y) < 0.0f) != (y < 0.0f))) ? fmodf(x, y) + y : fmodf(x, y))
 LOOP(f32_eq, float, uint8_t, x == y)
