@@ -395,17 +395,34 @@ def _w4_dims(sess: "Session", op: dict):
 
 
 def default_threads() -> int:
-    """Threads a Session uses when none are given: NERVE_THREADS when set, else the CPUs this
-    process may run on (its affinity mask: what taskset or a container's cpuset allows)."""
+    """Threads a Session uses when none are given: NERVE_THREADS when set, else the physical
+    cores among the CPUs this process may run on (its affinity mask: what taskset or a
+    container's cpuset allows), as onnxruntime's default does. Two threads on the two
+    hardware threads of one core share its FMA units, and a spinning one slows the other."""
     env = os.environ.get("NERVE_THREADS", "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
             raise InputError(f"NERVE_THREADS must be a positive integer, got {env!r}")
         return int(env)
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+    return max(1, physical_cores(cpus))
+
+
+def physical_cores(cpus: Sequence[int], sysfs: Union[str, os.PathLike] = "/sys/devices/system/cpu") -> int:
+    """How many distinct cores (package, core id) the logical CPUs ``cpus`` are on, from
+    Linux's sysfs topology; ``len(cpus)`` where that is not readable (another OS, a sandbox)."""
+    cores = set()
+    for cpu in cpus:
+        topology = Path(sysfs) / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((topology / "physical_package_id").read_text().strip(),
+                       (topology / "core_id").read_text().strip()))
+        except OSError:
+            return len(cpus)
+    return len(cores)
 
 
 class _Native:
@@ -467,8 +484,8 @@ class Session:
     feeds (the plan is compiled then; :meth:`run` says when it recompiles); ``log=`` and
     ``budget=`` need every bound up front.
     ``device="cpu"``; ``precision`` one of :mod:`nerve.precision` (see :func:`compile`); ``threads`` is the
-    number of threads for the big ops: by default every CPU this process may run on
-    (:func:`default_threads`, as onnxruntime does), 1 for a predictable single core (the
+    number of threads for the big ops: by default one per physical core this process may run
+    on (:func:`default_threads`, as onnxruntime does), 1 for a predictable single core (the
     benchmarks' goals are measured at one thread). Results are the same bits at any count.
     ``log``: a JSON-lines provenance log (see :mod:`nerve.provenance`); ``nerve replay LOG``
     re-runs it and confirms the outputs.

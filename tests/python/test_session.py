@@ -282,11 +282,13 @@ def test_threads_give_identical_results(tmp_path):
 
 
 def test_default_threads_follow_the_cpus_this_process_may_use(tmp_path, monkeypatch):
-    """Without threads=, a session takes the CPUs in the process's affinity mask (as
-    onnxruntime does), NERVE_THREADS overrides it, and a bad value is an InputError."""
+    """Without threads=, a session takes one thread per physical core in the process's
+    affinity mask (as onnxruntime does), NERVE_THREADS overrides it, and a bad value is an
+    InputError."""
     conv, feeds = _conv_model(tmp_path)
     monkeypatch.delenv("NERVE_THREADS", raising=False)
-    assert nerve.default_threads() == len(os.sched_getaffinity(0))
+    mask = sorted(os.sched_getaffinity(0))
+    assert nerve.default_threads() == nerve.session.physical_cores(mask) <= len(mask)
     assert nerve.Session(conv).threads == nerve.default_threads() == nerve.info()["cpu"]["threads"]
     monkeypatch.setenv("NERVE_THREADS", "3")
     assert nerve.Session(conv).threads == 3
@@ -532,3 +534,18 @@ def test_plan_runs_flush_subnormals_and_restore_the_callers_mode(tmp_path, threa
     assert y[0] == 0 and y[1] == 0 and y[3] == 0
     np.testing.assert_allclose(y[2], 2.0 / (1.0 + np.exp(-2.0)), rtol=1e-6)
     np.testing.assert_array_equal(nerve.ops.sigmoid(x[:2]), ieee)  # the caller's mode is back
+
+
+def test_physical_cores_count_hardware_threads_of_a_core_once(tmp_path):
+    """Two packages, cores 0-1 each with two hardware threads (logical CPUs 0-7 as Linux
+    numbers them: the siblings of 0-3 are 4-7), read from a sysfs tree written here."""
+    for cpu in range(8):
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text(f"{(cpu % 4) // 2}\n")
+        (topology / "core_id").write_text(f"{cpu % 2}\n")
+    cores = nerve.session.physical_cores
+    assert cores(range(8), tmp_path) == 4
+    assert cores([0, 4], tmp_path) == 1  # a mask of one core's two hardware threads
+    assert cores([0, 1, 2], tmp_path) == 3
+    assert cores([0, 9], tmp_path) == 2  # cpu9 has no topology here: every CPU counts
