@@ -412,14 +412,14 @@ def default_threads() -> int:
 
 
 def physical_cores(cpus: Sequence[int], sysfs: Union[str, os.PathLike] = "/sys/devices/system/cpu") -> int:
-    """How many distinct cores (package, core id) the logical CPUs ``cpus`` are on, from
-    Linux's sysfs topology; ``len(cpus)`` where that is not readable (another OS, a sandbox)."""
+    """How many cores the logical CPUs ``cpus`` are on: the distinct sets of hardware threads
+    (sysfs ``topology/thread_siblings_list``) they belong to; ``len(cpus)`` where that is not
+    readable (another OS, a sandbox). Sibling sets rather than (package, core id): arm64
+    kernels may number cores per cluster with no package, which would merge distinct cores."""
     cores = set()
     for cpu in cpus:
-        topology = Path(sysfs) / f"cpu{cpu}" / "topology"
         try:
-            cores.add(((topology / "physical_package_id").read_text().strip(),
-                       (topology / "core_id").read_text().strip()))
+            cores.add((Path(sysfs) / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip())
         except OSError:
             return len(cpus)
     return len(cores)

@@ -536,16 +536,23 @@ def test_plan_runs_flush_subnormals_and_restore_the_callers_mode(tmp_path, threa
     np.testing.assert_array_equal(nerve.ops.sigmoid(x[:2]), ieee)  # the caller's mode is back
 
 
-def test_physical_cores_count_hardware_threads_of_a_core_once(tmp_path):
-    """Two packages, cores 0-1 each with two hardware threads (logical CPUs 0-7 as Linux
-    numbers them: the siblings of 0-3 are 4-7), read from a sysfs tree written here."""
-    for cpu in range(8):
-        topology = tmp_path / f"cpu{cpu}" / "topology"
+def _sysfs_siblings(root, siblings):
+    for cpu, text in siblings.items():
+        topology = root / f"cpu{cpu}" / "topology"
         topology.mkdir(parents=True)
-        (topology / "physical_package_id").write_text(f"{(cpu % 4) // 2}\n")
-        (topology / "core_id").write_text(f"{cpu % 2}\n")
+        (topology / "thread_siblings_list").write_text(text + "\n")
+    return root
+
+
+def test_physical_cores_count_hardware_threads_of_a_core_once(tmp_path):
+    """Read from sysfs trees written here: an x86 machine with four cores of two hardware
+    threads (Linux numbers the siblings of 0-3 as 4-7), and an arm64 board with 12 cores in
+    three clusters and no hardware threads (its cores numbered per cluster elsewhere in sysfs)."""
     cores = nerve.session.physical_cores
-    assert cores(range(8), tmp_path) == 4
-    assert cores([0, 4], tmp_path) == 1  # a mask of one core's two hardware threads
-    assert cores([0, 1, 2], tmp_path) == 3
-    assert cores([0, 9], tmp_path) == 2  # cpu9 has no topology here: every CPU counts
+    smt = _sysfs_siblings(tmp_path / "x86", {cpu: f"{cpu % 4},{cpu % 4 + 4}" for cpu in range(8)})
+    assert cores(range(8), smt) == 4
+    assert cores([0, 4], smt) == 1  # a mask of one core's two hardware threads
+    assert cores([0, 1, 2], smt) == 3
+    assert cores([0, 9], smt) == 2  # cpu9 has no topology here: every CPU counts
+    orin = _sysfs_siblings(tmp_path / "arm64", {cpu: str(cpu) for cpu in range(12)})
+    assert cores(range(12), orin) == 12
