@@ -889,7 +889,11 @@ static void test_depthwise_vectors(nrv_op op, const char *name) {
         /* dilation 2 (the rows path takes it at stride 1): wide, narrow, asymmetric pads */
         {7, 20, 20, 5, 5, 1, 1, 2, 2, 4, 4, 4, 4},  {3, 25, 37, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
         {4, 17, 50, 7, 7, 1, 1, 2, 2, 6, 6, 6, 6},  {2, 9, 9, 5, 5, 1, 1, 2, 2, 3, 5, 1, 2},
-        {3, 30, 70, 3, 3, 1, 1, 2, 2, 0, 1, 2, 0}};
+        {3, 30, 70, 3, 3, 1, 1, 2, 2, 0, 1, 2, 0},
+        /* rows of one to two vectors (8 < ow <= 16 for AVX2, 16 < ow <= 32 for AVX-512:
+         * every column block an edge), 7x7, dilated, a padding only before or after */
+        {5, 12, 12, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},  {3, 14, 11, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
+        {4, 10, 30, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},  {6, 9, 17, 3, 3, 1, 1, 1, 1, 0, 1, 2, 0}};
     const nrv_depthwise_channels_fn dwc = nrv_kernel_get(op).depthwise_channels;
     /* x86's variants fuse each tap's multiply-add; the references and NEON round twice: a
      * pair on the same side must agree bit for bit */
