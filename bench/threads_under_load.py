@@ -21,7 +21,9 @@ import numpy as np
 import onnx
 
 import nerve
+from nerve.asr.vad import silero_vad_path
 from nerve.bench import cpu_model
+from nerve.errors import ModelError
 
 
 def _spin(seconds: float) -> None:
@@ -44,9 +46,10 @@ def default_models():
         path = _package_file("openwakeword", f"resources/models/{rel}")
         if path:
             models.append(path)
-    vad = _package_file("silero_vad", "data/silero_vad_op18_ifless.onnx")
-    if vad:
-        models.append(vad)
+    try:
+        models.append(str(silero_vad_path()))
+    except ModelError:
+        pass  # the silero-vad wheel is not installed
     return models
 
 

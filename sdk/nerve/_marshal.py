@@ -32,7 +32,6 @@ __all__ = [
     "as_input",
     "as_float32",
     "check_out",
-    "new_or_checked_out",
     "result",
     "empty_aligned",
     "check_no_overlap",
@@ -217,13 +216,6 @@ def empty_aligned(shape: Tuple[int, ...], dtype=F32) -> np.ndarray:
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = -raw.__array_interface__["data"][0] % ALIGNMENT
     return raw[start: start + nbytes].view(dtype).reshape(shape)
-
-
-def new_or_checked_out(out, shape: Tuple[int, ...], op: str, dtype=F32) -> np.ndarray:
-    """``out`` checked against shape/dtype, or a new 64-byte aligned array when ``out`` is None."""
-    if out is None:
-        return empty_aligned(shape, dtype)
-    return check_out(out, shape, op, dtype)
 
 
 # Below this many bytes a result is allocated by numpy as it comes (16-byte aligned): aligning
