@@ -57,7 +57,7 @@ typedef struct plan_bind {
 
 typedef struct plan_state {
     uint32_t input, output;
-    uint32_t flags;       /* NRV_STATE_APPEND: one buffer, appended in place (no double buffer) */
+    uint32_t flags;       /* NRV_STATE_APPEND: one buffer, written in place (no double buffer) */
     void *buf[2];
     int cur;              /* buf[cur] holds the state the next run reads */
     int valid;            /* a run has produced it (else the input must be fed) */

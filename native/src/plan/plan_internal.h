@@ -39,9 +39,10 @@
 #define NRV_PLAN_MAGIC "NRVPLAN"
 #define NRV_PLAN_VERSION 4u
 
-/* State pair flags. APPEND: the output is the input with rows appended along its sequence
- * axis (a KV cache): one buffer, stored sequence-major (see op "kv_append" in op_kv.c),
- * appended in place instead of copied into a second buffer. */
+/* State pair flags. APPEND: the output is written over the input in one buffer, instead of
+ * into a second buffer: a KV cache with rows appended along its sequence axis, stored
+ * sequence-major (op "kv_append", op_kv.c), or a cache of fixed length with rows written at
+ * positions (op "tensor_scatter", op_stream.c). */
 #define NRV_STATE_APPEND 1u
 #define NRV_PLAN_HEADER_BYTES 96u
 #define NRV_PLAN_MAX_EXPR_STACK 32

@@ -125,6 +125,8 @@ extern const nrv_op_def nrv_plan_ops_rnn[];
 extern const nrv_op_def nrv_plan_ops_kv[];
 extern const nrv_op_def nrv_plan_ops_upsample[];
 extern const nrv_op_def nrv_plan_ops_index[];
+extern const nrv_op_def nrv_plan_ops_stream[];
+extern const nrv_op_def nrv_plan_ops_misc[];
 
 /* ---- helpers every op uses (plan_util.c) */
 

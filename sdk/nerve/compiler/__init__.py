@@ -54,6 +54,8 @@ def compile_program(model_bytes: bytes, model_dir: Path, dims: Optional[Mapping[
     from . import onnx_ops_quant  # noqa: F401  (MatMulNBits, (De)QuantizeLinear, dynamic quantization)
     from . import onnx_ops_attention  # noqa: F401  (opset 23: RMSNormalization, RotaryEmbedding, Attention)
     from . import onnx_ops_composite  # noqa: F401  (CastLike, EyeLike, Swish, Hardmax, AffineGrid, ...)
+    from . import onnx_ops_stream  # noqa: F401  (TensorScatter, CausalConvWithState, LinearAttention)
+    from . import onnx_ops_misc  # noqa: F401  (Det, BitCast, MaxRoiPool)
     from . import passes
     from .onnx_import import Importer
 

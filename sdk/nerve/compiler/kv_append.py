@@ -10,6 +10,13 @@ step writes only the new token's H x D values — no copy of the cache per token
 buffer. The readers of ``present`` must be matmuls taking it as B (attention's ``q·Kᵀ`` with
 the transpose already folded, and ``p·V``); they read the interleaved layout directly
 (matmul ``b_interleaved``). A pair whose cache has any other reader is left as it is.
+
+A cache of fixed length written by ONNX TensorScatter (opset 24: ``present =
+TensorScatter(past, new, write_indices)``) needs no new layout: when the op is the only
+reader of ``past``, the pair is flagged the same way, so ``past`` and ``present`` share one
+buffer and each step writes only its rows (op tensor_scatter copies nothing when they are one
+buffer), instead of copying the whole cache into a second one. Writing the same rows again
+gives the same cache, so a run that fails after the write and is repeated leaves it right.
 """
 
 from __future__ import annotations
@@ -32,6 +39,17 @@ def _readers(prog: Program) -> Dict[int, List[Op]]:
     return readers
 
 
+def _is_graph_output(prog: Program, v: Value) -> bool:
+    """Whether v, or a view of it, is one of the graph's outputs (which would show the
+    shared buffer's bytes after the run)."""
+    for out in prog.outputs:
+        while out is not None:
+            if out is v:
+                return True
+            out = out.alias_of
+    return False
+
+
 def _is_cache_shape(v: Value, symbols: Dict[str, int]) -> bool:
     """[1, H, S, D]: a batch of one, literally or by its bound (the runtime checks each run)."""
     if v.rank != 4:
@@ -51,6 +69,13 @@ def append_kv_caches(prog: Program) -> int:
         in_idx, out_idx = pair[0], pair[1]
         past, present = prog.inputs[in_idx], prog.outputs[out_idx]
         cat = present.producer
+        if _is_graph_output(prog, past):
+            continue  # an output showing the cache as it was fed needs its own buffer
+        if (cat is not None and cat.type == "tensor_scatter" and present.alias_of is None and cat.inputs[0] is past
+                and readers.get(past.uid, []) == [cat]):
+            prog.states[k] = (in_idx, out_idx, STATE_APPEND)
+            done += 1
+            continue
         if (present.alias_of is not None or cat is None or cat.type != "concat" or len(cat.inputs) != 2
                 or cat.inputs[0] is not past or not _is_cache_shape(present, prog.symbols)
                 or not _is_cache_shape(past, prog.symbols)
