@@ -6,8 +6,8 @@ the same run, medians over repeats, one thread each:
   onnxruntime runs with IO binding, past and present bound to one OrtValue (its in-place
   path) and, for comparison, with the cache fed and returned as numpy arrays.
 - LinearAttention (gated_delta, per-head decay) and CausalConvWithState: one token (decode)
-  and a prefill of many, the state kept in the nerve session; onnxruntime gets its state fed
-  back as a numpy array each step (as a user of its Python API would).
+  and a prefill of many, the state kept in the nerve session; onnxruntime keeps its state in
+  two OrtValues bound by IO binding, each step's output the next step's input.
 
     python bench/stream_ops.py [--repeats 200]
 """
@@ -96,6 +96,26 @@ def bench_tensor_scatter(repeats: int, heads=8, length=2048, dim=64):
             ("", None, _median_us(ort_numpy_step, repeats), "cache fed as numpy")]
 
 
+def _ort_state_steps(ref, feeds, state_in: str, state_out: str, state0: np.ndarray):
+    """onnxruntime at its best from Python: the state stays in two OrtValues bound by IO
+    binding, the output of one step bound as the next step's input (no numpy round trip)."""
+    values = [ort.OrtValue.ortvalue_from_numpy(state0.copy()), ort.OrtValue.ortvalue_from_numpy(state0.copy())]
+    binding = ref.io_binding()
+    for name, a in feeds.items():
+        binding.bind_cpu_input(name, a)
+    for o in ref.get_outputs():
+        if o.name != state_out:
+            binding.bind_output(o.name)
+    turn = [0]
+
+    def step():
+        binding.bind_ortvalue_input(state_in, values[turn[0]])
+        binding.bind_ortvalue_output(state_out, values[1 - turn[0]])
+        ref.run_with_iobinding(binding)
+        turn[0] = 1 - turn[0]
+    return step
+
+
 def bench_linear_attention(repeats: int, heads=16, dk=128, dv=128, tokens=1):
     m = _model(h.make_node("LinearAttention", ["q", "k", "v", "past", "g", "beta"], ["y", "present"],
                            q_num_heads=heads, kv_num_heads=heads, update_rule="gated_delta"),
@@ -112,14 +132,10 @@ def bench_linear_attention(repeats: int, heads=16, dk=128, dv=128, tokens=1):
     sess = nerve.Session(m, state={"present": "past"}, threads=1, cache=False)
     sess.run({**feeds, "past": past})
     ref = _ort_session(m)
-    state = [past]
-
-    def ort_step():
-        state[0] = ref.run(None, {**feeds, "past": state[0]})[1]
-
     mib = past.nbytes / 2 ** 20
     return [(f"LinearAttention gated_delta, {heads} heads {dk}x{dv} ({mib:.0f} MiB state), {tokens} token(s)",
-             _median_us(lambda: sess.run(feeds), repeats), _median_us(ort_step, repeats), "state fed as numpy")]
+             _median_us(lambda: sess.run(feeds), repeats),
+             _median_us(_ort_state_steps(ref, feeds, "past", "present", past), repeats), "state in OrtValues (IO binding)")]
 
 
 def bench_causal_conv(repeats: int, channels=4096, k=4, tokens=1):
@@ -132,13 +148,9 @@ def bench_causal_conv(repeats: int, channels=4096, k=4, tokens=1):
     sess = nerve.Session(m, state={"present": "past"}, threads=1, cache=False)
     sess.run({"x": x, "past": past})
     ref = _ort_session(m)
-    state = [past]
-
-    def ort_step():
-        state[0] = ref.run(None, {"x": x, "past": state[0]})[1]
-
     return [(f"CausalConvWithState, {channels} channels, k {k}, SiLU, {tokens} token(s)",
-             _median_us(lambda: sess.run({"x": x}), repeats), _median_us(ort_step, repeats), "state fed as numpy")]
+             _median_us(lambda: sess.run({"x": x}), repeats),
+             _median_us(_ort_state_steps(ref, {"x": x}, "past", "present", past), repeats), "state in OrtValues (IO binding)")]
 
 
 def main() -> None:
