@@ -116,14 +116,18 @@ def _heads_first(ctx: NodeCtx, v: Value, heads: int, what: str) -> Value:
 def _attention(ctx: NodeCtx, ins):
     """softmax(scale · Q·Kᵀ (softcap) + mask) · V per head, with grouped K/V heads repeated,
     past K/V concatenated in front (present outputs), is_causal bottom-right aligned after the
-    past, window bounds (opset 25), and rows with no key left giving zeros."""
+    past, window bounds (opset 25), and rows with no key left giving zeros. With
+    nonpad_kv_seqlen (a cache of fixed length that TensorScatter writes), the keys from
+    nonpad_kv_seqlen[b] on are masked, and without past K/V the causal frontier ends there:
+    query i sees key j iff j <= i + nonpad_kv_seqlen[b] - Sq."""
     ctx.require_attrs(("is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
                        "softmax_precision", "left_window_size", "right_window_size"))
     q, k, v = (_float_input(ctx, x, w) for x, w in zip(ins[:3], ("Q", "K", "V")))
     opt = lambda i: ins[i] if len(ins) > i else None  # noqa: E731
     mask, past_k, past_v = opt(3), _float_input(ctx, opt(4), "past_key"), _float_input(ctx, opt(5), "past_value")
-    if opt(6) is not None:
-        raise ctx.fail("nonpad_kv_seqlen is not supported")
+    nonpad = opt(6)
+    if nonpad is not None and (nonpad.dtype != np.int64 or nonpad.rank != 1):
+        raise ctx.fail(f"nonpad_kv_seqlen must be int64 [batch], got {nonpad.dtype} {list(nonpad.shape)}")
     if (past_k is None) != (past_v is None):
         raise ctx.fail("past_key and past_value come together")
     fresh = lambda what: ctx.b.fresh(f"{ctx.name}.{what}")  # noqa: E731
@@ -174,13 +178,22 @@ def _attention(ctx: NodeCtx, ins):
             can_empty = True
         else:
             bias = _float_input(ctx, mask, "attn_mask")
+    sq, total = qh.shape[2], kh.shape[2]
+    if nonpad is not None:  # a cache of fixed length (TensorScatter): keys from nonpad_kv_seqlen[b] on are padding
+        cols = ctx.arange(total)
+        per_batch = ctx.call("Unsqueeze", [nonpad, ctx.const([1, 2, 3])])[0]  # [B, 1, 1, 1]
+        valid = ctx.call("Where", [ctx.call("Less", [cols, per_batch])[0], zero, neg_inf])[0]  # [B, 1, 1, T]
+        bias = valid if bias is None else binary(ctx, "Add", bias, valid, fresh("mask_nonpad"))
+        can_empty = True
     left, right = int(ctx.attr("left_window_size", -1)), int(ctx.attr("right_window_size", -1))
     if ctx.attr("is_causal", 0) or left >= 0 or right >= 0:
-        sq, total = qh.shape[2], kh.shape[2]
-        past = past_k.shape[2] if past_k is not None else 0
         rows = ctx.call("Unsqueeze", [ctx.arange(sq), ctx.const([1])])[0]  # [Sq, 1]
         cols = ctx.arange(total)
-        at = binary(ctx, "Add", rows, ctx.b.from_known([past], np.int64, [], fresh("past")), fresh("at"))  # [Sq, 1]
+        if past_k is None and nonpad is not None:  # the valid keys end where the queries do, per batch
+            offset = binary(ctx, "Sub", per_batch, ctx.b.from_known([sq], np.int64, [], fresh("sq")), fresh("offset"))
+        else:
+            offset = ctx.b.from_known([past_k.shape[2] if past_k is not None else 0], np.int64, [], fresh("past"))
+        at = binary(ctx, "Add", rows, offset, fresh("at"))  # [Sq, 1], or [B, 1, Sq, 1] with nonpad_kv_seqlen
         allowed = None
         bounds = []
         if ctx.attr("is_causal", 0):
@@ -192,7 +205,7 @@ def _attention(ctx: NodeCtx, ins):
         for op, a, b in bounds:
             ok = ctx.call(op, [a, b])[0]
             allowed = ok if allowed is None else ctx.call("And", [allowed, ok])[0]
-        window = ctx.call("Where", [allowed, zero, neg_inf])[0]  # [Sq, T]
+        window = ctx.call("Where", [allowed, zero, neg_inf])[0]  # [Sq, T] ([B, 1, Sq, T])
         bias = window if bias is None else binary(ctx, "Add", bias, window, fresh("mask_window"))
         can_empty = can_empty or left >= 0 or right >= 0
     if bias is not None:
