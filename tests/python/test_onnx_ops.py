@@ -1077,6 +1077,34 @@ def test_silu_fuses_into_the_conv(tmp_path, rng, order):
     np.testing.assert_array_equal(s.run({"x": x})["y"], plain.run({"x": x})["y"])
 
 
+@pytest.mark.parametrize("dims, bias_shape, fuses", [
+    (2, (1, 6, 1, 1), True), (2, (6, 1, 1), True), (1, (1, 6, 1), True),
+    (2, (6,), False),            # broadcast along W, not the channels: stays an Add
+    (2, (1, 6, 9, 1), False),    # varies along H
+])
+def test_conv_bias_written_as_an_add_fuses(tmp_path, rng, dims, bias_shape, fuses):
+    """A conv without bias, then an Add of a constant per output channel (how Paddle's new
+    exporter writes every conv's bias: PP-OCRv6), is one conv with that bias, and an erf
+    GELU after it becomes the conv's activation; a constant not along the channels stays an
+    Add."""
+    spatial = (9, 6) if dims == 2 else (9,)
+    w = randn(rng, (6, 3) + (3,) * dims)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3] * dims, pads=[1] * (2 * dims)),
+             h.make_node("Add", ["c", "b"], ["a"]),
+             h.make_node("Div", ["a", "sqrt2"], ["d"]), h.make_node("Erf", ["d"], ["e"]),
+             h.make_node("Add", ["e", "one"], ["e1"]), h.make_node("Mul", ["a", "e1"], ["m"]),
+             h.make_node("Mul", ["m", "half"], ["y"])]
+    inits = {"w": w, "b": randn(rng, bias_shape), "sqrt2": np.array(math.sqrt(2), F32),
+             "one": np.array(1, F32), "half": np.array(0.5, F32)}
+    m = model(nodes, [("x", F32, (2, 3) + spatial)], [("y", F32)], inits)
+    s = check(tmp_path, m, {"x": 2 * randn(rng, (2, 3) + spatial)}, tol=RED)
+    kinds = op_types(s)
+    if fuses:
+        assert kinds in (["conv"], ["conv_packed"])  # bias and GELU in the conv's epilogue
+    else:
+        assert "binary" in kinds
+
+
 def test_sigmoid_read_elsewhere_is_not_fused_as_silu(tmp_path, rng):
     nodes = [h.make_node("Sigmoid", ["x"], ["g"]), h.make_node("Mul", ["x", "g"], ["y"]),
              h.make_node("Neg", ["g"], ["z"])]

@@ -6,6 +6,8 @@ Fusions rewrite runtime ops (the fused op keeps the ONNX node names it came from
     Mul gamma, Add beta)                              -> layernorm
   * decomposed GELU  x·½·(1 + erf(x/√2))              -> gelu
   * linear + Add of a constant vector                 -> linear with bias
+  * conv (no bias) + Add of a constant per channel      -> conv with bias (Paddle's new
+    exporter writes every conv's bias as such an Add: PP-OCRv6 has ~80)
   * conv / linear / matmul + an activation            -> the op's fused activation
   * layernorm + linear                                -> layernorm_linear
   * linear(a; W1, b1) + linear(b; W2, b2)             -> linear([a | b]; [W1 | W2], b1 + b2)
@@ -139,10 +141,39 @@ def _replace_output(op: Op, new_out: Value) -> None:
     new_out.producer = op
 
 
+def _channel_bias(conv: Op, c: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """c as the [M] bias of conv's output [N, M, *spatial] when c is constant along every axis
+    but the channel one (shapes [M, 1, ...] or [1, M, 1, ...], right-aligned), else None."""
+    out = conv.outputs[0]
+    m = conv.inputs[1].shape[0]
+    if c is None or not S.is_static(m) or c.ndim > out.rank or c.size != int(m):
+        return None
+    shape = (1,) * (out.rank - c.ndim) + tuple(c.shape)
+    if shape[1] != int(m) or any(d != 1 for i, d in enumerate(shape) if i != 1):
+        return None
+    return c.reshape(-1).astype(np.float32)
+
+
 def fuse_bias(prog: Program) -> bool:
     uses = _Uses(prog)
     changed = False
     for op in list(prog.ops):
+        if op.type == "conv" and (len(op.inputs) < 3 or op.inputs[2] is None) and op.iattr[2] == 0 \
+                and len(op.inputs) <= 3 and op.outputs[0].dtype == np.float32:
+            add = uses.only_reader(op.outputs[0])
+            if add is None or add.type != "binary" or add.iattr[0] != _ADD or len(add.inputs) != 2:
+                continue
+            other = add.inputs[1] if add.inputs[0] is op.outputs[0] else add.inputs[0]
+            bias = _channel_bias(op, other.const if other is not None and other.dtype == np.float32 else None)
+            if bias is None or list(add.outputs[0].shape) != list(op.outputs[0].shape):
+                continue
+            # the Add's constant becomes the conv's bias, added in its epilogue with any activation
+            op.inputs[2:] = [Value(other.name + ".bias", np.float32, (bias.size,), const=bias)]
+            op.name = op.name + "+" + add.name
+            _replace_output(op, add.outputs[0])
+            prog.ops.remove(add)
+            changed = True
+            continue
         if op.type != "linear" or op.inputs[2] is not None or op.iattr[0] != 0:
             continue
         add = uses.only_reader(op.outputs[0])
