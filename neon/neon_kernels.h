@@ -49,5 +49,7 @@ void nrv_softmax_neon(const float *x, int64_t rows, int64_t dim, float *y);
 void nrv_depthwise_rows_neon(const nrv_dw_geom *g, int64_t c, const float *x, const float *w, const float *bias,
                              float *y);
 void nrv_maxpool_neon(int dtype, const nrv_dw_geom *g, int64_t planes, const void *x, void *y);
+/* linear_attention_neon.c */
+void nrv_linear_attention_neon(const nrv_la_problem *p, int64_t task);
 
 #endif /* NERVE_NEON_KERNELS_H */

@@ -31,5 +31,6 @@ const nrv_kernel_variant nrv_variants_neon[] = {
     NEON(NRV_OP_SOFTMAX, softmax, nrv_softmax_neon),
     NEON(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_rows_neon),
     NEON(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_neon),
+    NEON(NRV_OP_LINEAR_ATTENTION, linear_attention, nrv_linear_attention_neon),
     {.name = NULL},
 };

@@ -44,6 +44,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_QUANTIZE] = "quantize",
     [NRV_OP_REQUANT] = "requant",
     [NRV_OP_MAXPOOL] = "maxpool",
+    [NRV_OP_LINEAR_ATTENTION] = "linear_attention",
 };
 
 typedef struct op_slot {

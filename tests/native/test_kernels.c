@@ -1494,6 +1494,63 @@ static void test_linear_w4(int a8) {
     }
 }
 
+/* ------------------------------------------------------------------ linear_attention */
+
+/* The selected variant against nrv_linear_attention_ref on random problems: every rule,
+ * decay per head and per key, β per head and shared, GQA groups, dk and dv around the
+ * vector widths and the reference's 64-column blocks, several tokens. Inputs are exactly
+ * sized (ASan), the state and y guarded by canaries. Tolerance: the recurrence's terms are
+ * O(1) and grow with the tokens; FMA rounds differently from the reference's products and
+ * sums: 8·ε·(dk + 1)·T relative to the largest |value| (measured: under 1/20 of that). */
+static void test_linear_attention(void) {
+    static const int64_t dks[] = {1, 3, 8, 13, 16, 33, 64, 130}, dvs[] = {1, 4, 7, 8, 15, 16, 17, 33, 64, 65, 129};
+    for (int c = 0; c < 96; c++) {
+        nrv_la_problem p;
+        memset(&p, 0, sizeof p);
+        const int rule = c % 4;
+        p.gated = rule == 1 || rule == 3, p.delta = rule >= 2;
+        p.g_per_key = (c / 4) % 2, p.beta_per_head = (c / 8) % 2;
+        const int64_t B = 1 + c % 2, hkv = 1 + (c / 3) % 2, group = 1 + (c / 5) % 3;
+        p.T = 1 + (c * 7) % 5, p.hkv = hkv, p.hq = hkv * group;
+        p.dk = dks[(c * 5) % 8], p.dv = dvs[(c * 3) % 11];
+        p.scale = 1.0f / sqrtf((float)p.dk);
+        const int64_t T = p.T, n_q = B * T * p.hq * p.dk, n_k = B * T * hkv * p.dk, n_v = B * T * hkv * p.dv;
+        const int64_t n_g = B * T * (p.g_per_key ? hkv * p.dk : hkv), n_b = B * T * (p.beta_per_head ? hkv : 1);
+        const int64_t n_s = B * hkv * p.dk * p.dv, n_y = B * T * p.hq * p.dv;
+        buf q = buf_in(n_q, 0), k = buf_in(n_k, 1), v = buf_in(n_v, 0), g = buf_in(n_g, 0), be = buf_in(n_b, 0);
+        buf s = buf_out(n_s, 0), y = buf_out(n_y, 3);
+        nrv_test_fill(q.p, n_q, -1, 1), nrv_test_fill(k.p, n_k, -0.5f, 0.5f), nrv_test_fill(v.p, n_v, -1, 1);
+        nrv_test_fill(g.p, n_g, -0.7f, 0.0f), nrv_test_fill(be.p, n_b, 0, 1), nrv_test_fill(s.p, n_s, -1, 1);
+        float *s_ref = xalloc((size_t)n_s * sizeof(float)), *y_ref = xalloc((size_t)n_y * sizeof(float));
+        memcpy(s_ref, s.p, (size_t)n_s * sizeof(float));
+        p.q = q.p, p.k = k.p, p.v = v.p, p.g = p.gated ? g.p : NULL, p.beta = p.delta ? be.p : NULL;
+        nrv_la_problem ref = p;
+        ref.state = s_ref, ref.y = y_ref;
+        p.state = s.p, p.y = y.p;
+        const nrv_linear_attention_fn fn = nrv_kernel_get(NRV_OP_LINEAR_ATTENTION).linear_attention;
+        for (int64_t task = 0; task < B * hkv; task++) {
+            fn(&p, task);
+            nrv_linear_attention_ref(&ref, task);
+        }
+        /* compares, not fmax: GCC 12's aarch64 vectoriser crashes on fmax reductions of
+         * float differences widened to double (-O3 -fno-math-errno) */
+        double mag = 1e-3, worst = 0;
+        for (int64_t i = 0; i < n_y + n_s; i++) {
+            const float got = i < n_y ? y.p[i] : s.p[i - n_y], want = i < n_y ? y_ref[i] : s_ref[i - n_y];
+            const double a = fabs((double)want), e = fabs((double)got - (double)want);
+            if (a > mag) mag = a;
+            if (e > worst || e != e) worst = e != e ? INFINITY : e; /* NaN: fails below */
+        }
+        const double tol = 8.0 * FLT_EPSILON * (double)(p.dk + 1) * (double)T * mag;
+        const int intact = guards_intact(&s) && guards_intact(&y);
+        record(intact ? worst / tol : INFINITY, "rule %d B %lld T %lld hq %lld hkv %lld dk %lld dv %lld "
+               "per_key %d%s", rule, (long long)B, (long long)T, (long long)p.hq, (long long)hkv, (long long)p.dk,
+               (long long)p.dv, p.g_per_key, intact ? "" : " canary overwritten");
+        free(s_ref), free(y_ref);
+        buf_free(&q), buf_free(&k), buf_free(&v), buf_free(&g), buf_free(&be), buf_free(&s), buf_free(&y);
+    }
+}
+
 /* ------------------------------------------------------------------ the sweep */
 
 /* Runs the cases of one op with whatever variant is currently selected; 0 if the op has
@@ -1529,6 +1586,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "depthwise_rows")) test_depthwise_vectors(NRV_OP_DEPTHWISE_ROWS, op);
     else if (!strcmp(op, "hard_swish")) test_activation_of((nrv_activation)-1, NRV_OP_HARD_SWISH, nrv_hard_swish_ref);
     else if (!strcmp(op, "silu")) test_activation_of((nrv_activation)-1, NRV_OP_SILU, nrv_silu_ref);
+    else if (!strcmp(op, "linear_attention")) test_linear_attention();
     else return 0;
     return 1;
 }

@@ -170,8 +170,11 @@ static void test_linear_attention(nrv_threadpool *pool) {
                     }
                 }
                 for (int64_t i = 0; i < dk * dv; i++) {
-                    mag = fmax(mag, fabs(S[i]));
-                    worst = fmax(worst, fabs(f32(&present)[(b * hkv + h) * dk * dv + i] - S[i]));
+                    /* compares, not fmax: GCC 12's aarch64 vectoriser crashes on an fmax
+                     * reduction of float-minus-double differences here (-O3 -fno-math-errno) */
+                    const double a = fabs(S[i]), e = fabs(f32(&present)[(b * hkv + h) * dk * dv + i] - S[i]);
+                    if (a > mag) mag = a;
+                    if (e > worst || e != e) worst = e != e ? INFINITY : e; /* NaN: fails below */
                 }
             }
         NRV_EXPECT(worst <= 1e-5 * mag, "linear_attention rule %lld B %lld T %lld hq %lld hkv %lld dk %lld dv %lld: "

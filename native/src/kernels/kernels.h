@@ -375,6 +375,41 @@ typedef void (*nrv_unary_fn)(const float *x, int64_t n, float *y);
 /* Row-wise softmax over [rows, dim]; y may be x. */
 typedef void (*nrv_softmax_fn)(const float *x, int64_t rows, int64_t dim, float *y);
 
+/* Linear attention's recurrence (op linear_attention, op_stream.c: ONNX LinearAttention),
+ * one problem: per batch b and key/value head h a state S [dk, dv] (state + (b·hkv + h)·dk·dv,
+ * holding the past state on entry, updated in place); per token t, with k_t, v_t the head's
+ * key and value and g_t, β_t its decay and rate:
+ *   gated: S *= exp(g_t) (one factor per row d when g_per_key, else one for the head);
+ *   delta: u = β_t (v_t − Sᵀk_t), else u = v_t;   S += k_t ⊗ u;
+ *   each of the hq / hkv query heads i that share h (i / (hq / hkv) = h):
+ *   y[b, t, i·dv : (i + 1)·dv] = scale · q_{t,i}ᵀ S.
+ * q [B, T, hq·dk], k [B, T, hkv·dk], v [B, T, hkv·dv], g [B, T, hkv or hkv·dk] (gated),
+ * beta [B, T, hkv or 1] (delta), y [B, T, hq·dv]; y does not overlap the state. */
+typedef struct nrv_la_problem {
+    const float *q, *k, *v, *g, *beta;
+    float *y, *state;
+    int64_t T, hq, hkv, dk, dv;
+    int g_per_key, beta_per_head, gated, delta;
+    float scale;
+} nrv_la_problem;
+/* The recurrence of one (batch, key/value head) pair, task = b·hkv + h: tasks touch
+ * disjoint state and outputs, so they may run on different threads. */
+typedef void (*nrv_linear_attention_fn)(const nrv_la_problem *p, int64_t task);
+/* One token of one task, as the variants walk it: the head's state, the token's k, v, decay
+ * row (NULL unless gated), β and per-head decay factor, and the group's first query head's
+ * q row and y row (its other heads follow, dk and dv apart). */
+typedef struct nrv_la_token {
+    float *S;
+    const float *k, *v, *g, *q;
+    float *y;
+    float beta, head_decay;
+} nrv_la_token;
+void nrv_la_token_at(const nrv_la_problem *p, int64_t task, int64_t t, nrv_la_token *tk);
+/* The reference's work on value columns [m0, m0 + n) of one token, n <= NRV_LA_REF_COLS (the
+ * variants' partial last block, where they have no masked vectors). */
+#define NRV_LA_REF_COLS 64
+void nrv_la_block_ref(const nrv_la_problem *p, const nrv_la_token *tk, int64_t m0, int64_t n);
+
 /* Ops of the dispatch table, in the order nrv_kernel_op_name lists them. */
 typedef enum nrv_op {
     NRV_OP_EMBEDDING_F32 = 0,
@@ -404,6 +439,7 @@ typedef enum nrv_op {
     NRV_OP_QUANTIZE,
     NRV_OP_REQUANT,
     NRV_OP_MAXPOOL,
+    NRV_OP_LINEAR_ATTENTION,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -429,6 +465,7 @@ typedef union nrv_kernel_fn {
     nrv_depthwise_fn depthwise;
     nrv_depthwise_channels_fn depthwise_channels;
     nrv_maxpool_fn maxpool;
+    nrv_linear_attention_fn linear_attention;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -577,6 +614,7 @@ void nrv_hard_swish_ref(const float *x, int64_t n, float *y);
 /* x · sigmoid(x), the sigmoid rounded as nrv_sigmoid_ref's: what Sigmoid then Mul give. */
 void nrv_silu_ref(const float *x, int64_t n, float *y);
 void nrv_maxpool_ref(int dtype, const nrv_dw_geom *g, int64_t planes, const void *x, void *y);
+void nrv_linear_attention_ref(const nrv_la_problem *p, int64_t task);
 void nrv_relu_ref(const float *x, int64_t n, float *y);
 void nrv_sigmoid_ref(const float *x, int64_t n, float *y);
 void nrv_tanh_ref(const float *x, int64_t n, float *y);

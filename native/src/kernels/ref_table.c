@@ -36,5 +36,6 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_HARD_SWISH, unary, nrv_hard_swish_ref),
     REF(NRV_OP_SILU, unary, nrv_silu_ref),
     REF(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_ref),
+    REF(NRV_OP_LINEAR_ATTENTION, linear_attention, nrv_linear_attention_ref),
     {.name = NULL},
 };

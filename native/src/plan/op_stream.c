@@ -183,73 +183,10 @@ static nrv_status causal_conv_run(const nrv_op_args *a) {
 }
 
 enum { LA_LINEAR = 0, LA_GATED = 1, LA_DELTA = 2, LA_GATED_DELTA = 3 };
-#define LA_COLS 64 /* value columns of the state handled together: u[] stays on the stack */
 
-typedef struct la_ctx {
-    const float *q, *k, *v, *g, *beta;
-    float *y, *state;
-    int64_t T, hq, hkv, dk, dv, g_per_key, beta_per_head;
-    int gated, delta;
-    float scale;
-} la_ctx;
-
-/* One (batch, key/value head): its state S [dk, dv] through every token, and the outputs of
- * the query heads that share it. Columns of S are independent in every rule (the delta
- * rule's Sᵀk is per column), so each block of LA_COLS columns runs the whole update. */
-static void la_head_task(void *vctx, int64_t task) {
-    const la_ctx *c = vctx;
-    const int64_t b = task / c->hkv, h = task % c->hkv, group = c->hq / c->hkv;
-    const int64_t dk = c->dk, dv = c->dv, T = c->T;
-    float *S = c->state + task * dk * dv;
-    for (int64_t t = 0; t < T; t++) {
-        const int64_t bt = b * T + t;
-        const float *k = c->k + (bt * c->hkv + h) * dk, *v = c->v + (bt * c->hkv + h) * dv;
-        const float *g = c->gated ? c->g + (c->g_per_key ? (bt * c->hkv + h) * dk : bt * c->hkv + h) : NULL;
-        const float beta = c->delta ? c->beta[c->beta_per_head ? bt * c->hkv + h : bt] : 1.0f;
-        const float head_decay = g && !c->g_per_key ? expf(g[0]) : 1.0f;
-        for (int64_t m0 = 0; m0 < dv; m0 += LA_COLS) {
-            const int64_t n = dv - m0 < LA_COLS ? dv - m0 : LA_COLS;
-            float u[LA_COLS];
-            if (c->delta) { /* u = β (v − Sᵀk), S decayed first (gated_delta) */
-                for (int64_t m = 0; m < n; m++) u[m] = 0.0f;
-                for (int64_t d = 0; d < dk; d++) {
-                    float *row = S + d * dv + m0;
-                    if (g) {
-                        const float e = c->g_per_key ? expf(g[d]) : head_decay;
-                        for (int64_t m = 0; m < n; m++) row[m] *= e;
-                    }
-                    for (int64_t m = 0; m < n; m++) u[m] += row[m] * k[d];
-                }
-                for (int64_t m = 0; m < n; m++) u[m] = beta * (v[m0 + m] - u[m]);
-            } else {
-                for (int64_t m = 0; m < n; m++) u[m] = v[m0 + m];
-            }
-            /* S = S·e + k ⊗ u (e: the decay not applied above) and the group's reads of the new
-             * S, in one pass over the block: each row is read once per token */
-            for (int64_t j = 0; j < group; j++)
-                for (int64_t m = 0; m < n; m++) c->y[(bt * c->hq + h * group + j) * dv + m0 + m] = 0.0f;
-            for (int64_t d = 0; d < dk; d++) {
-                float *restrict row = S + d * dv + m0; /* S (present) and y never overlap */
-                const float kd = k[d];
-                if (g && !c->delta) {
-                    const float e = c->g_per_key ? expf(g[d]) : head_decay;
-                    for (int64_t m = 0; m < n; m++) row[m] = row[m] * e + kd * u[m];
-                } else {
-                    for (int64_t m = 0; m < n; m++) row[m] += kd * u[m];
-                }
-                for (int64_t j = 0; j < group; j++) {
-                    const int64_t qh = h * group + j;
-                    const float qd = c->q[(bt * c->hq + qh) * dk + d];
-                    float *restrict o = c->y + (bt * c->hq + qh) * dv + m0;
-                    for (int64_t m = 0; m < n; m++) o[m] += qd * row[m];
-                }
-            }
-            for (int64_t j = 0; j < group; j++) {
-                float *o = c->y + (bt * c->hq + h * group + j) * dv + m0;
-                for (int64_t m = 0; m < n; m++) o[m] *= c->scale;
-            }
-        }
-    }
+/* One (batch, key/value head) of the problem through the dispatched kernel (kernels.h). */
+static void la_head_task(void *ctx, int64_t task) {
+    nrv_kernel_get(NRV_OP_LINEAR_ATTENTION).linear_attention(ctx, task);
 }
 
 static nrv_status la_expect(const nrv_op_args *a, const nrv_tview *v, const char *what, int64_t B, int64_t T,
@@ -331,8 +268,9 @@ static nrv_status linear_attention_run(const nrv_op_args *a) {
     else if (present->numel)
         memset(present->data, 0, (size_t)present->numel * sizeof(float));
     if (y->numel == 0 && present->numel == 0) return NRV_OK;
-    la_ctx c = {q->data, k->data, v->data, g ? g->data : NULL, beta ? beta->data : NULL, y->data, present->data,
-                T, hq, hkv, dk, dv, g_per_key, beta_per_head, gated, delta, a->fattr[0]};
+    nrv_la_problem c = {q->data, k->data, v->data, g ? g->data : NULL, beta ? beta->data : NULL, y->data,
+                        present->data, T, hq, hkv, dk, dv, (int)g_per_key, (int)beta_per_head, gated, delta,
+                        a->fattr[0]};
     const int64_t tasks = B * hkv;
     nrv_parallel_for(nrv_plan_pieces(a->pool, tasks * T * dk * dv * (1 + hq / hkv), 1 << 15, tasks) > 1 ? a->pool
                                                                                                      : NULL,
@@ -343,6 +281,6 @@ static nrv_status linear_attention_run(const nrv_op_args *a) {
 const nrv_op_def nrv_plan_ops_stream[] = {
     {"tensor_scatter", tensor_scatter_run, NULL},
     {"causal_conv", causal_conv_run, NULL},
-    {"linear_attention", linear_attention_run, NULL},
+    {"linear_attention", linear_attention_run, "linear_attention"},
     {NULL, NULL, NULL},
 };

@@ -69,7 +69,8 @@ typedef struct nrv_x86_gemm_args {
     void nrv_hard_swish_##isa(const float *x, int64_t n, float *y);                                         \
     void nrv_tanh_##isa(const float *x, int64_t n, float *y);                                               \
     void nrv_softmax_##isa(const float *x, int64_t rows, int64_t dim, float *y);                            \
-    void nrv_maxpool_##isa(int dtype, const nrv_dw_geom *g, int64_t planes, const void *x, void *y);
+    void nrv_maxpool_##isa(int dtype, const nrv_dw_geom *g, int64_t planes, const void *x, void *y);          \
+    void nrv_linear_attention_##isa(const nrv_la_problem *p, int64_t task);
 
 NRV_X86_DECLARE_COMPUTE(avx2)
 NRV_X86_DECLARE_COMPUTE(avx512)

@@ -120,5 +120,7 @@ const nrv_kernel_variant nrv_variants_x86[] = {
     AVX2(NRV_OP_DEPTHWISE_ROWS, depthwise_channels, nrv_depthwise_rows_avx2),
     AVX512(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_avx512),
     AVX2(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_avx2),
+    AVX512(NRV_OP_LINEAR_ATTENTION, linear_attention, nrv_linear_attention_avx512),
+    AVX2(NRV_OP_LINEAR_ATTENTION, linear_attention, nrv_linear_attention_avx2),
     {.name = NULL},
 };
