@@ -32,6 +32,8 @@ COVERED_OPS = {
     "quantize",  # every variant: test_import_quant.py::test_fake_quant_every_variant, natively test_kernels.c
     "requant",  # every variant: test_qoperator_models.py::test_qlinear_conv_every_requant_variant, natively test_kernels.c
     "maxpool",  # every variant: test_max_pool_every_variant below (through sessions), natively test_kernels.c
+    "linear_attention",  # every variant: test_onnx_ops_stream.py::test_linear_attention_every_variant_matches_onnxruntime,
+                         # natively test_kernels.c
 }
 
 
