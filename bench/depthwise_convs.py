@@ -13,14 +13,13 @@ paths it replaced.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import nerve
-from nerve.bench import cpu_model
+from nerve.bench import cpu_model, median_us
 
 # channels, input size (square), kernel, stride
 SHAPES = [(96, 112, 3, 2), (144, 56, 3, 2), (144, 56, 3, 1), (32, 112, 3, 1), (192, 28, 3, 1), (384, 28, 3, 2),
@@ -38,16 +37,6 @@ def model(c: int, h: int, k: int, s: int) -> bytes:
     g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-
-
-def median_us(fn, n: int) -> float:
-    fn()
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e6
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ the same run, medians over repeats, one thread each:
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -24,7 +23,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import nerve
-from nerve.bench import cpu_model
+from nerve.bench import cpu_model, median_us
 
 F32 = np.float32
 
@@ -43,17 +42,6 @@ def _ort_session(m):
     so.log_severity_level = 3
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
-def _median_us(step, repeats: int) -> float:
-    for _ in range(5):
-        step()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return 1e6 * float(np.median(times))
 
 
 def bench_tensor_scatter(repeats: int, heads=8, length=2048, dim=64):
@@ -91,9 +79,9 @@ def bench_tensor_scatter(repeats: int, heads=8, length=2048, dim=64):
         state[0] = ref.run(None, {"past": state[0], "new": new, "w": np.array([pos[0]])})[0]
 
     mib = cache.nbytes / 2 ** 20
-    return [(f"TensorScatter, cache [1, {heads}, {length}, {dim}] ({mib:.0f} MiB), 1 token", _median_us(nerve_step, repeats),
-             _median_us(ort_inplace_step, repeats), "in place (IO binding)"),
-            ("", None, _median_us(ort_numpy_step, repeats), "cache fed as numpy")]
+    return [(f"TensorScatter, cache [1, {heads}, {length}, {dim}] ({mib:.0f} MiB), 1 token", median_us(nerve_step, repeats),
+             median_us(ort_inplace_step, repeats), "in place (IO binding)"),
+            ("", None, median_us(ort_numpy_step, repeats), "cache fed as numpy")]
 
 
 def _ort_state_steps(ref, feeds, state_in: str, state_out: str, state0: np.ndarray):
@@ -134,8 +122,8 @@ def bench_linear_attention(repeats: int, heads=16, dk=128, dv=128, tokens=1):
     ref = _ort_session(m)
     mib = past.nbytes / 2 ** 20
     return [(f"LinearAttention gated_delta, {heads} heads {dk}x{dv} ({mib:.0f} MiB state), {tokens} token(s)",
-             _median_us(lambda: sess.run(feeds), repeats),
-             _median_us(_ort_state_steps(ref, feeds, "past", "present", past), repeats), "state in OrtValues (IO binding)")]
+             median_us(lambda: sess.run(feeds), repeats),
+             median_us(_ort_state_steps(ref, feeds, "past", "present", past), repeats), "state in OrtValues (IO binding)")]
 
 
 def bench_causal_conv(repeats: int, channels=4096, k=4, tokens=1):
@@ -149,8 +137,8 @@ def bench_causal_conv(repeats: int, channels=4096, k=4, tokens=1):
     sess.run({"x": x, "past": past})
     ref = _ort_session(m)
     return [(f"CausalConvWithState, {channels} channels, k {k}, SiLU, {tokens} token(s)",
-             _median_us(lambda: sess.run({"x": x}), repeats),
-             _median_us(_ort_state_steps(ref, {"x": x}, "past", "present", past), repeats), "state in OrtValues (IO binding)")]
+             median_us(lambda: sess.run({"x": x}), repeats),
+             median_us(_ort_state_steps(ref, {"x": x}, "past", "present", past), repeats), "state in OrtValues (IO binding)")]
 
 
 def main() -> None:
@@ -162,7 +150,7 @@ def main() -> None:
     rows += bench_causal_conv(args.repeats) + bench_causal_conv(args.repeats, tokens=256)
     print(f"{cpu_model()}; nerve {nerve.__version__}, onnxruntime {ort.__version__}; one thread, medians of "
           f"{args.repeats} steps (prefills: fewer)")
-    print(f"| op, shapes | nerve µs | onnxruntime µs | ratio | onnxruntime run |")
+    print("| op, shapes | nerve µs | onnxruntime µs | ratio | onnxruntime run |")
     print("|---|---|---|---|---|")
     for what, ours, theirs, how in rows:
         ratio = f"{theirs / ours:.2f}x" if ours else ""

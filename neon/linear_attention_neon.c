@@ -35,6 +35,8 @@ NRV_NEON_INLINE void la_block8(const nrv_la_problem *p, const nrv_la_token *tk, 
     }
     const int decay_here = p->gated && !p->delta;
     float32x4_t o0 = vdupq_n_f32(0.0f), o1 = vdupq_n_f32(0.0f);
+    for (int64_t j = 0; group > 1 && j < group; j++) /* a group's reads accumulate in y */
+        vst1q_f32(tk->y + j * dv + m0, o0), vst1q_f32(tk->y + j * dv + m0 + 4, o0);
     for (int64_t d = 0; d < dk; d++) {
         float *row = S + d * dv + m0;
         const float kd = tk->k[d];
@@ -86,9 +88,6 @@ void nrv_linear_attention_neon(const nrv_la_problem *p, int64_t task) {
             for (; d < dk; d++) e[d] = expf(tk.g[d]);
             rows_decay = e;
         }
-        if (group > 1)
-            for (int64_t i = 0; i < (dv / 8) * 8; i++)
-                for (int64_t j = 0; j < group; j++) tk.y[j * dv + i] = 0.0f;
         int64_t m0 = 0;
         for (; m0 + 8 <= dv; m0 += 8) la_block8(p, &tk, rows_decay, group, m0);
         if (m0 < dv) nrv_la_block_ref(p, &tk, m0, dv - m0); /* the reference's block: exp per row there */

@@ -127,6 +127,19 @@ def machine() -> Dict[str, object]:
 
 # ------------------------------------------------------------------------- timing
 
+def median_us(fn: Callable[[], object], n: int, warmup: int = 1) -> float:
+    """Median wall time of n calls of fn, in microseconds, after `warmup` untimed calls (the
+    bench/ scripts' one-call timing)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e6
+
+
 def _sampler(fn: Callable[[], object], context: Optional[Callable[[], object]] = None):
     """A function inner -> seconds per call of fn, looping it `inner` times (inside
     `context()`, e.g. a forced kernel variant, when given)."""

@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-from onnx import numpy_helper as nh
 
 import nerve
-from helpers import assert_within, forced, variant_params
+from helpers import assert_within, forced, make_model, ort_run, ort_session, variant_params
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -33,19 +32,7 @@ LA_TOL = 4e-6
 
 def _model(nodes, inputs, outputs, inits=None, opset=27):
     """inputs [(name, TensorProto type, shape)], outputs [names] (float32), inits {name: array}."""
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                     [h.make_tensor_value_info(o, T.FLOAT, None) for o in outputs],
-                     [nh.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 11
-    return m
-
-
-def _ort(m, feeds):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+    return make_model(nodes, inputs, [(o, T.FLOAT) for o in outputs], inits or {}, opset)
 
 
 def _seen(m, state="present"):
@@ -97,7 +84,7 @@ def test_tensor_scatter_matches_onnxruntime(rng, shape, axis, length, mode, with
                             axis=axis, mode=mode)], inputs, [], opset=24)
     m.graph.output.append(h.make_tensor_value_info("present", ttype, None))
     feeds = {"past": past, "update": update, **({"w": w} if with_indices else {})}
-    got, want = _session(m).run(feeds)["present"], _ort(m, feeds)["present"]
+    got, want = _session(m).run(feeds)["present"], ort_run(m, feeds)["present"]
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
 
@@ -196,7 +183,7 @@ def test_causal_conv_with_state_matches_onnxruntime(rng, channels, k, length, pa
     m = _conv_model(rng, channels, k, length, past, bias, act)
     feeds = {"x": rng.normal(size=(2, channels, length)).astype(F32),
              **({"past": rng.normal(size=(2, channels, k - 1)).astype(F32)} if past else {})}
-    got, want = _session(m).run(feeds), _ort(m, feeds)
+    got, want = _session(m).run(feeds), ort_run(m, feeds)
     _close(got["y"], want["y"], CONV_TOL, "y", floor=1.0)
     np.testing.assert_array_equal(got["present"], want["present"])  # copied, not computed
 
@@ -268,7 +255,7 @@ def _la_model(feeds, rule, hq, hkv, scale, tokens=None):
 def test_linear_attention_matches_onnxruntime(rng, rule, batch, tokens, hq, hkv, dk, dv, decay, beta, past, scale):
     feeds = _la_feeds(rng, rule, batch, tokens, hq, hkv, dk, dv, decay, beta, past)
     m = _la_model(feeds, rule, hq, hkv, scale)
-    got, want = _session(m).run(feeds), _ort(m, feeds)
+    got, want = _session(m).run(feeds), ort_run(m, feeds)
     for name in ("y", "present"):
         _close(got[name], want[name], LA_TOL, name)
 
@@ -281,7 +268,7 @@ def test_linear_attention_every_variant_matches_onnxruntime(rng, variant, case):
     rule, batch, tokens, hq, hkv, dk, dv, decay, beta, past, scale = case
     feeds = _la_feeds(rng, rule, batch, tokens, hq, hkv, dk, dv, decay, beta, past)
     m = _la_model(feeds, rule, hq, hkv, scale)
-    want = _ort(m, feeds)
+    want = ort_run(m, feeds)
     with forced("linear_attention", variant):
         got = _session(m).run(feeds)
     for name in ("y", "present"):
@@ -336,7 +323,7 @@ def test_linear_attention_checks_the_state_each_run(rng):
     sess = _session(m, dims={"dv": 5})
     with pytest.raises(nerve.InputError):
         sess.run({**feeds, "past": np.zeros((1, 2, 4, 3), F32)})
-    _close(sess.run(feeds)["y"], _ort(m, feeds)["y"], LA_TOL, "y after the refused run")
+    _close(sess.run(feeds)["y"], ort_run(m, feeds)["y"], LA_TOL, "y after the refused run")
 
 
 # ---------------------------------------------- a decoder's static cache: TensorScatter + Attention
@@ -362,9 +349,7 @@ def test_static_cache_decoder_streams_like_onnxruntime(rng):
     heads, kv_heads, length, dim = 4, 2, 12, 8
     m = _static_cache_decoder(heads, kv_heads, length, dim)
     sess = _session(m, dims={"S": 3}, state={"present_k": "past_k", "present_v": "past_v"})
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    ref = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    ref = ort_session(m)
     caches = {n: np.zeros((2, kv_heads, length, dim), F32) for n in ("past_k", "past_v")}
     for c in caches.values():
         c[1, :, :2] = rng.normal(size=(kv_heads, 2, dim))

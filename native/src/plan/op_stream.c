@@ -4,7 +4,6 @@
  * depthwise causal conv whose last inputs are the next chunk's left context) and
  * linear_attention (ONNX LinearAttention: one recurrent state matrix per key/value head, as
  * in RetNet, GLA, DeltaNet, Mamba 2). */
-#include <math.h>
 #include <string.h>
 
 #include "plan_ops.h"
@@ -71,6 +70,18 @@ static nrv_status tensor_scatter_run(const nrv_op_args *a) {
             s += run;
             pos = 0;
         }
+    }
+    return NRV_OK;
+}
+
+/* v is f32 [d0, d1, d2]: NRV_ERR_DTYPE / NRV_ERR_SHAPE naming `what` otherwise. */
+static nrv_status expect_f32_3d(const nrv_op_args *a, const nrv_tview *v, const char *what, int64_t d0, int64_t d1,
+                                int64_t d2) {
+    NRV_TRY(nrv_op_expect_dtype(a, v, what, NRV_F32));
+    if (v->rank != 3 || v->dims[0] != d0 || v->dims[1] != d1 || v->dims[2] != d2) {
+        char buf[128];
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "%s is %s, expected [%lld, %lld, %lld]", what,
+                           nrv_op_fmt_dims(buf, sizeof buf, v), (long long)d0, (long long)d1, (long long)d2);
     }
     return NRV_OK;
 }
@@ -145,29 +156,19 @@ static nrv_status causal_conv_run(const nrv_op_args *a) {
     nrv_tview *y = a->out[0], *present = a->out[1];
     NRV_TRY(nrv_op_check_view(a, y, "output"));
     NRV_TRY(nrv_op_check_view(a, present, "present_state"));
-    const nrv_tview *f32s[4] = {x, w, y, present};
-    for (int i = 0; i < 4; i++) NRV_TRY(nrv_op_expect_dtype(a, f32s[i], i == 1 ? "weight" : "a tensor", NRV_F32));
     if (a->iattr[0] != 0 && a->iattr[0] != 1)
         return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "activation code %lld, expected 0 (none) or 1 (SiLU)",
                            (long long)a->iattr[0]);
-    if (x->rank != 3 || w->rank != 3 || w->dims[1] != 1 || w->dims[2] < 1 || w->dims[0] != x->dims[1])
+    if (x->rank != 3 || w->rank != 3 || w->dims[2] < 1)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "input must be [B, C, T] and weight [C, 1, k] with k >= 1");
     const int64_t B = x->dims[0], C = x->dims[1], T = x->dims[2], k = w->dims[2];
-    NRV_TRY(nrv_op_same_dims(a, y, "output", x, "input"));
-    const int64_t state_dims[3] = {B, C, k - 1};
-    for (int i = 0; i < 2; i++) {
-        const nrv_tview *s = i ? present : past;
-        if (!s) continue;
-        if (i == 0) {
-            NRV_TRY(nrv_op_check_view(a, s, "past_state"));
-            NRV_TRY(nrv_op_expect_dtype(a, s, "past_state", NRV_F32));
-        }
-        if (s->rank != 3 || s->dims[0] != B || s->dims[1] != C || s->dims[2] != k - 1) {
-            char buf[128];
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "%s is %s, expected [%lld, %lld, %lld]", i ? "present_state" : "past_state",
-                               nrv_op_fmt_dims(buf, sizeof buf, s), (long long)state_dims[0], (long long)state_dims[1],
-                               (long long)state_dims[2]);
-        }
+    NRV_TRY(expect_f32_3d(a, x, "input", B, C, T));
+    NRV_TRY(expect_f32_3d(a, w, "weight", C, 1, k));
+    NRV_TRY(expect_f32_3d(a, y, "output", B, C, T));
+    NRV_TRY(expect_f32_3d(a, present, "present_state", B, C, k - 1));
+    if (past) {
+        NRV_TRY(nrv_op_check_view(a, past, "past_state"));
+        NRV_TRY(expect_f32_3d(a, past, "past_state", B, C, k - 1));
     }
     if (bias) {
         NRV_TRY(nrv_op_check_view(a, bias, "bias"));
@@ -187,17 +188,6 @@ enum { LA_LINEAR = 0, LA_GATED = 1, LA_DELTA = 2, LA_GATED_DELTA = 3 };
 /* One (batch, key/value head) of the problem through the dispatched kernel (kernels.h). */
 static void la_head_task(void *ctx, int64_t task) {
     nrv_kernel_get(NRV_OP_LINEAR_ATTENTION).linear_attention(ctx, task);
-}
-
-static nrv_status la_expect(const nrv_op_args *a, const nrv_tview *v, const char *what, int64_t B, int64_t T,
-                            int64_t last) {
-    NRV_TRY(nrv_op_expect_dtype(a, v, what, NRV_F32));
-    if (v->rank != 3 || v->dims[0] != B || v->dims[1] != T || v->dims[2] != last) {
-        char buf[128];
-        return nrv_op_fail(a, NRV_ERR_SHAPE, "%s is %s, expected [%lld, %lld, %lld]", what,
-                           nrv_op_fmt_dims(buf, sizeof buf, v), (long long)B, (long long)T, (long long)last);
-    }
-    return NRV_OK;
 }
 
 /* linear_attention (ONNX LinearAttention): for each batch b and key/value head h a state
@@ -233,10 +223,10 @@ static nrv_status linear_attention_run(const nrv_op_args *a) {
     if (v->rank != 3 || v->dims[2] % hkv)
         return nrv_op_fail(a, NRV_ERR_SHAPE, "value must be [B, T, %lld·dv]", (long long)hkv);
     const int64_t dv = v->dims[2] / hkv;
-    NRV_TRY(la_expect(a, q, "query", B, T, hq * dk));
-    NRV_TRY(la_expect(a, k, "key", B, T, hkv * dk));
-    NRV_TRY(la_expect(a, v, "value", B, T, hkv * dv));
-    NRV_TRY(la_expect(a, y, "output", B, T, hq * dv));
+    NRV_TRY(expect_f32_3d(a, q, "query", B, T, hq * dk));
+    NRV_TRY(expect_f32_3d(a, k, "key", B, T, hkv * dk));
+    NRV_TRY(expect_f32_3d(a, v, "value", B, T, hkv * dv));
+    NRV_TRY(expect_f32_3d(a, y, "output", B, T, hq * dv));
     const int64_t state_dims[4] = {B, hkv, dk, dv};
     for (int i = 0; i < 2; i++) {
         const nrv_tview *s = i ? present : past;
@@ -256,12 +246,12 @@ static nrv_status linear_attention_run(const nrv_op_args *a) {
     if (g) {
         NRV_TRY(nrv_op_check_view(a, g, "decay"));
         g_per_key = g->rank == 3 && g->dims[2] == hkv * dk && dk != 1;
-        NRV_TRY(la_expect(a, g, "decay", B, T, g_per_key ? hkv * dk : hkv));
+        NRV_TRY(expect_f32_3d(a, g, "decay", B, T, g_per_key ? hkv * dk : hkv));
     }
     if (beta) {
         NRV_TRY(nrv_op_check_view(a, beta, "beta"));
         beta_per_head = beta->rank == 3 && beta->dims[2] == hkv;
-        NRV_TRY(la_expect(a, beta, "beta", B, T, beta_per_head ? hkv : 1));
+        NRV_TRY(expect_f32_3d(a, beta, "beta", B, T, beta_per_head ? hkv : 1));
     }
     if (past)
         memcpy(present->data, past->data, (size_t)present->numel * sizeof(float));

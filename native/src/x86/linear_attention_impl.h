@@ -22,12 +22,13 @@ LA_INLINE void la_store(float *p, int full, vtail m, vf v) {
 }
 
 /* Value columns [m0, m0 + n) of one token, n <= 2·VL (full: n == 2·VL, plain loads). e: the
- * per-row decays (NULL: one head_decay, or none when !gated). q, y: the group's first query
- * head's q and y rows for this token (its other heads follow, dk and dv apart). */
-LA_INLINE void la_block(const nrv_la_problem *p, float *S, const float *k, const float *v, const float *e,
-                        float head_decay, float beta, const float *q, float *y, int64_t group, int64_t m0, int64_t n,
-                        int full) {
+ * per-row decays (NULL: the token's head_decay, or none when !gated). */
+LA_INLINE void la_block(const nrv_la_problem *p, const nrv_la_token *tk, const float *e, int64_t group, int64_t m0,
+                        int64_t n, int full) {
     const int64_t dk = p->dk, dv = p->dv;
+    float *S = tk->S, *y = tk->y;
+    const float *k = tk->k, *v = tk->v, *q = tk->q;
+    const float head_decay = tk->head_decay;
     const int two = full || n > VL;
     const vtail ma = vtail_mask(n < VL ? n : VL), mb = vtail_mask(n > VL ? n - VL : 0);
     const int gated = p->gated;
@@ -46,7 +47,7 @@ LA_INLINE void la_block(const nrv_la_problem *p, float *S, const float *k, const
             const vf kd = vset1(k[d]);
             a0 = vfmadd(r0, kd, a0), a1 = vfmadd(r1, kd, a1);
         }
-        const vf b = vset1(beta);
+        const vf b = vset1(tk->beta);
         u0 = vmul(b, vsub(la_load(v + m0, full, ma), a0));
         if (two) u1 = vmul(b, vsub(la_load(v + m0 + VL, full, mb), a1));
     } else {
@@ -55,6 +56,10 @@ LA_INLINE void la_block(const nrv_la_problem *p, float *S, const float *k, const
     }
     const int decay_here = gated && !p->delta;
     vf o0 = vzero(), o1 = vzero(); /* group == 1: the head's read in registers */
+    for (int64_t j = 0; group > 1 && j < group; j++) { /* a group's reads accumulate in y */
+        la_store(y + j * dv + m0, full, ma, vzero());
+        if (two) la_store(y + j * dv + m0 + VL, full, mb, vzero());
+    }
     for (int64_t d = 0; d < dk; d++) {
         float *row = S + d * dv + m0;
         const vf kd = vset1(k[d]);
@@ -112,12 +117,8 @@ void X86FN(nrv_linear_attention)(const nrv_la_problem *p, int64_t task) {
             }
             rows_decay = e;
         }
-        if (group > 1)
-            for (int64_t i = 0; i < group * dv; i++) tk.y[i] = 0.0f;
         int64_t m0 = 0;
-        for (; m0 + 2 * VL <= dv; m0 += 2 * VL)
-            la_block(p, tk.S, tk.k, tk.v, rows_decay, tk.head_decay, tk.beta, tk.q, tk.y, group, m0, 2 * VL, 1);
-        if (m0 < dv)
-            la_block(p, tk.S, tk.k, tk.v, rows_decay, tk.head_decay, tk.beta, tk.q, tk.y, group, m0, dv - m0, 0);
+        for (; m0 + 2 * VL <= dv; m0 += 2 * VL) la_block(p, &tk, rows_decay, group, m0, 2 * VL, 1);
+        if (m0 < dv) la_block(p, &tk, rows_decay, group, m0, dv - m0, 0);
     }
 }

@@ -59,6 +59,16 @@ def spec(name: str, dtype, shape) -> tuple:
     return (name, np.dtype(dtype), tuple(shape))
 
 
+def float32_input(ctx: NodeCtx, v: Optional[Value], what: str) -> Optional[Value]:
+    """v (None passes) if it is float32, as ops that compute in float32 only take it: float16
+    values, and the float64 ones a model computes, arrive widened or rounded to float32
+    (Importer.as_float32); anything else fails naming the node and the input."""
+    if v is not None and v.dtype != np.float32:
+        raise ctx.fail(f"{what} of {v.dtype} is not supported (float32; float16 and computed float64 values "
+                       "are read as float32)")
+    return v
+
+
 # ---------------------------------------------------------------- trivial and constants
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from . import symbolic as S
 from .graph import Value
 from .onnx_import import NodeCtx, handler
-from .onnx_ops import _UNARY, binary, norm_axis, spec, transpose, unary
+from .onnx_ops import _UNARY, binary, float32_input, norm_axis, spec, transpose, unary
 
 F32 = np.dtype(np.float32)
 
@@ -25,17 +25,11 @@ def _slice_last(ctx: NodeCtx, x: Value, start: int, end: int, step: int = 1) -> 
     return ctx.call("Slice", [x, ctx.const([start]), ctx.const([end]), ctx.const([-1]), ctx.const([step])])[0]
 
 
-def _float_input(ctx: NodeCtx, v: Optional[Value], what: str) -> Optional[Value]:
-    if v is not None and v.dtype != F32:
-        raise ctx.fail(f"{what} of {v.dtype} is not supported (float32, or float16 computed as float32)")
-    return v
-
-
 @handler("RMSNormalization")
 def _rms_normalization(ctx: NodeCtx, ins):
     """y = x / sqrt(mean(x², axes [axis:]) + epsilon) · scale."""
     ctx.require_attrs(("axis", "epsilon", "stash_type"))
-    x, scale = _float_input(ctx, ins[0], "X"), _float_input(ctx, ins[1], "scale")
+    x, scale = float32_input(ctx, ins[0], "X"), float32_input(ctx, ins[1], "scale")
     axis = norm_axis(ctx, int(ctx.attr("axis", -1)), x.rank)
     axes = list(range(axis, x.rank))
     sq = binary(ctx, "Mul", x, x, ctx.b.fresh(ctx.name + ".sq"))
@@ -55,7 +49,7 @@ def _rotary_embedding(ctx: NodeCtx, ins):
     position_ids): the first rotary_embedding_dim values of each head rotate in halves or, with
     interleaved, in (even, odd) pairs; the rest pass through."""
     ctx.require_attrs(("interleaved", "num_heads", "rotary_embedding_dim"))
-    x, cos, sin = (_float_input(ctx, v, w) for v, w in zip(ins[:3], ("X", "cos_cache", "sin_cache")))
+    x, cos, sin = (float32_input(ctx, v, w) for v, w in zip(ins[:3], ("X", "cos_cache", "sin_cache")))
     pos = ins[3] if len(ins) > 3 else None
     if x.rank == 4:
         xs = transpose(ctx, x, [0, 2, 1, 3], ctx.b.fresh(ctx.name + ".bshd"))
@@ -122,9 +116,9 @@ def _attention(ctx: NodeCtx, ins):
     query i sees key j iff j <= i + nonpad_kv_seqlen[b] - Sq."""
     ctx.require_attrs(("is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
                        "softmax_precision", "left_window_size", "right_window_size"))
-    q, k, v = (_float_input(ctx, x, w) for x, w in zip(ins[:3], ("Q", "K", "V")))
+    q, k, v = (float32_input(ctx, x, w) for x, w in zip(ins[:3], ("Q", "K", "V")))
     opt = lambda i: ins[i] if len(ins) > i else None  # noqa: E731
-    mask, past_k, past_v = opt(3), _float_input(ctx, opt(4), "past_key"), _float_input(ctx, opt(5), "past_value")
+    mask, past_k, past_v = opt(3), float32_input(ctx, opt(4), "past_key"), float32_input(ctx, opt(5), "past_value")
     nonpad = opt(6)
     if nonpad is not None and (nonpad.dtype != np.int64 or nonpad.rank != 1):
         raise ctx.fail(f"nonpad_kv_seqlen must be int64 [batch], got {nonpad.dtype} {list(nonpad.shape)}")
@@ -177,7 +171,7 @@ def _attention(ctx: NodeCtx, ins):
             bias = ctx.call("Where", [mask, zero, neg_inf])[0]
             can_empty = True
         else:
-            bias = _float_input(ctx, mask, "attn_mask")
+            bias = float32_input(ctx, mask, "attn_mask")
     sq, total = qh.shape[2], kh.shape[2]
     if nonpad is not None:  # a cache of fixed length (TensorScatter): keys from nonpad_kv_seqlen[b] on are padding
         cols = ctx.arange(total)

@@ -8,20 +8,10 @@ import numpy as np
 from . import symbolic as S
 from .graph import NRV_DTYPES, Value
 from .onnx_import import NodeCtx, handler
-from .onnx_ops import spec
+from .onnx_ops import float32_input, spec
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
-
-
-def _float32_input(ctx: NodeCtx, v: Value, what: str) -> Value:
-    """v as the float32 the native op reads: float16 inputs and the float64 values the model
-    computes arrive widened or rounded to float32 (Importer.as_float32); a float64 graph input
-    is kept as fed, its values possibly past float32's range, so it is refused."""
-    if v.dtype != F32:
-        raise ctx.fail(f"{what} of {v.dtype} is not supported (float32, or float16 and computed float64 values, "
-                       "which nerve reads as float32)")
-    return v
 
 
 @handler("Det")
@@ -29,7 +19,7 @@ def _det(ctx: NodeCtx, ins):
     """Determinants of the [..., M, M] input's matrices: LU with partial pivoting in double,
     rounded once to float32 (onnxruntime's is Eigen's LU in float32). M = 0 gives 1."""
     ctx.require_attrs(())
-    x = _float32_input(ctx, ins[0], "X")
+    x = float32_input(ctx, ins[0], "X")
     if x.rank < 2:
         raise ctx.fail(f"X must have rank 2 or more ([..., M, M]), got {list(x.shape)}")
     m, n = x.shape[-2], x.shape[-1]
@@ -92,8 +82,8 @@ def _max_roi_pool(ctx: NodeCtx, ins):
     [num_rois, C, ph, pw]; num_rois may be a run-time size, the batch indices are checked at
     run time."""
     ctx.require_attrs(("pooled_shape", "spatial_scale"))
-    x = _float32_input(ctx, ins[0], "X")
-    rois = _float32_input(ctx, ins[1], "rois")
+    x = float32_input(ctx, ins[0], "X")
+    rois = float32_input(ctx, ins[1], "rois")
     pooled = ctx.attr("pooled_shape")
     if pooled is None or len(pooled) != 2 or any(int(p) < 1 for p in pooled):
         raise ctx.fail(f"pooled_shape must be two positive integers [height, width], got {pooled}")

@@ -8,13 +8,11 @@ such a state between runs, so a model streams chunk by chunk."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from . import symbolic as S
 from .onnx_import import NodeCtx, handler
-from .onnx_ops import _index_input, norm_axis, spec
+from .onnx_ops import _index_input, float32_input, norm_axis, spec
 
 F32 = np.dtype(np.float32)
 _RULES = {"linear": 0, "gated": 1, "delta": 2, "gated_delta": 3}
@@ -28,12 +26,6 @@ def _static(ctx: NodeCtx, d, what: str) -> int:
     if not S.is_static(d):
         raise ctx.fail(f"{what} must be known when the model is compiled, got {d}")
     return int(d)
-
-
-def _float32(ctx: NodeCtx, v: Optional[object], what: str):
-    if v is not None and v.dtype != F32:
-        raise ctx.fail(f"{what} of {v.dtype} is not supported (float32, or float16 computed as float32)")
-    return v
 
 
 @handler("TensorScatter")
@@ -70,8 +62,8 @@ def _causal_conv_with_state(ctx: NodeCtx, ins):
     length; present = the last k - 1 positions of that concatenation (op causal_conv: one
     pass, no concatenated copy)."""
     ctx.require_attrs(("activation",))
-    x, w = _float32(ctx, ins[0], "input"), _float32(ctx, ins[1], "weight")
-    bias, past = _float32(ctx, _opt(ins, 2), "bias"), _float32(ctx, _opt(ins, 3), "past_state")
+    x, w = float32_input(ctx, ins[0], "input"), float32_input(ctx, ins[1], "weight")
+    bias, past = float32_input(ctx, _opt(ins, 2), "bias"), float32_input(ctx, _opt(ins, 3), "past_state")
     act = ctx.attr("activation", "none")
     if act not in ("none", "silu", "swish"):
         raise ctx.fail(f"activation {act!r} is not 'none', 'silu' or 'swish'")
@@ -98,8 +90,8 @@ def _linear_attention(ctx: NodeCtx, ins):
     """The recurrence over the tokens, one state [dk, dv] per batch and key/value head (op
     linear_attention); the shapes are checked here and again each run."""
     ctx.require_attrs(("chunk_size", "kv_num_heads", "q_num_heads", "scale", "update_rule"))
-    q, k, v = (_float32(ctx, ins[i], n) for i, n in enumerate(("query", "key", "value")))
-    past, decay, beta = (_float32(ctx, _opt(ins, i), n) for i, n in ((3, "past_state"), (4, "decay"), (5, "beta")))
+    q, k, v = (float32_input(ctx, ins[i], n) for i, n in enumerate(("query", "key", "value")))
+    past, decay, beta = (float32_input(ctx, _opt(ins, i), n) for i, n in ((3, "past_state"), (4, "decay"), (5, "beta")))
     rule = ctx.attr("update_rule", "gated_delta")
     if rule not in _RULES:
         raise ctx.fail(f"update_rule {rule!r} is not one of {sorted(_RULES)}")

@@ -141,51 +141,53 @@ def _replace_output(op: Op, new_out: Value) -> None:
     new_out.producer = op
 
 
-def _channel_bias(conv: Op, c: Optional[np.ndarray]) -> Optional[np.ndarray]:
+def _channel_bias(conv: Op, c: np.ndarray) -> Optional[np.ndarray]:
     """c as the [M] bias of conv's output [N, M, *spatial] when c is constant along every axis
     but the channel one (shapes [M, 1, ...] or [1, M, 1, ...], right-aligned), else None."""
     out = conv.outputs[0]
     m = conv.inputs[1].shape[0]
-    if c is None or not S.is_static(m) or c.ndim > out.rank or c.size != int(m):
+    if c.dtype != np.float32 or not S.is_static(m) or c.ndim > out.rank or c.size != int(m):
         return None
     shape = (1,) * (out.rank - c.ndim) + tuple(c.shape)
     if shape[1] != int(m) or any(d != 1 for i, d in enumerate(shape) if i != 1):
         return None
+    return c.reshape(-1)
+
+
+def _feature_bias(linear: Op, c: np.ndarray) -> Optional[np.ndarray]:
+    """c as the [N] bias of a linear's output [..., N]: a vector along the last axis."""
+    n = int(linear.inputs[1].shape[0])
+    if c.size != n or c.shape[-1:] != (n,):
+        return None
     return c.reshape(-1).astype(np.float32)
 
 
+# op type -> (iattr index of its fused activation, the Add's constant as its bias or None)
+_BIAS_OF_ADD = {"linear": (0, _feature_bias), "conv": (2, _channel_bias)}
+
+
 def fuse_bias(prog: Program) -> bool:
+    """A linear or conv without bias (nor activation) whose only reader Adds a constant along
+    its output features (a linear's last axis, a conv's channels) takes that constant as its
+    bias; the activation after the Add can then fuse too (fuse_activation)."""
     uses = _Uses(prog)
     changed = False
     for op in list(prog.ops):
-        if op.type == "conv" and (len(op.inputs) < 3 or op.inputs[2] is None) and op.iattr[2] == 0 \
-                and len(op.inputs) <= 3 and op.outputs[0].dtype == np.float32:
-            add = uses.only_reader(op.outputs[0])
-            if add is None or add.type != "binary" or add.iattr[0] != _ADD or len(add.inputs) != 2:
-                continue
-            other = add.inputs[1] if add.inputs[0] is op.outputs[0] else add.inputs[0]
-            bias = _channel_bias(op, other.const if other is not None and other.dtype == np.float32 else None)
-            if bias is None or list(add.outputs[0].shape) != list(op.outputs[0].shape):
-                continue
-            # the Add's constant becomes the conv's bias, added in its epilogue with any activation
-            op.inputs[2:] = [Value(other.name + ".bias", np.float32, (bias.size,), const=bias)]
-            op.name = op.name + "+" + add.name
-            _replace_output(op, add.outputs[0])
-            prog.ops.remove(add)
-            changed = True
+        if op.type not in _BIAS_OF_ADD or len(op.inputs) > 3 or (len(op.inputs) == 3 and op.inputs[2] is not None):
             continue
-        if op.type != "linear" or op.inputs[2] is not None or op.iattr[0] != 0:
+        act_at, as_bias = _BIAS_OF_ADD[op.type]
+        if op.iattr[act_at] != 0:
             continue
         add = uses.only_reader(op.outputs[0])
-        if add is None or add.type != "binary" or add.iattr[0] != 0:
+        if add is None or add.type != "binary" or add.iattr[0] != _ADD or len(add.inputs) != 2:
             continue
         other = add.inputs[1] if add.inputs[0] is op.outputs[0] else add.inputs[0]
-        n = op.inputs[1].shape[0]
-        if other is None or other.const is None or other.const.size != int(n):
+        if other is None or other.const is None or list(add.outputs[0].shape) != list(op.outputs[0].shape):
             continue
-        if list(add.outputs[0].shape) != list(op.outputs[0].shape) or other.const.shape[-1:] != (int(n),):
+        bias = as_bias(op, other.const)
+        if bias is None:
             continue
-        op.inputs[2] = Value(other.name + ".bias", np.float32, (int(n),), const=other.const.reshape(-1).astype(np.float32))
+        op.inputs[2:] = [Value(other.name + ".bias", np.float32, (bias.size,), const=bias)]
         op.name = op.name + "+" + add.name
         _replace_output(op, add.outputs[0])
         prog.ops.remove(add)
