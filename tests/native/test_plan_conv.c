@@ -400,6 +400,19 @@ static void test_conv_variant(const char *variant) {
                variant);
     conv_check((conv_case[]){conv_1d(1, 6, 6, 6, 37, 7, 1, 1, 3, 3, NRV_PLAN_ACT_NONE, 1)}, variant);
     conv_check((conv_case[]){conv_1d(2, 4, 4, 4, 3, 3, 1, 2, 2, 0, NRV_PLAN_ACT_NONE, 1)}, variant);
+    /* column stride 2 (both column phases filled from one pass over each x row): every left
+     * pad 0-3 (x's even columns land in phase 0 or 1, shifted by 0-2), even and odd widths
+     * so the last pair is whole or cut, rows long enough for the 4-pair vector steps, a
+     * dilated kernel, and a row stride of 2 or 1 */
+    for (int64_t pl = 0; pl <= 3; pl++)
+        for (int64_t iw = 30; iw <= 31; iw++) {
+            conv_check((conv_case[]){conv_2d(1, 3, 5, 1, 7, iw, 3, 3, 2, 2, 1, 1, 1, pl, 1, 3 - pl,
+                                             NRV_PLAN_ACT_NONE, 1)},
+                       variant);
+            conv_check((conv_case[]){conv_2d(1, 2, 4, 1, 6, iw, 2, 5, 1, 2, 1, 2, 0, pl, 2, pl,
+                                             NRV_PLAN_ACT_RELU, 0)},
+                       variant);
+        }
     /* every fused activation on one case */
     for (int act = 0; act <= NRV_PLAN_ACT_LAST; act++)
         conv_check((conv_case[]){conv_1d(1, 5, 7, 1, 12, 3, 1, 2, 2, 1, act, 1)}, variant);
