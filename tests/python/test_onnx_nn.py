@@ -814,6 +814,19 @@ RESIZE_CASES = [
     ((2, 3, 11), dict(mode="linear"), [1, 2.0, 0.5], None, 13),       # a channel axis too
     ((1, 2, 4, 6), dict(mode="linear", axes=[2, 3], coordinate_transformation_mode="half_pixel_symmetric"),
      None, [7, 5], 19),
+    # nearest over the last two axes runs in one pass: 2x repeats (vector steps and tails,
+    # odd widths), other whole factors, the width or the height alone, half_pixel's 2x
+    # (the same repeat), a rank-2 and a rank-5 tensor
+    ((2, 3, 6, 37), dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+     [1, 1, 2, 2], None, 13),
+    ((1, 2, 5, 9), dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+     [1, 1, 3, 3], None, 13),
+    ((1, 2, 5, 21), dict(mode="nearest"), [1, 1, 1, 2], None, 13),
+    ((1, 2, 5, 21), dict(mode="nearest"), [1, 1, 2, 1], None, 13),
+    ((1, 2, 7, 19), dict(mode="nearest"), [1, 1, 2, 2], None, 13),
+    ((7, 13), dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+     [2, 2], None, 13),
+    ((2, 1, 2, 3, 11), dict(mode="nearest", nearest_mode="floor"), None, [2, 1, 2, 5, 20], 13),
     ((1, 1, 3, 4), dict(mode="nearest"), [1, 1, 2, 3], None, 10),     # Resize-10: asymmetric, legacy rounding
     ((1, 1, 6, 8), dict(mode="nearest"), [1, 1, 0.5, 0.4], None, 10),
     ((1, 1, 3, 4), dict(mode="linear"), [1, 1, 2, 2], None, 10),
