@@ -728,6 +728,10 @@ CONVT_CASES = [
     ((2, 3, 5, 7), (3, 4, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]), True),
     ((1, 6, 4, 5), (6, 2, 3, 2), dict(group=3, dilations=[2, 1], strides=[1, 3], pads=[0, 1, 2, 0]), True),
     ((1, 4, 13), (4, 5, 4), dict(strides=[4]), False),                # the usual 1-D upsampler, k == s
+    # kernel == stride in 2-D (U-Net and DB-head upsampling): the taps tile y, written once
+    ((2, 3, 5, 11), (3, 4, 2, 2), dict(strides=[2, 2]), True),        # 2 x 4-pair steps and a tail
+    ((1, 4, 3, 4), (4, 2, 2, 3), dict(strides=[2, 3], group=2), False),
+    ((1, 2, 4, 6), (2, 3, 3, 3), dict(strides=[3, 3]), True),
     ((2, 5, 9), (5, 1, 5), dict(group=5, strides=[2], pads=[2, 2], output_padding=[1]), True),  # depthwise
     ((1, 3, 6, 5), (3, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER"), True),
     ((1, 3, 6, 5), (3, 2, 4, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER"), False),
