@@ -491,7 +491,7 @@ void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 
 /* nrv_gemm_panels (kernels.h): a conv with its weight in panels, output channels as the
  * vector lanes. For each panel of 64 channels and block of PANEL_NP positions, depth
- * blocks of PANEL_KC (the panel's KC x 64 floats, 32 KiB, stay in L1 while every row tile
+ * blocks of CONV_PANEL_KC (the panel's KC x 64 floats, 16 or 32 KiB, stay in L1 while every row tile
  * of positions passes over them), a micro-tile of PANEL_MR positions x PANEL_SUB channels
  * in registers, each position's input value broadcast from its own base pointer (so a
  * tile never crosses into junk columns); the block's products gather in ct [positions][64]
@@ -507,6 +507,15 @@ void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 #endif
 #define PANEL_SUB (PANEL_NRV * VL) /* channels per micro-tile: 16 (AVX2) or 64 */
 #define PANEL_KC 128
+/* The conv kernel's depth blocks. AVX2: 64 rows of a 64-wide panel are 16 KiB, which stay
+ * in L1 with the positions' inputs; 128 (32 KiB, all of a Zen 3 L1) measured 3-5% slower
+ * on PP-OCRv6's 1x1 and stride-2 3x3 convs, 32 slower again, 3x3 stride-1 convs the same.
+ * AVX-512 keeps 128 (not measured again; its cores have 48 KiB of L1). */
+#if VL == 8
+#define CONV_PANEL_KC 64
+#else
+#define CONV_PANEL_KC PANEL_KC
+#endif
 #define PANEL_NP 120 /* positions per block: ct is PANEL_NP x 64 floats (30 KiB) on the stack */
 _Static_assert(NRV_PANEL_ALIGN % VL == 0 && NRV_PANEL_COLS % PANEL_SUB == 0, "panel widths are whole micro-tiles");
 _Static_assert(PANEL_NP % 8 == 0, "the epilogue transposes 8 positions at a time");
@@ -588,8 +597,8 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
             const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
             nrv_panel_bases(x, q0 + b0, nb, ow, pw, base);
             const int64_t tiles = gemm_row_tiles(nb);
-            for (int64_t pc = 0; pc < k; pc += PANEL_KC) {
-                const int64_t kc = k - pc < PANEL_KC ? k - pc : PANEL_KC;
+            for (int64_t pc = 0; pc < k; pc += CONV_PANEL_KC) {
+                const int64_t kc = k - pc < CONV_PANEL_KC ? k - pc : CONV_PANEL_KC;
                 for (int64_t s0 = 0; s0 < width; s0 += PANEL_SUB) {
                     const int nv = (int)((width - s0) / VL < PANEL_NRV ? (width - s0) / VL : PANEL_NRV);
                     for (int64_t t = 0; t < tiles; t++) {
