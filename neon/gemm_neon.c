@@ -256,7 +256,8 @@ static inline float32x4_t panel_act4(const nrv_panels_act *act, float32x4_t t) {
 
 void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
                           const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
-                          const nrv_panels_act *act) {
+                          const nrv_panels_act *act, int pointwise) {
+    (void)pointwise; /* every NEON conv path cuts the depth at 128 (PANEL_KC = GEMM_KC) */
     if (k == 0) {
         for (int64_t j = 0; j < m; j++)
             for (int64_t i = 0; i < np; i++) y[j * ldy + i] = nrv_panels_act_apply(act, bias ? bias[j] : 0.0f);

@@ -32,7 +32,7 @@ void nrv_gemm_implicit_neon(int64_t m, int64_t n, int64_t k, const float *a, int
                             const int64_t *b_row_off, float *c, int64_t ldc);
 void nrv_gemm_panels_neon(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
                           const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
-                          const nrv_panels_act *act);
+                          const nrv_panels_act *act, int pointwise);
 void nrv_linear_panels_neon(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma,
                             const float *beta, float eps, const float *wp, int64_t m, const float *bias, float *y,
                             int64_t ldy);

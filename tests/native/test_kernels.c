@@ -677,10 +677,10 @@ static void test_gemm_panels(void) {
         const nrv_panels_act acts[2] = {{NRV_PANELS_RELU, 0.0f, 0.0f}, {NRV_PANELS_CLIP, -0.37f, 0.41f}};
         const nrv_panels_act *act = t % 3 == 0 ? NULL : &acts[t % 3 - 1];
         if (t == 4 || t == 8) X.p[off[0] + (q0 / ow) * pw + q0 % ow] = NAN; /* the first position's first tap */
-        panels(np, m, k, X.p, q0, ow, pw, off, wp, bias, Y.p, ldy, act);
+        panels(np, m, k, X.p, q0, ow, pw, off, wp, bias, Y.p, ldy, act, (int)(t % 2));
         const int64_t half = np / 2; /* the same positions in two calls */
-        panels(half, m, k, X.p, q0, ow, pw, off, wp, bias, Y2.p, ldy, act);
-        panels(np - half, m, k, X.p, q0 + half, ow, pw, off, wp, bias, Y2.p + half, ldy, act);
+        panels(half, m, k, X.p, q0, ow, pw, off, wp, bias, Y2.p, ldy, act, (int)(t % 2));
+        panels(np - half, m, k, X.p, q0 + half, ow, pw, off, wp, bias, Y2.p + half, ldy, act, (int)(t % 2));
         double err = 0.0;
         int64_t wi = 0, wj = 0;
         int pad_broken = 0, split_differs = 0;

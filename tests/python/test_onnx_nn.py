@@ -1065,6 +1065,7 @@ def test_pad_from_shape_arithmetic(tmp_path, rng, legacy):
     (8, 24, 1, (20, 21), 1, "Relu", "pointwise: the GEMM on x, its epilogue"),
     (16, 16, 3, (9, 11), 1, "Relu", "direct (implicit GEMM), junk columns dropped into y"),
     (96, 64, 1, (14, 13), 1, None, "pointwise with few positions: weight panels"),
+    (200, 48, 1, (9, 10), 1, "Relu", "depth 200: the panels' and the GEMM's depth blocks differ"),
     (32, 32, 3, (12, 12), 1, "Clip", "3x3 on weight panels"),
     (24, 24, 3, (7, 9), 24, "Relu", "depthwise: the sum in a pass after the path"),
     (6, 10, 3, (3, 3), 1, "LeakyRelu", "few positions: the rows path, then the sum"),

@@ -54,7 +54,8 @@ void nrv_panels_pack_t(const float *wt, int64_t m, int64_t k, int64_t ldwt, floa
 
 void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
                          const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
-                         const nrv_panels_act *act) {
+                         const nrv_panels_act *act, int pointwise) {
+    (void)pointwise; /* one sum over all of k, as the reference GEMMs */
     for (int64_t i = 0; i < np; i++) {
         const int64_t q = q0 + i;
         const float *base = x + q / ow * pw + q % ow;

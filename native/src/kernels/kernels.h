@@ -277,9 +277,13 @@ static inline float nrv_panels_act_apply(const nrv_panels_act *act, float t) {
     t = t < act->lo ? act->lo : t;
     return t > act->hi ? act->hi : t;
 }
+/* pointwise: the conv is 1x1 without stride or padding (x read in place). A kernel that
+ * cuts the depth into blocks cuts it as the variant's plain conv path then does (the GEMM on
+ * x when pointwise, else the implicit GEMM), so a conv gives the same bits on either path:
+ * a conv fused with its residual sum (panels) equals the unfused ops (plain conv, then Add). */
 typedef void (*nrv_gemm_panels_fn)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow,
                                    int64_t pw, const int64_t *k_off, const float *wp, const float *bias, float *y,
-                                   int64_t ldy, const nrv_panels_act *act);
+                                   int64_t ldy, const nrv_panels_act *act, int pointwise);
 
 /* A linear layer on a weight in panels (op "linear_panels"; the weight packed once at
  * compile time): y[r·ldy + j] = bias[j] (0 when NULL) + Σ_{p<k} x̂(r, p)·W(j, p), r < rows,
@@ -604,7 +608,7 @@ void nrv_gemm_implicit_ref(int64_t m, int64_t n, int64_t k, const float *a, int6
                            const int64_t *b_row_off, float *c, int64_t ldc);
 void nrv_gemm_panels_ref(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
                          const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
-                         const nrv_panels_act *act);
+                         const nrv_panels_act *act, int pointwise);
 void nrv_linear_panels_ref(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma, const float *beta,
                            float eps, const float *wp, int64_t m, const float *bias, float *y, int64_t ldy);
 void nrv_gelu_ref(const float *x, int64_t n, float *y);

@@ -817,7 +817,7 @@ static void conv_panels_task(void *ctx, int64_t t) {
     for (int64_t q0 = q_begin; q0 < end; q0 += chunk) {
         const int64_t np = end - q0 < chunk ? end - q0 : chunk;
         kernel(np, mo, k, j->x, q0, j->ow, j->pw, j->k_off, j->wp + m0 * k, j->bias ? j->bias + m0 : NULL,
-               j->yg + m0 * p + q0, p, in_kernel ? &fused : NULL);
+               j->yg + m0 * p + q0, p, in_kernel ? &fused : NULL, j->g->pointwise);
         if (!in_kernel && (j->act != NRV_PLAN_ACT_NONE || j->sum))
             for (int64_t m = m0; m < m0 + mo; m++) /* act checked by conv_run */
                 (void)nrv_plan_epilogue(j->a, j->act, j->p0, j->p1, NULL, j->sum ? j->sum + m * p + q0 : NULL,

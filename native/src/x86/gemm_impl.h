@@ -70,6 +70,18 @@
 #endif
 #endif
 #define GEMM_NR (GEMM_NRV * VL)
+/* Depth blocks of the implicit GEMM (a conv over its phase planes) and of the weight-panel
+ * conv kernel unless pointwise (which cuts as GEMM_KC, as the GEMM on x does: the two paths
+ * of a conv give the same bits, kernels.h nrv_gemm_panels_fn). AVX2: 64. A stride-2 conv's
+ * rows come from four phase planes, six row runs per input channel instead of three, and
+ * 128 of them overflowed a Zen 3 core's 32 KiB L1 (3x3 s2 48 -> 24 at 160 x 240: 3.5 ->
+ * 3.2 ms; stride-1 convs the same); on the panels, 128 rows of 64 channels are all of it (3x3
+ * s2 96 -> 48 at 24 x 160: 1057 -> 1010 us). AVX-512 keeps GEMM_KC (48 KiB L1; not re-measured). */
+#if VL == 8
+#define GEMM_IMPLICIT_KC 64
+#else
+#define GEMM_IMPLICIT_KC GEMM_KC
+#endif
 
 /* Rows whose layernorm statistics are kept at once (fused op): 2 floats each. */
 #define GEMM_LN_ROWS 256
@@ -439,11 +451,7 @@ void X86FN(nrv_x86_gemm_driver)(const nrv_x86_gemm_args *g) {
 /* Implicit GEMM (nrv_gemm_implicit_fn): no packing at all. B's rows are read in place
  * from their offsets, A's rows in place; panels of NC columns, depth blocks of KC, the
  * row tiles of gemm_blocked. A convolution's B rows are one plane at shifted offsets, so
- * a KC block of them spans a few KiB of the plane, which stays in L1 across the tiles.
- * Its depth blocks are half GEMM_KC: a stride-2 conv's rows come from four phase planes,
- * six row runs per input channel instead of three, and 128 of them overflowed L1 (a 3x3
- * stride-2 conv 48 -> 24 at 160 x 240 on a Zen core: 3.5 -> 3.2 ms; stride-1 convs the same). */
-#define GEMM_IMPLICIT_KC (GEMM_KC / 2)
+ * a KC block of them spans a few KiB of the plane, which stays in L1 across the tiles. */
 void X86FN(nrv_gemm_implicit)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                               const int64_t *b_row_off, float *c, int64_t ldc) {
     if (k == 0) {
@@ -491,8 +499,8 @@ void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 
 /* nrv_gemm_panels (kernels.h): a conv with its weight in panels, output channels as the
  * vector lanes. For each panel of 64 channels and block of PANEL_NP positions, depth
- * blocks of CONV_PANEL_KC (the panel's KC x 64 floats, 16 or 32 KiB, stay in L1 while every row tile
- * of positions passes over them), a micro-tile of PANEL_MR positions x PANEL_SUB channels
+ * blocks (GEMM_IMPLICIT_KC, or GEMM_KC when pointwise: the panel's KC x 64 floats stay in
+ * L1 while every row tile of positions passes over them), a micro-tile of PANEL_MR positions x PANEL_SUB channels
  * in registers, each position's input value broadcast from its own base pointer (so a
  * tile never crosses into junk columns); the block's products gather in ct [positions][64]
  * and go to y transposed, 8 x 8 at a time, with the bias. Against the implicit GEMM (W as
@@ -507,15 +515,6 @@ void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 #endif
 #define PANEL_SUB (PANEL_NRV * VL) /* channels per micro-tile: 16 (AVX2) or 64 */
 #define PANEL_KC 128
-/* The conv kernel's depth blocks. AVX2: 64 rows of a 64-wide panel are 16 KiB, which stay
- * in L1 with the positions' inputs; 128 (32 KiB, all of a Zen 3 L1) measured 3-5% slower
- * on PP-OCRv6's 1x1 and stride-2 3x3 convs, 32 slower again, 3x3 stride-1 convs the same.
- * AVX-512 keeps 128 (not measured again; its cores have 48 KiB of L1). */
-#if VL == 8
-#define CONV_PANEL_KC 64
-#else
-#define CONV_PANEL_KC PANEL_KC
-#endif
 #define PANEL_NP 120 /* positions per block: ct is PANEL_NP x 64 floats (30 KiB) on the stack */
 _Static_assert(NRV_PANEL_ALIGN % VL == 0 && NRV_PANEL_COLS % PANEL_SUB == 0, "panel widths are whole micro-tiles");
 _Static_assert(PANEL_NP % 8 == 0, "the epilogue transposes 8 positions at a time");
@@ -580,7 +579,7 @@ static inline __m256 panel_act8(const nrv_panels_act *act, __m256 t) {
 
 void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow, int64_t pw,
                             const int64_t *k_off, const float *wp, const float *bias, float *y, int64_t ldy,
-                            const nrv_panels_act *act) {
+                            const nrv_panels_act *act, int pointwise) {
     if (k == 0) {
         for (int64_t j = 0; j < m; j++)
             for (int64_t i = 0; i < np; i++) y[j * ldy + i] = nrv_panels_act_apply(act, bias ? bias[j] : 0.0f);
@@ -588,6 +587,7 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
     }
     _Alignas(64) float ct[PANEL_NP * NRV_PANEL_COLS];
     const float *base[PANEL_NP];
+    const int64_t kc_step = pointwise ? GEMM_KC : GEMM_IMPLICIT_KC;
     /* panels outer: a panel (K x 64 floats) is streamed from memory once and re-read from
      * L2 for each block of positions, whose input rows stay in L2 across the panels */
     for (int64_t j0 = 0; j0 < m; j0 += NRV_PANEL_COLS) {
@@ -597,8 +597,8 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
             const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
             nrv_panel_bases(x, q0 + b0, nb, ow, pw, base);
             const int64_t tiles = gemm_row_tiles(nb);
-            for (int64_t pc = 0; pc < k; pc += CONV_PANEL_KC) {
-                const int64_t kc = k - pc < CONV_PANEL_KC ? k - pc : CONV_PANEL_KC;
+            for (int64_t pc = 0; pc < k; pc += kc_step) {
+                const int64_t kc = k - pc < kc_step ? k - pc : kc_step;
                 for (int64_t s0 = 0; s0 < width; s0 += PANEL_SUB) {
                     const int nv = (int)((width - s0) / VL < PANEL_NRV ? (width - s0) / VL : PANEL_NRV);
                     for (int64_t t = 0; t < tiles; t++) {

@@ -52,7 +52,7 @@ typedef struct nrv_x86_gemm_args {
                                  const int64_t *b_row_off, float *c, int64_t ldc);                           \
     void nrv_gemm_panels_##isa(int64_t np, int64_t m, int64_t k, const float *x, int64_t q0, int64_t ow,       \
                                int64_t pw, const int64_t *k_off, const float *wp, const float *bias, float *y, \
-                               int64_t ldy, const nrv_panels_act *act);                                      \
+                               int64_t ldy, const nrv_panels_act *act, int pointwise);                       \
     void nrv_linear_panels_##isa(const float *x, int64_t rows, int64_t ldx, int64_t k, const float *gamma,     \
                                  const float *beta, float eps, const float *wp, int64_t m, const float *bias,  \
                                  float *y, int64_t ldy);                                                     \
