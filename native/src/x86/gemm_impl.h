@@ -500,10 +500,11 @@ void X86FN(nrv_gemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 /* nrv_gemm_panels (kernels.h): a conv with its weight in panels, output channels as the
  * vector lanes. For each panel of 64 channels and block of PANEL_NP positions, depth
  * blocks (GEMM_IMPLICIT_KC, or GEMM_KC when pointwise: the panel's KC x 64 floats stay in
- * L1 while every row tile of positions passes over them), a micro-tile of PANEL_MR positions x PANEL_SUB channels
- * in registers, each position's input value broadcast from its own base pointer (so a
- * tile never crosses into junk columns); the block's products gather in ct [positions][64]
- * and go to y transposed, 8 x 8 at a time, with the bias. Against the implicit GEMM (W as
+ * L1 while every row tile of positions passes over them), a micro-tile of PANEL_MR
+ * positions x PANEL_SUB channels in registers, each position's input value broadcast from
+ * its own base pointer (so a tile never crosses into junk columns); the block's products
+ * gather in ct [positions][64] and go to y transposed, 8 x 8 at a time, with the bias.
+ * Against the implicit GEMM (W as
  * the broadcast side, read in place from rows 4.6 KiB apart; the plane as unaligned
  * vector loads, junk columns computed) this streams W once in order and loads it aligned:
  * bench/RESULTS.md, stop 23. */
