@@ -133,7 +133,7 @@ def _cmd_bench(args) -> int:
     state = mt.parse_assignments(args.state, "--state") if args.state else mt.default_state(specs)
     result = mt.bench_model(args.target, feeds, dims, args.vs, threads=args.threads,
                             seconds=1.0 if args.quick else 4.0, repeat=args.repeat or (3 if args.quick else 7),
-                            state=state)
+                            state=state, profile=args.profile)
     print(json.dumps(result, indent=2) if args.json else mt.format_bench(result))
     return 0
 
@@ -322,6 +322,9 @@ def _parser() -> argparse.ArgumentParser:
                             "image's height and width, 16 otherwise)")
     bench.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     bench.add_argument("--threads", type=int, default=1, help="threads for both runtimes (default 1)")
+    bench.add_argument("--profile", nargs="?", const=15, default=0, type=int, metavar="N",
+                       help="model: after the timing, where a run's time goes: per op type and the N slowest ops "
+                            "(default 15) from nerve's per-op counters and, with --vs onnxruntime, its own profiler")
     bench.add_argument("--state", action="append", metavar="OUTPUT=INPUT",
                        help="also time nerve with this output carried into this input inside the session "
                             "(silero VAD: stateN=state by default)")

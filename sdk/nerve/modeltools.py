@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
 import numpy as np
@@ -136,9 +137,10 @@ def default_state(specs: List[dict]) -> Dict[str, str]:
     return {"stateN": "state"} if _is_silero_vad(specs) else {}
 
 
-def ort_session(model_path, threads: int = 1):
+def ort_session(model_path, threads: int = 1, profile_prefix: Optional[str] = None):
     """An onnxruntime CPU session with `threads` intra-op threads, sequential, quiet: the peer
-    every nerve comparison runs (onnxruntime is a test/bench dependency only)."""
+    every nerve comparison runs (onnxruntime is a test/bench dependency only). profile_prefix:
+    its own per-node profiler on, writing there (end_profiling() returns the file)."""
     try:
         import onnxruntime as ort
     except ImportError as exc:
@@ -148,15 +150,77 @@ def ort_session(model_path, threads: int = 1):
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     return ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+
+
+def _profile_summary(rows: List[dict], runs: int, top: int) -> dict:
+    """rows: one per op or node, with its type and total µs over `runs` runs."""
+    by_type: Dict[str, float] = {}
+    for r in rows:
+        r["us"] = r.pop("total_us") / runs
+        by_type[r["type"]] = by_type.get(r["type"], 0.0) + r["us"]
+    rows.sort(key=lambda r: -r["us"])
+    return {"runs": runs, "total_us": sum(by_type.values()),
+            "by_type": [{"type": k, "us": v} for k, v in sorted(by_type.items(), key=lambda kv: -kv[1])],
+            "top": rows[:top]}
+
+
+def profile_nerve(sess, feeds: Mapping[str, np.ndarray], runs: int, top: int) -> dict:
+    """Where a run's time goes in nerve's plan: Session.profile's per-op counters over `runs`
+    runs, in µs per run, totalled by op type (with the kernel variant) and the `top` slowest
+    ops after fusion, each with its output's shape."""
+    sess.run(feeds)
+    sess.profile(True)
+    try:
+        for _ in range(runs):
+            sess.run(feeds)
+        ops, tensors = sess.ops(), sess.tensors()
+    finally:
+        sess.profile(False)
+    rows = [{"type": o["type"] + (f"[{o['kernel']}]" if o["kernel"] else ""), "name": o["name"],
+             "output": tensors[o["outputs"][0]]["shape"] if o["outputs"] else [], "total_us": o["total_ns"] / 1e3}
+            for o in ops]
+    return _profile_summary(rows, runs, top)
+
+
+def profile_onnxruntime(model_path: str, feeds: Mapping[str, np.ndarray], threads: int, runs: int, top: int) -> dict:
+    """The same from onnxruntime's own profiler (enable_profiling: each node's kernel time per
+    run), so the two columns compare op by op: its node names are after its graph
+    optimisations (fused and layout-reordered nodes included)."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        peer = ort_session(model_path, threads, profile_prefix=str(Path(tmp) / "ort"))
+        peer.run(None, dict(feeds))  # warm-up, left out below
+        for _ in range(runs):
+            peer.run(None, dict(feeds))
+        events = json.loads(Path(peer.end_profiling()).read_text())
+    nodes: Dict[str, dict] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        node = nodes.setdefault(e["name"][:-len("_kernel_time")],
+                                {"type": e.get("args", {}).get("op_name", "?"), "times": [],
+                                 "output": [list(v.values())[0] for v in e.get("args", {}).get("output_type_shape", [])
+                                            if v][:1]})
+        node["times"].append(float(e["dur"]))
+    rows = [{"type": n["type"], "name": name, "output": n["output"][0] if n["output"] else [],
+             "total_us": sum(n["times"][-runs:])} for name, n in nodes.items()]
+    return _profile_summary(rows, runs, top)
 
 
 def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], vs: Optional[str],
                 threads: int = 1, seconds: float = 3.0, repeat: int = 7,
-                state: Optional[Mapping[str, str]] = None) -> dict:
+                state: Optional[Mapping[str, str]] = None, profile: int = 0) -> dict:
     """Times Session.run (and onnxruntime's run on the same feeds) in this process. With state
     pairs, nerve is also timed the way a stream runs it: the state stays in the session (not
-    fed, not returned), while onnxruntime feeds and returns it as it must."""
+    fed, not returned), while onnxruntime feeds and returns it as it must. profile > 0: after
+    the timing, where the time goes (profile_nerve, and profile_onnxruntime with the peer),
+    with that many slowest ops listed."""
     from .session import Session
 
     sess = Session(model_path, threads=threads, dims=dims)
@@ -215,7 +279,25 @@ def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[
         if state:
             result["ratio_streaming"] = (result["onnxruntime"]["median_us"]
                                          / result["nerve (state in session)"]["median_us"])
+    if profile > 0:  # after the timing: the profilers' own cost stays out of it
+        runs = max(3, min(50, int(1.0 / max(per["nerve"], 1e-6))))
+        result["profile"] = {"nerve": profile_nerve(sess, feeds, runs, profile)}
+        if vs:
+            result["profile"]["onnxruntime"] = profile_onnxruntime(model_path, feeds, threads, runs, profile)
     return result
+
+
+def format_profile(r: dict) -> List[str]:
+    """The profile part of format_bench: per runtime, µs per run by op type, then the slowest ops."""
+    lines = []
+    for who, p in r.get("profile", {}).items():
+        label = "nerve: ops after fusion, Session.profile" if who == "nerve" else \
+            f"onnxruntime {r.get('onnxruntime_version', '')}: nodes after its optimisations, its own profiler"
+        lines += ["", f"profile, {label} (us per run, {p['runs']} runs; ops total {p['total_us']:.1f} us)"]
+        lines.append("  by type: " + ", ".join(f"{t['type']} {t['us']:.1f}" for t in p["by_type"][:12]))
+        for op in p["top"]:
+            lines.append(f"  {op['us']:10.1f}  {op['type']:<22} {op['name'][:48]:<48} -> {op['output']}")
+    return lines
 
 
 def format_bench(r: dict) -> str:
@@ -234,7 +316,7 @@ def format_bench(r: dict) -> str:
                      "session, onnxruntime feeds and returns it")
     if "max_abs_diff" in r:
         lines.append("max |nerve - onnxruntime|  " + ", ".join(f"{k}: {v:.3g}" for k, v in r["max_abs_diff"].items()))
-    return "\n".join(lines)
+    return "\n".join(lines + format_profile(r))
 
 
 _STORAGE_ORDER = {"arena": 0, "state": 1, "input": 2, "weight": 3}

@@ -202,6 +202,25 @@ def test_cli_plan_run_bench(mlp, tmp_path, capsys):
     assert r["ratio"] > 0 and r["nerve"]["median_us"] > 0 and max(r["max_abs_diff"].values()) < 1e-4
 
 
+def test_cli_bench_profile_sets_nerve_beside_onnxruntime(mlp, capsys):
+    """`nerve bench MODEL --profile N --vs onnxruntime`: per op type and the N slowest ops of
+    each runtime, µs per run, from nerve's per-op counters and onnxruntime's own profiler; the
+    totals by type add up, the ops are the plan's (a linear for the MLP's MatMul + Add)."""
+    assert cli.main(["bench", str(mlp), "--vs", "onnxruntime", "--quick", "--json", "--dim", "n=4",
+                     "--profile", "2"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    ours, peer = r["profile"]["nerve"], r["profile"]["onnxruntime"]
+    for p in (ours, peer):
+        assert p["runs"] >= 3 and 0 < len(p["top"]) <= 2 and p["total_us"] > 0
+        assert abs(sum(t["us"] for t in p["by_type"]) - p["total_us"]) < 1e-6 * p["total_us"] + 1e-9
+        assert [t["us"] for t in p["top"]] == sorted((t["us"] for t in p["top"]), reverse=True)
+    assert ours["top"][0]["type"].startswith("linear") and ours["top"][0]["output"] in ([4, 29], [4, 7])
+    assert any(t["type"] in ("MatMul", "Gemm", "FusedMatMul") for t in peer["by_type"])
+    assert cli.main(["bench", str(mlp), "--quick", "--dim", "n=4", "--profile"]) == 0
+    text = capsys.readouterr().out
+    assert "profile, nerve" in text and "by type:" in text and "onnxruntime" not in text.split("profile, nerve")[1]
+
+
 def test_cli_example_feeds_default_sizes_and_peer_failures(mlp, tmp_path):
     """`nerve bench MODEL` without feeds: a batch or leading axis 1, an image's height and width
     64 (strided backbones want a multiple of 32), any other symbolic size 16; a peer that
