@@ -8,8 +8,6 @@
 #include "neon_common.h"
 #include "neon_kernels.h"
 
-#define LA_MAX_DK 1024
-
 /* Value columns [m0, m0 + 8) of one token; e: the per-row decays or NULL. */
 NRV_NEON_INLINE void la_block8(const nrv_la_problem *p, const nrv_la_token *tk, const float *e, int64_t group,
                                 int64_t m0) {
@@ -72,12 +70,12 @@ NRV_NEON_INLINE void la_block8(const nrv_la_problem *p, const nrv_la_token *tk, 
 }
 
 void nrv_linear_attention_neon(const nrv_la_problem *p, int64_t task) {
-    if (p->gated && p->g_per_key && p->dk > LA_MAX_DK) {
+    if (!nrv_la_decays_fit(p)) {
         nrv_linear_attention_ref(p, task);
         return;
     }
     const int64_t group = p->hq / p->hkv, dk = p->dk, dv = p->dv;
-    float e[LA_MAX_DK];
+    float e[NRV_LA_MAX_DK];
     for (int64_t t = 0; t < p->T; t++) {
         nrv_la_token tk;
         nrv_la_token_at(p, task, t, &tk);

@@ -409,6 +409,12 @@ typedef struct nrv_la_token {
     float beta, head_decay;
 } nrv_la_token;
 void nrv_la_token_at(const nrv_la_problem *p, int64_t task, int64_t t, nrv_la_token *tk);
+/* The vector variants exponentiate a token's per-key decays once into a stack row of
+ * NRV_LA_MAX_DK floats; a problem whose row would not fit runs the reference instead. */
+#define NRV_LA_MAX_DK 1024
+static inline int nrv_la_decays_fit(const nrv_la_problem *p) {
+    return !(p->gated && p->g_per_key) || p->dk <= NRV_LA_MAX_DK;
+}
 /* The reference's work on value columns [m0, m0 + n) of one token, n <= NRV_LA_REF_COLS (the
  * variants' partial last block, where they have no masked vectors). */
 #define NRV_LA_REF_COLS 64

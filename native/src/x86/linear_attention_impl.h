@@ -9,8 +9,6 @@
 #include "simd_math.h"
 #include "x86_kernels.h"
 
-#define LA_MAX_DK 1024 /* per-key decays kept on the stack; a larger head takes the reference */
-
 #define LA_INLINE static inline __attribute__((always_inline))
 
 LA_INLINE vf la_load(const float *p, int full, vtail m) { return full ? vload(p) : vload_tail(p, m); }
@@ -98,12 +96,12 @@ LA_INLINE void la_block(const nrv_la_problem *p, const nrv_la_token *tk, const f
 }
 
 void X86FN(nrv_linear_attention)(const nrv_la_problem *p, int64_t task) {
-    if (p->gated && p->g_per_key && p->dk > LA_MAX_DK) {
+    if (!nrv_la_decays_fit(p)) {
         nrv_linear_attention_ref(p, task);
         return;
     }
     const int64_t group = p->hq / p->hkv, dk = p->dk, dv = p->dv;
-    float e[LA_MAX_DK];
+    float e[NRV_LA_MAX_DK];
     for (int64_t t = 0; t < p->T; t++) {
         nrv_la_token tk;
         nrv_la_token_at(p, task, t, &tk);
