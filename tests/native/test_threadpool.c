@@ -36,7 +36,7 @@ static void task(void *ctx, int64_t t) {
 }
 
 /* Runs `n_jobs` jobs on a pool of `threads`; returns the number of jobs that went wrong. */
-static int stress(int threads, int n_jobs) {
+static int stress(int threads, int n_jobs, int max_spin) {
     nrv_threadpool *pool = NULL;
     NRV_EXPECT_STATUS(nrv_threadpool_create(threads, &pool), NRV_OK);
     NRV_EXPECT(nrv_threadpool_size(pool) == threads, "pool of %d reports %d", threads, nrv_threadpool_size(pool));
@@ -47,7 +47,7 @@ static int stress(int threads, int n_jobs) {
         job *j = &jobs[k & 1];
         const int64_t n = sizes[nrv_test_u64() % (sizeof sizes / sizeof sizes[0])];
         j->id = (uint32_t)k + 1;
-        j->spin = (int)(nrv_test_u64() % 4) * 50;
+        j->spin = (int)(nrv_test_u64() % (uint64_t)(max_spin / 50 + 1)) * 50;
         for (int t = 0; t < MAX_TASKS; t++) {
             atomic_store(&j->runs[t], 0);
             atomic_store(&j->seen_id[t], 0);
@@ -99,8 +99,13 @@ static void test_workers_take_part(void) {
 int main(void) {
     nrv_test_seed(0x7e57);
     for (int threads = 2; threads <= 5; threads++) {
-        const int bad = stress(threads, 4000);
+        const int bad = stress(threads, 4000, 150);
         NRV_EXPECT(bad == 0, "%d of 4000 jobs on %d threads ran a task other than once", bad, threads);
+        /* empty tasks: the caller publishes the next job while workers are still trying to
+         * claim in the last one, the window where a stale claim would land */
+        const int bad_empty = stress(threads, 20000, 0);
+        NRV_EXPECT(bad_empty == 0, "%d of 20000 empty jobs on %d threads ran a task other than once", bad_empty,
+                   threads);
     }
     test_workers_take_part();
     /* one thread: no pool, tasks run in order on the caller */

@@ -14,6 +14,12 @@
  * job number and the next task index share one 64-bit word, claimed by compare-and-swap, and
  * a worker that wakes late finds its job's tasks all claimed (or a newer job) and claims
  * nothing it should not.
+ *
+ * A worker checks a claim against n_tasks before its compare-and-swap, and may read the
+ * next job's n_tasks while the word still names the finished job. So the caller first
+ * closes the finished job's word (task index TASK_CLOSED: past any n_tasks, and no longer
+ * the value a stale compare-and-swap expects), then writes the next job's fields, then
+ * publishes it: a worker that sees the new n_tasks sees the closed word too.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,6 +52,7 @@ struct nrv_threadpool {
 
 #define JOB_OF(word) ((word) >> 32)
 #define TASK_OF(word) ((long long)((word) & 0xffffffffull))
+#define TASK_CLOSED 0xffffffffull /* a job's word once the job is over: nothing to claim */
 
 /* A parallel region of a plan lasts microseconds: waking a sleeping thread through the
  * kernel costs tens of them in a VM. So workers (and the caller, waiting for them) spin on
@@ -68,7 +75,9 @@ static void run_tasks(nrv_threadpool *p, unsigned long long job) {
     unsigned long long word = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
         if (JOB_OF(word) != job) return;
-        const long long t = TASK_OF(word), n_tasks = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+        /* acquire, against the caller's release store: a newer job's n_tasks comes with the
+         * closed word, so the compare-and-swap below fails for it */
+        const long long t = TASK_OF(word), n_tasks = atomic_load_explicit(&p->n_tasks, memory_order_acquire);
         if (t >= n_tasks) return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &word, word + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
@@ -193,12 +202,16 @@ void nrv_parallel_for(nrv_threadpool *p, int64_t n_tasks, nrv_task_fn fn, void *
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t);
         return;
     }
-    /* Every task of the previous job has finished, so no thread reads these now. */
+    /* Every task of the previous job has finished, so no thread runs one of them now; a
+     * worker may still be about to try a claim on that job: close it before touching its
+     * fields (see the top of this file). */
+    const unsigned long long previous = JOB_OF(atomic_load(&p->claim));
+    atomic_store(&p->claim, (previous << 32) | TASK_CLOSED);
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_release);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
-    const unsigned long long job = JOB_OF(atomic_load(&p->claim)) + 1;
+    const unsigned long long job = previous + 1;
     atomic_store(&p->claim, job << 32); /* publishes the job (seq_cst: after the fields) */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->lock);
