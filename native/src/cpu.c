@@ -92,28 +92,37 @@ const char *nrv_cpu_arch(void) { return "other"; }
 #endif /* __x86_64__ / __aarch64__ */
 
 #if defined(__x86_64__)
-/* cpuid leaf 0's vendor string is "AuthenticAMD" (ebx, edx, ecx). */
-static int detect_amd(void) {
+/* An AMD core of Zen 4 or later: cpuid leaf 0's vendor string is "AuthenticAMD" (ebx, edx,
+ * ecx), and leaf 1's family/model (base family 0xF plus the extended family; the extended
+ * model above the base one) is family 19h with model 10h-1Fh or 60h-AFh (Zen 3 is 00h-0Fh and
+ * 20h-5Fh: the split Linux's arch/x86/kernel/cpu/amd.c makes), or family 1Ah and later. */
+static int detect_amd_zen4_or_later(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
-    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+    if (!(b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u)) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned base_family = (a >> 8) & 0xf;
+    const unsigned family = base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family;
+    const unsigned model = ((a >> 4) & 0xf) | (base_family == 0xf ? ((a >> 16) & 0xf) << 4 : 0);
+    if (family == 0x19) return (model >= 0x10 && model <= 0x1f) || (model >= 0x60 && model <= 0xaf);
+    return family >= 0x1a;
 }
 #else
-static int detect_amd(void) { return 0; }
+static int detect_amd_zen4_or_later(void) { return 0; }
 #endif
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static uint64_t detected;
-static int detected_amd;
+static int detected_zen4_or_later;
 
 static void detect_init(void) {
     detected = detect();
-    detected_amd = detect_amd();
+    detected_zen4_or_later = detect_amd_zen4_or_later();
 }
 
-int nrv_cpu_is_amd(void) {
+int nrv_cpu_is_amd_zen4_or_later(void) {
     pthread_once(&detect_once, detect_init);
-    return detected_amd;
+    return detected_zen4_or_later;
 }
 
 uint64_t nrv_cpu_features(void) {

@@ -63,8 +63,8 @@ nrv_status nrv_check_w4_desc(const char *fn, const nrv_w4_weight *w);
 nrv_status nrv_check_layernorm_linear_args(const char *fn, int64_t rows, int64_t in, int64_t out, float eps,
                                           size_t elem_size);
 
-/* Whether the CPU is AMD's (cpu.c; for tunings that differ by vendor). */
-int nrv_cpu_is_amd(void);
+/* Whether the CPU is an AMD Zen 4 or later (cpu.c; for tunings that differ by core). */
+int nrv_cpu_is_amd_zen4_or_later(void);
 
 /* Return-on-error helpers for the public entry points. */
 #define NRV_TRY(expr)                                \

@@ -31,7 +31,13 @@
  *    anyway: on an Intel Xeon KVM guest (AVX-512, 1 GiB table on huge pages, paired with
  *    memcpy in `nerve bench ops`) 8 lines took 4 KiB rows from 0.71-0.77x memcpy to
  *    0.95-0.98x, 16 KiB rows from 0.81-0.88x to 0.94-0.98x, 1 KiB rows 0.64-0.73x to
- *    0.70-0.75x; 4 lines measured the same, 1 line or none lost at 256 B-1 KiB. */
+ *    0.70-0.75x; 4 lines measured the same, 1 line or none lost at 256 B-1 KiB.
+ *  - 4 lines, not 8: on an AMD Zen 3 KVM guest (AVX2, 512 MiB table on huge pages, C
+ *    harness pairing each call with memcpy, 2026-12-07) 4 lines gathered 1 KiB rows at
+ *    9.1-10.4 GB/s against 9.6-10.0 for 8, 2 KiB 11.1-12.0 against 11.3, 4 KiB 13.4-14.2
+ *    against 13.0-13.4; 512 B alike. A core keeps only a few dozen software prefetches in
+ *    flight (L1 miss buffers): the fewer lines each row takes, the more rows are under
+ *    way, and the stream prefetcher, which does not hold those buffers, brings the rest. */
 #ifndef EMB_PREFETCH_AHEAD_BYTES
 #define EMB_PREFETCH_AHEAD_BYTES 16384
 #endif
@@ -39,16 +45,18 @@
 #define EMB_PREFETCH_MAX_ROWS 16
 #endif
 #ifndef EMB_PREFETCH_MAX_LINES
-#define EMB_PREFETCH_MAX_LINES 8
+#define EMB_PREFETCH_MAX_LINES 4
 #endif
-/* AMD (Zen 4 KVM guest, the same bench, 2026-12-05): whole rows, up to 64 lines, beat the
+/* AMD Zen 4 (KVM guest, the same bench, 2026-12-05): whole rows, up to 64 lines, beat the
  * first 8 there: 1 KiB rows 0.45 -> 0.66x memcpy, 4 KiB 0.60 -> 0.63, 16 KiB 0.71 -> 0.74
- * (16 and 32 lines in between); rows of 512 B or less keep the 8-line code (the same lines,
- * but 0.44 -> 0.36 with the longer loop). */
-#ifndef EMB_PREFETCH_LINES_AMD
-#define EMB_PREFETCH_LINES_AMD 64
+ * (16 and 32 lines in between); rows of 512 B or less keep the short code (the same lines,
+ * but 0.44 -> 0.36 with the longer loop). Not on Zen 3, where whole rows ran at 7.7-8.2
+ * GB/s against the 4 lines' 9.1-10.4 at 1 KiB, 9.7 against 13.4-14.2 at 4 KiB, 14.2-14.9
+ * against 15.7-16.6 at 16 KiB (the harness above). */
+#ifndef EMB_PREFETCH_LINES_ZEN4
+#define EMB_PREFETCH_LINES_ZEN4 64
 #endif
-static inline int emb_whole_rows(uint64_t row_bytes) { return row_bytes > 512 && nrv_cpu_is_amd(); }
+static inline int emb_whole_rows(uint64_t row_bytes) { return row_bytes > 512 && nrv_cpu_is_amd_zen4_or_later(); }
 #ifndef EMB_PREFETCH_INSN
 #define EMB_PREFETCH_INSN "prefetcht1"
 #endif
@@ -181,7 +189,7 @@ static inline __attribute__((always_inline)) void emb_gather_tuned(int kind, con
                                                                    float *out) {
     const uint64_t row_bytes = (uint64_t)dim * (kind == EMB_F32 ? 4 : kind == EMB_F16 ? 2 : 1);
     if (emb_whole_rows(row_bytes))
-        emb_gather(kind, EMB_PREFETCH_LINES_AMD, table, row_scales, dim, ids, ids_int64, n_ids, out);
+        emb_gather(kind, EMB_PREFETCH_LINES_ZEN4, table, row_scales, dim, ids, ids_int64, n_ids, out);
     else
         emb_gather(kind, EMB_PREFETCH_MAX_LINES, table, row_scales, dim, ids, ids_int64, n_ids, out);
 }

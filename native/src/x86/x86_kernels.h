@@ -76,9 +76,9 @@ NRV_X86_DECLARE_COMPUTE(avx2)
 NRV_X86_DECLARE_COMPUTE(avx512)
 
 /* Memory-bound ops: AVX2 only (AVX-512 measured no faster). */
-/* Whether the CPU is AMD's (cpuid vendor "AuthenticAMD"; cpu.c): tunings that differ by
- * vendor (embedding_impl.h's prefetch) read it. */
-int nrv_cpu_is_amd(void);
+/* Whether the CPU is an AMD Zen 4 or later (cpuid vendor and family/model; cpu.c): tunings
+ * that differ by core (embedding_impl.h's prefetch) read it. */
+int nrv_cpu_is_amd_zen4_or_later(void);
 
 void nrv_embedding_f32_avx2(const void *table, const float *row_scales, int64_t dim, const void *ids, int ids_int64,
                             int64_t n_ids, float *out);
