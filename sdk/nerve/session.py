@@ -456,12 +456,42 @@ def _run_native(native: _Native, feeds_c, n_in: int, outs_c, n_out: int) -> None
 _NP_DTYPE = {k: np.dtype(v) for k, v in _DTYPE_OF_CODE.items()}
 
 
-def _copy_out(t) -> np.ndarray:
-    """A fresh array holding the run's output t (which points into the session's memory)."""
-    arr = np.empty(tuple(t.dims[0:t.rank]), _NP_DTYPE[t.dtype])
-    if arr.nbytes:
-        ffi.memmove(arr, t.data, arr.nbytes)
-    return arr
+def _copy_out(t, dest: Optional[np.ndarray] = None, name: str = "") -> np.ndarray:
+    """The run's output t (which points into the session's memory) copied into dest, or into
+    a fresh array. dest passed _check_out's checks; its shape is checked here, as an output's
+    symbolic dims are known only after the run."""
+    shape = tuple(t.dims[0:t.rank])
+    if dest is None:
+        dest = np.empty(shape, _NP_DTYPE[t.dtype])
+    elif dest.shape != shape:
+        raise InputError(f"out[{name!r}] has shape {list(dest.shape)}, this run's output {list(shape)}: nothing was "
+                         "written to it (the run itself happened: a session's state moved on)")
+    if dest.nbytes:
+        ffi.memmove(dest, t.data, dest.nbytes)
+    return dest
+
+
+def _check_out(out: Mapping[str, np.ndarray], outputs: List[dict], returned: Sequence[int]) -> None:
+    """Refuses, before the run, an `out` that names no returned output or holds an array the
+    output cannot be copied into (not an ndarray, another dtype, not C-contiguous, read-only,
+    a shape no run can have)."""
+    by_name = {outputs[i]["name"]: outputs[i] for i in returned}
+    for name, dest in out.items():
+        info = by_name.get(name)
+        if info is None:
+            kept = any(o["name"] == name for o in outputs)
+            raise InputError(f"out names {name!r}: " + ("an output the session keeps as state (it is not returned)"
+                                                        if kept else f"not an output of the model (outputs: "
+                                                        f"{sorted(by_name)})"))
+        if not isinstance(dest, np.ndarray):
+            raise InputError(f"out[{name!r}] must be a numpy array, got {type(dest).__name__}")
+        if dest.dtype != info["dtype"]:
+            raise InputError(f"out[{name!r}] has dtype {dest.dtype}, the output is {info['dtype']}")
+        if not dest.flags.c_contiguous or not dest.flags.writeable:
+            raise InputError(f"out[{name!r}] must be C-contiguous and writable")
+        fixed = info["shape"]  # ints, and the names of symbolic dims
+        if dest.ndim != len(fixed) or any(isinstance(d, int) and d != n for d, n in zip(fixed, dest.shape)):
+            raise InputError(f"out[{name!r}] has shape {list(dest.shape)}, the output's is {fixed}")
 
 
 def run_program_once(prog) -> List[np.ndarray]:
@@ -729,15 +759,23 @@ class Session:
     def hash(self) -> str:
         return to_str(lib.nrv_session_hash(self._native.ptr))
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray],
+            out: Optional[Mapping[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
         """Runs the plan on feeds (name -> array, exactly the input's dtype) and returns
         {output name: array}. Inputs bound to a state may be omitted after the first run:
         they then read what the previous run wrote (its state output is not returned).
         A session made without bounds for the model's symbolic dims compiles its plan at the
         first run, for the feeds' sizes; a later run that feeds more recompiles it for the
-        larger sizes, unless the session carries state (then the first sizes are the bounds)."""
+        larger sizes, unless the session carries state (then the first sizes are the bounds).
+
+        out: {output name: array} to copy those outputs into, returned as they are, instead of
+        fresh arrays (the output's dtype and shape, C-contiguous, writable; checked before the
+        run, a symbolic dim after it). A loop that passes the same arrays allocates nothing
+        per run: a fresh array of tens of MiB costs more in page faults than the copy itself."""
         if self._dims_from_feeds and not self._planned:
             self._bind_dims(feeds)
+        if out:
+            _check_out(out, self._outputs, self._returned)
         keep = self._bind(feeds)
         try:
             _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
@@ -753,7 +791,9 @@ class Session:
             _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))
         del keep  # the feeds had to live through the run
         outs_c = self._outs_c
-        result = {self.output_names[i]: _copy_out(outs_c[i]) for i in self._returned}
+        out = out or {}
+        names = self.output_names
+        result = {names[i]: _copy_out(outs_c[i], out.get(names[i]), names[i]) for i in self._returned}
         if self._log is not None:
             self._log.record({k: v for k, v in feeds.items()},
                              [n for _, n, _, st in self._input_plan if st and feeds.get(n) is None], result)

@@ -114,6 +114,59 @@ def test_dims_left_unbound_are_bound_by_the_first_run(mlp, rng):
         bounded.run({"x": np.zeros((5, 13), np.float32)})
 
 
+def test_run_writes_outputs_into_the_callers_arrays(mlp, rng):
+    """run(feeds, out=): the named outputs are copied into the given arrays, which come back
+    as they are (a loop reuses them: no allocation per run); the others are fresh. An out
+    that names no returned output, or holds an array of another dtype, a fixed dim that
+    differs, a non-contiguous or read-only one, is refused before the run; a symbolic dim
+    that differs from the run's is refused after it, with nothing written."""
+    s = nerve.Session(mlp, dims={"n": 10}, cache=False)
+    y = np.full((6, 7), np.nan, np.float32)
+    for _ in range(2):
+        x = rng.standard_normal((6, 13)).astype(np.float32)
+        got = s.run({"x": x}, out={"y": y})
+        want = ref_run(mlp, {"x": x})
+        assert got["y"] is y and got["s"].base is None
+        np.testing.assert_allclose(y, want["y"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["s"], want["s"], rtol=1e-5, atol=1e-4)
+    x = rng.standard_normal((6, 13)).astype(np.float32)
+    before = y.copy()
+    refused = {
+        "not an output of the model": {"z": y},
+        "must be a numpy array": {"y": [[0.0] * 7] * 6},
+        "dtype float64, the output is float32": {"y": y.astype(np.float64)},
+        r"shape \[6, 8\], the output's is \['n', 7\]": {"y": np.zeros((6, 8), np.float32)},
+        r"shape \[42\]": {"y": np.zeros(42, np.float32)},
+        "C-contiguous": {"y": np.zeros((7, 6), np.float32).T},
+    }
+    read_only = y.copy()
+    read_only.flags.writeable = False
+    refused["writable"] = {"y": read_only}
+    for message, out in refused.items():
+        with pytest.raises(nerve.InputError, match=message):
+            s.run({"x": x}, out=out)
+    with pytest.raises(nerve.InputError, match=r"shape \[6, 7\], this run's output \[5, 7\]: nothing was written"):
+        s.run({"x": x[:5]}, out={"y": y})
+    np.testing.assert_array_equal(y, before)
+    np.testing.assert_allclose(s.run({"x": x})["y"], ref_run(mlp, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_run_refuses_out_for_a_state_output(tmp_path):
+    g = h.make_graph([h.make_node("Add", ["h_in", "x"], ["h_out"]), h.make_node("Relu", ["h_out"], ["y"])], "acc",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2]), h.make_tensor_value_info("h_in", T.FLOAT, [2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2]), h.make_tensor_value_info("h_out", T.FLOAT, [2])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    s = nerve.Session(m.SerializeToString(), state={"h_out": "h_in"}, cache=False)
+    y = np.zeros(2, np.float32)
+    assert s.run({"x": np.ones(2, np.float32), "h_in": np.zeros(2, np.float32)}, out={"y": y})["y"] is y
+    assert list(y) == [1.0, 1.0]
+    with pytest.raises(nerve.InputError, match="keeps as state"):
+        s.run({"x": np.ones(2, np.float32)}, out={"h_out": np.zeros(2, np.float32)})
+    s.run({"x": np.ones(2, np.float32)}, out={"y": y})
+    assert list(y) == [2.0, 2.0]  # the refused run did not move the state on (3 if it had)
+
+
 def test_state_carrying_session_keeps_its_first_bounds(tmp_path, rng):
     """A session that carries state between runs binds its dims at the first run and keeps
     them: recompiling would drop the state, so a larger feed is an error, as with dims=."""
