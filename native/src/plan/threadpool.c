@@ -211,7 +211,9 @@ void nrv_parallel_for(nrv_threadpool *p, int64_t n_tasks, nrv_task_fn fn, void *
     p->ctx = ctx;
     atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_release);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
-    const unsigned long long job = previous + 1;
+    /* job numbers wrap at 2^32 (a robot's session runs 2^32 parallel ops in about a day at
+     * 20 us each): kept in the word's 32 bits, so the caller's claims still name its job */
+    const unsigned long long job = (previous + 1) & 0xffffffffull;
     atomic_store(&p->claim, job << 32); /* publishes the job (seq_cst: after the fields) */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->lock);
