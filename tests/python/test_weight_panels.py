@@ -317,6 +317,27 @@ def test_few_rows_go_to_panels(tmp_path, rng, rows, n, k):
     np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("n, k, ln, rows", [(97, 257, False, 7), (300, 40, True, 5), (64, 130, False, 12),
+                                        (8210, 1024, False, 3)])
+def test_one_row_gives_the_bits_of_that_row_among_many(tmp_path, rng, n, k, ln, rows):
+    """A one-row product (a decode or streaming step) reads each panel block in one pass (and
+    so does every row of a weight of 32 MiB or more, 8210 x 1024 here); several rows share
+    the micro-tiles. Same chain of multiply-adds per output either way: row r alone equals
+    row r of the many-row product bit for bit, and both are within float64's budget."""
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    lnp = (rng.uniform(0.5, 1.5, k).astype(np.float32), None) if ln else None
+    x = (rng.standard_normal((rows, k)) + 0.25).astype(np.float32)
+    many = nerve.Session(_linear_model(w, b, (rows, k), lnp, None), cache=False, threads=1)
+    one = nerve.Session(_linear_model(w, b, (1, k), lnp, None), cache=False, threads=1)
+    kind = "layernorm_linear_panels" if ln else "linear_panels"
+    assert _op_types(many) == [kind] and _op_types(one) == [kind]
+    got = many.run({"x": x})["y"]
+    np.testing.assert_allclose(got, _linear_ref(x, w, b, lnp, None), rtol=1e-5, atol=3e-5 * np.sqrt(k))
+    for r in (0, rows // 2, rows - 1):
+        np.testing.assert_array_equal(one.run({"x": x[r:r + 1]})["y"][0], got[r])
+
+
 def test_linear_panels_check_their_operands():
     """A panel weight of the wrong size, beta without gamma: clear errors naming the op."""
     x = Value("x", np.float32, (40, 36), const=np.ones((40, 36), np.float32))

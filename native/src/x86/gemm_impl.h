@@ -650,6 +650,55 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
 #define LP_X_FLOATS (64 * 1024)         /* 256 KiB of x rows per chunk (small weights) */
 _Static_assert(GEMM_LN_ONCE_ROWS * PANEL_KC <= GEMM_LN_FLOATS, "a normalised slice of a row chunk on the stack");
 
+#if GEMM_NR < NRV_PANEL_COLS
+/* One row of a against a whole panel block (kc x width, rows `width` floats apart) in a
+ * single pass, the block read in order. The NR-wide micro-tiles read a block as
+ * NRV_PANEL_COLS / NR interleaved passes 256 bytes apart, which the prefetchers follow
+ * poorly, and at one row their two accumulators are a latency-bound chain. Taken for
+ * one-row tiles, and for every row of a weight of LP_FULL_ROW_W_FLOATS or more (out of
+ * any last-level cache: its rows re-read the block from L2, where the micro-tiles share
+ * each load between rows, which wins while the weight stays in cache). Measured (AMD Zen 3
+ * guest, AVX2, one thread, Gemm in a session, old and new library alternated twice):
+ * 1024 x 8210 at 1 row 1.71-1.98 -> 0.99-1.01 ms (onnxruntime 1.07-1.25), 4 rows 2.8-3.4 ->
+ * 1.8, 8 rows 4.2-4.3 -> 2.7-2.8 (onnxruntime 2.4-2.6); 2048 x 1024 at 1 row 210 -> 188-195
+ * us; but at 4-12 rows of that weight, in L3, 15-40% slower, hence the size rule. Each
+ * output is the same chain of multiply-adds from zero in k order as in gemm_micro, with the
+ * same epilogue: the same bits. c gets columns [0, nr). */
+#ifndef LP_FULL_ROW_W_FLOATS
+#define LP_FULL_ROW_W_FLOATS ((int64_t)8 << 20) /* 32 MiB of fp32 weight */
+#endif
+static void gemm_panel_row(int64_t kc, const float *a, const float *bp, int64_t width, float *c, int64_t nr,
+                           int first, const float *bias) {
+    enum { NV = NRV_PANEL_COLS / VL };
+    vf acc[NV];
+    for (int v = 0; v < NV; v++) acc[v] = vzero();
+    if (width == NRV_PANEL_COLS) {
+        for (int64_t p = 0; p < kc; p++, bp += NRV_PANEL_COLS) {
+            const vf ap = vset1(a[p]);
+            for (int v = 0; v < NV; v++) acc[v] = vfmadd(ap, vload(bp + v * VL), acc[v]);
+        }
+    } else {
+        const int nv = (int)(width / VL);
+        for (int64_t p = 0; p < kc; p++, bp += width) {
+            const vf ap = vset1(a[p]);
+            for (int v = 0; v < nv; v++) acc[v] = vfmadd(ap, vload(bp + v * VL), acc[v]);
+        }
+    }
+    for (int v = 0; v < NV && v * VL < nr; v++) {
+        const int64_t c0 = v * VL;
+        vf r = acc[v];
+        if (nr - c0 >= VL) {
+            r = first ? (bias ? vadd(r, vload(bias + c0)) : r) : vadd(r, vload(c + c0));
+            vstore(c + c0, r);
+        } else {
+            const vtail t = vtail_mask(nr - c0);
+            r = first ? (bias ? vadd(r, vload_tail(bias + c0, t)) : r) : vadd(r, vload_tail(c + c0, t));
+            vstore_tail(c + c0, t, r);
+        }
+    }
+}
+#endif
+
 /* One 128-deep block [pc, pc + kc) of panels [j_begin, j_end) against row tiles of a (rows
  * lda apart, already normalised when given so) — or, when gamma is given, of x normalised
  * tile by tile with the rows' mean and rstd. */
@@ -678,6 +727,15 @@ static void linear_panels_block(const float *a, int64_t lda, int64_t nrows, int6
                                 apack + i * PANEL_KC);
             at = apack, ldt = PANEL_KC;
         }
+#if GEMM_NR < NRV_PANEL_COLS
+        if (mr == 1 || k * m >= LP_FULL_ROW_W_FLOATS) {
+            const int64_t nr = m - j0 < NRV_PANEL_COLS ? m - j0 : NRV_PANEL_COLS;
+            for (int64_t i = 0; i < mr; i++)
+                gemm_panel_row(kc, at + i * ldt, block, width, y + (i0 + i) * ldy + j0, nr, pc == 0,
+                               bias ? bias + j0 : NULL);
+            continue;
+        }
+#endif
         for (int64_t s0 = 0; s0 < width && j0 + s0 < m; s0 += GEMM_NR) {
             const int64_t nr = m - j0 - s0 < GEMM_NR ? m - j0 - s0 : GEMM_NR;
             gemm_micro_panel(kc, at, ldt, mr, block + s0, width, y + i0 * ldy + j0 + s0, ldy, nr, pc == 0,
