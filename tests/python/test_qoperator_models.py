@@ -89,14 +89,17 @@ def _check_cnn_outputs(tmp_path, sess, steps, images, qdq=False):
     (25 seeds; onnxruntime's by exactly as much). QOperator: within 3 output steps of
     onnxruntime's (0 in 40 seeds measured). QDQ: onnxruntime fuses the DQ → op → Q around
     LeakyRelu, Sigmoid and the pools into integer ops of its own, which nerve runs in float,
-    so the two round apart there and the convs after amplify it (up to 4 steps in 120 seeds,
-    where onnxruntime itself was 2-87 steps from the float model): the check is that nerve is
-    as accurate as onnxruntime, its largest error against the float model within 3 steps of
-    onnxruntime's (2.6 at most measured)."""
+    so the two round apart there and the convs after amplify it (onnxruntime itself is 2-145
+    steps from the float model): the check is that nerve is as accurate as onnxruntime. Its
+    largest error against the float model, less onnxruntime's, measured over 500 seeds x 2
+    layouts x 8 images (2026-12-07): median over a run's images at most 1.0 step (p99 0.47),
+    largest 3.3 (p99 2.1; a bound of 3 on every image failed about one run in 300). So: the
+    median of that excess within 1.5 steps, every image's within 5."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
     ref = ort_session(str(tmp_path / "q.onnx"), so)
     f32 = ort_session(str(tmp_path / "f32.onnx"), so)
+    excess = {k: [] for k in steps}
     for x in images:
         got = sess.run({"x": x})
         want = dict(zip(["y", "z"], ref.run(["y", "z"], {"x": x})))
@@ -104,10 +107,14 @@ def _check_cnn_outputs(tmp_path, sess, steps, images, qdq=False):
         for k, step in steps.items():
             if qdq:
                 ours, theirs = np.abs(got[k] - exact[k]).max(), np.abs(want[k] - exact[k]).max()
-                assert ours <= theirs + 3 * step + 1e-6, (k, ours, theirs, step)
+                excess[k].append((ours - theirs) / step)
+                assert ours <= theirs + 5 * step + 1e-6, (k, ours, theirs, step)
             else:
                 assert np.abs(got[k] - want[k]).max() <= 3 * step + 1e-6, (k, np.abs(got[k] - want[k]).max(), step)
             assert np.abs(got[k] - exact[k]).max() < 0.5 * np.abs(exact[k]).max(), k
+    if qdq:
+        for k, e in excess.items():
+            assert np.median(e) <= 1.5, (k, e)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
