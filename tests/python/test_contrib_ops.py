@@ -415,7 +415,8 @@ def test_dynamic_quantize_lstm(tmp_path, rng, dirs, per_channel, wdt):
         assert float(np.abs(got["Y"] - rq["Y"]).max()) < 0.1  # h in (-1, 1): rounding, not a wrong gate
     from nerve.compiler import compile_program
     lstm = next(o for o in compile_program(q.SerializeToString(), tmp_path).ops if o.type == "lstm")
-    assert lstm.inputs[2].dtype == np.int8  # R stays int8 in the plan (W8: a step reads a quarter of the bytes)
+    # W and R stay int8 in the plan (W8: the products read a quarter of the bytes)
+    assert lstm.inputs[1].dtype == np.int8 and lstm.inputs[2].dtype == np.int8
 
 
 def test_lstm_int8_r_checks_its_scales():
@@ -449,6 +450,48 @@ def test_lstm_int8_r_checks_its_scales():
         c = f * c + i * cc
         h = o * np.tanh(c)
     np.testing.assert_allclose(out[1].reshape(-1), h, rtol=1e-6, atol=1e-7)
+
+
+def test_lstm_int8_w_checks_its_scales_and_gru_refuses_it():
+    """The lstm op's int8 W (its scales at input 11, offsets at 12): refused without scales or
+    with scales of the wrong shape, naming W; with them, W = scale·q + offset. GRU has no
+    int8 W: refused as a W of the wrong dtype."""
+    from nerve.compiler.graph import Op, Program, Value
+    from nerve.session import run_program_once
+
+    def run(kind, *extra):
+        gates = 4 if kind == "lstm" else 3
+        x = Value("x", np.float32, (3, 1, 4), const=np.ones((3, 1, 4), np.float32))
+        w = Value("w", np.int8, (1, 2 * gates, 4), const=np.full((1, 2 * gates, 4), 2, np.int8))
+        r = Value("r", np.float32, (1, 2 * gates, 2), const=np.full((1, 2 * gates, 2), 0.5, np.float32))
+        n_out = 3 if kind == "lstm" else 2
+        ys = [Value("y", np.float32, (3, 1, 1, 2))] + [Value(f"y{i}", np.float32, (1, 1, 2)) for i in range(n_out - 1)]
+        head = [x, w, r, None, None, None] + ([None, None, None, None, None] if kind == "lstm" else [])
+        op = Op(kind, head + list(extra), ys, iattr=[0, 2, 0], fattr=[0.0],
+                scratch=Value("s", np.uint8, (4 * 8 * 2 + 4 * 3 * 8 + 64,)), name="bad_" + kind)
+        for y in ys:
+            y.producer = op
+        return run_program_once(Program(ops=[op], inputs=[], outputs=ys, symbols={}, binds=[]))
+
+    with pytest.raises(nerve.NerveError, match="bad_lstm.*int8 W needs its per-row scales"):
+        run("lstm")
+    with pytest.raises(nerve.NerveError, match="bad_lstm.*W scales"):
+        run("lstm", Value("ws", np.float32, (1, 4), const=np.ones((1, 4), np.float32)))
+    with pytest.raises(nerve.NerveError, match="bad_lstm.*W offsets"):
+        run("lstm", Value("ws", np.float32, (1, 8), const=np.ones((1, 8), np.float32)),
+            Value("wo", np.float32, (1, 3), const=np.ones((1, 3), np.float32)))
+    with pytest.raises(nerve.NerveError, match="bad_gru.*W"):
+        run("gru")
+    # W = 0.1·2 + 0.2 = 0.4 everywhere: every gate sees 4 · 0.4 + 0.5 · (h0 + h1), as a float LSTM
+    out = run("lstm", Value("ws", np.float32, (1, 8), const=np.full((1, 8), 0.1, np.float32)),
+              Value("wo", np.float32, (1, 8), const=np.full((1, 8), 0.2, np.float32)))
+    h, c = np.zeros(2), np.zeros(2)
+    for _ in range(3):
+        g = np.full(8, 1.6 + 0.5 * h.sum())
+        i, o, f, cc = 1 / (1 + np.exp(-g[:2])), 1 / (1 + np.exp(-g[2:4])), 1 / (1 + np.exp(-g[4:6])), np.tanh(g[6:])
+        c = f * c + i * cc
+        h = o * np.tanh(c)
+    np.testing.assert_allclose(out[1].reshape(-1), h, rtol=1e-6, atol=1e-6)
 
 
 def test_dynamic_quantize_lstm_needs_constant_weights(tmp_path, rng):

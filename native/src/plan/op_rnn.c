@@ -51,7 +51,7 @@ typedef struct rnn_dims {
     int64_t seq, batch, in, hid, dirs, direction;
 } rnn_dims;
 
-static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims *d) {
+static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, int w8_ok, rnn_dims *d) {
     NRV_TRY(nrv_op_require_input(a, 0));
     NRV_TRY(nrv_op_require_input(a, 1));
     NRV_TRY(nrv_op_require_input(a, 2));
@@ -74,8 +74,9 @@ static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims
     d->batch = X->dims[1];
     d->in = X->dims[2];
     const int64_t H = d->hid, G = gates * H;
-    NRV_TRY(expect_shape(a, a->in[1], "W", 3, (const int64_t[]){d->dirs, G, d->in}));
-    if (a->in[2]->dtype != NRV_I8) /* an int8 R: each op's rnn_check_r_w8 */
+    if (!(w8_ok && a->in[1]->dtype == NRV_I8)) /* an int8 W: the op's rnn_check_w8 */
+        NRV_TRY(expect_shape(a, a->in[1], "W", 3, (const int64_t[]){d->dirs, G, d->in}));
+    if (a->in[2]->dtype != NRV_I8) /* an int8 R: each op's rnn_check_w8 */
         NRV_TRY(expect_shape(a, a->in[2], "R", 3, (const int64_t[]){d->dirs, G, H}));
     if (a->n_in > 3 && a->in[3]) NRV_TRY(expect_shape(a, a->in[3], "B", 2, (const int64_t[]){d->dirs, 2 * G}));
     if (a->n_in > 5 && a->in[5])
@@ -100,29 +101,37 @@ static nrv_status rnn_check_common(const nrv_op_args *a, int64_t gates, rnn_dims
     return NRV_OK;
 }
 
-/* An int8 recurrent weight (W8: int8 codes, one scale per row, an optional offset per row;
- * nerve.h "W8 weights"): R = q [dirs, G, H] int8, its scales in[at] [dirs, G] f32 and
- * offsets in[at + 1] [dirs, G] f32 (optional), so R[d, o, k] = s[d, o]·q[d, o, k] + z[d, o].
- * Sets r->q (NULL when R is f32: nothing more to check). */
-typedef struct rnn_r_w8 {
+/* An int8 weight (W8: int8 codes, one scale per row, an optional offset per row; nerve.h
+ * "W8 weights"): in[which] = q [dirs, G, cols] int8 (R: cols H; LSTM's W: cols I), its
+ * scales in[at] [dirs, G] f32 and offsets in[at + 1] [dirs, G] f32 (optional), so
+ * weight[d, o, k] = s[d, o]·q[d, o, k] + z[d, o]. onnxruntime's DynamicQuantizeLSTM keeps
+ * both its weights int8 this way. Sets w->q (NULL when the weight is f32: nothing more to
+ * check). */
+typedef struct rnn_w8 {
     const int8_t *q;
     const float *s, *z;
-} rnn_r_w8;
+} rnn_w8;
 
-static nrv_status rnn_check_r_w8(const nrv_op_args *a, const rnn_dims *d, int64_t G, int at, rnn_r_w8 *r) {
-    const nrv_tview *R = a->in[2];
-    r->q = NULL, r->s = r->z = NULL;
-    if (R->dtype != NRV_I8) return NRV_OK;
-    NRV_TRY(expect_shape_of(a, R, "int8 R", NRV_I8, 3, (const int64_t[]){d->dirs, G, d->hid}));
+static nrv_status rnn_check_w8(const nrv_op_args *a, const rnn_dims *d, int which, const char *what, int64_t G,
+                               int64_t cols, int at, rnn_w8 *w) {
+    const nrv_tview *q = a->in[which];
+    w->q = NULL, w->s = w->z = NULL;
+    if (q->dtype != NRV_I8) return NRV_OK;
+    char name[32];
+    snprintf(name, sizeof name, "int8 %s", what);
+    NRV_TRY(expect_shape_of(a, q, name, NRV_I8, 3, (const int64_t[]){d->dirs, G, cols}));
     if (a->n_in <= at || !a->in[at])
-        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): int8 R needs its per-row scales (input %d)", a->type,
-                        a->name, at);
-    NRV_TRY(expect_shape(a, a->in[at], "R scales", 2, (const int64_t[]){d->dirs, G}));
-    if (a->n_in > at + 1 && a->in[at + 1])
-        NRV_TRY(expect_shape(a, a->in[at + 1], "R offsets", 2, (const int64_t[]){d->dirs, G}));
-    r->q = R->data;
-    r->s = a->in[at]->data;
-    r->z = a->n_in > at + 1 && a->in[at + 1] ? a->in[at + 1]->data : NULL;
+        return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): int8 %s needs its per-row scales (input %d)", a->type,
+                        a->name, what, at);
+    snprintf(name, sizeof name, "%s scales", what);
+    NRV_TRY(expect_shape(a, a->in[at], name, 2, (const int64_t[]){d->dirs, G}));
+    if (a->n_in > at + 1 && a->in[at + 1]) {
+        snprintf(name, sizeof name, "%s offsets", what);
+        NRV_TRY(expect_shape(a, a->in[at + 1], name, 2, (const int64_t[]){d->dirs, G}));
+    }
+    w->q = q->data;
+    w->s = a->in[at]->data;
+    w->z = a->n_in > at + 1 && a->in[at + 1] ? a->in[at + 1]->data : NULL;
     return NRV_OK;
 }
 
@@ -134,7 +143,7 @@ static nrv_status rnn_check_r_w8(const nrv_op_args *a, const rnn_dims *d, int64_
  * 128 x 32 product 520 -> 150 ns). Sets *rp to direction 0's panels, or NULL when absent (or
  * when R is int8: its W8 path), and *per_dir to P. */
 static nrv_status rnn_check_r_panels(const nrv_op_args *a, const rnn_dims *d, int at, const int64_t *blocks, int nb,
-                                     const rnn_r_w8 *r8, const float **rp, int64_t *per_dir) {
+                                     const rnn_w8 *r8, const float **rp, int64_t *per_dir) {
     *rp = NULL;
     *per_dir = 0;
     if (a->n_in <= at || !a->in[at] || r8->q) return NRV_OK;
@@ -151,7 +160,7 @@ static nrv_status rnn_check_r_panels(const nrv_op_args *a, const rnn_dims *d, in
 /* y[batch, n] = h · R[dir][row0 : row0 + n]ᵀ + Rb (R [dirs, G, H]): linear_panels on this
  * block's panels when given, else the f32 linear kernel, or linear_w8 (the int8 rows widened
  * in registers: a step's GEMV reads a quarter of the bytes). */
-static void rnn_recurrent(const rnn_r_w8 *r8, const float *R, const float *panels, int64_t dir, int64_t G,
+static void rnn_recurrent(const rnn_w8 *r8, const float *R, const float *panels, int64_t dir, int64_t G,
                           int64_t row0, int64_t n, const float *h, int64_t batch, int64_t H, const float *Rb, float *y) {
     const int64_t row = dir * G + row0;
     if (panels)
@@ -183,9 +192,16 @@ static void rnn_init_state(float *dst, const nrv_tview *init, int64_t n) {
     else memset(dst, 0, (size_t)n * sizeof(float));
 }
 
-/* y[rows, out] = x · wᵀ + b, also for in == 0 (the kernel needs every size > 0). */
-static void rnn_linear(const float *x, int64_t rows, int64_t in, const float *w, const float *b, int64_t out,
-                       float *y) {
+/* y[rows, out] = x · wᵀ + b, also for in == 0 (the kernel needs every size > 0): w f32, or
+ * when w8 (not NULL) holds int8 codes, rows `row0` on of its codes, scales and offsets
+ * (linear_w8: the int8 rows widened in registers, a quarter of the bytes read). */
+static void rnn_linear(const float *x, int64_t rows, int64_t in, const float *w, const rnn_w8 *w8, int64_t row0,
+                       const float *b, int64_t out, float *y) {
+    if (in > 0 && w8 && w8->q) {
+        nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(x, rows, in, w8->q + row0 * in, w8->s + row0,
+                                                  w8->z ? w8->z + row0 : NULL, 1, b, out, y);
+        return;
+    }
     if (in > 0) {
         nrv_kernel_get(NRV_OP_LINEAR).linear(x, rows, in, w, b, out, y);
         return;
@@ -209,9 +225,9 @@ static float *rnn_projection_room(const nrv_op_args *a, uint64_t used, int64_t s
 /* X_t · Wᵀ + Wb of step t, [batch, G]: its rows of the projection made before the loop
  * (xproj), or computed now into own. */
 static float *rnn_step_gates(float *xproj, float *own, const float *X, int64_t t, int64_t batch, int64_t I,
-                             const float *Wd, const float *Wb, int64_t G) {
+                             const float *Wd, const rnn_w8 *w8, int64_t row0, const float *Wb, int64_t G) {
     if (xproj) return xproj + t * batch * G;
-    rnn_linear(X + t * batch * I, batch, I, Wd, Wb, G, own);
+    rnn_linear(X + t * batch * I, batch, I, Wd, w8, row0, Wb, G, own);
     return own;
 }
 
@@ -226,9 +242,10 @@ static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
 /* ------------------------------------------------------------------ lstm */
 
 /* "lstm": ONNX LSTM (opset 14), layout 0, activations sigmoid, tanh, tanh.
- *   in[0] X [seq, batch, I]; in[1] W [dirs, 4H, I]; in[2] R [dirs, 4H, H] f32, or int8 with
- *   in[8] its scales and in[9] (optional) its offsets, each [dirs, 4H] f32 (rnn_check_r_w8:
- *   onnxruntime's DynamicQuantizeLSTM keeps its recurrent weights int8 this way);
+ *   in[0] X [seq, batch, I]; in[1] W [dirs, 4H, I] f32, or int8 with in[11] its scales and
+ *   in[12] (optional) its offsets; in[2] R [dirs, 4H, H] f32, or int8 with in[8] its scales
+ *   and in[9] (optional) its offsets; scales and offsets [dirs, 4H] f32 (rnn_check_w8:
+ *   onnxruntime's DynamicQuantizeLSTM keeps both weights int8 this way);
  *   in[3] B [dirs, 8H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
  *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional;
  *   in[6] initial_c [dirs, batch, H] optional; in[7] P [dirs, 3H] optional (peepholes i, o, f);
@@ -246,11 +263,12 @@ static inline int64_t seq_len_of(const nrv_tview *sl, int64_t b, int64_t seq) {
  *   Bidirectional: direction 0 runs forward, direction 1 in reverse; Y[:, d] and Y_h[d], Y_c[d]
  *   hold direction d. */
 static nrv_status run_lstm(const nrv_op_args *a) {
-    NRV_TRY(nrv_op_expect(a, 3, 11, 3, 3, 1));
+    NRV_TRY(nrv_op_expect(a, 3, 13, 3, 3, 1));
     rnn_dims d;
-    NRV_TRY(rnn_check_common(a, 4, &d));
-    rnn_r_w8 r8;
-    NRV_TRY(rnn_check_r_w8(a, &d, 4 * d.hid, 8, &r8));
+    NRV_TRY(rnn_check_common(a, 4, 1, &d));
+    rnn_w8 r8, w8;
+    NRV_TRY(rnn_check_w8(a, &d, 2, "R", 4 * d.hid, d.hid, 8, &r8));
+    NRV_TRY(rnn_check_w8(a, &d, 1, "W", 4 * d.hid, d.in, 11, &w8));
     const float *rp;
     int64_t rp_dir;
     NRV_TRY(rnn_check_r_panels(a, &d, 10, (const int64_t[]){4 * d.hid}, 1, &r8, &rp, &rp_dir));
@@ -294,10 +312,10 @@ static nrv_status run_lstm(const nrv_op_args *a) {
             Pf = Pi + 2 * H;
         }
         float *h = Yh + dir * batch * H, *c = Yc + dir * batch * H;
-        if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
+        if (xproj) rnn_linear(X, seq * batch, I, Wd, &w8, dir * G, Wb, G, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, G);
+            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, &w8, dir * G, Wb, G);
             rnn_recurrent(&r8, R, rp ? rp + dir * rp_dir : NULL, dir, G, 0, G, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
@@ -360,7 +378,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
 
 /* "gru": ONNX GRU (opset 14), layout 0, activations sigmoid, tanh.
  *   in[0] X [seq, batch, I]; in[1] W [dirs, 3H, I]; in[2] R [dirs, 3H, H] f32, or int8 with
- *   in[6] its scales and in[7] (optional) its offsets, each [dirs, 3H] f32 (rnn_check_r_w8);
+ *   in[6] its scales and in[7] (optional) its offsets, each [dirs, 3H] f32 (rnn_check_w8);
  *   in[3] B [dirs, 6H] optional (Wb then Rb); in[4] sequence_lens [batch] i32 (i64 accepted)
  *   optional, each in [0, seq] (else NRV_ERR_INDEX); in[5] initial_h [dirs, batch, H] optional;
  *   in[8] R panels [dirs, P] optional (rnn_check_r_panels: blocks 3H, or 2H then H; f32 R only).
@@ -375,9 +393,9 @@ static nrv_status run_lstm(const nrv_op_args *a) {
 static nrv_status run_gru(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 9, 2, 3, 1));
     rnn_dims d;
-    NRV_TRY(rnn_check_common(a, 3, &d));
-    rnn_r_w8 r8;
-    NRV_TRY(rnn_check_r_w8(a, &d, 3 * d.hid, 6, &r8));
+    NRV_TRY(rnn_check_common(a, 3, 0, &d));
+    rnn_w8 r8;
+    NRV_TRY(rnn_check_w8(a, &d, 2, "R", 3 * d.hid, d.hid, 6, &r8));
     const int64_t lbr = a->iattr[2];
     if (lbr != 0 && lbr != 1)
         return nrv_fail(NRV_ERR_INVALID_ARG, "%s (node '%s'): linear_before_reset %lld must be 0 or 1", a->type,
@@ -415,10 +433,10 @@ static nrv_status run_gru(const nrv_op_args *a) {
         /* this direction's R panels: z and r (all of R when lbr), then h's block (lbr = 0) */
         const float *rpd = rp ? rp + dir * rp_dir : NULL;
         const float *rpd_h = rpd && !lbr ? rpd + nrv_panels_floats(2 * H, H) : NULL;
-        if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, G, xproj);
+        if (xproj) rnn_linear(X, seq * batch, I, Wd, NULL, 0, Wb, G, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, G);
+            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, NULL, 0, Wb, G);
             /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
             const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
             rnn_recurrent(&r8, R, rpd, dir, G, 0, rs, h, batch, H, Rb, g2);
@@ -487,9 +505,9 @@ enum { RNN_ACT_TANH = 0, RNN_ACT_RELU = 1, RNN_ACT_SIGMOID = 2 };
 static nrv_status run_rnn(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 3, 7, 2, 4, 1));
     rnn_dims d;
-    NRV_TRY(rnn_check_common(a, 1, &d));
+    NRV_TRY(rnn_check_common(a, 1, 0, &d));
     NRV_TRY(nrv_op_expect_dtype(a, a->in[2], "R", NRV_F32));
-    const rnn_r_w8 no_w8 = {NULL, NULL, NULL};
+    const rnn_w8 no_w8 = {NULL, NULL, NULL};
     const float *rp;
     int64_t rp_dir;
     NRV_TRY(rnn_check_r_panels(a, &d, 6, (const int64_t[]){d.hid}, 1, &no_w8, &rp, &rp_dir));
@@ -522,10 +540,10 @@ static nrv_status run_rnn(const nrv_op_args *a) {
         const float *Wd = W + dir * H * I;
         const float *Wb = Bv ? Bv + dir * 2 * H : NULL, *Rb = Bv ? Bv + dir * 2 * H + H : NULL;
         float *h = Yh + dir * batch * H;
-        if (xproj) rnn_linear(X, seq * batch, I, Wd, Wb, H, xproj);
+        if (xproj) rnn_linear(X, seq * batch, I, Wd, NULL, 0, Wb, H, xproj);
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
-            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, Wb, H);
+            g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, NULL, 0, Wb, H);
             rnn_recurrent(&no_w8, R, rp ? rp + dir * rp_dir : NULL, dir, H, 0, H, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {

@@ -467,11 +467,13 @@ _RNN_ACTS = {"tanh": 0, "relu": 1, "sigmoid": 2}  # op rnn's codes (op_rnn.c)
 
 
 
-def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Value]]] = None) -> List[Value]:
+def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Value]]] = None,
+         w_w8: Optional[Tuple[Value, Optional[Value]]] = None) -> List[Value]:
     """An LSTM, GRU or RNN node (kind) on float inputs ins = [X, W, R, B, sequence_lens,
     initial_h(, initial_c, P)] as one runtime op; the attributes come from ctx. r_w8: R is
     int8 codes with these per-row scales and offsets ([dirs, gates·hidden] f32; op_rnn.c),
-    R = scale·q + offset. layout = 1 (batch first) is the op between transposes."""
+    R = scale·q + offset; w_w8 likewise for W (LSTM only). layout = 1 (batch first) is the
+    op between transposes."""
     gates = _GATES[kind]
     extra = {"LSTM": ["input_forget"], "GRU": ["linear_before_reset"], "RNN": []}[kind]
     ctx.require_attrs(["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
@@ -513,7 +515,8 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
     for what, v in (("X", x), ("W", w), ("R", r)):
         if v is None:
             raise ctx.fail(f"input {what} is required")
-        if v.dtype != (np.int8 if v is r and r_w8 is not None else np.float32):
+        int8 = (v is r and r_w8 is not None) or (v is w and w_w8 is not None)
+        if v.dtype != (np.int8 if int8 else np.float32):
             raise ctx.fail(f"{what} is {v.dtype}; {kind} is supported for float32")
         if v.rank != 3:
             raise ctx.fail(f"{what} has rank {v.rank}, expected 3")
@@ -560,8 +563,12 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
         if p is not None and (p.dtype != np.float32 or list(p.shape) != [dirs, 3 * hidden]):
             raise ctx.fail(f"P has shape {list(p.shape)}, expected f32 {[dirs, 3 * hidden]}")
         inputs += [inp(6), p]
-    if r_w8 is not None:  # the op's R scales and offsets follow its ONNX inputs (op_rnn.c)
-        inputs += list(r_w8)
+    if r_w8 is not None or w_w8 is not None:  # R's scales and offsets follow the ONNX inputs (op_rnn.c)
+        inputs += [None] * (RNN_R_W8_AT[kind] - len(inputs)) + list(r_w8 or (None, None))
+    if w_w8 is not None:  # then, past R's panels (none for an int8 R), W's
+        if kind != "LSTM":
+            raise ctx.fail("an int8 W is supported for LSTM only")
+        inputs += [None] + list(w_w8)
     while inputs and inputs[-1] is None:
         inputs.pop()
     y_shape = [seq, dirs, batch, hidden]
@@ -588,6 +595,11 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
     # batch first: Y [batch, seq, dirs, hidden], the states [batch, dirs, hidden]
     return [transpose(ctx, got[0], [2, 0, 1, 3], ctx.out_name(0))] + \
         [transpose(ctx, v, [1, 0, 2], ctx.out_name(i + 1)) for i, v in enumerate(got[1:])]
+
+
+# op_rnn.c: the input index of an int8 R's scales (its offsets follow); LSTM's int8 W's
+# scales and offsets come after R's panels, at 11 and 12
+RNN_R_W8_AT = {"LSTM": 8, "GRU": 6, "RNN": 4}
 
 
 @handler("LSTM")

@@ -649,11 +649,12 @@ def _conv_integer_exact(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value],
 def _dynamic_quantize_lstm(ctx: NodeCtx, ins):
     """onnxruntime's LSTM with int8/uint8 weights: W [dirs, input, 4·hidden] and R [dirs,
     hidden, 4·hidden] (the transposes of LSTM's), each with a scale and zero point per
-    direction or per (direction, gate column). W is dequantised once (its product over
-    every step is one fp32 GEMM); R stays int8 in the plan (the lstm op's W8 recurrent
-    weight: a step's GEMV reads a quarter of the bytes), uint8 codes shifted to int8 (u − 128,
-    zero point − 128: the same integers). Activations stay float; onnxruntime also quantizes
-    X and h per step, so its result differs from this one by that rounding."""
+    direction or per (direction, gate column). Both stay int8 in the plan, as the lstm op's
+    W8 weights (linear_w8: the product over every step and each step's GEMV read a quarter
+    of the bytes of fp32; dequantising W cost ddddocr's 8-step LSTM 8 MB and most of its
+    input product's time), uint8 codes shifted to int8 (u − 128, zero point − 128: the same
+    integers). Activations stay float; onnxruntime also quantizes X and h per step, so its
+    result differs from this one by that rounding."""
     from .onnx_ops_nn import _rnn
 
     def params(i: int, what: str, params_at: int):
@@ -678,17 +679,21 @@ def _dynamic_quantize_lstm(ctx: NodeCtx, ins):
             codes, z = codes - 128, z - 128
         return codes.transpose(0, 2, 1), z, per(scale.const, what + "_scale").astype(np.float64)
 
-    codes, z, s = params(1, "W", 8)  # W dequantised: ((q − z)·s) transposed to [dirs, 4·hidden, input]
-    w = ctx.b.const(((codes - z[:, :, None]) * s[:, :, None]).astype(F32), ctx.b.fresh(ctx.name + ".W"))
-    codes, z, s = params(2, "R", 10)
-    if codes.min(initial=0) < -128 or codes.max(initial=0) > 127:
-        raise ctx.fail("R's codes do not fit int8")
-    r = ctx.b.const(np.ascontiguousarray(codes).astype(np.int8), ctx.b.fresh(ctx.name + ".R"))
-    r_scale = ctx.b.const(s.astype(F32), ctx.b.fresh(ctx.name + ".R_scale"))
-    r_offset = ctx.b.const((-s * z).astype(F32), ctx.b.fresh(ctx.name + ".R_offset")) if np.any(z) else None
+    def w8(i: int, what: str, params_at: int):
+        """(codes [dirs, 4·hidden, cols] int8, per-row scales, per-row offsets or None)"""
+        codes, z, s = params(i, what, params_at)
+        if codes.min(initial=0) < -128 or codes.max(initial=0) > 127:
+            raise ctx.fail(f"{what}'s codes do not fit int8")
+        q = ctx.b.const(np.ascontiguousarray(codes).astype(np.int8), ctx.b.fresh(f"{ctx.name}.{what}"))
+        scale = ctx.b.const(s.astype(F32), ctx.b.fresh(f"{ctx.name}.{what}_scale"))
+        offset = ctx.b.const((-s * z).astype(F32), ctx.b.fresh(f"{ctx.name}.{what}_offset")) if np.any(z) else None
+        return q, scale, offset
+
     # inputs: X W R B sequence_lens initial_h initial_c P W_scale W_zero_point R_scale R_zero_point
+    w, w_scale, w_offset = w8(1, "W", 8)
+    r, r_scale, r_offset = w8(2, "R", 10)
     fins = [ins[0], w, r] + [_opt(ins, i) for i in range(3, 8)]
-    return _rnn(ctx, fins, "LSTM", r_w8=(r_scale, r_offset))
+    return _rnn(ctx, fins, "LSTM", r_w8=(r_scale, r_offset), w_w8=(w_scale, w_offset))
 
 
 @handler("QLinearMatMul")
