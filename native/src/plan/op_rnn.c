@@ -192,8 +192,8 @@ static void rnn_init_state(float *dst, const nrv_tview *init, int64_t n) {
     else memset(dst, 0, (size_t)n * sizeof(float));
 }
 
-/* y[rows, out] = x · wᵀ + b, also for in == 0 (the kernel needs every size > 0): w f32, or
- * when w8 (not NULL) holds int8 codes, rows `row0` on of its codes, scales and offsets
+/* y[rows, out] = x · wᵀ + b, also for in == 0 (the kernel needs every size > 0): w f32, or,
+ * when w8 (not NULL) holds int8 codes, its rows from row0 on with their scales and offsets
  * (linear_w8: the int8 rows widened in registers, a quarter of the bytes read). */
 static void rnn_linear(const float *x, int64_t rows, int64_t in, const float *w, const rnn_w8 *w8, int64_t row0,
                        const float *b, int64_t out, float *y) {
@@ -303,7 +303,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
 
     for (int64_t dir = 0; dir < dirs; dir++) {
         const int reverse = d.direction == 1 || dir == 1;
-        const float *Wd = W + dir * G * I;
+        const float *Wd = w8.q ? NULL : W + dir * G * I; /* an int8 W: w8's rows from dir·G */
         const float *Wb = Bv ? Bv + dir * 2 * G : NULL, *Rb = Bv ? Bv + dir * 2 * G + G : NULL;
         const float *Pi = P ? P->data : NULL, *Po = NULL, *Pf = NULL;
         if (Pi) {

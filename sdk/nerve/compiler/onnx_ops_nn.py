@@ -563,11 +563,11 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
         if p is not None and (p.dtype != np.float32 or list(p.shape) != [dirs, 3 * hidden]):
             raise ctx.fail(f"P has shape {list(p.shape)}, expected f32 {[dirs, 3 * hidden]}")
         inputs += [inp(6), p]
+    if (r_w8 is not None and kind not in RNN_R_W8_AT) or (w_w8 is not None and kind != "LSTM"):
+        raise ctx.fail(f"{kind} takes no int8 " + ("R" if r_w8 is not None else "W"))
     if r_w8 is not None or w_w8 is not None:  # R's scales and offsets follow the ONNX inputs (op_rnn.c)
         inputs += [None] * (RNN_R_W8_AT[kind] - len(inputs)) + list(r_w8 or (None, None))
     if w_w8 is not None:  # then, past R's panels (none for an int8 R), W's
-        if kind != "LSTM":
-            raise ctx.fail("an int8 W is supported for LSTM only")
         inputs += [None] + list(w_w8)
     while inputs and inputs[-1] is None:
         inputs.pop()
@@ -597,9 +597,9 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
         [transpose(ctx, v, [1, 0, 2], ctx.out_name(i + 1)) for i, v in enumerate(got[1:])]
 
 
-# op_rnn.c: the input index of an int8 R's scales (its offsets follow); LSTM's int8 W's
-# scales and offsets come after R's panels, at 11 and 12
-RNN_R_W8_AT = {"LSTM": 8, "GRU": 6, "RNN": 4}
+# op_rnn.c: the input index of an int8 R's scales (its offsets follow; the plain RNN has no
+# int8 R); LSTM's int8 W's scales and offsets come after R's panels, at 11 and 12
+RNN_R_W8_AT = {"LSTM": 8, "GRU": 6}
 
 
 @handler("LSTM")
