@@ -471,18 +471,16 @@ def _copy_out(t, dest: Optional[np.ndarray] = None, name: str = "") -> np.ndarra
     return dest
 
 
-def _check_out(out: Mapping[str, np.ndarray], outputs: List[dict], returned: Sequence[int]) -> None:
-    """Refuses, before the run, an `out` that names no returned output or holds an array the
-    output cannot be copied into (not an ndarray, another dtype, not C-contiguous, read-only,
-    a shape no run can have)."""
-    by_name = {outputs[i]["name"]: outputs[i] for i in returned}
+def _check_out(out: Mapping[str, np.ndarray], returned: Mapping[str, dict], output_names: Sequence[str]) -> None:
+    """Refuses, before the run, an `out` that names no returned output (returned: their infos
+    by name) or holds an array the output cannot be copied into (not an ndarray, another
+    dtype, not C-contiguous, read-only, a shape no run can have)."""
     for name, dest in out.items():
-        info = by_name.get(name)
+        info = returned.get(name)
         if info is None:
-            kept = any(o["name"] == name for o in outputs)
             raise InputError(f"out names {name!r}: " + ("an output the session keeps as state (it is not returned)"
-                                                        if kept else f"not an output of the model (outputs: "
-                                                        f"{sorted(by_name)})"))
+                                                        if name in output_names else f"not an output of the model "
+                                                        f"(outputs: {sorted(returned)})"))
         if not isinstance(dest, np.ndarray):
             raise InputError(f"out[{name!r}] must be a numpy array, got {type(dest).__name__}")
         if dest.dtype != info["dtype"]:
@@ -603,6 +601,7 @@ class Session:
         self._outs_c = ffi.new("nrv_tensor[]", max(len(self._outputs), 1))
         # results skip outputs that feed a state input: the session keeps them
         self._returned = [i for i, o in enumerate(self._outputs) if o["state_partner"] < 0]
+        self._returned_by_name = {self._outputs[i]["name"]: self._outputs[i] for i in self._returned}
         self._state_inputs = {self._inputs[i]["name"] for i in range(len(self._inputs))
                               if self._inputs[i]["state_partner"] >= 0}
         self._input_plan = [(i, info["name"], info["dtype"], info["name"] in self._state_inputs)
@@ -613,7 +612,8 @@ class Session:
 
     # attributes a session made without bounds for its symbolic dims gets at its first run
     _PLAN_ATTRS = frozenset({"plan", "_native", "_by_precision", "_inputs", "_outputs", "_input_index",
-                             "_feeds_c", "_outs_c", "_returned", "_state_inputs", "_input_plan", "_fed_shapes"})
+                             "_feeds_c", "_outs_c", "_returned", "_returned_by_name", "_state_inputs",
+                             "_input_plan", "_fed_shapes"})
 
     def __getattr__(self, name: str):
         # only called for attributes not set: before the first run of a session whose dims
@@ -775,7 +775,7 @@ class Session:
         if self._dims_from_feeds and not self._planned:
             self._bind_dims(feeds)
         if out:
-            _check_out(out, self._outputs, self._returned)
+            _check_out(out, self._returned_by_name, self.output_names)
         keep = self._bind(feeds)
         try:
             _run_native(self._native, self._feeds_c, len(self._inputs), self._outs_c, len(self._outputs))

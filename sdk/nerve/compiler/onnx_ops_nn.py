@@ -21,6 +21,7 @@ from . import symbolic as S
 from .graph import Value
 from .onnx_import import NodeCtx, handler
 from .onnx_ops import _auto_pads, binary, conv_out_dim, spec, transpose
+from .passes import LSTM_W_W8_SCALES, RNN_R_W8_SCALES
 from .symbolic import Dim
 
 # ---------------------------------------------------------------- pooling
@@ -563,12 +564,13 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
         if p is not None and (p.dtype != np.float32 or list(p.shape) != [dirs, 3 * hidden]):
             raise ctx.fail(f"P has shape {list(p.shape)}, expected f32 {[dirs, 3 * hidden]}")
         inputs += [inp(6), p]
-    if (r_w8 is not None and kind not in RNN_R_W8_AT) or (w_w8 is not None and kind != "LSTM"):
+    r_at = RNN_R_W8_SCALES.get(kind.lower())
+    if (r_w8 is not None and r_at is None) or (w_w8 is not None and kind != "LSTM"):
         raise ctx.fail(f"{kind} takes no int8 " + ("R" if r_w8 is not None else "W"))
-    if r_w8 is not None or w_w8 is not None:  # R's scales and offsets follow the ONNX inputs (op_rnn.c)
-        inputs += [None] * (RNN_R_W8_AT[kind] - len(inputs)) + list(r_w8 or (None, None))
-    if w_w8 is not None:  # then, past R's panels (none for an int8 R), W's
-        inputs += [None] + list(w_w8)
+    if r_w8 is not None:  # the op's W8 scales and offsets follow its ONNX inputs (op_rnn.c)
+        inputs += [None] * (r_at - len(inputs)) + list(r_w8)
+    if w_w8 is not None:
+        inputs += [None] * (LSTM_W_W8_SCALES - len(inputs)) + list(w_w8)
     while inputs and inputs[-1] is None:
         inputs.pop()
     y_shape = [seq, dirs, batch, hidden]
@@ -595,11 +597,6 @@ def _rnn(ctx: NodeCtx, ins, kind: str, r_w8: Optional[Tuple[Value, Optional[Valu
     # batch first: Y [batch, seq, dirs, hidden], the states [batch, dirs, hidden]
     return [transpose(ctx, got[0], [2, 0, 1, 3], ctx.out_name(0))] + \
         [transpose(ctx, v, [1, 0, 2], ctx.out_name(i + 1)) for i, v in enumerate(got[1:])]
-
-
-# op_rnn.c: the input index of an int8 R's scales (its offsets follow; the plain RNN has no
-# int8 R); LSTM's int8 W's scales and offsets come after R's panels, at 11 and 12
-RNN_R_W8_AT = {"LSTM": 8, "GRU": 6}
 
 
 @handler("LSTM")

@@ -1093,6 +1093,7 @@ def quantize_fp32_weights_w8(prog: Program, linears: bool, convs: bool,
 
 
 RNN_R_W8_SCALES = {"lstm": 8, "gru": 6}  # op_rnn.c: the input index of R's per-row scales (offsets next)
+LSTM_W_W8_SCALES = 11  # op_rnn.c: an int8 W's per-row scales (offsets next), after R's panels
 
 
 def quantize_rnn_recurrent_w8(prog: Program, default: bool, layers: Optional[Dict[str, str]] = None) -> bool:
