@@ -249,6 +249,8 @@ static void panel_tile(int rows, int64_t kc, const float *const *base, const int
 /* the stored value's activation (kernels.h nrv_panels_act), as compares and selects */
 static inline float32x4_t panel_act4(const nrv_panels_act *act, float32x4_t t) {
     if (act->kind == NRV_PANELS_RELU) return vbslq_f32(vcgtq_f32(t, vdupq_n_f32(0.0f)), t, vdupq_n_f32(0.0f));
+    if (act->kind == NRV_PANELS_LEAKY) /* t < 0 ? t·slope : t */
+        return vbslq_f32(vcltq_f32(t, vdupq_n_f32(0.0f)), vmulq_n_f32(t, act->lo), t);
     const float32x4_t lo = vdupq_n_f32(act->lo), hi = vdupq_n_f32(act->hi);
     t = vbslq_f32(vcltq_f32(t, lo), lo, t);
     return vbslq_f32(vcgtq_f32(t, hi), hi, t);

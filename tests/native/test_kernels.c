@@ -673,10 +673,11 @@ static void test_gemm_panels(void) {
         buf Y = buf_out(y_len, 0), Y2 = buf_out(y_len, 0);
         for (int64_t i = 0; i < y_len; i++) Y.p[i] = Y2.p[i] = u2f(CANARY);
         const float *bias = t % 3 == 1 ? NULL : B.p;
-        /* the stored values' activation: none, ReLU, Clip in turn (NaN among x below) */
-        const nrv_panels_act acts[2] = {{NRV_PANELS_RELU, 0.0f, 0.0f}, {NRV_PANELS_CLIP, -0.37f, 0.41f}};
-        const nrv_panels_act *act = t % 3 == 0 ? NULL : &acts[t % 3 - 1];
-        if (t == 4 || t == 8) X.p[off[0] + (q0 / ow) * pw + q0 % ow] = NAN; /* the first position's first tap */
+        /* the stored values' activation: none, ReLU, Clip, LeakyRelu in turn (NaN among x below) */
+        const nrv_panels_act acts[3] = {
+            {NRV_PANELS_RELU, 0.0f, 0.0f}, {NRV_PANELS_CLIP, -0.37f, 0.41f}, {NRV_PANELS_LEAKY, 0.2f, 0.0f}};
+        const nrv_panels_act *act = t % 4 == 0 ? NULL : &acts[t % 4 - 1];
+        if (t == 3 || t == 5 || t == 6) X.p[off[0] + (q0 / ow) * pw + q0 % ow] = NAN; /* the first position's first tap */
         panels(np, m, k, X.p, q0, ow, pw, off, wp, bias, Y.p, ldy, act, (int)(t % 2));
         const int64_t half = np / 2; /* the same positions in two calls */
         panels(half, m, k, X.p, q0, ow, pw, off, wp, bias, Y2.p, ldy, act, (int)(t % 2));
@@ -691,6 +692,7 @@ static void test_gemm_panels(void) {
                 double want = bias ? (double)bias[j] : 0.0;
                 for (int64_t p = 0; p < k; p++) want += (double)W.p[j * k + p] * (double)base[off[p]];
                 if (act && act->kind == NRV_PANELS_RELU) want = want > 0.0 ? want : 0.0; /* NaN: 0 */
+                else if (act && act->kind == NRV_PANELS_LEAKY) want = want < 0.0 ? want * 0.2 : want; /* NaN kept */
                 else if (act) want = want < act->lo ? act->lo : (want > act->hi ? act->hi : want); /* NaN kept */
                 const double tol = dot_atol(k ? k : 1, 1.0, 1.0) + 1e-5 * fabs(want);
                 const double got = Y.p[j * ldy + i];

@@ -24,6 +24,8 @@ def _conv_model(w, b, x_shape, act=None, **attrs):
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     elif act == "clip":
         nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    elif act == "leaky":
+        nodes.append(helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.2))
     inits = [numpy_helper.from_array(w, "w")]
     if b is not None:
         inits.append(numpy_helper.from_array(b, "b"))
@@ -37,10 +39,13 @@ def _conv_model(w, b, x_shape, act=None, **attrs):
 
 
 def _conv_act_ref(x, w, b, group, strides, dil, pads, act):
-    """_conv_ref, then the activation _conv_model appends (relu, or clip to [-0.5, 0.75])."""
+    """_conv_ref, then the activation _conv_model appends (relu, clip to [-0.5, 0.75], or
+    leaky with slope 0.2)."""
     want = _conv_ref(x, w, b, group, strides, dil, pads)
     if act == "relu":
         return np.maximum(want, 0.0)
+    if act == "leaky":
+        return np.where(want < 0, 0.2 * want, want)
     return np.clip(want, -0.5, 0.75) if act == "clip" else want
 
 
@@ -87,6 +92,9 @@ CASES = [
     ((2, 13, 257), 47, (5,), 1, (1,), (1,), (2, 2), "relu"),                     # 1-D
     ((1, 40, 97), 63, (3,), 1, (2,), (3,), (0, 4), None),                        # 1-D, stride 2, dilation 3
     ((1, 6, 5, 4), 31, (3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), None),           # 20 positions
+    ((1, 72, 12, 8), 72, (3, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0), "leaky"),      # no padding, stride 1: x read in place
+    ((1, 48, 11, 8), 70, (1, 3), 1, (1, 1), (1, 1), (0, 1, 0, 1), "leaky"),      # a row of 8 padded to 10
+    ((2, 16, 40), 40, (3,), 1, (1,), (2,), (0, 0), "leaky"),                     # 1-D, no padding, dilation 2
 ]
 
 
@@ -163,6 +171,43 @@ def test_few_position_convs_take_panels_through_their_rows(tmp_path, rng, x_shap
     x = rng.standard_normal(x_shape).astype(np.float32)
     want = _conv_act_ref(x, w, bias, group, strides, dil, pads, act)
     np.testing.assert_allclose(sess.run({"x": x})["y"], want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape, m, kernel, dil, act, op", [
+    ((1, 24, 30, 12), 24, (3, 1), (1, 1), "leaky", "conv"),  # 24 outputs: the implicit GEMM
+    ((1, 72, 14, 8), 72, (3, 3), (1, 2), "leaky", "conv_packed"),
+    ((2, 48, 9, 7), 70, (2, 3), (2, 1), "relu", "conv_packed"),
+    ((1, 40, 33), 17, (5,), (1,), "clip", "conv"),            # 1-D, 17 outputs
+])
+def test_unpadded_stride_one_convs_read_x_in_place(tmp_path, rng, monkeypatch, x_shape, m, kernel, dil, act, op):
+    """Without padding or stride a conv's phases would be a copy of x, so both GEMM paths read
+    x itself (op_conv.c conv_phases): against float64, and the panels (activation in the
+    kernel's store) give the bits of the plain conv (activation in its epilogue); x is left
+    as it was, whether a graph input or an op's output."""
+    c, sr = x_shape[1], len(kernel)
+    w = (rng.standard_normal((m, c) + kernel) / np.sqrt(c * np.prod(kernel))).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    model = _conv_model(w, b, x_shape, act, kernel_shape=list(kernel), dilations=list(dil), pads=[0] * (2 * sr))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    x_before = x.copy()
+    sess = nerve.Session(model, cache=False)
+    assert _op_types(sess) == [op]
+    got = sess.run({"x": x})["y"]
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_allclose(got, _conv_act_ref(x, w, b, 1, (1,) * sr, dil, [0] * (2 * sr), act),
+                               rtol=1e-5, atol=2e-5 * np.sqrt(c * np.prod(kernel)))
+    monkeypatch.setenv("NERVE_CONV_PANELS", "0")
+    plain = nerve.Session(model, cache=False)
+    assert _op_types(plain) == ["conv"]
+    np.testing.assert_array_equal(plain.run({"x": x})["y"], got)
+    # the conv's input an op's output (an arena buffer), run twice: the same bits
+    relu_first = _conv_model(w, b, x_shape, act, kernel_shape=list(kernel), dilations=list(dil), pads=[0] * (2 * sr))
+    relu_first.graph.node.insert(0, helper.make_node("Relu", ["x"], ["xr"]))
+    relu_first.graph.node[1].input[0] = "xr"
+    inner = nerve.Session(relu_first, cache=False)
+    want = plain.run({"x": np.maximum(x, 0)})["y"]
+    for _ in range(2):
+        np.testing.assert_array_equal(inner.run({"x": x})["y"], want)
 
 
 def test_conv_panels_replace_the_fp32_weight_and_can_be_turned_off(tmp_path, rng, monkeypatch):

@@ -265,15 +265,17 @@ static inline void nrv_panel_bases(const float *x, int64_t q0, int64_t n, int64_
 /* act (NULL: none): an activation applied to each y as it is stored, after its bias — the
  * conv's epilogue, with the plan's own rules: NRV_PANELS_RELU t > 0 ? t : 0 (NaN gives 0,
  * as the relu kernel), NRV_PANELS_CLIP t < lo ? lo : t, then t > hi ? hi : t (NaN kept,
- * as nrv_clip), so the bits of the separate pass. */
-enum { NRV_PANELS_RELU = 1, NRV_PANELS_CLIP = 2 };
+ * as nrv_clip), NRV_PANELS_LEAKY t < 0 ? t·lo : t (lo the slope, as nrv_leaky_relu), so the
+ * bits of the separate pass. */
+enum { NRV_PANELS_RELU = 1, NRV_PANELS_CLIP = 2, NRV_PANELS_LEAKY = 3 };
 typedef struct nrv_panels_act {
-    int kind; /* NRV_PANELS_RELU or NRV_PANELS_CLIP */
+    int kind; /* NRV_PANELS_RELU, NRV_PANELS_CLIP or NRV_PANELS_LEAKY */
     float lo, hi;
 } nrv_panels_act;
 static inline float nrv_panels_act_apply(const nrv_panels_act *act, float t) {
     if (!act) return t;
     if (act->kind == NRV_PANELS_RELU) return t > 0.0f ? t : 0.0f;
+    if (act->kind == NRV_PANELS_LEAKY) return t < 0.0f ? t * act->lo : t;
     t = t < act->lo ? act->lo : t;
     return t > act->hi ? act->hi : t;
 }

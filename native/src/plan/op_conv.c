@@ -208,11 +208,43 @@ static void conv_fill_row_stride2(float *const rows[2], const float *restrict xr
     for (int64_t i = io0 > iv ? io0 : iv; i < io1; i++) odd[i] = xr[2 * i + 1];
 }
 
+/* row[t] = xs[t] for t in [lo, hi), 0 elsewhere in [0, n): one padded row of a column stride
+ * of 1, in vectors. The rows are often a few dozen floats (a 1x3 conv on 8 columns), where
+ * three libc calls per row cost more than the copy. */
+static inline __attribute__((always_inline)) void conv_fill_row_stride1(float *restrict row, const float *restrict xs, int64_t lo, int64_t hi, int64_t n) {
+    const conv_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t t = 0;
+    for (; t + 4 <= lo; t += 4) memcpy(row + t, &zero, sizeof zero);
+    for (; t < lo; t++) row[t] = 0.0f;
+    for (; t + 4 <= hi; t += 4) {
+        conv_v4f v;
+        memcpy(&v, xs + t, sizeof v);
+        memcpy(row + t, &v, sizeof v);
+    }
+    for (; t < hi; t++) row[t] = xs[t];
+    for (; t + 4 <= n; t += 4) memcpy(row + t, &zero, sizeof zero);
+    for (; t < n; t++) row[t] = 0.0f;
+}
+
 /* Fills the phase planes of channels [c0, c1) of one image's group (layout above), padded
  * row by padded row, so each channel of x is read once, front to back. */
-static void conv_fill_phases(const conv_geom *g, const conv_direct *d, const float *x, float *phases, int64_t c0,
+/* (no-tree-loop-distribute-patterns: GCC made the row copies memmove calls again, whose
+ * cost per call is that of a short row) */
+static __attribute__((optimize("no-tree-loop-distribute-patterns"))) void conv_fill_phases(const conv_geom *g, const conv_direct *d, const float *x, float *phases, int64_t c0,
                              int64_t c1) {
     const int64_t pwc = d->pw_cols;
+    if (g->sh == 1 && g->sw == 1) { /* one phase, each row's valid columns the same */
+        int64_t tlo, thi;
+        nrv_valid_range(-g->pw, 1, g->iw, pwc, &tlo, &thi);
+        for (int64_t c = c0; c < c1; c++)
+            for (int64_t r = 0; r < d->ph_rows; r++) {
+                const int64_t iy = r - g->ph;
+                float *row = phases + c * d->plane + r * pwc;
+                if (iy < 0 || iy >= g->ih) conv_fill_row_stride1(row, NULL, 0, 0, pwc);
+                else conv_fill_row_stride1(row, x + c * g->hw + iy * g->iw - g->pw, tlo, thi, pwc);
+            }
+        return;
+    }
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = x + c * g->hw;
         float *pc = phases + c * g->sh * g->sw * d->plane;
@@ -235,10 +267,12 @@ static void conv_fill_phases(const conv_geom *g, const conv_direct *d, const flo
                     const int64_t off = b - g->pw; /* x's column of phase column t: t·sw + off */
                     int64_t tlo, thi;
                     nrv_valid_range(off, g->sw, g->iw, pwc, &tlo, &thi);
+                    if (g->sw == 1) {
+                        conv_fill_row_stride1(row, xr + off, tlo, thi, pwc);
+                        continue;
+                    }
                     memset(row, 0, (size_t)tlo * sizeof(float));
-                    if (g->sw == 1) memcpy(row + tlo, xr + tlo + off, (size_t)(thi - tlo) * sizeof(float));
-                    else
-                        for (int64_t t = tlo; t < thi; t++) row[t] = xr[t * g->sw + off];
+                    for (int64_t t = tlo; t < thi; t++) row[t] = xr[t * g->sw + off];
                     memset(row + thi, 0, (size_t)(pwc - thi) * sizeof(float));
                 }
             }
@@ -255,7 +289,7 @@ typedef struct conv_fill_job {
     int64_t pieces;
 } conv_fill_job;
 
-static void conv_fill_task(void *ctx, int64_t t) {
+static __attribute__((optimize("no-tree-loop-distribute-patterns"))) void conv_fill_task(void *ctx, int64_t t) {
     const conv_fill_job *j = ctx;
     conv_fill_phases(j->g, j->d, j->x, j->phases, t * j->g->cg / j->pieces, (t + 1) * j->g->cg / j->pieces);
 }
@@ -264,6 +298,17 @@ static void conv_fill_phases_parallel(const conv_geom *g, const conv_direct *d, 
                                       nrv_threadpool *pool) {
     conv_fill_job j = {g, d, x, phases, nrv_plan_pieces(pool, g->cg * g->sh * g->sw * d->plane, 1 << 15, g->cg)};
     nrv_parallel_for(pool, j.pieces, conv_fill_task, &j);
+}
+
+/* The phases the GEMM reads: x itself when they would be a copy of it (strides 1, no
+ * padding: one phase per channel, PH = ih rows of PW = iw columns, as x lies in memory;
+ * the fill was a fifth of a 3x1 conv's time at 72 channels x 32 x 8), else the phases
+ * filled into the scratch. */
+static const float *conv_phases(const conv_geom *g, const conv_direct *d, const float *x, float *phases,
+                                nrv_threadpool *pool) {
+    if (g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && d->ph_rows <= g->ih && d->pw_cols == g->iw) return x;
+    conv_fill_phases_parallel(g, d, x, phases, pool);
+    return phases;
 }
 
 /* B's row offsets into the phases: row (c, ki, kj) -> plane (c, a, b), shifted by the tap. */
@@ -810,10 +855,15 @@ static void conv_panels_task(void *ctx, int64_t t) {
      * in L2 for the activation, and each call streams its panels once */
     int64_t chunk = CONV_Y_BLOCK_FLOATS / mo;
     chunk = chunk < 240 ? 240 : chunk;
-    /* ReLU and Clip (without a residual sum to add first) go into the kernel's store: a
-     * second pass over each block took 7% of a C = 3 stem conv */
-    const nrv_panels_act fused = {j->act == NRV_PLAN_ACT_RELU ? NRV_PANELS_RELU : NRV_PANELS_CLIP, j->p0, j->p1};
-    const int in_kernel = !j->sum && (j->act == NRV_PLAN_ACT_RELU || j->act == NRV_PLAN_ACT_CLIP);
+    /* ReLU, Clip and LeakyRelu (without a residual sum to add first) go into the kernel's
+     * store: a second pass over each block took 7% of a C = 3 stem conv, 5% of a 72-channel
+     * 3x1 one */
+    const nrv_panels_act fused = {j->act == NRV_PLAN_ACT_RELU         ? NRV_PANELS_RELU
+                                  : j->act == NRV_PLAN_ACT_LEAKY_RELU ? NRV_PANELS_LEAKY
+                                                                      : NRV_PANELS_CLIP,
+                                  j->p0, j->p1};
+    const int in_kernel = !j->sum && (j->act == NRV_PLAN_ACT_RELU || j->act == NRV_PLAN_ACT_CLIP ||
+                                      j->act == NRV_PLAN_ACT_LEAKY_RELU);
     for (int64_t q0 = q_begin; q0 < end; q0 += chunk) {
         const int64_t np = end - q0 < chunk ? end - q0 : chunk;
         kernel(np, mo, k, j->x, q0, j->ow, j->pw, j->k_off, j->wp + m0 * k, j->bias ? j->bias + m0 : NULL,
@@ -844,8 +894,7 @@ static void conv_panels_group(const conv_geom *g, const nrv_op_args *a, const fl
         conv_direct_shape(g, &d);
         float *phases = (float *)((char *)a->scratch + ((size_t)g->kdim * 8 + 63) / 64 * 64);
         conv_row_offsets(g, &d, offs);
-        conv_fill_phases_parallel(g, &d, xg, phases, a->pool);
-        j.x = phases, j.ow = g->ow, j.pw = d.pw_cols;
+        j.x = conv_phases(g, &d, xg, phases, a->pool), j.ow = g->ow, j.pw = d.pw_cols;
     }
     const int64_t panels = (g->mg + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
     j.by_panels = panels > 1 && g->mg * g->kdim > g->cg * g->hw;
@@ -1065,12 +1114,12 @@ static nrv_status conv_run_impl(const nrv_op_args *a, int packed) {
                     float *phases = (float *)((char *)a->scratch + ((size_t)g.kdim * 8 + 63) / 64 * 64);
                     float *rowbuf = phases + g.cg * g.sh * g.sw * d.plane;
                     conv_row_offsets(&g, &d, offs);
-                    conv_fill_phases_parallel(&g, &d, xg, phases, a->pool);
+                    const float *src = conv_phases(&g, &d, xg, phases, a->pool);
                     j.b_row_off = offs, j.k = g.kdim, j.ow = g.ow, j.c_row = d.pw_cols;
                     for (int64_t oy0 = 0; oy0 < g.oh; oy0 += d.block_rows) {
                         j.rows = g.oh - oy0 < d.block_rows ? g.oh - oy0 : d.block_rows;
                         j.np = (j.rows - 1) * d.pw_cols + g.ow;
-                        j.b = phases + oy0 * d.pw_cols;
+                        j.b = src + oy0 * d.pw_cols;
                         j.yg = yg + oy0 * g.ow;
                         j.sum = sg ? sg + oy0 * g.ow : NULL;
                         if (d.pw_cols == g.ow || j.rows == 1) /* no junk columns: straight into y */

@@ -574,6 +574,9 @@ static void panel_tile(int rows, int nv, int64_t kc, const float *const *base, c
  * which return their second operand when either is NaN) */
 static inline __m256 panel_act8(const nrv_panels_act *act, __m256 t) {
     if (act->kind == NRV_PANELS_RELU) return _mm256_max_ps(t, _mm256_setzero_ps()); /* t > 0 ? t : 0 */
+    if (act->kind == NRV_PANELS_LEAKY) /* t < 0 ? t·slope : t */
+        return _mm256_blendv_ps(t, _mm256_mul_ps(t, _mm256_set1_ps(act->lo)),
+                                _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ));
     t = _mm256_max_ps(_mm256_set1_ps(act->lo), t);                                    /* lo > t ? lo : t */
     return _mm256_min_ps(_mm256_set1_ps(act->hi), t);                                 /* hi < t ? hi : t */
 }
