@@ -26,6 +26,10 @@ def _conv_model(w, b, x_shape, act=None, **attrs):
         nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
     elif act == "leaky":
         nodes.append(helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.2))
+    elif act == "silu":
+        nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    elif act in ("hardswish", "sigmoid", "tanh"):
+        nodes.append(helper.make_node({"hardswish": "HardSwish", "sigmoid": "Sigmoid", "tanh": "Tanh"}[act], ["c"], ["y"]))
     inits = [numpy_helper.from_array(w, "w")]
     if b is not None:
         inits.append(numpy_helper.from_array(b, "b"))
@@ -46,6 +50,13 @@ def _conv_act_ref(x, w, b, group, strides, dil, pads, act):
         return np.maximum(want, 0.0)
     if act == "leaky":
         return np.where(want < 0, 0.2 * want, want)
+    if act in ("silu", "sigmoid"):
+        s = 1.0 / (1.0 + np.exp(-want))
+        return want * s if act == "silu" else s
+    if act == "hardswish":
+        return want * np.clip(want / 6.0 + 0.5, 0.0, 1.0)
+    if act == "tanh":
+        return np.tanh(want)
     return np.clip(want, -0.5, 0.75) if act == "clip" else want
 
 
@@ -208,6 +219,28 @@ def test_unpadded_stride_one_convs_read_x_in_place(tmp_path, rng, monkeypatch, x
     want = plain.run({"x": np.maximum(x, 0)})["y"]
     for _ in range(2):
         np.testing.assert_array_equal(inner.run({"x": x})["y"], want)
+
+
+@pytest.mark.parametrize("act", ["silu", "hardswish", "sigmoid", "tanh"])
+def test_conv_panels_with_other_fused_activations(tmp_path, rng, monkeypatch, act):
+    """An activation the panels do not apply as they store (SiLU, HardSwish, sigmoid, tanh)
+    runs in the conv's epilogue on each block of outputs: the float64 values, the plain conv's
+    bits, and the same bits on 3 threads. 400 positions span several of the kernel's blocks,
+    70 outputs a whole panel and a partial one."""
+    w = (rng.standard_normal((70, 20, 3, 3)) / np.sqrt(180)).astype(np.float32)
+    b = rng.standard_normal(70).astype(np.float32)
+    model = _conv_model(w, b, (1, 20, 20, 20), act, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    x = (2 * rng.standard_normal((1, 20, 20, 20))).astype(np.float32)
+    sess = nerve.Session(model, cache=False)
+    assert _op_types(sess) == ["conv_packed"]
+    got = sess.run({"x": x})["y"]
+    np.testing.assert_allclose(got, _conv_act_ref(x, w, b, 1, (1, 1), (1, 1), [1, 1, 1, 1], act), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_array_equal(nerve.Session(model, cache=False, threads=3).run({"x": x})["y"], got)
+    monkeypatch.setenv("NERVE_CONV_PANELS", "0")
+    plain = nerve.Session(model, cache=False)
+    assert _op_types(plain) == ["conv"]
+    np.testing.assert_array_equal(plain.run({"x": x})["y"], got)
 
 
 def test_conv_panels_replace_the_fp32_weight_and_can_be_turned_off(tmp_path, rng, monkeypatch):

@@ -9,9 +9,10 @@
 /* y = f(x) over n floats, y may be x: ACT_UNROLL vectors per iteration, so that the long
  * dependency chains of the transcendental functions (~100 cycles from x to f(x)) of
  * several vectors overlap, then one masked partial vector (no scalar tail, no read or
- * write past n). */
+ * write past n). 8 rather than 4 (AVX2, Zen 3, 102,400 floats): sigmoid 100 -> 81 us, tanh
+ * 121 -> 100; the same values, as each lane's arithmetic is unchanged. */
 #ifndef ACT_UNROLL
-#define ACT_UNROLL 4
+#define ACT_UNROLL 8
 #endif
 #define NRV_DEFINE_UNARY(name, f)                                                  \
     void X86FN(name)(const float *x, int64_t n, float *y) {                        \
