@@ -677,7 +677,8 @@ static void test_gemm_panels(void) {
         const nrv_panels_act acts[3] = {
             {NRV_PANELS_RELU, 0.0f, 0.0f}, {NRV_PANELS_CLIP, -0.37f, 0.41f}, {NRV_PANELS_LEAKY, 0.2f, 0.0f}};
         const nrv_panels_act *act = t % 4 == 0 ? NULL : &acts[t % 4 - 1];
-        if (t == 3 || t == 5 || t == 6) X.p[off[0] + (q0 / ow) * pw + q0 % ow] = NAN; /* the first position's first tap */
+        if (t == 3 || t == 5 || t == 6) /* NaN at the first position's first tap */
+            X.p[off[0] + (q0 / ow) * pw + q0 % ow] = NAN;
         panels(np, m, k, X.p, q0, ow, pw, off, wp, bias, Y.p, ldy, act, (int)(t % 2));
         const int64_t half = np / 2; /* the same positions in two calls */
         panels(half, m, k, X.p, q0, ow, pw, off, wp, bias, Y2.p, ldy, act, (int)(t % 2));
@@ -1298,8 +1299,12 @@ static void test_maxpool(void) {
  * an output range [n0, n1) (a thread's share) with everything outside it untouched, and a
  * canary after y. tests/python/test_contrib_ops.py checks the plan op against onnxruntime. */
 static void test_matmul_integer(void) {
-    lin_case cs[256];
-    const int ncase = lin_cases(cs, 256);
+    lin_case cs[260];
+    int ncase = lin_cases(cs, 256);
+    /* rows wider than the AVX2 kernel widens up front (MI_WIDE_MAX_K), and one at it */
+    cs[ncase++] = (lin_case){3, 5001, 40};
+    cs[ncase++] = (lin_case){2, 4097, 17};
+    cs[ncase++] = (lin_case){5, 4096, 33};
     const int32_t canary = (int32_t)0x5a5a5a5a;
     for (int c = 0; c < ncase; c++) {
         const int64_t rows = cs[c].rows, in = cs[c].in, out = cs[c].out;

@@ -29,7 +29,8 @@ def _conv_model(w, b, x_shape, act=None, **attrs):
     elif act == "silu":
         nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
     elif act in ("hardswish", "sigmoid", "tanh"):
-        nodes.append(helper.make_node({"hardswish": "HardSwish", "sigmoid": "Sigmoid", "tanh": "Tanh"}[act], ["c"], ["y"]))
+        op_type = {"hardswish": "HardSwish", "sigmoid": "Sigmoid", "tanh": "Tanh"}[act]
+        nodes.append(helper.make_node(op_type, ["c"], ["y"]))
     inits = [numpy_helper.from_array(w, "w")]
     if b is not None:
         inits.append(numpy_helper.from_array(b, "b"))

@@ -211,7 +211,8 @@ static void conv_fill_row_stride2(float *const rows[2], const float *restrict xr
 /* row[t] = xs[t] for t in [lo, hi), 0 elsewhere in [0, n): one padded row of a column stride
  * of 1, in vectors. The rows are often a few dozen floats (a 1x3 conv on 8 columns), where
  * three libc calls per row cost more than the copy. */
-static inline __attribute__((always_inline)) void conv_fill_row_stride1(float *restrict row, const float *restrict xs, int64_t lo, int64_t hi, int64_t n) {
+static inline __attribute__((always_inline)) void conv_fill_row_stride1(float *restrict row, const float *restrict xs,
+                                                                       int64_t lo, int64_t hi, int64_t n) {
     const conv_v4f zero = {0.0f, 0.0f, 0.0f, 0.0f};
     int64_t t = 0;
     for (; t + 4 <= lo; t += 4) memcpy(row + t, &zero, sizeof zero);
@@ -227,11 +228,12 @@ static inline __attribute__((always_inline)) void conv_fill_row_stride1(float *r
 }
 
 /* Fills the phase planes of channels [c0, c1) of one image's group (layout above), padded
- * row by padded row, so each channel of x is read once, front to back. */
-/* (no-tree-loop-distribute-patterns: GCC made the row copies memmove calls again, whose
- * cost per call is that of a short row) */
-static __attribute__((optimize("no-tree-loop-distribute-patterns"))) void conv_fill_phases(const conv_geom *g, const conv_direct *d, const float *x, float *phases, int64_t c0,
-                             int64_t c1) {
+ * row by padded row, so each channel of x is read once, front to back. (Built without
+ * loop-distribute-patterns, which made the row copies memmove calls again, each costing
+ * as much as a short row.) */
+#define CONV_NO_LIBC_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+static CONV_NO_LIBC_LOOPS void conv_fill_phases(const conv_geom *g, const conv_direct *d, const float *x,
+                                                float *phases, int64_t c0, int64_t c1) {
     const int64_t pwc = d->pw_cols;
     if (g->sh == 1 && g->sw == 1) { /* one phase, each row's valid columns the same */
         int64_t tlo, thi;
@@ -289,7 +291,7 @@ typedef struct conv_fill_job {
     int64_t pieces;
 } conv_fill_job;
 
-static __attribute__((optimize("no-tree-loop-distribute-patterns"))) void conv_fill_task(void *ctx, int64_t t) {
+static CONV_NO_LIBC_LOOPS void conv_fill_task(void *ctx, int64_t t) {
     const conv_fill_job *j = ctx;
     conv_fill_phases(j->g, j->d, j->x, j->phases, t * j->g->cg / j->pieces, (t + 1) * j->g->cg / j->pieces);
 }
