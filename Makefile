@@ -91,7 +91,7 @@ test-asan: venv
 	  NERVE_LIBRARY=$(abspath $(BUILD_ASAN))/libnerve.so NERVE_HEADER=$(abspath native/include/nerve.h) \
 	  NERVE_PLAN_CACHE=0 PYTHONPATH=$(abspath sdk) \
 	  $(PY) -m pytest -q tests/python/test_plan_errors.py tests/python/test_onnx_node_cases.py tests/python/test_errors.py \
-	    tests/python/test_data_dependent.py tests/python/test_random_ops.py
+	    tests/python/test_data_dependent.py tests/python/test_random_ops.py tests/python/test_weight_panels.py
 
 # Cross-compile for aarch64 and run the native tests under qemu-aarch64 (NEON executes).
 # Needs Debian's gcc-aarch64-linux-gnu and qemu-user-static.
