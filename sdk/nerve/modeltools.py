@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
@@ -248,6 +249,13 @@ def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[
         import onnxruntime
 
         result["onnxruntime_version"] = onnxruntime.__version__
+        cores = os.cpu_count() or 1
+        if threads > 1 and 2 * threads > cores:
+            # Measured on 2 cores at 2 threads: nerve 956 us alone, 1479 us beside onnxruntime
+            # (openWakeWord's embedding CNN); onnxruntime's pool spins after each of its runs.
+            result["caveat"] = (f"both engines run {threads} threads on {cores} cores, and their pools spin "
+                                "between runs: each takes the other's cores, so these times and the ratio "
+                                f"are not each engine's own; time nerve alone (without --vs) to compare")
     ours = sess.run(feeds)
     if peer_out is not None:
         diffs = {k: float(np.max(np.abs(ours[k].astype(np.float64) - peer_out[k].astype(np.float64))))
@@ -314,6 +322,8 @@ def format_bench(r: dict) -> str:
         pairs = ", ".join(f"{o} -> {i}" for o, i in r["state"].items())
         lines.append(f"ratio   {r['ratio_streaming']:.2f}x  streaming: nerve keeps the state ({pairs}) in the "
                      "session, onnxruntime feeds and returns it")
+    if "caveat" in r:
+        lines.append(f"caveat  {r['caveat']}")
     if "max_abs_diff" in r:
         lines.append("max |nerve - onnxruntime|  " + ", ".join(f"{k}: {v:.3g}" for k, v in r["max_abs_diff"].items()))
     return "\n".join(lines + format_profile(r))

@@ -294,6 +294,31 @@ def test_cli_example_feeds_default_sizes_and_peer_failures(mlp, tmp_path):
         bench_model(str(tmp_path / "r.onnx"), {"x": np.zeros(6, np.float32)}, {"n": 6}, "onnxruntime", seconds=0.1)
 
 
+def test_bench_beside_a_peer_says_when_the_two_pools_share_too_few_cores(tmp_path, monkeypatch):
+    """With --vs and more threads than half the cores, both engines' spinning pools take each
+    other's cores (measured: nerve 1.5x slower beside onnxruntime than alone at 2 threads on 2
+    cores): the result says so, and the report prints it; at 1 thread, or with cores to spare,
+    it says nothing."""
+    from nerve import modeltools
+
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "r", [h.make_tensor_value_info("x", T.FLOAT, [64])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [64])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "relu.onnx")
+    feeds = {"x": np.ones(64, np.float32)}
+    monkeypatch.setattr(modeltools.os, "cpu_count", lambda: 2)
+    shared = modeltools.bench_model(str(tmp_path / "relu.onnx"), feeds, {}, "onnxruntime", threads=2, seconds=0.05,
+                                    repeat=1)
+    assert "2 threads on 2 cores" in shared["caveat"]
+    assert "caveat  both engines run 2 threads" in modeltools.format_bench(shared)
+    for threads, cores in ((1, 2), (2, 4)):
+        monkeypatch.setattr(modeltools.os, "cpu_count", lambda: cores)
+        r = modeltools.bench_model(str(tmp_path / "relu.onnx"), feeds, {}, "onnxruntime", threads=threads,
+                                   seconds=0.05, repeat=1)
+        assert "caveat" not in r and "caveat" not in modeltools.format_bench(r)
+
+
 def test_bert_encoder_parity_and_fusion(tmp_path):
     path = tiny_bert.build(str(tmp_path / "bert.onnx"))
     feeds = tiny_bert.example_feeds(batch=2, seq=16)
