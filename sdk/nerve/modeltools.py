@@ -255,7 +255,7 @@ def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[
             # (openWakeWord's embedding CNN); onnxruntime's pool spins after each of its runs.
             result["caveat"] = (f"both engines run {threads} threads on {cores} cores, and their pools spin "
                                 "between runs: each takes the other's cores, so these times and the ratio "
-                                f"are not each engine's own; time nerve alone (without --vs) to compare")
+                                "are not each engine's own; time nerve alone (without --vs) to compare")
     ours = sess.run(feeds)
     if peer_out is not None:
         diffs = {k: float(np.max(np.abs(ours[k].astype(np.float64) - peer_out[k].astype(np.float64))))
