@@ -1012,10 +1012,9 @@ def test_conv(tmp_path, rng, xs, ws, attrs, bias):
 
 
 @pytest.mark.parametrize("xs, ws, attrs, bias", [
-    ((1, 24, 20, 20), (8, 24, 3, 3), {"dilations": [12, 12], "pads": [12, 12, 12, 12]}, True),  # DeepLab's ASPP
-    ((2, 6, 9, 14), (5, 6, 3, 2), {"dilations": [5, 9], "pads": [5, 3, 5, 6]}, False),          # uneven
-    ((1, 4, 5, 5), (2, 4, 3, 3), {"dilations": [7, 7], "pads": [6, 6, 6, 6]}, True),            # one tap, cropped
-    ((1, 7, 11, 6), (3, 7, 5, 5), {"dilations": [4, 3], "pads": [8, 6, 8, 6]}, True),
+    ((1, 96, 20, 20), (96, 96, 3, 3), {"dilations": [12, 12], "pads": [12, 12, 12, 12]}, True),  # DeepLab's ASPP
+    ((2, 160, 9, 14), (128, 160, 3, 2), {"dilations": [5, 9], "pads": [5, 3, 5, 6]}, False),      # uneven
+    ((1, 128, 13, 11), (136, 128, 5, 5), {"dilations": [4, 3], "pads": [8, 6, 8, 6]}, True),
 ])
 def test_conv_with_taps_mostly_in_padding(tmp_path, rng, xs, ws, attrs, bias):
     """Stride-1 convs whose taps read the padding at most (output, tap) pairs run tap by tap:
@@ -1027,6 +1026,24 @@ def test_conv_with_taps_mostly_in_padding(tmp_path, rng, xs, ws, attrs, bias):
     s = check_op(tmp_path, "Conv", {"x": randn(rng, xs)}, dict(attrs, kernel_shape=list(ws[2:])), consts=consts,
                  tol=tol)
     assert "slice" in op_types(s) or "pad" in op_types(s)
+
+
+@pytest.mark.parametrize("xs, ws, attrs", [
+    ((1, 24, 20, 20), (8, 24, 3, 3), {"dilations": [12, 12], "pads": [12, 12, 12, 12]}),  # few channels
+    ((2, 6, 9, 14), (5, 6, 3, 2), {"dilations": [5, 9], "pads": [5, 3, 5, 6]}),
+    ((1, 4, 5, 5), (2, 4, 3, 3), {"dilations": [7, 7], "pads": [6, 6, 6, 6]}),            # one tap, cropped
+    ((1, 7, 11, 6), (3, 7, 5, 5), {"dilations": [4, 3], "pads": [8, 6, 8, 6]}),
+    ((1, 128, 2, 2), (128, 128, 3, 3), {"pads": [1, 1, 1, 1]}),  # a deep layer of a small image: 4 of 9 taps each
+    ((1, 96, 4, 3), (112, 96, 5, 5), {"pads": [2, 2, 2, 2]}),
+])
+def test_conv_with_taps_mostly_in_padding_but_little_work_per_tap_stays_one_op(tmp_path, rng, xs, ws, attrs):
+    """Tap by tap costs an op, a pad and an add per tap: under TAP_REGIONS_MIN_MACS of work per
+    tap the direct conv over the padded plane is faster (measured in onnx_ops.py), so it runs."""
+    consts = {"w": randn(rng, ws), "b": randn(rng, (ws[0],))}
+    tol = dict(RED, atol=max(RED["atol"], 2.0 ** -23 * int(np.prod(ws[1:]))))
+    s = check_op(tmp_path, "Conv", {"x": randn(rng, xs)}, dict(attrs, kernel_shape=list(ws[2:])), consts=consts,
+                 tol=tol)
+    assert op_types(s) in (["conv"], ["conv_packed"])
 
 
 def test_conv_with_a_bias_fed_at_run_time_is_refused_by_name(tmp_path, rng):

@@ -1513,12 +1513,20 @@ def _prune_padding_taps(spatial, out_sp, kernel, strides, dil, pb, pe):
 # dilation 12 over 20x20 features reads the input at 36% of them, the direct path computes
 # every pair over the padded plane.
 TAP_REGIONS_MAX_SHARE = 0.5
+# ... and only when each tap's 1x1 product is worth an op, a pad and an add: at least this
+# many multiply-adds (rectangle positions x C x M) on average. One thread on the Zen 3 guest
+# of bench/RESULTS.md (2026-12-07), µs direct / tap by tap: 128 -> 128 3x3 pad 1 over 2x2
+# 31 / 53 (29 K per tap), 64 ch 16x16 dilation 12 251 / 294 (262 K), 32 ch 20x20
+# dilation 12 113 / 193 (147 K), 64 ch 32x32 dilation 24 1012 / 877 (1.05 M), 128 ch 16x16
+# dilation 8 935 / 897 (1.9 M), 256 ch 20x20 dilation 12 6485 / 3526 (9.4 M).
+TAP_REGIONS_MIN_MACS = 1 << 20
 
 
-def _tap_regions(spatial, out_sp, kernel, strides, dil, pb, group: int):
+def _tap_regions(spatial, out_sp, kernel, strides, dil, pb, group: int, channels_x_outputs: int):
     """Per tap (row tap i, column tap j) of a 2-D stride-1 conv, the output rectangle whose
     inputs lie inside x — [(i, j, (oh0, oh1), (ow0, ow1))], empty rectangles left out — when
-    the taps read x at under TAP_REGIONS_MAX_SHARE of the (output, tap) pairs; else None."""
+    the taps read x at under TAP_REGIONS_MAX_SHARE of the (output, tap) pairs and the average
+    rectangle is TAP_REGIONS_MIN_MACS of work (channels_x_outputs: C x M); else None."""
     if len(kernel) != 2 or group != 1 or list(strides) != [1, 1] or kernel[0] * kernel[1] == 1:
         return None
     if not all(S.is_static(v) for v in list(spatial) + list(out_sp) + list(pb)):
@@ -1532,7 +1540,9 @@ def _tap_regions(spatial, out_sp, kernel, strides, dil, pb, group: int):
                if r1 > r0 and c1 > c0]
     pairs = sum((r1 - r0) * (c1 - c0) for _, _, (r0, r1), (c0, c1) in regions)
     total = int(out_sp[0]) * int(out_sp[1]) * kernel[0] * kernel[1]
-    return regions if total and pairs < TAP_REGIONS_MAX_SHARE * total else None
+    if not total or pairs >= TAP_REGIONS_MAX_SHARE * total:
+        return None
+    return regions if pairs * channels_x_outputs >= TAP_REGIONS_MIN_MACS * len(regions) else None
 
 
 def _conv_by_taps(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], regions, out_sp, dil, pb,
@@ -1673,7 +1683,7 @@ def conv(ctx: NodeCtx, x: Value, w: Value, bias: Optional[Value], name: str) -> 
         (kernel, dil, pb, pe), cuts = pruned
         w = ctx.b.const(np.ascontiguousarray(w.const[(slice(None), slice(None)) + cuts]),
                         ctx.b.fresh(ctx.name + ".live_taps"))
-    regions = _tap_regions(x.shape[2:], out_sp, kernel, strides, dil, pb, group)
+    regions = _tap_regions(x.shape[2:], out_sp, kernel, strides, dil, pb, group, m * int(w.shape[1]))
     if regions is not None:
         return _conv_by_taps(ctx, x, w, bias, regions, out_sp, dil, pb, name)
     pointwise = all(k == 1 for k in kernel) and strides == [1] * sr and pb == [0] * sr and pe == [0] * sr
