@@ -81,6 +81,7 @@ static inline vf vround_nearest(vf a) {
 
 /* p · 2^n: vscalefps does exactly this with IEEE overflow and gradual underflow. */
 static inline vf vldexp(vf p, vf n) { return _mm512_scalef_ps(p, n); }
+static inline vf vldexp_normal(vf p, vf n) { return _mm512_scalef_ps(p, n); }
 
 static inline float vhsum(vf v) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
