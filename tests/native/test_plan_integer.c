@@ -365,6 +365,50 @@ static void test_requantize(void) {
     }
 }
 
+/* requantize along the last axis (a QLinearMatMul's columns: one value per channel and row,
+ * run 8 channels a vector): the same reference bytes per channel scale and bias, per-tensor
+ * scale, u8 and i8, without a bias, rows of 21 channels (two vectors and a tail). */
+static void test_requantize_last_axis(void) {
+    enum { ROWS = 3, C = 21, N = ROWS * C };
+    const int64_t xd[2] = {ROWS, C}, cd = C, one = 1;
+    int32_t x[N], bias[C];
+    float scale[C];
+    for (int i = 0; i < N; i++) x[i] = (int32_t)(nrv_test_u64() % 60001u) - 30000;
+    x[0] = INT32_MAX, x[1] = INT32_MIN, x[9] = 25, x[C + 9] = -25; /* a wrap each way, ties */
+    for (int c = 0; c < C; c++) {
+        bias[c] = (int32_t)(nrv_test_u64() % 2001u) - 1000;
+        scale[c] = 0.001f + 0.01f * (float)(nrv_test_u64() % 100u) / 100.0f;
+    }
+    bias[0] = 1000, bias[1] = -1000, bias[9] = 0, scale[9] = 0.1f; /* 2.5 and -2.5 */
+    for (int form = 0; form < 4; form++) { /* i8 with bias, u8 with bias, u8 without, per-tensor scale */
+        const int s8 = form == 0, with_bias = form < 2, per_tensor = form == 3;
+        int8_t zi = -3;
+        uint8_t zu = 131, y[N + GUARD];
+        nrv_tview xv = mkview(x, NRV_I32, 2, xd), bv = mkview(bias, NRV_I32, 1, &cd);
+        nrv_tview sv = mkview(scale, NRV_F32, 1, per_tensor ? &one : &cd);
+        nrv_tview zv = s8 ? mkview(&zi, NRV_I8, 1, &one) : mkview(&zu, NRV_U8, 1, &one);
+        nrv_tview yv = mkview(y, s8 ? NRV_I8 : NRV_U8, 2, xd);
+        const int64_t axis[1] = {-1};
+        const nrv_tview *in[4] = {&xv, with_bias ? &bv : NULL, &sv, &zv};
+        memset(y, 0xa5, sizeof y);
+        NRV_EXPECT_STATUS(nrv_plan_run_op("requantize", in, 4, &yv, axis, 1, NULL, 0, NULL, 0, NULL), NRV_OK);
+        const int32_t z = s8 ? zi : zu, lo_q = s8 ? -128 : 0, hi_q = s8 ? 127 : 255;
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            const int c = i % C;
+            const float sc = scale[per_tensor ? 0 : c];
+            float v = (float)(int32_t)((uint32_t)x[i] + (uint32_t)(with_bias ? bias[c] : 0)) * sc;
+            const float lo = (float)(lo_q - z), hi = (float)(hi_q - z);
+            v = v < lo ? lo : v > hi ? hi : v;
+            const int32_t want = (int32_t)nearbyintf(v) + z;
+            bad += s8 ? (int8_t)y[i] != (int8_t)want : y[i] != (uint8_t)want;
+        }
+        for (int i = N; i < N + GUARD; i++) bad += y[i] != 0xa5;
+        NRV_EXPECT(bad == 0, "requantize last axis form %d: %d bytes differ from the reference (or past y)", form,
+                   bad);
+    }
+}
+
 int main(void) {
     NRV_EXPECT(nrv_plan_op_find("matmul_integer") &&
                    !strcmp(nrv_plan_op_find("matmul_integer")->kernel_op, "matmul_integer"),
@@ -402,6 +446,7 @@ int main(void) {
         memcpy(ia, wide, sizeof ia), ia[0] = 4, ia[1] = 6;
         conv_case(1, 6, 1, 150, 4, ia, 0, 1, pools);
         test_requantize();
+        test_requantize_last_axis();
     }
     unforce();
     test_errors();

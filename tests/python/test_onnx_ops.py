@@ -1481,14 +1481,22 @@ def test_layernorm_op_then_linear_fuses(tmp_path, rng):
     assert op_types(s) == ["layernorm_linear"]
 
 
-@pytest.mark.parametrize("order", ["x_times_1_plus_erf_then_half", "half_x_times_1_plus_erf"])
+@pytest.mark.parametrize("order", ["x_times_1_plus_erf_then_half", "half_x_times_1_plus_erf",
+                                   "x_times_half_of_1_plus_erf", "constants_first"])
 @pytest.mark.parametrize("scale", ["div_sqrt2", "mul_inv_sqrt2"])
 def test_fusion_decomposed_erf_gelu(tmp_path, rng, order, scale):
+    """Each order becomes one gelu; x · (½ · (1 + erf)) is torch's dynamo exporter's (Pipecat's
+    smart-turn), constants first (1 + erf, ½ · x) other exporters'."""
+    first = order == "constants_first"
     nodes = [h.make_node("Div", ["x", "sqrt2"], ["s"]) if scale == "div_sqrt2"
              else h.make_node("Mul", ["x", "inv_sqrt2"], ["s"]),
-             h.make_node("Erf", ["s"], ["e"]), h.make_node("Add", ["e", "one"], ["p"])]
+             h.make_node("Erf", ["s"], ["e"]), h.make_node("Add", ["one", "e"] if first else ["e", "one"], ["p"])]
     if order == "x_times_1_plus_erf_then_half":
         nodes += [h.make_node("Mul", ["x", "p"], ["xp"]), h.make_node("Mul", ["xp", "half"], ["y"])]
+    elif order == "x_times_half_of_1_plus_erf":
+        nodes += [h.make_node("Mul", ["half", "p"], ["hp"]), h.make_node("Mul", ["x", "hp"], ["y"])]
+    elif first:
+        nodes += [h.make_node("Mul", ["half", "x"], ["hx"]), h.make_node("Mul", ["p", "hx"], ["y"])]
     else:
         nodes += [h.make_node("Mul", ["x", "half"], ["hx"]), h.make_node("Mul", ["hx", "p"], ["y"])]
     inits = {"sqrt2": np.array(math.sqrt(2), F32), "inv_sqrt2": np.array(1 / math.sqrt(2), F32),

@@ -354,8 +354,15 @@ def fuse_layernorm(prog: Program) -> bool:
     return changed
 
 
+def _other_input(op: Op, v: Value) -> Optional[Value]:
+    """The operand of a binary op besides v (v itself when the op reads it twice)."""
+    return op.inputs[0] if op.inputs[1] is v else op.inputs[1]
+
+
 def fuse_gelu(prog: Program) -> bool:
-    """x · ½ · (1 + erf(x / √2)) in the orders exporters write it -> gelu."""
+    """x · ½ · (1 + erf(x / √2)) in the orders exporters write it -> gelu: the product taken as
+    (x · (1 + erf)) · ½, (x · ½) · (1 + erf) or x · (½ · (1 + erf)) (torch's dynamo exporter:
+    Pipecat's smart-turn), each Add and Mul with its constant on either side."""
     uses = _Uses(prog)
     changed = False
     for erf in list(prog.ops):
@@ -370,21 +377,26 @@ def fuse_gelu(prog: Program) -> bool:
             continue
         x = scale.inputs[0]
         add1 = uses.only_reader(erf.outputs[0])
-        if not _is(add1, "binary", 0) or _scalar_const(add1.inputs[1]) != 1.0:
+        if not _is(add1, "binary", 0) or _scalar_const(_other_input(add1, erf.outputs[0])) != 1.0:
             continue
         mul_x = uses.only_reader(add1.outputs[0])
         if not _is(mul_x, "binary", 2):
             continue
-        other = mul_x.inputs[0] if mul_x.inputs[1] is add1.outputs[0] else mul_x.inputs[1]
+        other = _other_input(mul_x, add1.outputs[0])
         chain = [scale, erf, add1, mul_x]
         if other is x:  # x * (1 + erf) then * 0.5
             half = uses.only_reader(mul_x.outputs[0])
-            if not _is(half, "binary", 2) or _scalar_const(half.inputs[1]) != 0.5:
+            if not _is(half, "binary", 2) or _scalar_const(_other_input(half, mul_x.outputs[0])) != 0.5:
                 continue
             chain.append(half)
+        elif _scalar_const(other) == 0.5:  # (0.5 * (1 + erf)) then * x
+            times_x = uses.only_reader(mul_x.outputs[0])
+            if not _is(times_x, "binary", 2) or _other_input(times_x, mul_x.outputs[0]) is not x:
+                continue
+            chain.append(times_x)
         else:  # (x * 0.5) * (1 + erf)
             hp = other.producer if other is not None else None
-            if not (_is(hp, "binary", 2) and hp.inputs[0] is x and _scalar_const(hp.inputs[1]) == 0.5
+            if not (_is(hp, "binary", 2) and any(v is x for v in hp.inputs) and _scalar_const(_other_input(hp, x)) == 0.5
                     and uses.only_reader(other) is mul_x):
                 continue
             chain.insert(0, hp)
