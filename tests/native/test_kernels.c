@@ -1317,8 +1317,22 @@ static void test_matmul_integer(void) {
         int32_t *za = xalloc((size_t)rows * sizeof(int32_t)), *zq = xalloc((size_t)out * sizeof(int32_t));
         int32_t *want = xalloc((size_t)(rows * out) * sizeof(int32_t));
         int32_t *y = xalloc((size_t)(rows * out + 8) * sizeof(int32_t));
-        for (int64_t i = 0; i < rows * in; i++) a[i] = (uint8_t)(nrv_test_u64() % 256u);
-        for (int64_t i = 0; i < out * in; i++) q[i] = (int8_t)((int)(nrv_test_u64() % 256u) - 128);
+        /* weights: the full int8 range; symmetric ([-127, 127]: AVX2's vpmaddubsw blocks) with a
+         * -128 in every third output (its block takes the widening path); or symmetric at the
+         * extremes, with rows of 0 and 255 (the largest pair sums vpmaddubsw sees: 2·128·127) */
+        const int form = (c / 2) % 3;
+        for (int64_t i = 0; i < rows * in; i++) {
+            const uint64_t u = nrv_test_u64();
+            a[i] = form == 2 && u % 3 ? (uint8_t)(u % 2 ? 255 : 0) : (uint8_t)(u % 256u);
+        }
+        for (int64_t i = 0; i < out * in; i++) {
+            const uint64_t u = nrv_test_u64();
+            q[i] = form == 0   ? (int8_t)((int)(u % 256u) - 128)
+                   : form == 1 ? (int8_t)((int)(u % 255u) - 127)
+                               : (int8_t)(u % 3 ? (u % 2 ? 127 : -127) : (int)(u % 255u) - 127);
+        }
+        if (form == 1)
+            for (int64_t n = 0; n < out; n += 3) q[n * in + (int64_t)(nrv_test_u64() % (uint64_t)in)] = -128;
         for (int64_t r = 0; r < rows; r++) za[r] = (int32_t)(nrv_test_u64() % 256u);
         for (int64_t n = 0; n < out; n++)
             zq[n] = wide ? (int32_t)(uint32_t)nrv_test_u64() : (int32_t)(nrv_test_u64() % 256u) - 128;
@@ -1335,9 +1349,9 @@ static void test_matmul_integer(void) {
         for (int64_t i = rows * out; i < rows * out + 8; i++) guards &= y[i] == canary;
         const double err = at < rows * out || !guards ? INFINITY : 0.0;
         if (at == rows * out) at = 0;
-        record(err, "rows=%lld in=%lld out=%lld [%lld, %lld) flip=%d per_row=%d zq=%d wide=%d at %lld: got %d want "
-               "%d (bit-identical required)%s", (long long)rows, (long long)in, (long long)out, (long long)n0,
-               (long long)n1, flip, per_row, with_zq, wide, (long long)at, (int)y[at], (int)want[at],
+        record(err, "rows=%lld in=%lld out=%lld [%lld, %lld) flip=%d per_row=%d zq=%d wide=%d weights %d at %lld: got "
+               "%d want %d (bit-identical required)%s", (long long)rows, (long long)in, (long long)out, (long long)n0,
+               (long long)n1, flip, per_row, with_zq, wide, form, (long long)at, (int)y[at], (int)want[at],
                guards ? "" : " canary overwritten");
         free(a);
         free(q);
