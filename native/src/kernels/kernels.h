@@ -157,6 +157,11 @@ typedef void (*nrv_quantize_fn)(const float *x, int64_t n, const nrv_quant_param
  * reference's bytes (kernels/requant_impl.h). */
 typedef void (*nrv_requant_fn)(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
                                uint8_t *y);
+/* requant's second entry point (nrv_kernel_get_implicit): one row of n channels, each with its
+ * own bias[i] (bias NULL: 0) and scale[i·scale_stride], the same steps per value, so the
+ * same bytes (the channel axis last: a QLinearMatMul's columns). */
+typedef void (*nrv_requant_channels_fn)(const int32_t *x, int64_t n, const int32_t *bias, const float *scale,
+                                        int64_t scale_stride, float lo, float hi, int32_t z, uint8_t *y);
 
 /* linear_w4a32 / linear_w4a8: y[r, o] (row stride ldy) = Σ_g scale[o, g]·D[r, o, g] + b[o]
  * for a W4 weight (nerve.h nrv_w4_weight, either layout; checked), where
@@ -472,6 +477,7 @@ typedef union nrv_kernel_fn {
     nrv_matmul_integer_planes_fn matmul_integer_planes;
     nrv_quantize_fn quantize;
     nrv_requant_fn requant;
+    nrv_requant_channels_fn requant_channels;
     nrv_linear_w4_fn linear_w4;
     nrv_linear_f16_fn linear_f16;
     nrv_depthwise_fn depthwise;
@@ -527,6 +533,10 @@ void nrv_requant_avx2(const int32_t *x, int64_t n, int32_t bias, float scale, fl
                       uint8_t *y);
 void nrv_requant_avx512(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
                         uint8_t *y);
+void nrv_requant_channels_avx2(const int32_t *x, int64_t n, const int32_t *bias, const float *scale,
+                               int64_t scale_stride, float lo, float hi, int32_t z, uint8_t *y);
+void nrv_requant_channels_avx512(const int32_t *x, int64_t n, const int32_t *bias, const float *scale,
+                                 int64_t scale_stride, float lo, float hi, int32_t z, uint8_t *y);
 /* quantize (native/src/x86/quantize_avx2.c / quantize_avx512.c: kernels/quantize_impl.h) */
 void nrv_quantize_avx2(const float *x, int64_t n, const nrv_quant_params *p, void *y);
 void nrv_quantize_avx512(const float *x, int64_t n, const nrv_quant_params *p, void *y);
@@ -648,6 +658,8 @@ void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t
 void nrv_quantize_ref(const float *x, int64_t n, const nrv_quant_params *p, void *y);
 void nrv_requant_ref(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
                      uint8_t *y);
+void nrv_requant_channels_ref(const int32_t *x, int64_t n, const int32_t *bias, const float *scale,
+                              int64_t scale_stride, float lo, float hi, int32_t z, uint8_t *y);
 void nrv_matmul_integer_planes_ref(const uint8_t *a, int64_t lda, uint8_t flip, int64_t n, int64_t in, int32_t za,
                                    const int8_t *packed, int64_t out, const int32_t *zq, const nrv_requant_out *rq,
                                    void *y, int64_t ldy);
