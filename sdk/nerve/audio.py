@@ -516,26 +516,62 @@ def iter_flac(source: Union[str, os.PathLike, bytes, bytearray, memoryview], blo
 # ---------------------------------------------------------------- any supported file
 
 
+# Other audio containers by their first bytes, named in read_audio's error (nerve decodes
+# WAV and FLAC only): (offset, magic, name).
+_OTHER_AUDIO = [(0, b"OggS", "Ogg (Vorbis or Opus)"), (4, b"ftyp", "MP4/M4A (AAC or ALAC)"),
+                (0, b"\x1aE\xdf\xa3", "WebM/Matroska"), (0, b"FORM", "AIFF"), (0, b".snd", "Sun/NeXT AU"),
+                (0, b"caff", "Core Audio (CAF)"), (0, b"#!AMR", "AMR")]
+
+
+def _id3_end(head: bytes) -> int:
+    """Where the audio after an ID3v2 tag starts (the tag's syncsafe size, plus its footer)."""
+    size = (head[6] & 0x7F) << 21 | (head[7] & 0x7F) << 14 | (head[8] & 0x7F) << 7 | (head[9] & 0x7F)
+    return 10 + size + (10 if head[5] & 0x10 else 0)
+
+
+def _audio_kind(head: bytes) -> str:
+    """A guess at what a non-WAV, non-FLAC stream is, for the error."""
+    for at, magic, name in _OTHER_AUDIO:
+        if head[at:at + len(magic)] == magic:
+            return name
+    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0:
+        return "AAC (ADTS)"
+    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:
+        return "MP3 (MPEG audio)"
+    return ""
+
+
 def _container(source, where: str) -> str:
-    """ "wav" or "flac", from the first bytes of a path or bytes; file objects are read whole
-    first by the caller."""
-    if isinstance(source, (str, os.PathLike)):
+    """ "wav" or "flac", from the first bytes of a path or bytes (after an ID3v2 tag, which
+    some taggers put before FLAC too); file objects are read whole first by the caller."""
+    def first(at: int, n: int) -> bytes:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return bytes(memoryview(source).cast("B")[at:at + n])
         try:
             with open(source, "rb") as f:
-                head = f.read(4)
+                f.seek(at)
+                return f.read(n)
         except OSError as exc:
             raise _io_error(where, source, exc) from exc
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        head = bytes(memoryview(source).cast("B")[:4])
-    else:
+
+    if not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
         raise _not_a_source(source, where)
-    if head in (b"RIFF", b"RF64"):
+    head = first(0, 12)
+    if head[:4] in (b"RIFF", b"RF64"):
         return "wav"
-    if head == b"fLaC" or head[:3] == b"ID3":
+    if head[:4] == b"fLaC":
         return "flac"
+    kind = _audio_kind(head)
+    if head[:3] == b"ID3" and len(head) >= 10:
+        after = first(_id3_end(head), 12)
+        if after[:4] == b"fLaC":
+            return "flac"
+        kind = (_audio_kind(after) or "unknown audio") + ", after an ID3 tag"
     name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<bytes>"
-    raise _input_error(f"{where}: {name} is neither WAV (RIFF/RF64) nor FLAC (fLaC): it starts with {head!r}; "
-                       "convert it first, e.g. `ffmpeg -i IN -ac 1 -ar 16000 OUT.wav`")
+    looks = f" (it looks like {kind})" if kind else ""
+    raise _input_error(f"{where}: {name} is neither WAV (RIFF/RF64) nor FLAC (fLaC): it starts with {head[:4]!r}"
+                       f"{looks}; nerve decodes those two only, so convert it first, e.g. "
+                       "`ffmpeg -i IN -ac 1 -ar 16000 OUT.wav`")
 
 
 def _readable(source, where: str):

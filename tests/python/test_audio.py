@@ -561,3 +561,25 @@ def test_iter_wav_blocks_equal_read_wav(tmp_path):
         nerve.audio.iter_wav(b"RIFF\x00\x00\x00\x00WAVEjunk")
     with pytest.raises(nerve.InputError):
         nerve.audio.iter_wav(str(path), block_frames=0)
+
+
+@pytest.mark.parametrize("head, kind", [
+    (b"OggS\x00\x02" + bytes(40), "Ogg"),
+    (b"\x00\x00\x00\x20ftypM4A " + bytes(40), "MP4/M4A"),
+    (b"\xff\xfb\x90\x64" + bytes(40), "MP3"),
+    (b"ID3\x04\x00\x00\x00\x00\x00\x0a" + bytes(10) + b"\xff\xfb\x90\x64" + bytes(40), "MP3 .*after an ID3 tag"),
+    (b"\xff\xf1\x50\x80" + bytes(40), "AAC"),
+    (b"\x1aE\xdf\xa3" + bytes(40), "WebM"),
+    (b"FORM\x00\x00\x00\x00AIFF" + bytes(40), "AIFF"),
+])
+def test_other_audio_formats_are_named_with_the_conversion(tmp_path, head, kind):
+    """nerve decodes WAV and FLAC; a recording in another container (what phones and browsers
+    save) gets an InputError naming what it looks like and the ffmpeg line, not a decoder's
+    complaint about a missing marker (an ID3 tag used to send MP3s to the FLAC reader)."""
+    path = tmp_path / "clip.audio"
+    path.write_bytes(head)
+    for source in (head, path):
+        with pytest.raises(InputError, match=f"neither WAV .* nor FLAC .*looks like {kind}.*ffmpeg -i"):
+            audio.load_audio(source)
+    with pytest.raises(InputError, match=f"looks like {kind}"):
+        audio.iter_audio(head)
