@@ -52,6 +52,11 @@ static inline vf v_exp_reduced(vf r, vf n) { return vldexp(v_exp_poly(r), n); }
 /* The same for n in [-126, 127]. */
 static inline vf v_exp_reduced_normal(vf r, vf n) { return vldexp_normal(v_exp_poly(r), n); }
 
+/* r = x - n·ln2, ln2 in two parts (Cody–Waite): n·ln2_hi is exact, so r keeps x's bits. */
+static inline vf v_exp_residual(vf x, vf n) {
+    return vfnmadd(n, vset1(NRV_LN2_LO), vfnmadd(n, vset1(NRV_LN2_HI), x));
+}
+
 /* e^x. x = n·ln2 + r with |r| <= ln2/2 (Cody–Waite), then v_exp_reduced.
  * x is first clamped to [-104, 88.8]: below -104, e^x is under half the smallest
  * subnormal (rounds to 0); above 88.73 it overflows, and 88.8 still gives n = 128, so
@@ -59,30 +64,31 @@ static inline vf v_exp_reduced_normal(vf r, vf n) { return vldexp_normal(v_exp_p
 static inline vf v_exp(vf x) {
     x = vmax(vset1(-104.0f), vmin(vset1(88.8f), x));
     const vf n = vround_nearest(vmul(x, vset1(NRV_LOG2E)));
-    const vf r = vfnmadd(n, vset1(NRV_LN2_LO), vfnmadd(n, vset1(NRV_LN2_HI), x));
-    return v_exp_reduced(r, n);
+    return v_exp_reduced(v_exp_residual(x, n), n);
 }
 
 /* n = round(x·log2e) as x·log2e + 1.5·2^23 - 1.5·2^23: the FMA's sum has ulp 1 for
  * |x·log2e| < 2^22, so it rounds to the integer (to even at ties); one FMA and one add where
  * vround_nearest(vmul) is a multiply and a 3-cycle round. */
 #define NRV_ROUND_SHIFTER 12582912.0f /* 1.5 · 2^23 */
+static inline vf v_exp_n(vf x) {
+    return vsub(vfmadd(x, vset1(NRV_LOG2E), vset1(NRV_ROUND_SHIFTER)), vset1(NRV_ROUND_SHIFTER));
+}
 
 /* e^x for x <= 0 (NaN propagates): v_exp's reduction with the exponent in a normal range.
  * x >= -104 gives n >= -150: 2^(n + 24) is normal, the product is then scaled by 2^-24,
  * which rounds a subnormal result once, as vldexp's second multiply does. */
 static inline vf v_exp_nonpos(vf x) {
     x = vmax(vset1(-104.0f), x);
-    const vf n = vsub(vfmadd(x, vset1(NRV_LOG2E), vset1(NRV_ROUND_SHIFTER)), vset1(NRV_ROUND_SHIFTER));
-    const vf r = vfnmadd(n, vset1(NRV_LN2_LO), vfnmadd(n, vset1(NRV_LN2_HI), x));
-    return vmul(v_exp_reduced_normal(r, vadd(n, vset1(24.0f))), vset1(5.9604644775390625e-08f)); /* 2^-24 */
+    const vf n = v_exp_n(x);
+    return vmul(v_exp_reduced_normal(v_exp_residual(x, n), vadd(n, vset1(24.0f))),
+                vset1(5.9604644775390625e-08f)); /* 2^-24 */
 }
 
 /* e^x for 0 <= x <= 88 (NaN propagates), finite: n <= 127 keeps 2^n normal. */
 static inline vf v_exp_upto88(vf x) {
-    const vf n = vsub(vfmadd(x, vset1(NRV_LOG2E), vset1(NRV_ROUND_SHIFTER)), vset1(NRV_ROUND_SHIFTER));
-    const vf r = vfnmadd(n, vset1(NRV_LN2_LO), vfnmadd(n, vset1(NRV_LN2_HI), x));
-    return v_exp_reduced_normal(r, n);
+    const vf n = v_exp_n(x);
+    return v_exp_reduced_normal(v_exp_residual(x, n), n);
 }
 
 /* 1 / (1 + e^-x), split by sign like the reference so e^-|x| never overflows:
