@@ -176,7 +176,8 @@ void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64
                 for (int64_t k = kfull * 4; k < in; k++) t[k - kfull * 4] = (uint8_t)(ar[r][k] ^ flip);
                 memcpy(&tail[r], t, 4);
                 /* zq·(in·za − Σa): the zero points' two terms, one factor per row */
-                if (zq) t_zq[r] = (int32_t)((uint32_t)in * (uint32_t)za[(r0 + r) * za_stride] - row_sum(ar[r], in, flip));
+                if (zq)
+                    t_zq[r] = (int32_t)((uint32_t)in * (uint32_t)za[(r0 + r) * za_stride] - row_sum(ar[r], in, flip));
                 if (any) { /* a' and |a'|, the padding to kp zero (its weights are 0 too) */
                     const __m256i f = _mm256_set1_epi8((char)(flip ^ 0x80));
                     int64_t k = 0;

@@ -396,8 +396,8 @@ def fuse_gelu(prog: Program) -> bool:
             chain.append(times_x)
         else:  # (x * 0.5) * (1 + erf)
             hp = other.producer if other is not None else None
-            if not (_is(hp, "binary", 2) and any(v is x for v in hp.inputs) and _scalar_const(_other_input(hp, x)) == 0.5
-                    and uses.only_reader(other) is mul_x):
+            if not (_is(hp, "binary", 2) and any(v is x for v in hp.inputs)
+                    and _scalar_const(_other_input(hp, x)) == 0.5 and uses.only_reader(other) is mul_x):
                 continue
             chain.insert(0, hp)
         if _chain_to_unary(prog, chain, x, 11):
