@@ -87,11 +87,12 @@ static inline __attribute__((always_inline)) void sym_tile(const int R, const in
     for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
 }
 
-/* y for rows [r0, r0 + R) and block n from acc = Σ a'·q: the contract's epilogue with
- * Σ a·q = acc + 128·colsum, all in uint32 (int32 lanes wrap alike). */
-static void sym_store(const int R, __m256i acc[MI_SYM_MR][2], const int32_t *colsum, const int32_t *zq,
-                      const int32_t *za, int64_t za_stride, const int32_t *t_zq, int64_t r0, int64_t n, int64_t n1,
-                      int64_t out, int32_t *y) {
+/* y for rows [r0, r0 + R) and block n from acc = Σ (a − shift)·q, 8 outputs a vector: the
+ * contract's epilogue with Σ a·q = acc + shift·colsum (shift 128 for the symmetric path's a',
+ * 0 for the widening path), all in uint32 (int32 lanes wrap alike). */
+static void block_store(const int R, __m256i acc[MI_SYM_MR][2], int32_t shift, const int32_t *colsum,
+                        const int32_t *zq, const int32_t *za, int64_t za_stride, const int32_t *t_zq, int64_t r0,
+                        int64_t n, int64_t n1, int64_t out, int32_t *y) {
     const int64_t left = n1 - n < 16 ? n1 - n : 16;
     int32_t zqb[16] = {0};
     if (zq) memcpy(zqb, zq + n, (size_t)left * sizeof(int32_t));
@@ -99,10 +100,11 @@ static void sym_store(const int R, __m256i acc[MI_SYM_MR][2], const int32_t *col
                            _mm256_loadu_si256((const __m256i *)(colsum + n + 8))};
     const __m256i zqv[2] = {_mm256_loadu_si256((const __m256i *)zqb), _mm256_loadu_si256((const __m256i *)(zqb + 8))};
     for (int r = 0; r < R; r++) {
-        const __m256i k128 = _mm256_set1_epi32(128 - za[(r0 + r) * za_stride]), tv = _mm256_set1_epi32(t_zq[r]);
+        const __m256i kz = _mm256_set1_epi32((int32_t)((uint32_t)shift - (uint32_t)za[(r0 + r) * za_stride]));
+        const __m256i tv = _mm256_set1_epi32(t_zq[r]);
         int32_t buf[16];
         for (int h = 0; h < 2; h++) {
-            __m256i v = _mm256_add_epi32(acc[r][h], _mm256_mullo_epi32(k128, cs[h]));
+            __m256i v = _mm256_add_epi32(acc[r][h], _mm256_mullo_epi32(kz, cs[h]));
             v = _mm256_add_epi32(v, _mm256_mullo_epi32(zqv[h], tv));
             _mm256_storeu_si256((__m256i *)(buf + 8 * h), v);
         }
@@ -129,23 +131,9 @@ static void wide_block(const int R, const uint8_t *const *ar, const int32_t *tai
             for (int j = 0; j < 4; j++) acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(w16[j], xb));
         }
     }
-    const __m256i cs0 = _mm256_loadu_si256((const __m256i *)(colsum + n)),
-                  cs1 = _mm256_loadu_si256((const __m256i *)(colsum + n + 8));
-    int32_t zqb[16] = {0};
-    const int64_t left = n1 - n < 16 ? n1 - n : 16;
-    if (zq) memcpy(zqb, zq + n, (size_t)left * sizeof(int32_t));
-    const __m256i zq0 = _mm256_loadu_si256((const __m256i *)zqb), zq1 = _mm256_loadu_si256((const __m256i *)(zqb + 8));
-    for (int r = 0; r < R; r++) {
-        const __m256i zav = _mm256_set1_epi32(za[(r0 + r) * za_stride]), tv = _mm256_set1_epi32(t_zq[r]);
-        __m256i v0 = _mm256_sub_epi32(join(acc[r][0], acc[r][1]), _mm256_mullo_epi32(zav, cs0));
-        __m256i v1 = _mm256_sub_epi32(join(acc[r][2], acc[r][3]), _mm256_mullo_epi32(zav, cs1));
-        v0 = _mm256_add_epi32(v0, _mm256_mullo_epi32(zq0, tv));
-        v1 = _mm256_add_epi32(v1, _mm256_mullo_epi32(zq1, tv));
-        int32_t buf[16];
-        _mm256_storeu_si256((__m256i *)buf, v0);
-        _mm256_storeu_si256((__m256i *)(buf + 8), v1);
-        memcpy(y + (r0 + r) * out + n, buf, (size_t)left * sizeof(int32_t));
-    }
+    __m256i sums[MI_SYM_MR][2];
+    for (int r = 0; r < R; r++) sums[r][0] = join(acc[r][0], acc[r][1]), sums[r][1] = join(acc[r][2], acc[r][3]);
+    block_store(R, sums, 0, colsum, zq, za, za_stride, t_zq, r0, n, n1, out, y);
 }
 
 #define MI_SEG_BLOCKS 256 /* blocks of 16 outputs whose symmetry one pass records */
@@ -203,7 +191,7 @@ void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64
                     case 2: sym_tile(2, sa, ua, kp, w, kb_n, acc); break;
                     default: sym_tile(1, sa, ua, kp, w, kb_n, acc); break;
                     }
-                    sym_store(R, acc, colsum, zq, za, za_stride, t_zq, r0, n, n1, out, y);
+                    block_store(R, acc, 128, colsum, zq, za, za_stride, t_zq, r0, n, n1, out, y);
                     continue;
                 }
                 for (int h = 0; h < R; h += MI_MR)

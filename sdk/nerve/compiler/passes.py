@@ -141,6 +141,11 @@ def _replace_output(op: Op, new_out: Value) -> None:
     new_out.producer = op
 
 
+def _other_input(op: Op, v: Value) -> Optional[Value]:
+    """The operand of a binary op besides v (v itself when the op reads it twice)."""
+    return op.inputs[0] if op.inputs[1] is v else op.inputs[1]
+
+
 def _channel_bias(conv: Op, c: np.ndarray) -> Optional[np.ndarray]:
     """c as the [M] bias of conv's output [N, M, *spatial] when c is constant along every axis
     but the channel one (shapes [M, 1, ...] or [1, M, 1, ...], right-aligned), else None."""
@@ -181,7 +186,7 @@ def fuse_bias(prog: Program) -> bool:
         add = uses.only_reader(op.outputs[0])
         if add is None or add.type != "binary" or add.iattr[0] != _ADD or len(add.inputs) != 2:
             continue
-        other = add.inputs[1] if add.inputs[0] is op.outputs[0] else add.inputs[0]
+        other = _other_input(add, op.outputs[0])
         if other is None or other.const is None or list(add.outputs[0].shape) != list(op.outputs[0].shape):
             continue
         bias = as_bias(op, other.const)
@@ -266,7 +271,7 @@ def fuse_conv_sum(prog: Program) -> bool:
         add = uses.only_reader(out)
         if add is None or add.type != "binary" or add.iattr[0] != _ADD or len(add.inputs) != 2:
             continue
-        other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+        other = _other_input(add, out)
         if other is None or other is out or other.dtype != np.float32 or \
                 list(other.shape) != list(out.shape) or list(add.outputs[0].shape) != list(out.shape):
             continue
@@ -328,14 +333,14 @@ def fuse_layernorm(prog: Program) -> bool:
         gamma = beta = None
         mul = uses.only_reader(out)
         if _is(mul, "binary", 2):
-            g = mul.inputs[1] if mul.inputs[0] is out else mul.inputs[0]
+            g = _other_input(mul, out)
             if g is not None and g.const is not None and g.const.size == int(dim) and S.is_static(dim):
                 gamma = g.const.reshape(-1)
                 chain.append(mul)
                 out = mul.outputs[0]
                 add = uses.only_reader(out)
                 if _is(add, "binary", 0):
-                    bb = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+                    bb = _other_input(add, out)
                     if bb is not None and bb.const is not None and bb.const.size == int(dim):
                         beta = bb.const.reshape(-1)
                         chain.append(add)
@@ -352,11 +357,6 @@ def fuse_layernorm(prog: Program) -> bool:
         uses = _Uses(prog)
         changed = True
     return changed
-
-
-def _other_input(op: Op, v: Value) -> Optional[Value]:
-    """The operand of a binary op besides v (v itself when the op reads it twice)."""
-    return op.inputs[0] if op.inputs[1] is v else op.inputs[1]
 
 
 def fuse_gelu(prog: Program) -> bool:
