@@ -655,20 +655,25 @@ _Static_assert(GEMM_LN_ONCE_ROWS * PANEL_KC <= GEMM_LN_FLOATS, "a normalised sli
 
 #if GEMM_NR < NRV_PANEL_COLS
 /* One row of a against a whole panel block (kc x width, rows `width` floats apart) in a
- * single pass, the block read in order. The NR-wide micro-tiles read a block as
- * NRV_PANEL_COLS / NR interleaved passes 256 bytes apart, which the prefetchers follow
- * poorly, and at one row their two accumulators are a latency-bound chain. Taken for
- * one-row tiles, and for every row of a weight of LP_FULL_ROW_W_FLOATS or more (out of
- * any last-level cache: its rows re-read the block from L2, where the micro-tiles share
- * each load between rows, which wins while the weight stays in cache). Measured (AMD Zen 3
- * guest, AVX2, one thread, Gemm in a session, old and new library alternated twice):
- * 1024 x 8210 at 1 row 1.71-1.98 -> 0.99-1.01 ms (onnxruntime 1.07-1.25), 4 rows 2.8-3.4 ->
- * 1.8, 8 rows 4.2-4.3 -> 2.7-2.8 (onnxruntime 2.4-2.6); 2048 x 1024 at 1 row 210 -> 188-195
- * us; but at 4-12 rows of that weight, in L3, 15-40% slower, hence the size rule. Each
- * output is the same chain of multiply-adds from zero in k order as in gemm_micro, with the
- * same epilogue: the same bits. c gets columns [0, nr). */
-#ifndef LP_FULL_ROW_W_FLOATS
-#define LP_FULL_ROW_W_FLOATS ((int64_t)8 << 20) /* 32 MiB of fp32 weight */
+ * single pass, the block read in order with 8 accumulators. The NR-wide micro-tiles read a
+ * block as NRV_PANEL_COLS / NR interleaved passes 256 bytes apart, which the prefetchers
+ * follow poorly when the block comes from memory, and at one row their two accumulators are
+ * a latency-bound chain. Taken for one-row tiles, and for a weight of LP_STREAM_W_FLOATS or
+ * more (out of L2, and in a real model seldom still in the last-level cache when its turn
+ * comes): the first row of each block streams it from memory in order, the other rows'
+ * micro-tiles then find it in L1/L2; at 2-4 rows every row takes this pass (a tile of
+ * 1-3 rows would be latency-bound anyway). Measured (AMD Zen 3 guest, AVX2, one thread, a
+ * Gemm alone in a session, old and new library alternated, last-level cache flushed before
+ * each run): 8 x 1024 x 2048 1.47 -> 0.92 ms, 8 x 1024 x 4096 2.98 -> 1.68, 8 x 512 x 8210
+ * 2.87 -> 1.96, 4 x 1024 x 2048 1.01 -> 0.58-0.69, 2 rows 0.79 -> 0.44-0.56; with the weight
+ * left in the 32 MiB L3 between runs, up to 10% slower at 8 MiB weights and 4-12 rows
+ * (0.32 -> 0.36 ms at 4 rows), faster from 16 MiB. PP-OCRv6's recogniser (its 120 x 18710
+ * head, 9 MiB, after 20 MiB of convs) 1.14-1.34 -> 0.70-0.80 ms, 0.79x -> 0.85x onnxruntime.
+ * Above 32 MiB this beats the earlier rule (every row one pass) by 2-5%. Each output is the
+ * same chain of multiply-adds from zero in k order as in gemm_micro, with the same
+ * epilogue: the same bits. c gets columns [0, nr). */
+#ifndef LP_STREAM_W_FLOATS
+#define LP_STREAM_W_FLOATS ((int64_t)1 << 20) /* 4 MiB of fp32 weight */
 #endif
 static void gemm_panel_row(int64_t kc, const float *a, const float *bp, int64_t width, float *c, int64_t nr,
                            int first, const float *bias) {
@@ -709,7 +714,7 @@ static void linear_panels_block(const float *a, int64_t lda, int64_t nrows, int6
                                 const float *beta, const float *mean, const float *rstd, const float *wp, int64_t k,
                                 int64_t m, int64_t j0, const float *bias, float *y, int64_t ldy, int prefetch) {
     _Alignas(64) float apack[GEMM_MR * PANEL_KC];
-    const int64_t tiles = gemm_row_tiles(nrows), width = nrv_panel_width(m, j0 / NRV_PANEL_COLS);
+    const int64_t width = nrv_panel_width(m, j0 / NRV_PANEL_COLS);
     const float *block = wp + j0 * k + pc * width;
     /* the next block follows this one in memory (the next depths, or the next panel's first) */
     int64_t next_lines = 0; /* floats / 16 */
@@ -718,8 +723,23 @@ static void linear_panels_block(const float *a, int64_t lda, int64_t nrows, int6
     else if (prefetch && j0 + NRV_PANEL_COLS < m)
         next_lines = (k < PANEL_KC ? k : PANEL_KC) * nrv_panel_width(m, j0 / NRV_PANEL_COLS + 1) / 16;
     const char *next = (const char *)(block + kc * width);
+    int64_t first = 0; /* rows done before the tiles */
+#if GEMM_NR < NRV_PANEL_COLS
+    const int64_t nr_block = m - j0 < NRV_PANEL_COLS ? m - j0 : NRV_PANEL_COLS;
+    if (nrows > 1 && k * m >= LP_STREAM_W_FLOATS) first = nrows <= 4 ? nrows : 1; /* see gemm_panel_row */
+    for (int64_t i = 0; i < first; i++) {
+        const float *ai = a + i * lda;
+        if (gamma) {
+            v_normalise_row(ai, kc, mean[i], rstd[i], gamma + pc, beta ? beta + pc : NULL, apack);
+            ai = apack;
+        }
+        gemm_panel_row(kc, ai, block, width, y + i * ldy + j0, nr_block, pc == 0, bias ? bias + j0 : NULL);
+    }
+#endif
+    const int64_t rest = nrows - first, tiles = gemm_row_tiles(rest);
     for (int64_t t = 0; t < tiles; t++) {
-        const int64_t i0 = gemm_tile_start(nrows, tiles, t), mr = gemm_tile_start(nrows, tiles, t + 1) - i0;
+        const int64_t i0 = first + gemm_tile_start(rest, tiles, t);
+        const int64_t mr = first + gemm_tile_start(rest, tiles, t + 1) - i0;
         for (int64_t l = t * next_lines / tiles; l < (t + 1) * next_lines / tiles; l++)
             __builtin_prefetch(next + 64 * l, 0, 2);
         const float *at = a + i0 * lda;
@@ -731,11 +751,8 @@ static void linear_panels_block(const float *a, int64_t lda, int64_t nrows, int6
             at = apack, ldt = PANEL_KC;
         }
 #if GEMM_NR < NRV_PANEL_COLS
-        if (mr == 1 || k * m >= LP_FULL_ROW_W_FLOATS) {
-            const int64_t nr = m - j0 < NRV_PANEL_COLS ? m - j0 : NRV_PANEL_COLS;
-            for (int64_t i = 0; i < mr; i++)
-                gemm_panel_row(kc, at + i * ldt, block, width, y + (i0 + i) * ldy + j0, nr, pc == 0,
-                               bias ? bias + j0 : NULL);
+        if (mr == 1) {
+            gemm_panel_row(kc, at, block, width, y + i0 * ldy + j0, nr_block, pc == 0, bias ? bias + j0 : NULL);
             continue;
         }
 #endif
