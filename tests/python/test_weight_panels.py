@@ -100,6 +100,7 @@ CASES = [
     ((1, 80, 12, 12), 96, (3, 3), 2, (1, 1), (1, 1), (1, 1, 1, 1), "relu"),      # 2 groups of 48 outputs
     ((1, 3, 37, 41), 127, (7, 7), 1, (2, 2), (1, 1), (3, 3, 3, 3), None),        # a stem: 3 input channels
     ((1, 300, 9, 9), 1025, (1, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0), None),       # pointwise with a 1.2 MB weight
+    ((1, 128, 17, 15), 257, (3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), "relu"),    # 1.2 MB 3x3, 3 blocks of positions
     ((1, 96, 14, 13), 61, (1, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0), "clip"),      # pointwise, small weight, 182 positions
     ((2, 13, 257), 47, (5,), 1, (1,), (1,), (2, 2), "relu"),                     # 1-D
     ((1, 40, 97), 63, (3,), 1, (2,), (3,), (0, 4), None),                        # 1-D, stride 2, dilation 3
@@ -129,6 +130,23 @@ def test_conv_panels_match_float64(tmp_path, rng, x_shape, m, kernel, group, str
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.sqrt(fan))
     # the split of the positions among threads changes no bit
     np.testing.assert_array_equal(nerve.Session(path, cache=False, threads=3).run({"x": x})["y"], got)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_position_gives_the_same_bits_wherever_it_falls(tmp_path, rng, threads):
+    """With a weight past L2 (300 -> 1025, 1.2 MB) the first position of a block streams the
+    panels in one pass and the others take the micro-tiles: the same multiply-add chain, so a
+    pointwise conv's output at a pixel has the same bits whether that pixel comes first (the
+    image cropped to start there) or in the middle."""
+    w = (rng.standard_normal((1025, 300, 1, 1)) / np.sqrt(300)).astype(np.float32)
+    x = rng.standard_normal((1, 300, 9, 9)).astype(np.float32)
+    whole = nerve.Session(_conv_model(w, None, x.shape), cache=False, threads=threads)
+    assert _op_types(whole) == ["conv_packed"]
+    got = whole.run({"x": x})["y"]
+    for row in (1, 4):
+        crop = np.ascontiguousarray(x[:, :, row:])
+        part = nerve.Session(_conv_model(w, None, crop.shape), cache=False, threads=threads).run({"x": crop})["y"]
+        np.testing.assert_array_equal(part, got[:, :, row:])
 
 
 def test_conv_panels_with_symbolic_sizes(tmp_path, rng):

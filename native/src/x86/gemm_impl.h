@@ -570,6 +570,43 @@ static void panel_tile(int rows, int nv, int64_t kc, const float *const *base, c
 }
 #undef PANEL_ROWS
 
+#if PANEL_SUB < NRV_PANEL_COLS
+/* One position against a whole panel block (kc x width) in a single pass, the block read in
+ * order: the micro-tiles read a block as NRV_PANEL_COLS / PANEL_SUB passes 256 bytes apart,
+ * which the prefetchers follow poorly when the block comes from memory. Taken by the first
+ * positions of a weight over PANEL_STREAM_W_FLOATS (see nrv_gemm_panels); each output is
+ * panel_micro's chain of multiply-adds, so the same bits. */
+static void panel_full_row(int64_t kc, const float *base, const int64_t *koff, const float *bp, int64_t width,
+                           float *ct, int first) {
+    enum { NV = NRV_PANEL_COLS / VL };
+    vf acc[NV];
+    for (int v = 0; v < NV; v++) acc[v] = vzero();
+    if (width == NRV_PANEL_COLS) {
+        for (int64_t p = 0; p < kc; p++, bp += NRV_PANEL_COLS) {
+            const vf a = vset1(base[koff[p]]);
+            for (int v = 0; v < NV; v++) acc[v] = vfmadd(a, vload(bp + v * VL), acc[v]);
+        }
+    } else {
+        const int nv = (int)(width / VL);
+        for (int64_t p = 0; p < kc; p++, bp += width) {
+            const vf a = vset1(base[koff[p]]);
+            for (int v = 0; v < nv; v++) acc[v] = vfmadd(a, vload(bp + v * VL), acc[v]);
+        }
+    }
+    for (int v = 0; v < NV && v * VL < width; v++)
+        vstore(ct + v * VL, first ? acc[v] : vadd(acc[v], vload(ct + v * VL)));
+}
+/* A weight of more floats than this (past L2) is streamed from memory by the first block of
+ * positions. Measured (AMD Zen 3 guest, AVX2, one thread, a 1x1 conv alone in a session,
+ * last-level cache flushed by reading 96 MiB before each run, old and new library
+ * alternated three times): 384 -> 768 at 3 x 16 positions (PP-OCRv6's recogniser) 650-725 ->
+ * 491-512 us (onnxruntime 548), 768 -> 384 567-610 -> 481-530 (512), a 3x3 128 -> 256 at
+ * 10 x 10 923-1211 -> 827-896 (832); the weight in cache, the same within noise. */
+#ifndef PANEL_STREAM_W_FLOATS
+#define PANEL_STREAM_W_FLOATS (256 * 1024)
+#endif
+#endif
+
 /* the stored value's activation (kernels.h nrv_panels_act: the same rules, in x86's min/max,
  * which return their second operand when either is NaN) */
 static inline __m256 panel_act8(const nrv_panels_act *act, __m256 t) {
@@ -600,13 +637,24 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
         for (int64_t b0 = 0; b0 < np; b0 += PANEL_NP) {
             const int64_t nb = np - b0 < PANEL_NP ? np - b0 : PANEL_NP;
             nrv_panel_bases(x, q0 + b0, nb, ow, pw, base);
-            const int64_t tiles = gemm_row_tiles(nb);
+            /* the first block of positions finds the panel in memory: its first position (all of
+             * them at 2-4) streams each block in order for the micro-tiles of the others */
+            int64_t lead = 0;
+#if PANEL_SUB < NRV_PANEL_COLS
+            if (b0 == 0 && nb > 1 && m * k > PANEL_STREAM_W_FLOATS) lead = nb <= 4 ? nb : 1;
+#endif
+            const int64_t rest = nb - lead, tiles = gemm_row_tiles(rest);
             for (int64_t pc = 0; pc < k; pc += kc_step) {
                 const int64_t kc = k - pc < kc_step ? k - pc : kc_step;
+#if PANEL_SUB < NRV_PANEL_COLS
+                for (int64_t i = 0; i < lead; i++)
+                    panel_full_row(kc, base[i], k_off + pc, panel + pc * width, width, ct + i * NRV_PANEL_COLS, pc == 0);
+#endif
                 for (int64_t s0 = 0; s0 < width; s0 += PANEL_SUB) {
                     const int nv = (int)((width - s0) / VL < PANEL_NRV ? (width - s0) / VL : PANEL_NRV);
                     for (int64_t t = 0; t < tiles; t++) {
-                        const int64_t i0 = gemm_tile_start(nb, tiles, t), i1 = gemm_tile_start(nb, tiles, t + 1);
+                        const int64_t i0 = lead + gemm_tile_start(rest, tiles, t);
+                        const int64_t i1 = lead + gemm_tile_start(rest, tiles, t + 1);
                         panel_tile((int)(i1 - i0), nv, kc, base + i0, k_off + pc, panel + pc * width + s0, width,
                                    ct + i0 * NRV_PANEL_COLS + s0, pc == 0);
                     }
