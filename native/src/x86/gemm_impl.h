@@ -574,7 +574,7 @@ static void panel_tile(int rows, int nv, int64_t kc, const float *const *base, c
 /* One position against a whole panel block (kc x width) in a single pass, the block read in
  * order: the micro-tiles read a block as NRV_PANEL_COLS / PANEL_SUB passes 256 bytes apart,
  * which the prefetchers follow poorly when the block comes from memory. Taken by the first
- * positions of a weight over PANEL_STREAM_W_FLOATS (see nrv_gemm_panels); each output is
+ * positions of a weight of PANEL_STREAM_W_FLOATS or more (see nrv_gemm_panels); each output is
  * panel_micro's chain of multiply-adds, so the same bits. */
 static void panel_full_row(int64_t kc, const float *base, const int64_t *koff, const float *bp, int64_t width,
                            float *ct, int first) {
@@ -596,14 +596,14 @@ static void panel_full_row(int64_t kc, const float *base, const int64_t *koff, c
     for (int v = 0; v < NV && v * VL < width; v++)
         vstore(ct + v * VL, first ? acc[v] : vadd(acc[v], vload(ct + v * VL)));
 }
-/* A weight of more floats than this (past L2) is streamed from memory by the first block of
- * positions. Measured (AMD Zen 3 guest, AVX2, one thread, a 1x1 conv alone in a session,
+/* A weight of this many floats or more (512 KiB: with the activations, past a 512 KiB L2) is
+ * streamed from memory by the first block of positions. Measured (AMD Zen 3 guest, AVX2, one thread, a 1x1 conv alone in a session,
  * last-level cache flushed by reading 96 MiB before each run, old and new library
  * alternated three times): 384 -> 768 at 3 x 16 positions (PP-OCRv6's recogniser) 650-725 ->
  * 491-512 us (onnxruntime 548), 768 -> 384 567-610 -> 481-530 (512), a 3x3 128 -> 256 at
  * 10 x 10 923-1211 -> 827-896 (832); the weight in cache, the same within noise. */
 #ifndef PANEL_STREAM_W_FLOATS
-#define PANEL_STREAM_W_FLOATS (256 * 1024)
+#define PANEL_STREAM_W_FLOATS (128 * 1024)
 #endif
 #endif
 
@@ -641,7 +641,7 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
              * them at 2-4) streams each block in order for the micro-tiles of the others */
             int64_t lead = 0;
 #if PANEL_SUB < NRV_PANEL_COLS
-            if (b0 == 0 && nb > 1 && m * k > PANEL_STREAM_W_FLOATS) lead = nb <= 4 ? nb : 1;
+            if (b0 == 0 && nb > 1 && m * k >= PANEL_STREAM_W_FLOATS) lead = nb <= 4 ? nb : 1;
 #endif
             const int64_t rest = nb - lead, tiles = gemm_row_tiles(rest);
             for (int64_t pc = 0; pc < k; pc += kc_step) {
