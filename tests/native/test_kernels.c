@@ -1325,6 +1325,19 @@ static void test_matmul_integer(void) {
             const uint64_t u = nrv_test_u64();
             a[i] = form == 2 && u % 3 ? (uint8_t)(u % 2 ? 255 : 0) : (uint8_t)(u % 256u);
         }
+        /* rows whose bytes (xor flip) span max − min = 126..129 (AVX2's narrow path takes
+         * vpmaddubsw on a − min(row) for any weight while that is <= 128: a pair of 128·-128
+         * is -32768, exact; 129 would saturate), the largest first, at a pair of -128 weights
+         * (below); in some cases every third row spans more, so its tile of rows falls back */
+        const int narrow = (c / 6) % 3, span = 126 + (int)((c / 18) % 4);
+        for (int64_t r = 0; narrow && r < rows; r++) {
+            if (narrow == 2 && r % 3 == 1) continue;
+            const int base = (int)(nrv_test_u64() % (uint64_t)(256 - span));
+            for (int64_t k = 0; k < in; k++)
+                a[r * in + k] = (uint8_t)((base + (int)(nrv_test_u64() % (uint64_t)(span + 1))) ^ flip);
+            for (int64_t k = 0; k < 2 && k < in; k++) a[r * in + k] = (uint8_t)((base + span) ^ flip);
+            if (in > 2) a[r * in + in - 1] = (uint8_t)(base ^ flip);
+        }
         for (int64_t i = 0; i < out * in; i++) {
             const uint64_t u = nrv_test_u64();
             q[i] = form == 0   ? (int8_t)((int)(u % 256u) - 128)
@@ -1333,6 +1346,9 @@ static void test_matmul_integer(void) {
         }
         if (form == 1)
             for (int64_t n = 0; n < out; n += 3) q[n * in + (int64_t)(nrv_test_u64() % (uint64_t)in)] = -128;
+        if (form == 0 && narrow)
+            for (int64_t n = 0; n < out; n += 2)
+                for (int64_t k = 0; k < 2 && k < in; k++) q[n * in + k] = -128;
         for (int64_t r = 0; r < rows; r++) za[r] = (int32_t)(nrv_test_u64() % 256u);
         for (int64_t n = 0; n < out; n++)
             zq[n] = wide ? (int32_t)(uint32_t)nrv_test_u64() : (int32_t)(nrv_test_u64() % 256u) - 128;
@@ -1349,9 +1365,10 @@ static void test_matmul_integer(void) {
         for (int64_t i = rows * out; i < rows * out + 8; i++) guards &= y[i] == canary;
         const double err = at < rows * out || !guards ? INFINITY : 0.0;
         if (at == rows * out) at = 0;
-        record(err, "rows=%lld in=%lld out=%lld [%lld, %lld) flip=%d per_row=%d zq=%d wide=%d weights %d at %lld: got "
-               "%d want %d (bit-identical required)%s", (long long)rows, (long long)in, (long long)out, (long long)n0,
-               (long long)n1, flip, per_row, with_zq, wide, form, (long long)at, (int)y[at], (int)want[at],
+        record(err, "rows=%lld in=%lld out=%lld [%lld, %lld) flip=%d per_row=%d zq=%d wide=%d weights %d narrow %d at "
+               "%lld: got %d want %d (bit-identical required)%s", (long long)rows, (long long)in, (long long)out,
+               (long long)n0, (long long)n1, flip, per_row, with_zq, wide, form, narrow, (long long)at, (int)y[at],
+               (int)want[at],
                guards ? "" : " canary overwritten");
         free(a);
         free(q);

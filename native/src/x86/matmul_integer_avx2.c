@@ -18,6 +18,13 @@
  * 5.4 -> 3.9 ms (onnxruntime's u8s8 AVX2 kernel 2.45 ms, but it saturates: its int32 sums
  * there are off by up to 1.1e5). A block is checked for -128 once per call (a compare a
  * 32 bytes; 4+ rows share it).
+ *
+ * Before either, a tile of 4 rows whose bytes each span at most 128 values (hi - lo <= 128,
+ * as one token's quantized activations often do) takes a'' = a - lo in [0, 128] as
+ * vpmaddubsw's unsigned side against any q, -128 included: a pair sums to within [-32768,
+ * 32512], exact, and Σ a·q = Σ a''·q + lo·colsum. That drops the sign step, which costs about
+ * a quarter of the symmetric path's time on Zen 3 (measured by timing it without the step:
+ * 3.9 -> 2.85 ms); Pipecat's smart-turn v3.2: its products 46 -> 38.6 ms, the model 78 -> 71.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -50,6 +57,32 @@ static uint32_t row_sum(const uint8_t *ar, int64_t in, uint8_t flip) {
     uint32_t sum = (uint32_t)(t[0] + t[1] + t[2] + t[3]);
     for (; k < in; k++) sum += (uint8_t)(ar[k] ^ flip);
     return sum;
+}
+
+/* The least and greatest byte of a row (each xor flip). */
+static void row_range(const uint8_t *ar, int64_t in, uint8_t flip, uint8_t *lo, uint8_t *hi) {
+    const __m256i fv = _mm256_set1_epi8((char)flip);
+    __m256i mn = _mm256_set1_epi8((char)0xff), mx = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k + 32 <= in; k += 32) {
+        const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(ar + k)), fv);
+        mn = _mm256_min_epu8(mn, v);
+        mx = _mm256_max_epu8(mx, v);
+    }
+    uint8_t bmn[32], bmx[32];
+    _mm256_storeu_si256((__m256i *)bmn, mn);
+    _mm256_storeu_si256((__m256i *)bmx, mx);
+    uint8_t l = 0xff, h = 0;
+    for (int i = 0; i < 32; i++) {
+        l = bmn[i] < l ? bmn[i] : l;
+        h = bmx[i] > h ? bmx[i] : h;
+    }
+    for (; k < in; k++) {
+        const uint8_t v = (uint8_t)(ar[k] ^ flip);
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+    }
+    *lo = l, *hi = h;
 }
 
 #define MI_SYM_MR 4
@@ -87,10 +120,33 @@ static inline __attribute__((always_inline)) void sym_tile(const int R, const in
     for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
 }
 
-/* y for rows [r0, r0 + R) and block n from acc = Σ (a − shift)·q, 8 outputs a vector: the
- * contract's epilogue with Σ a·q = acc + shift·colsum (shift 128 for the symmetric path's a',
- * 0 for the widening path), all in uint32 (int32 lanes wrap alike). */
-static void block_store(const int R, __m256i acc[MI_SYM_MR][2], int32_t shift, const int32_t *colsum,
+/* Σ_k a''·q for rows [0, R) of the staged a'' = a − min(row) in [0, 127] (ua, kp bytes each)
+ * and the 16 outputs of block w, any q (-128 included): a pair sums to at most 2·127·128 =
+ * 32512 in magnitude, so vpmaddubsw is exact without sym_tile's sign step. */
+static inline __attribute__((always_inline)) void narrow_tile(const int R, const uint8_t *ua, int64_t kp,
+                                                              const int8_t *w, int64_t kb_n,
+                                                              __m256i out[MI_SYM_MR][2]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[MI_SYM_MR][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    const int32_t *u4 = (const int32_t *)(const void *)ua;
+    const int64_t kq = kp / 4;
+    for (int64_t kb = 0; kb < kb_n; kb++, w += 64) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        for (int r = 0; r < R; r++) {
+            const __m256i uv = _mm256_set1_epi32(u4[r * kq + kb]);
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(uv, w0), ones));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(uv, w1), ones));
+        }
+    }
+    for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
+}
+
+/* y for rows [r0, r0 + R) and block n from acc = Σ (a − shift[r])·q, 8 outputs a vector: the
+ * contract's epilogue with Σ a·q = acc + shift[r]·colsum (128 for the symmetric path's a', the
+ * row's least byte for the narrow path's a'', 0 for the widening path), all in uint32 (int32
+ * lanes wrap alike). */
+static void block_store(const int R, __m256i acc[MI_SYM_MR][2], const int32_t *shift, const int32_t *colsum,
                         const int32_t *zq, const int32_t *za, int64_t za_stride, const int32_t *t_zq, int64_t r0,
                         int64_t n, int64_t n1, int64_t out, int32_t *y) {
     const int64_t left = n1 - n < 16 ? n1 - n : 16;
@@ -100,7 +156,7 @@ static void block_store(const int R, __m256i acc[MI_SYM_MR][2], int32_t shift, c
                            _mm256_loadu_si256((const __m256i *)(colsum + n + 8))};
     const __m256i zqv[2] = {_mm256_loadu_si256((const __m256i *)zqb), _mm256_loadu_si256((const __m256i *)(zqb + 8))};
     for (int r = 0; r < R; r++) {
-        const __m256i kz = _mm256_set1_epi32((int32_t)((uint32_t)shift - (uint32_t)za[(r0 + r) * za_stride]));
+        const __m256i kz = _mm256_set1_epi32((int32_t)((uint32_t)shift[r] - (uint32_t)za[(r0 + r) * za_stride]));
         const __m256i tv = _mm256_set1_epi32(t_zq[r]);
         int32_t buf[16];
         for (int h = 0; h < 2; h++) {
@@ -133,7 +189,8 @@ static void wide_block(const int R, const uint8_t *const *ar, const int32_t *tai
     }
     __m256i sums[MI_SYM_MR][2];
     for (int r = 0; r < R; r++) sums[r][0] = join(acc[r][0], acc[r][1]), sums[r][1] = join(acc[r][2], acc[r][3]);
-    block_store(R, sums, 0, colsum, zq, za, za_stride, t_zq, r0, n, n1, out, y);
+    static const int32_t no_shift[MI_SYM_MR] = {0};
+    block_store(R, sums, no_shift, colsum, zq, za, za_stride, t_zq, r0, n, n1, out, y);
 }
 
 #define MI_SEG_BLOCKS 256 /* blocks of 16 outputs whose symmetry one pass records */
@@ -153,11 +210,12 @@ void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64
         int any = 0;
         for (int64_t n = s0; n < s1; n += 16)
             any |= sym[(n - s0) / 16] = (uint8_t)(stage && block_symmetric(packed + (n / 16) * kb_n * 64, kb_n));
-        const int mr = any ? MI_SYM_MR : MI_MR;
+        const int mr = stage ? MI_SYM_MR : MI_MR;
         for (int64_t r0 = 0; r0 < rows; r0 += mr) {
             const int R = (int)(rows - r0 < mr ? rows - r0 : mr);
             const uint8_t *ar[MI_SYM_MR];
-            int32_t tail[MI_SYM_MR] = {0}, t_zq[MI_SYM_MR] = {0};
+            int32_t tail[MI_SYM_MR] = {0}, t_zq[MI_SYM_MR] = {0}, low[MI_SYM_MR] = {0};
+            int narrow = stage;
             for (int r = 0; r < R; r++) {
                 ar[r] = a + (r0 + r) * in;
                 uint8_t t[4] = {0, 0, 0, 0};
@@ -166,7 +224,26 @@ void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64
                 /* zq·(in·za − Σa): the zero points' two terms, one factor per row */
                 if (zq)
                     t_zq[r] = (int32_t)((uint32_t)in * (uint32_t)za[(r0 + r) * za_stride] - row_sum(ar[r], in, flip));
-                if (any) { /* a' and |a'|, the padding to kp zero (its weights are 0 too) */
+                if (narrow) {
+                    uint8_t lo, hi;
+                    row_range(ar[r], in, flip, &lo, &hi);
+                    low[r] = lo;
+                    narrow = hi - lo <= 128;
+                }
+            }
+            if (narrow) { /* a'' = a − min(row) in [0, 127], the padding to kp zero (its weights are 0) */
+                for (int r = 0; r < R; r++) {
+                    const __m256i f = _mm256_set1_epi8((char)flip), lo = _mm256_set1_epi8((char)low[r]);
+                    int64_t k = 0;
+                    for (; k + 32 <= in; k += 32)
+                        _mm256_storeu_si256((__m256i *)(ua + r * kp + k),
+                                            _mm256_sub_epi8(_mm256_xor_si256(
+                                                                _mm256_loadu_si256((const __m256i *)(ar[r] + k)), f),
+                                                            lo));
+                    for (; k < kp; k++) ua[r * kp + k] = k < in ? (uint8_t)((ar[r][k] ^ flip) - low[r]) : 0;
+                }
+            } else if (any) { /* a' and |a'|, the padding to kp zero (its weights are 0 too) */
+                for (int r = 0; r < R; r++) {
                     const __m256i f = _mm256_set1_epi8((char)(flip ^ 0x80));
                     int64_t k = 0;
                     for (; k + 32 <= in; k += 32) {
@@ -181,17 +258,27 @@ void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64
                     }
                 }
             }
+            static const int32_t shift128[MI_SYM_MR] = {128, 128, 128, 128};
             for (int64_t n = s0; n < s1; n += 16) {
                 const int8_t *w = packed + (n / 16) * kb_n * 64;
-                if (sym[(n - s0) / 16]) {
+                if (narrow || sym[(n - s0) / 16]) {
                     __m256i acc[MI_SYM_MR][2];
-                    switch (R) {
-                    case 4: sym_tile(4, sa, ua, kp, w, kb_n, acc); break;
-                    case 3: sym_tile(3, sa, ua, kp, w, kb_n, acc); break;
-                    case 2: sym_tile(2, sa, ua, kp, w, kb_n, acc); break;
-                    default: sym_tile(1, sa, ua, kp, w, kb_n, acc); break;
+                    if (narrow) {
+                        switch (R) {
+                        case 4: narrow_tile(4, ua, kp, w, kb_n, acc); break;
+                        case 3: narrow_tile(3, ua, kp, w, kb_n, acc); break;
+                        case 2: narrow_tile(2, ua, kp, w, kb_n, acc); break;
+                        default: narrow_tile(1, ua, kp, w, kb_n, acc); break;
+                        }
+                    } else {
+                        switch (R) {
+                        case 4: sym_tile(4, sa, ua, kp, w, kb_n, acc); break;
+                        case 3: sym_tile(3, sa, ua, kp, w, kb_n, acc); break;
+                        case 2: sym_tile(2, sa, ua, kp, w, kb_n, acc); break;
+                        default: sym_tile(1, sa, ua, kp, w, kb_n, acc); break;
+                        }
                     }
-                    block_store(R, acc, 128, colsum, zq, za, za_stride, t_zq, r0, n, n1, out, y);
+                    block_store(R, acc, narrow ? low : shift128, colsum, zq, za, za_stride, t_zq, r0, n, n1, out, y);
                     continue;
                 }
                 for (int h = 0; h < R; h += MI_MR)
