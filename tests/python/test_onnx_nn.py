@@ -396,6 +396,30 @@ def test_rnn_recurrent_weight_goes_as_panels(tmp_path, rng, kind, n_in):
     assert [len(o["inputs"]) for o in check(tmp_path, m, feeds).ops()] != [n_in]
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("path", ["panels", "int8", "plain"])
+def test_rnn_steps_split_over_threads_give_the_same_bits(tmp_path, rng, monkeypatch, kind, path):
+    """A wide RNN's step product (here 4·260 or 3·260 rows of R, 260 deep) is shared out over
+    the session's threads in whole panels of 64 rows, each output computed as on one thread:
+    the same bits at 1 and 3 threads, and onnxruntime's result. R as panels (with a batch of
+    3), as int8 codes (precision "int8") or as plain rows (NERVE_CONV_PANELS=0; those two
+    split only a batch of one)."""
+    if path == "plain":
+        monkeypatch.setenv("NERVE_CONV_PANELS", "0")
+    batch = 3 if path == "panels" else 1
+    m, feeds = _rnn_model(rng, kind, 4, batch, 24, 260, "bidirectional", True, True, None)
+    precision = "int8" if path == "int8" else "fp32"
+    path_onnx = _save(tmp_path, m)
+    one = nerve.Session(path_onnx, cache=False, threads=1, precision=precision)
+    three = nerve.Session(path_onnx, cache=False, threads=3, precision=precision)
+    got = one.run(feeds)
+    for name, value in three.run(feeds).items():
+        np.testing.assert_array_equal(value, got[name], err_msg=name)
+    if path != "int8":  # int8 R against onnxruntime: test_linear_w8.py
+        for name, ref in _ort(m, feeds).items():  # 260-deep sums of unit weights: fp32 order noise ~1e-5
+            np.testing.assert_allclose(got[name], ref, rtol=RTOL, atol=5e-5, err_msg=name)
+
+
 @pytest.mark.parametrize("acts", [None, ["Relu"], ["Sigmoid"]])
 @pytest.mark.parametrize("seq, batch, inp, hid, direction, with_b, init, seq_lens, attrs", RNN_CASES)
 def test_elman_rnn(tmp_path, rng, acts, seq, batch, inp, hid, direction, with_b, init, seq_lens, attrs):

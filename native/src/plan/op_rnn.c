@@ -159,17 +159,53 @@ static nrv_status rnn_check_r_panels(const nrv_op_args *a, const rnn_dims *d, in
 
 /* y[batch, n] = h · R[dir][row0 : row0 + n]ᵀ + Rb (R [dirs, G, H]): linear_panels on this
  * block's panels when given, else the f32 linear kernel, or linear_w8 (the int8 rows widened
- * in registers: a step's GEMV reads a quarter of the bytes). */
-static void rnn_recurrent(const rnn_w8 *r8, const float *R, const float *panels, int64_t dir, int64_t G,
-                          int64_t row0, int64_t n, const float *h, int64_t batch, int64_t H, const float *Rb, float *y) {
-    const int64_t row = dir * G + row0;
-    if (panels)
-        nrv_kernel_get_rows_panels(NRV_OP_GEMM).linear_panels(h, batch, H, H, NULL, NULL, 0.0f, panels, n, Rb, y, n);
-    else if (r8->q)
-        nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(h, batch, H, r8->q + row * H, r8->s + row, r8->z ? r8->z + row : NULL,
-                                                  1, Rb, n, y);
+ * in registers: a step's GEMV reads a quarter of the bytes). With a pool and at least
+ * RNN_PARALLEL_MIN_MACS a step, the rows of R are shared out in whole panels (64 rows):
+ * the step is a GEMV streaming R from L3 or memory, which one core cannot saturate, and the
+ * time loop itself is sequential (ddddocr's bidirectional 512-wide LSTM, 2 MB of R a step:
+ * 2.97 ms on one thread and 3.35 on two before, as onnxruntime's went 2.59 -> 1.66). Panels
+ * take any batch (y's rows n apart); the row-major kernels write y's rows contiguous, so they
+ * split only one row. Every output's arithmetic is the same in any piece (kernels.h): the
+ * same bits for every thread count. */
+#define RNN_PARALLEL_MIN_MACS ((int64_t)1 << 17)
+typedef struct rnn_rec_job {
+    const rnn_w8 *r8;
+    const float *R, *panels, *h, *Rb;
+    float *y;
+    int64_t dir, G, row0, n, batch, H, pieces;
+} rnn_rec_job;
+
+static void rnn_recurrent_rows(const rnn_rec_job *j, int64_t o0, int64_t o1) {
+    const int64_t row = j->dir * j->G + j->row0 + o0, m = o1 - o0, H = j->H;
+    const float *b = j->Rb ? j->Rb + o0 : NULL;
+    if (j->panels)
+        nrv_kernel_get_rows_panels(NRV_OP_GEMM).linear_panels(j->h, j->batch, H, H, NULL, NULL, 0.0f, j->panels + o0 * H,
+                                                              m, b, j->y + o0, j->n);
+    else if (j->r8->q)
+        nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(j->h, j->batch, H, j->r8->q + row * H, j->r8->s + row,
+                                                  j->r8->z ? j->r8->z + row : NULL, 1, b, m, j->y + o0);
     else
-        nrv_kernel_get(NRV_OP_LINEAR).linear(h, batch, H, R + row * H, Rb, n, y);
+        nrv_kernel_get(NRV_OP_LINEAR).linear(j->h, j->batch, H, j->R + row * H, b, m, j->y + o0);
+}
+
+static void rnn_recurrent_task(void *ctx, int64_t t) {
+    const rnn_rec_job *j = ctx;
+    const int64_t units = (j->n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
+    const int64_t o0 = t * units / j->pieces * NRV_PANEL_COLS, o1 = (t + 1) * units / j->pieces * NRV_PANEL_COLS;
+    if (o0 < o1) rnn_recurrent_rows(j, o0, o1 < j->n ? o1 : j->n);
+}
+
+static void rnn_recurrent(nrv_threadpool *pool, const rnn_w8 *r8, const float *R, const float *panels, int64_t dir,
+                          int64_t G, int64_t row0, int64_t n, const float *h, int64_t batch, int64_t H, const float *Rb,
+                          float *y) {
+    rnn_rec_job j = {r8, R, panels, h, Rb, y, dir, G, row0, n, batch, H, 1};
+    if (panels || batch == 1)
+        j.pieces = nrv_plan_pieces(pool, batch * n * H, RNN_PARALLEL_MIN_MACS, (n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS);
+    if (j.pieces <= 1) {
+        rnn_recurrent_rows(&j, 0, n);
+        return;
+    }
+    nrv_parallel_for(pool, j.pieces, rnn_recurrent_task, &j);
 }
 
 /* Fails unless the scratch holds blocks · batch · width floats. */
@@ -316,7 +352,7 @@ static nrv_status run_lstm(const nrv_op_args *a) {
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
             g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, &w8, dir * G, Wb, G);
-            rnn_recurrent(&r8, R, rp ? rp + dir * rp_dir : NULL, dir, G, 0, G, h, batch, H, Rb, g2);
+            rnn_recurrent(a->pool, &r8, R, rp ? rp + dir * rp_dir : NULL, dir, G, 0, G, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
                 float *gi = g1 + b * G, *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H;
@@ -439,7 +475,7 @@ static nrv_status run_gru(const nrv_op_args *a) {
             g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, NULL, 0, Wb, G);
             /* z and r: g1[:, 0:2H] += h · R_zrᵀ + Rb_zr (all of R when lbr: its h rows too) */
             const int64_t rs = lbr ? G : 2 * H; /* row stride of g2 */
-            rnn_recurrent(&r8, R, rpd, dir, G, 0, rs, h, batch, H, Rb, g2);
+            rnn_recurrent(a->pool, &r8, R, rpd, dir, G, 0, rs, h, batch, H, Rb, g2);
             for (int64_t b = 0; b < batch; b++) {
                 float *gz = g1 + b * G;
                 const float *r2 = g2 + b * rs;
@@ -454,7 +490,7 @@ static nrv_status run_gru(const nrv_op_args *a) {
                     float *o = rh + b * H;
                     for (int64_t j = 0; j < H; j++) o[j] = gr[j] * hb[j];
                 }
-                rnn_recurrent(&r8, R, rpd_h, dir, G, 2 * H, H, rh, batch, H, Rb ? Rb + 2 * H : NULL, g2);
+                rnn_recurrent(a->pool, &r8, R, rpd_h, dir, G, 2 * H, H, rh, batch, H, Rb ? Rb + 2 * H : NULL, g2);
             }
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
@@ -544,7 +580,7 @@ static nrv_status run_rnn(const nrv_op_args *a) {
         for (int64_t s = 0; s < seq; s++) {
             const int64_t t = reverse ? seq - 1 - s : s;
             g1 = rnn_step_gates(xproj, a->scratch, X, t, batch, I, Wd, NULL, 0, Wb, H);
-            rnn_recurrent(&no_w8, R, rp ? rp + dir * rp_dir : NULL, dir, H, 0, H, h, batch, H, Rb, g2);
+            rnn_recurrent(a->pool, &no_w8, R, rp ? rp + dir * rp_dir : NULL, dir, H, 0, H, h, batch, H, Rb, g2);
             float *yt = Y + (t * dirs + dir) * batch * H;
             for (int64_t b = 0; b < batch; b++) {
                 float *gb = g1 + b * H, *hb = h + b * H, *yb = yt + b * H;
