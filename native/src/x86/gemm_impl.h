@@ -571,35 +571,52 @@ static void panel_tile(int rows, int nv, int64_t kc, const float *const *base, c
 #undef PANEL_ROWS
 
 #if PANEL_SUB < NRV_PANEL_COLS
-/* One position against a whole panel block (kc x width) in a single pass, the block read in
- * order: the micro-tiles read a block as NRV_PANEL_COLS / PANEL_SUB passes 256 bytes apart,
- * which the prefetchers follow poorly when the block comes from memory. Taken by the first
- * positions of a weight of PANEL_STREAM_W_FLOATS or more (see nrv_gemm_panels); each output is
- * panel_micro's chain of multiply-adds, so the same bits. */
-static void panel_full_row(int64_t kc, const float *base, const int64_t *koff, const float *bp, int64_t width,
-                           float *ct, int first) {
+_Static_assert(PANEL_SUB == GEMM_NR, "the conv panels' tiles and the GEMM's are the same width");
+/* acc[v] = Σ_p a_p · block[p][v·VL .. v·VL + VL) over one panel block (kc x width, rows
+ * `width` floats apart) in a single pass, the block read in order, with a_p = a[koff[p]]
+ * (a conv position's taps) or a[p] (koff NULL: a row of x): one multiply-add chain per
+ * output from zero in p order, as in the micro-tiles, so the same bits. The micro-tiles read
+ * a block as NRV_PANEL_COLS / GEMM_NR passes 256 bytes apart, which the prefetchers follow
+ * poorly when the block comes from memory, and one row of them is a latency-bound chain. */
+static inline __attribute__((always_inline)) void panel_row_pass(int64_t kc, const float *a, const int64_t *koff,
+                                                                 const float *bp, int64_t width,
+                                                                 vf acc[NRV_PANEL_COLS / VL]) {
     enum { NV = NRV_PANEL_COLS / VL };
-    vf acc[NV];
-    for (int v = 0; v < NV; v++) acc[v] = vzero();
+    vf r[NV]; /* registers: the loops over v unrolled, acc written once at the end */
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) r[v] = vzero();
     if (width == NRV_PANEL_COLS) {
         for (int64_t p = 0; p < kc; p++, bp += NRV_PANEL_COLS) {
-            const vf a = vset1(base[koff[p]]);
-            for (int v = 0; v < NV; v++) acc[v] = vfmadd(a, vload(bp + v * VL), acc[v]);
+            const vf ap = vset1(koff ? a[koff[p]] : a[p]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; v++) r[v] = vfmadd(ap, vload(bp + v * VL), r[v]);
         }
     } else {
         const int nv = (int)(width / VL);
         for (int64_t p = 0; p < kc; p++, bp += width) {
-            const vf a = vset1(base[koff[p]]);
-            for (int v = 0; v < nv; v++) acc[v] = vfmadd(a, vload(bp + v * VL), acc[v]);
+            const vf ap = vset1(koff ? a[koff[p]] : a[p]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; v++)
+                if (v < nv) r[v] = vfmadd(ap, vload(bp + v * VL), r[v]);
         }
     }
-    for (int v = 0; v < NV && v * VL < width; v++)
-        vstore(ct + v * VL, first ? acc[v] : vadd(acc[v], vload(ct + v * VL)));
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[v] = r[v];
+}
+
+/* One position of a conv against a panel block in one pass (panel_row_pass), into its row of
+ * the stack block ct. Taken by the first positions of a weight of PANEL_STREAM_W_FLOATS or
+ * more (see nrv_gemm_panels). */
+static void panel_full_row(int64_t kc, const float *base, const int64_t *koff, const float *bp, int64_t width,
+                           float *ct, int first) {
+    vf acc[NRV_PANEL_COLS / VL];
+    panel_row_pass(kc, base, koff, bp, width, acc);
+    for (int v = 0; v * VL < width; v++) vstore(ct + v * VL, first ? acc[v] : vadd(acc[v], vload(ct + v * VL)));
 }
 /* A weight of this many floats or more (512 KiB: with the activations, past a 512 KiB L2) is
- * streamed from memory by the first block of positions. Measured (AMD Zen 3 guest, AVX2, one thread, a 1x1 conv alone in a session,
- * last-level cache flushed by reading 96 MiB before each run, old and new library
- * alternated three times): 384 -> 768 at 3 x 16 positions (PP-OCRv6's recogniser) 650-725 ->
+ * streamed from memory by the first block of positions. Measured (AMD Zen 3 guest, AVX2, one
+ * thread, a 1x1 conv alone in a session, last-level cache flushed by reading 96 MiB before
+ * each run, old and new library alternated three times): 384 -> 768 at 3 x 16 positions (PP-OCRv6's recogniser) 650-725 ->
  * 491-512 us (onnxruntime 548), 768 -> 384 567-610 -> 481-530 (512), a 3x3 128 -> 256 at
  * 10 x 10 923-1211 -> 827-896 (832); the weight in cache, the same within noise. */
 #ifndef PANEL_STREAM_W_FLOATS
@@ -702,11 +719,8 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
 _Static_assert(GEMM_LN_ONCE_ROWS * PANEL_KC <= GEMM_LN_FLOATS, "a normalised slice of a row chunk on the stack");
 
 #if GEMM_NR < NRV_PANEL_COLS
-/* One row of a against a whole panel block (kc x width, rows `width` floats apart) in a
- * single pass, the block read in order with 8 accumulators. The NR-wide micro-tiles read a
- * block as NRV_PANEL_COLS / NR interleaved passes 256 bytes apart, which the prefetchers
- * follow poorly when the block comes from memory, and at one row their two accumulators are
- * a latency-bound chain. Taken for one-row tiles, and for a weight of LP_STREAM_W_FLOATS or
+/* One row of a against a whole panel block in one pass (panel_row_pass), with the bias or
+ * onto c's partial sums. Taken for one-row tiles, and for a weight of LP_STREAM_W_FLOATS or
  * more (out of L2, and in a real model seldom still in the last-level cache when its turn
  * comes): the first row of each block streams it from memory in order, the other rows'
  * micro-tiles then find it in L1/L2; at 2-4 rows every row takes this pass (a tile of
@@ -727,19 +741,7 @@ static void gemm_panel_row(int64_t kc, const float *a, const float *bp, int64_t 
                            int first, const float *bias) {
     enum { NV = NRV_PANEL_COLS / VL };
     vf acc[NV];
-    for (int v = 0; v < NV; v++) acc[v] = vzero();
-    if (width == NRV_PANEL_COLS) {
-        for (int64_t p = 0; p < kc; p++, bp += NRV_PANEL_COLS) {
-            const vf ap = vset1(a[p]);
-            for (int v = 0; v < NV; v++) acc[v] = vfmadd(ap, vload(bp + v * VL), acc[v]);
-        }
-    } else {
-        const int nv = (int)(width / VL);
-        for (int64_t p = 0; p < kc; p++, bp += width) {
-            const vf ap = vset1(a[p]);
-            for (int v = 0; v < nv; v++) acc[v] = vfmadd(ap, vload(bp + v * VL), acc[v]);
-        }
-    }
+    panel_row_pass(kc, a, NULL, bp, width, acc);
     for (int v = 0; v < NV && v * VL < nr; v++) {
         const int64_t c0 = v * VL;
         vf r = acc[v];
