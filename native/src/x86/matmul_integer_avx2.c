@@ -98,7 +98,10 @@ static int block_symmetric(const int8_t *w, int64_t kb_n) {
 }
 
 /* Σ_k a'·q for rows [0, R) of the staged a' (sa) and |a'| (ua), kp bytes each, and the 16
- * outputs of one symmetric block w, into acc (R x 2 vectors of 8 outputs). */
+ * outputs of one symmetric block w, into out (R x 2 vectors of 8 outputs); or, sa NULL, Σ_k
+ * a''·q of the narrow rows' a'' = a − min(row) in [0, 128] (ua) against any block, -128
+ * included: a pair sums to within [-32768, 32512], so vpmaddubsw is exact without the sign
+ * step. */
 static inline __attribute__((always_inline)) void sym_tile(const int R, const int8_t *sa, const uint8_t *ua,
                                                            int64_t kp, const int8_t *w, int64_t kb_n,
                                                            __m256i out[MI_SYM_MR][2]) {
@@ -110,33 +113,14 @@ static inline __attribute__((always_inline)) void sym_tile(const int R, const in
     for (int64_t kb = 0; kb < kb_n; kb++, w += 64) {
         const __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
         for (int r = 0; r < R; r++) {
-            const __m256i sv = _mm256_set1_epi32(s4[r * kq + kb]), uv = _mm256_set1_epi32(u4[r * kq + kb]);
-            acc[r][0] = _mm256_add_epi32(acc[r][0],
-                                         _mm256_madd_epi16(_mm256_maddubs_epi16(uv, _mm256_sign_epi8(w0, sv)), ones));
-            acc[r][1] = _mm256_add_epi32(acc[r][1],
-                                         _mm256_madd_epi16(_mm256_maddubs_epi16(uv, _mm256_sign_epi8(w1, sv)), ones));
-        }
-    }
-    for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
-}
-
-/* Σ_k a''·q for rows [0, R) of the staged a'' = a − min(row) in [0, 127] (ua, kp bytes each)
- * and the 16 outputs of block w, any q (-128 included): a pair sums to at most 2·127·128 =
- * 32512 in magnitude, so vpmaddubsw is exact without sym_tile's sign step. */
-static inline __attribute__((always_inline)) void narrow_tile(const int R, const uint8_t *ua, int64_t kp,
-                                                              const int8_t *w, int64_t kb_n,
-                                                              __m256i out[MI_SYM_MR][2]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i acc[MI_SYM_MR][2];
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    const int32_t *u4 = (const int32_t *)(const void *)ua;
-    const int64_t kq = kp / 4;
-    for (int64_t kb = 0; kb < kb_n; kb++, w += 64) {
-        const __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        for (int r = 0; r < R; r++) {
             const __m256i uv = _mm256_set1_epi32(u4[r * kq + kb]);
-            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(uv, w0), ones));
-            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(uv, w1), ones));
+            __m256i q0 = w0, q1 = w1;
+            if (sa) {
+                const __m256i sv = _mm256_set1_epi32(s4[r * kq + kb]);
+                q0 = _mm256_sign_epi8(w0, sv), q1 = _mm256_sign_epi8(w1, sv);
+            }
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(uv, q0), ones));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(uv, q1), ones));
         }
     }
     for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
@@ -231,7 +215,7 @@ void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64
                     narrow = hi - lo <= 128;
                 }
             }
-            if (narrow) { /* a'' = a − min(row) in [0, 127], the padding to kp zero (its weights are 0) */
+            if (narrow) { /* a'' = a − min(row) in [0, 128], the padding to kp zero (its weights are 0) */
                 for (int r = 0; r < R; r++) {
                     const __m256i f = _mm256_set1_epi8((char)flip), lo = _mm256_set1_epi8((char)low[r]);
                     int64_t k = 0;
@@ -265,10 +249,10 @@ void nrv_matmul_integer_avx2(const uint8_t *a, uint8_t flip, int64_t rows, int64
                     __m256i acc[MI_SYM_MR][2];
                     if (narrow) {
                         switch (R) {
-                        case 4: narrow_tile(4, ua, kp, w, kb_n, acc); break;
-                        case 3: narrow_tile(3, ua, kp, w, kb_n, acc); break;
-                        case 2: narrow_tile(2, ua, kp, w, kb_n, acc); break;
-                        default: narrow_tile(1, ua, kp, w, kb_n, acc); break;
+                        case 4: sym_tile(4, NULL, ua, kp, w, kb_n, acc); break;
+                        case 3: sym_tile(3, NULL, ua, kp, w, kb_n, acc); break;
+                        case 2: sym_tile(2, NULL, ua, kp, w, kb_n, acc); break;
+                        default: sym_tile(1, NULL, ua, kp, w, kb_n, acc); break;
                         }
                     } else {
                         switch (R) {
