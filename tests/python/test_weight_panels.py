@@ -419,8 +419,9 @@ def test_few_rows_go_to_panels(tmp_path, rng, rows, n, k):
 def test_one_row_gives_the_bits_of_that_row_among_many(tmp_path, rng, n, k, ln, rows):
     """A one-row product (a decode or streaming step) reads each panel block in one pass; so
     does, on AVX2, the first row of a weight of 4 MiB or more (every row at 2-4 rows, 8210 x
-    1024 here), the other rows sharing the micro-tiles, as all rows do below 4 MiB. Same chain of multiply-adds per output either way: row r alone equals
-    row r of the many-row product bit for bit, and both are within float64's budget."""
+    1024 here), the other rows sharing the micro-tiles, as all rows do below 4 MiB. Same
+    chain of multiply-adds per output either way: row r alone equals row r of the many-row
+    product bit for bit, and both are within float64's budget."""
     w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     lnp = (rng.uniform(0.5, 1.5, k).astype(np.float32), None) if ln else None

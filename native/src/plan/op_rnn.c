@@ -172,15 +172,16 @@ typedef struct rnn_rec_job {
     const rnn_w8 *r8;
     const float *R, *panels, *h, *Rb;
     float *y;
-    int64_t dir, G, row0, n, batch, H, pieces;
+    int64_t dir, G, row0, n, batch, H;
+    int64_t units, pieces; /* R's rows in panels of 64, shared out in `pieces` runs */
 } rnn_rec_job;
 
 static void rnn_recurrent_rows(const rnn_rec_job *j, int64_t o0, int64_t o1) {
     const int64_t row = j->dir * j->G + j->row0 + o0, m = o1 - o0, H = j->H;
     const float *b = j->Rb ? j->Rb + o0 : NULL;
     if (j->panels)
-        nrv_kernel_get_rows_panels(NRV_OP_GEMM).linear_panels(j->h, j->batch, H, H, NULL, NULL, 0.0f, j->panels + o0 * H,
-                                                              m, b, j->y + o0, j->n);
+        nrv_kernel_get_rows_panels(NRV_OP_GEMM).linear_panels(j->h, j->batch, H, H, NULL, NULL, 0.0f,
+                                                              j->panels + o0 * H, m, b, j->y + o0, j->n);
     else if (j->r8->q)
         nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(j->h, j->batch, H, j->r8->q + row * H, j->r8->s + row,
                                                   j->r8->z ? j->r8->z + row : NULL, 1, b, m, j->y + o0);
@@ -190,17 +191,15 @@ static void rnn_recurrent_rows(const rnn_rec_job *j, int64_t o0, int64_t o1) {
 
 static void rnn_recurrent_task(void *ctx, int64_t t) {
     const rnn_rec_job *j = ctx;
-    const int64_t units = (j->n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
-    const int64_t o0 = t * units / j->pieces * NRV_PANEL_COLS, o1 = (t + 1) * units / j->pieces * NRV_PANEL_COLS;
+    const int64_t o0 = t * j->units / j->pieces * NRV_PANEL_COLS, o1 = (t + 1) * j->units / j->pieces * NRV_PANEL_COLS;
     if (o0 < o1) rnn_recurrent_rows(j, o0, o1 < j->n ? o1 : j->n);
 }
 
 static void rnn_recurrent(nrv_threadpool *pool, const rnn_w8 *r8, const float *R, const float *panels, int64_t dir,
                           int64_t G, int64_t row0, int64_t n, const float *h, int64_t batch, int64_t H, const float *Rb,
                           float *y) {
-    rnn_rec_job j = {r8, R, panels, h, Rb, y, dir, G, row0, n, batch, H, 1};
-    if (panels || batch == 1)
-        j.pieces = nrv_plan_pieces(pool, batch * n * H, RNN_PARALLEL_MIN_MACS, (n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS);
+    rnn_rec_job j = {r8, R, panels, h, Rb, y, dir, G, row0, n, batch, H, (n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS, 1};
+    if (panels || batch == 1) j.pieces = nrv_plan_pieces(pool, batch * n * H, RNN_PARALLEL_MIN_MACS, j.units);
     if (j.pieces <= 1) {
         rnn_recurrent_rows(&j, 0, n);
         return;

@@ -604,6 +604,11 @@ static inline __attribute__((always_inline)) void panel_row_pass(int64_t kc, con
     for (int v = 0; v < NV; v++) acc[v] = r[v];
 }
 
+/* How many of n > 1 rows (positions) take the one pass when a block comes from memory: the
+ * first, which streams it in order for the others' micro-tiles, or all at 2-4 (a tile of 1-3
+ * would be a latency-bound chain anyway). Both the conv panels and linear_panels. */
+static inline int64_t panel_stream_rows(int64_t n) { return n <= 4 ? n : 1; }
+
 /* One position of a conv against a panel block in one pass (panel_row_pass), into its row of
  * the stack block ct. Taken by the first positions of a weight of PANEL_STREAM_W_FLOATS or
  * more (see nrv_gemm_panels). */
@@ -616,9 +621,10 @@ static void panel_full_row(int64_t kc, const float *base, const int64_t *koff, c
 /* A weight of this many floats or more (512 KiB: with the activations, past a 512 KiB L2) is
  * streamed from memory by the first block of positions. Measured (AMD Zen 3 guest, AVX2, one
  * thread, a 1x1 conv alone in a session, last-level cache flushed by reading 96 MiB before
- * each run, old and new library alternated three times): 384 -> 768 at 3 x 16 positions (PP-OCRv6's recogniser) 650-725 ->
- * 491-512 us (onnxruntime 548), 768 -> 384 567-610 -> 481-530 (512), a 3x3 128 -> 256 at
- * 10 x 10 923-1211 -> 827-896 (832); the weight in cache, the same within noise. */
+ * each run, old and new library alternated three times): 384 -> 768 at 3 x 16 positions
+ * (PP-OCRv6's recogniser) 650-725 -> 491-512 us (onnxruntime 548), 768 -> 384 567-610 ->
+ * 481-530 (512), a 3x3 128 -> 256 at 10 x 10 923-1211 -> 827-896 (832); the weight in cache,
+ * the same within noise. */
 #ifndef PANEL_STREAM_W_FLOATS
 #define PANEL_STREAM_W_FLOATS (128 * 1024)
 #endif
@@ -658,14 +664,15 @@ void X86FN(nrv_gemm_panels)(int64_t np, int64_t m, int64_t k, const float *x, in
              * them at 2-4) streams each block in order for the micro-tiles of the others */
             int64_t lead = 0;
 #if PANEL_SUB < NRV_PANEL_COLS
-            if (b0 == 0 && nb > 1 && m * k >= PANEL_STREAM_W_FLOATS) lead = nb <= 4 ? nb : 1;
+            if (b0 == 0 && nb > 1 && m * k >= PANEL_STREAM_W_FLOATS) lead = panel_stream_rows(nb);
 #endif
             const int64_t rest = nb - lead, tiles = gemm_row_tiles(rest);
             for (int64_t pc = 0; pc < k; pc += kc_step) {
                 const int64_t kc = k - pc < kc_step ? k - pc : kc_step;
 #if PANEL_SUB < NRV_PANEL_COLS
                 for (int64_t i = 0; i < lead; i++)
-                    panel_full_row(kc, base[i], k_off + pc, panel + pc * width, width, ct + i * NRV_PANEL_COLS, pc == 0);
+                    panel_full_row(kc, base[i], k_off + pc, panel + pc * width, width, ct + i * NRV_PANEL_COLS,
+                                   pc == 0);
 #endif
                 for (int64_t s0 = 0; s0 < width; s0 += PANEL_SUB) {
                     const int nv = (int)((width - s0) / VL < PANEL_NRV ? (width - s0) / VL : PANEL_NRV);
@@ -776,7 +783,7 @@ static void linear_panels_block(const float *a, int64_t lda, int64_t nrows, int6
     int64_t first = 0; /* rows done before the tiles */
 #if GEMM_NR < NRV_PANEL_COLS
     const int64_t nr_block = m - j0 < NRV_PANEL_COLS ? m - j0 : NRV_PANEL_COLS;
-    if (nrows > 1 && k * m >= LP_STREAM_W_FLOATS) first = nrows <= 4 ? nrows : 1; /* see gemm_panel_row */
+    if (nrows > 1 && k * m >= LP_STREAM_W_FLOATS) first = panel_stream_rows(nrows); /* see gemm_panel_row */
     for (int64_t i = 0; i < first; i++) {
         const float *ai = a + i * lda;
         if (gamma) {
