@@ -108,6 +108,8 @@ CASES = [
     ((1, 72, 12, 8), 72, (3, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0), "leaky"),      # no padding, stride 1: x read in place
     ((1, 48, 11, 8), 70, (1, 3), 1, (1, 1), (1, 1), (0, 1, 0, 1), "leaky"),      # a row of 8 padded to 10
     ((2, 16, 40), 40, (3,), 1, (1,), (2,), (0, 0), "leaky"),                     # 1-D, no padding, dilation 2
+    ((1, 200, 6, 16), 150, (1, 1), 1, (1, 1), (1, 1), (0, 0, 0, 0), None),       # 3 panels x halves of the positions
+    ((1, 40, 7, 9), 170, (3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), "relu"),       # the same, 3x3
 ]
 
 
@@ -128,8 +130,9 @@ def test_conv_panels_match_float64(tmp_path, rng, x_shape, m, kernel, group, str
     got = sess.run({"x": x})["y"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.sqrt(fan))
-    # the split of the positions among threads changes no bit
-    np.testing.assert_array_equal(nerve.Session(path, cache=False, threads=3).run({"x": x})["y"], got)
+    # the split of the panels and positions among threads changes no bit
+    for threads in (1, 3, 4):
+        np.testing.assert_array_equal(nerve.Session(path, cache=False, threads=threads).run({"x": x})["y"], got)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -372,7 +375,9 @@ def test_linear_panels_match_float64(tmp_path, rng, x_shape, n, ln, act):
     want = _linear_ref(x, w, b, lnp, act)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=3e-5 * np.sqrt(k))
-    np.testing.assert_array_equal(nerve.Session(path, cache=False, threads=3).run({"x": x})["y"], got)
+    # the split of the panels and rows among threads changes no bit
+    for threads in (1, 3, 4):
+        np.testing.assert_array_equal(nerve.Session(path, cache=False, threads=threads).run({"x": x})["y"], got)
 
 
 def test_linears_that_keep_their_weight(tmp_path, rng):

@@ -455,6 +455,25 @@ int64_t nrv_plan_pieces(const nrv_threadpool *pool, int64_t work, int64_t min_wo
     return 2 * (int64_t)threads < units ? 2 * (int64_t)threads : units;
 }
 
+/* (plan_ops.h) Two pieces per thread over a few whole units can leave the threads unequal
+ * shares: 6 panels (a conv's 384 channels) in 4 pieces were 1, 2, 1, 2, and two threads took
+ * 4 rounds for 3 rounds' work; 3 panels on 2 threads make one thread do 2 (1.5x at best). So
+ * where the first axis has at most four units per thread and they do not fill two pieces
+ * per thread evenly, each unit is a piece, cut along the second axis into the fewest parts
+ * that make the pieces a multiple of the threads (3 panels x 2 halves of the positions). */
+void nrv_plan_grid(const nrv_threadpool *pool, int64_t work, int64_t min_work, int64_t units_a, int64_t parts_b,
+                   int64_t *pieces_a, int64_t *pieces_b) {
+    const int64_t threads = nrv_threadpool_size(pool);
+    *pieces_a = nrv_plan_pieces(pool, work, min_work, units_a);
+    *pieces_b = 1;
+    if (threads <= 1 || work < min_work || units_a > 4 * threads || units_a % (2 * threads) == 0) return;
+    for (int64_t s = 1; s <= parts_b && s <= threads; s++)
+        if (units_a * s % threads == 0) {
+            *pieces_a = units_a, *pieces_b = s;
+            return;
+        }
+}
+
 static void linear_maybe_parallel(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w,
                                   const float *b, int64_t n, float *y) {
     const int threads = nrv_threadpool_size(pool);
@@ -992,29 +1011,31 @@ static nrv_status run_layernorm_linear(const nrv_op_args *a) {
  *   optional (only with gamma).
  *   out[0] y [..., N] f32, same rank and leading dims as x.
  *   iattr [act, N]; fattr [p0, p1, eps] (eps, with gamma: finite and >= 0). No scratch.
- *   Threads: ranges of whole panels (64 outputs), each written straight into y and its
- *   activation applied there (it ran on the calling thread alone after the product); an
- *   output's arithmetic does not depend on its range (kernels.h). */
+ *   Threads: ranges of whole panels (64 outputs), each cut into ranges of rows where the
+ *   panels alone would share out unevenly (nrv_plan_grid), each piece written straight into
+ *   y and its activation applied there (it ran on the calling thread alone after the
+ *   product); an output's arithmetic does not depend on its piece (kernels.h). */
 typedef struct linear_panels_job {
     const float *x, *wp, *b, *gamma, *beta;
     float *y;
     float eps;
-    int64_t rows, k, n, pieces;
+    int64_t rows, k, n, panel_pieces, row_pieces; /* piece t: panels t / row_pieces, rows t % row_pieces */
     const nrv_op_args *a; /* the fused activation, on each piece's outputs */
 } linear_panels_job;
 
 static void linear_panels_task(void *ctx, int64_t t) {
     const linear_panels_job *j = ctx;
-    const int64_t panels = (j->n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
-    const int64_t t0 = t * panels / j->pieces, t1 = (t + 1) * panels / j->pieces;
+    const int64_t panels = (j->n + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS, ta = t / j->row_pieces;
+    const int64_t t0 = ta * panels / j->panel_pieces, t1 = (ta + 1) * panels / j->panel_pieces;
     const int64_t o0 = t0 * NRV_PANEL_COLS, o1 = t1 * NRV_PANEL_COLS < j->n ? t1 * NRV_PANEL_COLS : j->n;
-    if (o1 <= o0) return;
+    const int64_t tr = t % j->row_pieces, r0 = tr * j->rows / j->row_pieces, r1 = (tr + 1) * j->rows / j->row_pieces;
+    if (o1 <= o0 || r1 <= r0) return;
     nrv_kernel_get_rows_panels(NRV_OP_GEMM)
-        .linear_panels(j->x, j->rows, j->k, j->k, j->gamma, j->beta, j->eps, j->wp + o0 * j->k, o1 - o0,
-                       j->b ? j->b + o0 : NULL, j->y + o0, j->n);
+        .linear_panels(j->x + r0 * j->k, r1 - r0, j->k, j->k, j->gamma, j->beta, j->eps, j->wp + o0 * j->k, o1 - o0,
+                       j->b ? j->b + o0 : NULL, j->y + r0 * j->n + o0, j->n);
     const int64_t act = j->a->iattr[0]; /* checked by run_linear_panels */
     if (act != NRV_PLAN_ACT_NONE)
-        for (int64_t r = 0; r < j->rows; r++)
+        for (int64_t r = r0; r < r1; r++)
             (void)nrv_plan_apply_act(j->a, act, j->a->fattr[0], j->a->fattr[1], j->y + r * j->n + o0, o1 - o0);
 }
 
@@ -1052,9 +1073,10 @@ static nrv_status run_linear_panels(const nrv_op_args *a) {
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
     if (rows == 0 || N == 0) return NRV_OK;
     linear_panels_job j = {x->data, wp->data, bias ? bias->data : NULL, gamma ? gamma->data : NULL,
-                           beta ? beta->data : NULL, y->data, eps, rows, K, N, 1, a};
-    j.pieces = nrv_plan_pieces(a->pool, rows * K * N, LINEAR_PARALLEL_MIN_MACS, (N + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS);
-    nrv_parallel_for(a->pool, j.pieces, linear_panels_task, &j);
+                           beta ? beta->data : NULL, y->data, eps, rows, K, N, 1, 1, a};
+    nrv_plan_grid(a->pool, rows * K * N, LINEAR_PARALLEL_MIN_MACS, (N + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS, rows / 4,
+                  &j.panel_pieces, &j.row_pieces);
+    nrv_parallel_for(a->pool, j.panel_pieces * j.row_pieces, linear_panels_task, &j);
     return NRV_OK;
 }
 

@@ -83,6 +83,13 @@ int64_t nrv_plan_output_pieces(int threads, int64_t rows, int64_t n, int64_t til
  * balance) but at most `units`, the separable parts (planes, rows, channels). */
 int64_t nrv_plan_pieces(const nrv_threadpool *pool, int64_t work, int64_t min_work, int64_t units);
 
+/* The same over two axes: units_a whole units (a conv's 64-channel weight panels) and a second
+ * axis that can be cut into up to parts_b equal parts (its output positions): *pieces_a
+ * ranges of the first, each cut into *pieces_b ranges of the second, so that the threads get
+ * equal shares where whole units alone would leave them unequal. */
+void nrv_plan_grid(const nrv_threadpool *pool, int64_t work, int64_t min_work, int64_t units_a, int64_t parts_b,
+                   int64_t *pieces_a, int64_t *pieces_b);
+
 typedef struct nrv_op_args {
     const char *type;  /* op type string, e.g. "conv" */
     const char *name;  /* ONNX node name(s) it came from, for error messages */
