@@ -474,8 +474,8 @@ void nrv_plan_grid(const nrv_threadpool *pool, int64_t work, int64_t min_work, i
         }
 }
 
-static void linear_maybe_parallel(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w,
-                                  const float *b, int64_t n, float *y) {
+void nrv_plan_linear(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w, const float *b,
+                     int64_t n, float *y) {
     const int threads = nrv_threadpool_size(pool);
     const int64_t pieces = threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS
                                ? nrv_plan_output_pieces(threads, rows, n, LINEAR_TILE_FLOATS)
@@ -528,7 +528,7 @@ static nrv_status run_linear(const nrv_op_args *a) {
     NRV_TRY(linear_operands(a, NRV_F32, &io));
     if (io.rows == 0 || io.N == 0) return NRV_OK;
     if (io.K == 0) fill_rows(io.y->data, io.rows, io.N, io.b);
-    else linear_maybe_parallel(a->pool, io.x->data, io.rows, io.K, io.w->data, io.b, io.N, io.y->data);
+    else nrv_plan_linear(a->pool, io.x->data, io.rows, io.K, io.w->data, io.b, io.N, io.y->data);
     return nrv_plan_apply_act(a, io.act, a->fattr[0], a->fattr[1], io.y->data, io.rows * io.N);
 }
 
@@ -553,6 +553,20 @@ static void linear_w8_task(void *ctx, int64_t t) {
         .linear_w8(j->x, j->rows, j->k, j->q + o0 * j->k, j->s + o0 * j->st, j->z ? j->z + o0 * j->st : NULL, j->st,
                    j->b ? j->b + o0 : NULL, nb, tile);
     for (int64_t r = 0; r < j->rows; r++) memcpy(j->y + r * j->n + o0, tile + r * nb, (size_t)nb * sizeof(float));
+}
+
+void nrv_plan_linear_w8(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const int8_t *q, const float *s,
+                        const float *z, int64_t st, const float *b, int64_t n, float *y) {
+    const int threads = nrv_threadpool_size(pool);
+    const int64_t pieces = threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS
+                               ? nrv_plan_output_pieces(threads, rows, n, LINEAR_TILE_FLOATS)
+                               : 0;
+    if (pieces) {
+        linear_w8_job j = {x, s, z, b, q, y, rows, k, n, st, pieces};
+        nrv_parallel_for(pool, pieces, linear_w8_task, &j);
+        return;
+    }
+    nrv_kernel_get(NRV_OP_LINEAR_W8).linear_w8(x, rows, k, q, s, z, st, b, n, y);
 }
 
 /* "linear_w8": y = act(x · Wᵀ + bias) with an int8 weight dequantised in registers,
@@ -584,22 +598,9 @@ static nrv_status run_linear_w8(const nrv_op_args *a) {
     const int64_t rows = nrv_dims_product(x->dims, 0, x->rank - 1);
     if (rows == 0 || N == 0) return NRV_OK;
     const float *b = bias ? bias->data : NULL;
-    const int64_t st = sv->dims[0] == 1 ? 0 : 1;
-    if (K == 0) {
-        fill_rows(y->data, rows, N, b);
-    } else {
-        const int threads = nrv_threadpool_size(a->pool);
-        const int64_t pieces = threads > 1 && rows * K * N >= LINEAR_PARALLEL_MIN_MACS
-                                   ? nrv_plan_output_pieces(threads, rows, N, LINEAR_TILE_FLOATS)
-                                   : 0;
-        if (pieces) {
-            linear_w8_job j = {x->data, sv->data, zv ? zv->data : NULL, b, q->data, y->data, rows, K, N, st, pieces};
-            nrv_parallel_for(a->pool, pieces, linear_w8_task, &j);
-        } else {
-            nrv_kernel_get(NRV_OP_LINEAR_W8)
-                .linear_w8(x->data, rows, K, q->data, sv->data, zv ? zv->data : NULL, st, b, N, y->data);
-        }
-    }
+    if (K == 0) fill_rows(y->data, rows, N, b);
+    else nrv_plan_linear_w8(a->pool, x->data, rows, K, q->data, sv->data, zv ? zv->data : NULL,
+                            sv->dims[0] == 1 ? 0 : 1, b, N, y->data);
     return nrv_plan_apply_act(a, act, a->fattr[0], a->fattr[1], y->data, rows * N);
 }
 

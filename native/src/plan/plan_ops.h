@@ -78,6 +78,15 @@ void nrv_threadpool_free(nrv_threadpool *pool);
  * 0 = do not split (op_linalg.c). */
 int64_t nrv_plan_output_pieces(int threads, int64_t rows, int64_t n, int64_t tile_floats);
 
+/* y[rows, n] = x · wᵀ + b (w [n, k] f32, b optional) through the dispatch table's "linear",
+ * or its int8 weight W[n, k] = s·q + z ("linear_w8": s and z per output when st = 1, one
+ * value when st = 0, z optional), with the outputs cut into pieces for the pool's threads
+ * when the product is big enough (op_linalg.c); the same bits for any thread count. k > 0. */
+void nrv_plan_linear(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w, const float *b,
+                     int64_t n, float *y);
+void nrv_plan_linear_w8(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const int8_t *q, const float *s,
+                        const float *z, int64_t st, const float *b, int64_t n, float *y);
+
 /* How many pieces to share a data-parallel op out in: 1 without a pool or below min_work
  * (work and min_work in the op's own unit: MACs, elements), else two per thread (some
  * balance) but at most `units`, the separable parts (planes, rows, channels). */
