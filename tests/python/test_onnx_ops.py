@@ -2071,3 +2071,56 @@ def test_a_node_missing_an_input_is_a_model_error(tmp_path):
     m = model([h.make_node("Gather", ["x"], ["y"], name="gather0")], [("x", F32, (3, 4))], [("y", F32)])
     with pytest.raises(nerve.ModelError, match=r"gather0.*too few inputs: 1, the operator needs at least 2"):
         nerve_session(tmp_path, m)
+
+
+# ------------------------------------------------------------------------------- threads
+
+def _row_wise_case(rng, case):
+    """(model, feeds, the op type it runs) for one row-wise or elementwise op over 309K values."""
+    shape = [3, 257, 401]
+    x = rng.standard_normal(shape).astype(F32) * 3
+    qz = {"s": np.array(0.02, F32), "z": np.array(128, np.uint8)}
+    if case.startswith("softmax") or case == "log_softmax":
+        axis = 1 if case == "softmax_axis1" else -1
+        node = h.make_node("LogSoftmax" if case == "log_softmax" else "Softmax", ["x"], ["y"], axis=axis)
+        op = "log_softmax" if case == "log_softmax" else "softmax"
+        return model([node], [("x", F32, shape)], [("y", F32)]), {"x": x}, op
+    if case == "layernorm":
+        consts = {"g": rng.uniform(0.5, 1.5, shape[-1]).astype(F32), "b": rng.standard_normal(shape[-1]).astype(F32)}
+        node = h.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)
+        return model([node], [("x", F32, shape)], [("y", F32)], consts), {"x": x}, "layernorm"
+    if case == "cast":
+        node = h.make_node("Cast", ["x"], ["y"], to=T.FLOAT16)
+        return model([node], [("x", F32, shape)], [("y", np.float16)]), {"x": x}, "cast"
+    if case == "dequantize":
+        node = h.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])
+        codes = rng.integers(0, 256, shape).astype(np.uint8)
+        return model([node], [("x", np.uint8, shape)], [("y", F32)], qz), {"x": codes}, "cast"
+    if case == "fake_quant":
+        nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                 h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+        return model(nodes, [("x", F32, shape)], [("y", F32)], qz), {"x": x}, "fake_quant"
+    assert case == "requantize"  # a QLinearMatMul's int32 sums back to bytes, per row of 200 columns
+    consts = {"as": np.array(0.02, F32), "az": np.array(120, np.uint8),
+              "w": rng.integers(0, 256, (384, 200)).astype(np.uint8), "ws": np.array(0.01, F32),
+              "wz": np.array(128, np.uint8), "ys": np.array(0.5, F32), "yz": np.array(100, np.uint8)}
+    node = h.make_node("QLinearMatMul", ["a", "as", "az", "w", "ws", "wz", "ys", "yz"], ["y"])
+    a = rng.integers(0, 256, (700, 384)).astype(np.uint8)
+    return model([node], [("a", np.uint8, (700, 384))], [("y", np.uint8)], consts), {"a": a}, "requantize"
+
+
+@pytest.mark.parametrize("case", ["softmax", "softmax_axis1", "log_softmax", "layernorm", "cast", "dequantize",
+                                  "fake_quant", "requantize"])
+def test_row_wise_ops_split_over_threads_give_the_same_bits(tmp_path, rng, case):
+    """Softmax, LayerNormalization, casts, quantization and the requantization of integer sums
+    share their rows (or elements) out over the session's threads: onnxruntime's result, and
+    the same bits at 1, 2 and 3 threads."""
+    m, feeds, op = _row_wise_case(rng, case)
+    one = nerve_session(tmp_path, m, threads=1)
+    assert op in op_types(one)
+    got = check(tmp_path, m, feeds, tol=dict(rtol=1e-5, atol=1e-6), sess=one)
+    for threads in (2, 3):
+        out = nerve_session(tmp_path, m, name=f"m{threads}.onnx", threads=threads).run(feeds)
+        for k, v in one.run(feeds).items():
+            np.testing.assert_array_equal(out[k], v, err_msg=f"{k} at {threads} threads")
+    assert got is one

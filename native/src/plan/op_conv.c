@@ -2338,7 +2338,7 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
                           ia[6], ia[7], ia[8], ia[9], OH, OW, len, runs, (int32_t)(uint8_t)(pad ^ flip), pad, flip};
     nrv_parallel_for(OH * OW * M * C * kh * kw >= (1 << 17) ? a->pool : NULL, x->dims[0] * OH * runs,
                      conv_integer_task, &j);
-    if (requantized) nrv_requant_planes(&rq, sums, x->dims[0], M, OH * OW, y->data);
+    if (requantized) nrv_requant_planes(a->pool, &rq, sums, x->dims[0], M, OH * OW, y->data);
     return NRV_OK;
 }
 

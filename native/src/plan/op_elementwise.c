@@ -138,15 +138,11 @@ static nrv_status unary_u8(const nrv_op_args *a, int64_t code, const uint8_t *x,
     return NRV_OK;
 }
 
-/* Elements per piece below which an elementwise op is not shared out: these ops move
- * bytes, and handing a piece to a worker costs microseconds. */
-#define ELEMENTWISE_PIECE_MIN ((int64_t)1 << 16)
-
 /* Pieces for n elements in `rows` separable rows (<= 1: one row, cut anywhere), each at
- * least ELEMENTWISE_PIECE_MIN elements. */
+ * least NRV_PLAN_PIECE_MIN_ELEMS elements. */
 static int64_t elementwise_pieces(nrv_threadpool *pool, int64_t n, int64_t rows) {
-    const int64_t units = n / ELEMENTWISE_PIECE_MIN;
-    return nrv_plan_pieces(pool, n, 2 * ELEMENTWISE_PIECE_MIN, rows > 1 && rows < units ? rows : units);
+    const int64_t units = n / NRV_PLAN_PIECE_MIN_ELEMS;
+    return nrv_plan_pieces(pool, n, 2 * NRV_PLAN_PIECE_MIN_ELEMS, rows > 1 && rows < units ? rows : units);
 }
 
 /* Float unary ops shared out in ranges of elements (the code checked by the caller). */
@@ -155,12 +151,10 @@ typedef struct unary_job {
     int64_t code;
     const float *x;
     float *y;
-    int64_t n, pieces;
 } unary_job;
 
-static void unary_task(void *ctx, int64_t t) {
+static void unary_range(void *ctx, int64_t i0, int64_t i1) {
     const unary_job *j = ctx;
-    const int64_t i0 = t * j->n / j->pieces, i1 = (t + 1) * j->n / j->pieces;
     (void)unary_f32(j->a, j->code, j->a->fattr[0], j->a->fattr[1], j->x + i0, j->y + i0, i1 - i0);
 }
 
@@ -184,8 +178,8 @@ static nrv_status run_unary(const nrv_op_args *a) {
     switch (x->dtype) {
     case NRV_F32: {
         NRV_TRY(unary_f32(a, code, a->fattr[0], a->fattr[1], x->data, y->data, 0)); /* the code is valid */
-        unary_job j = {a, code, x->data, y->data, n, elementwise_pieces(a->pool, n, 0)};
-        nrv_parallel_for(a->pool, j.pieces, unary_task, &j);
+        unary_job j = {a, code, x->data, y->data};
+        nrv_plan_for_rows(a->pool, n, 1, unary_range, &j);
         return NRV_OK;
     }
     case NRV_I64: return unary_i64(a, code, x->data, y->data, n);
@@ -564,6 +558,33 @@ static nrv_status run_binary(const nrv_op_args *a) {
  * The dispatch kernel "quantize" does the pass (kernels.h nrv_quantize_fn; its steps in
  * kernels/quantize_impl.h, the same bits at every vector width). */
 #define FAKE_QUANT_BLOCK 1024 /* codes dequantized onto the stack per kernel call */
+typedef struct fake_quant_job {
+    const nrv_tview *x, *y;
+    const nrv_quant_params *qp;
+    int codes_in;
+    float zx, sx; /* x's codes dequantized first (codes_in) */
+} fake_quant_job;
+
+/* Elements [i0, i1): each on its own, so any range gives the same values. */
+static void fake_quant_range(void *ctx, int64_t i0, int64_t i1) {
+    const fake_quant_job *j = ctx;
+    const nrv_quantize_fn quantize = nrv_kernel_get(NRV_OP_QUANTIZE).quantize;
+    const size_t ex = nrv_dtype_size((nrv_dtype)j->x->dtype), ey = nrv_dtype_size((nrv_dtype)j->y->dtype);
+    if (!j->codes_in) {
+        quantize((const float *)j->x->data + i0, i1 - i0, j->qp, (char *)j->y->data + (size_t)i0 * ey);
+        return;
+    }
+    /* codes dequantized onto the stack a block at a time (the dequantizing cast's steps),
+     * then the same kernel: measured 0.5 ns an element through a 256-entry table (a scalar
+     * lookup a byte), ~0.25 through the block (the kernel and this widening vectorise) */
+    float block[FAKE_QUANT_BLOCK];
+    for (int64_t b0 = i0; b0 < i1; b0 += FAKE_QUANT_BLOCK) {
+        const int64_t n = i1 - b0 < FAKE_QUANT_BLOCK ? i1 - b0 : FAKE_QUANT_BLOCK;
+        nrv_dequantize_codes((const char *)j->x->data + (size_t)b0 * ex, j->x->dtype, n, j->zx, j->sx, block);
+        quantize(block, n, j->qp, (char *)j->y->data + (size_t)b0 * ey);
+    }
+}
+
 static nrv_status run_fake_quant(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 5, 1, 2, -1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
@@ -602,22 +623,8 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "an integer y takes no dequantizing zero point or scale");
     }
     const nrv_quant_params qp = {p[1], p[2], p[3], p[4], (int32_t)lo, (int32_t)hi, to_int};
-    const nrv_quantize_fn quantize = nrv_kernel_get(NRV_OP_QUANTIZE).quantize;
-    if (!codes_in) {
-        quantize(x->data, x->numel, &qp, y->data);
-        return NRV_OK;
-    }
-    /* codes dequantized onto the stack a block at a time (the dequantizing cast's steps),
-     * then the same kernel: measured 0.5 ns an element through a 256-entry table (a scalar
-     * lookup a byte), ~0.25 through the block (the kernel and this widening vectorise) */
-    const float zx = a->fattr[0], sx = a->fattr[1];
-    const size_t ey = nrv_dtype_size((nrv_dtype)y->dtype);
-    float block[FAKE_QUANT_BLOCK];
-    for (int64_t i0 = 0; i0 < x->numel; i0 += FAKE_QUANT_BLOCK) {
-        const int64_t n = x->numel - i0 < FAKE_QUANT_BLOCK ? x->numel - i0 : FAKE_QUANT_BLOCK;
-        nrv_dequantize_codes((const int8_t *)x->data + i0, x->dtype, n, zx, sx, block);
-        quantize(block, n, &qp, (char *)y->data + (size_t)i0 * ey);
-    }
+    fake_quant_job j = {x, y, &qp, codes_in, a->fattr[0], a->fattr[1]};
+    nrv_plan_for_rows(a->pool, x->numel, 1, fake_quant_range, &j);
     return NRV_OK;
 }
 #undef FAKE_QUANT_BLOCK
@@ -644,7 +651,7 @@ static nrv_status run_requantize(const nrv_op_args *a) {
     nrv_requant_out rq;
     NRV_TRY(nrv_op_requant_out(a, 1, 2, 3, y, C, &rq));
     if (x->numel == 0) return NRV_OK;
-    nrv_requant_planes(&rq, x->data, x->numel / (C * inner), C, inner, y->data);
+    nrv_requant_planes(a->pool, &rq, x->data, x->numel / (C * inner), C, inner, y->data);
     return NRV_OK;
 }
 

@@ -484,28 +484,26 @@ static nrv_status op_argmin(const nrv_op_args *a) { return arg_common(a, 0); }
  *  iattr: [axis] (0 <= axis < rank; negative counts from the end). fattr, dattr: none.
  *  The last axis uses the dispatch table's softmax kernel (log_softmax: a scalar loop with
  *  the sum in double); another axis is done in blocks of BLOCK columns across it. */
-static nrv_status softmax_common(const nrv_op_args *a, int log_form) {
-    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
-    NRV_TRY(nrv_op_check_in(a, 0, "x"));
-    const nrv_tview *x = a->in[0];
-    nrv_tview *y = a->out[0];
-    NRV_TRY(nrv_op_check_view(a, y, "y"));
-    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
-    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
-    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "x"));
-    int32_t ax;
-    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
-    if (x->numel == 0) return NRV_OK;
-    const int64_t n = x->dims[ax];
-    const int64_t outer = nrv_dims_product(x->dims, 0, ax), inner = nrv_dims_product(x->dims, ax + 1, x->rank);
-    const float *xf = x->data;
-    float *yf = y->data;
+typedef struct softmax_job {
+    const float *x;
+    float *y;
+    int64_t n, inner;
+    int log_form;
+} softmax_job;
+
+/* Outer rows [o0, o1) of x [outer, n, inner], over its middle axis. */
+static void softmax_range(void *ctx, int64_t o0, int64_t o1) {
+    const softmax_job *jb = ctx;
+    const int64_t n = jb->n, inner = jb->inner;
+    const int log_form = jb->log_form;
+    const float *xf = jb->x;
+    float *yf = jb->y;
     if (inner == 1) {
         if (!log_form) {
-            nrv_kernel_get(NRV_OP_SOFTMAX).softmax(xf, outer, n, yf);
-            return NRV_OK;
+            nrv_kernel_get(NRV_OP_SOFTMAX).softmax(xf + o0 * n, o1 - o0, n, yf + o0 * n);
+            return;
         }
-        for (int64_t o = 0; o < outer; o++) {
+        for (int64_t o = o0; o < o1; o++) {
             const float *xr = xf + o * n;
             float *yr = yf + o * n;
             float m = xr[0];
@@ -515,11 +513,11 @@ static nrv_status softmax_common(const nrv_op_args *a, int log_form) {
             const float ls = (float)log(s);
             for (int64_t k = 0; k < n; k++) yr[k] = (xr[k] - m) - ls;
         }
-        return NRV_OK;
+        return;
     }
     float mx[BLOCK];
     double sum[BLOCK];
-    for (int64_t o = 0; o < outer; o++) {
+    for (int64_t o = o0; o < o1; o++) {
         const float *xo = xf + o * n * inner;
         float *yo = yf + o * n * inner;
         for (int64_t c0 = 0; c0 < inner; c0 += BLOCK) {
@@ -560,6 +558,24 @@ static nrv_status softmax_common(const nrv_op_args *a, int log_form) {
             }
         }
     }
+}
+
+static nrv_status softmax_common(const nrv_op_args *a, int log_form) {
+    NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    const nrv_tview *x = a->in[0];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    NRV_TRY(nrv_op_expect_dtype(a, x, "x", NRV_F32));
+    NRV_TRY(nrv_op_expect_dtype(a, y, "y", NRV_F32));
+    NRV_TRY(nrv_op_same_dims(a, y, "y", x, "x"));
+    int32_t ax;
+    NRV_TRY(nrv_op_axis(a, a->iattr[0], x->rank, &ax));
+    if (x->numel == 0) return NRV_OK;
+    const int64_t n = x->dims[ax];
+    const int64_t outer = nrv_dims_product(x->dims, 0, ax), inner = nrv_dims_product(x->dims, ax + 1, x->rank);
+    softmax_job j = {x->data, y->data, n, inner, log_form};
+    nrv_plan_for_rows(a->pool, outer, n * inner, softmax_range, &j);
     return NRV_OK;
 }
 
@@ -574,7 +590,21 @@ static nrv_status op_log_softmax(const nrv_op_args *a) { return softmax_common(a
  *  or absent); out[0] y F32, x's dims. In place ok.
  *  iattr: [axis] (0 <= axis < rank; negative counts from the end). fattr: [eps] (finite,
  *  >= 0, else NRV_ERR_INVALID_ARG, as nrv_layernorm). dattr: none. Runs the dispatch table's
- *  layernorm kernel over [prod(x.dims[:axis]), D] (nothing when y is empty). */
+ *  layernorm kernel over [prod(x.dims[:axis]), D] (nothing when y is empty), in ranges of
+ *  rows on the session's threads. */
+typedef struct layernorm_job {
+    const float *x, *gamma, *beta;
+    float *y;
+    int64_t d;
+    float eps;
+} layernorm_job;
+
+static void layernorm_range(void *ctx, int64_t r0, int64_t r1) {
+    const layernorm_job *j = ctx;
+    nrv_kernel_get(NRV_OP_LAYERNORM).layernorm(j->x + r0 * j->d, r1 - r0, j->d, j->gamma, j->beta, j->eps,
+                                               j->y + r0 * j->d);
+}
+
 static nrv_status op_layernorm(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 3, 1, 1, 1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
@@ -602,8 +632,8 @@ static nrv_status op_layernorm(const nrv_op_args *a) {
     if (!(eps >= 0.0f) || isinf(eps))
         return OPFAIL(a, NRV_ERR_INVALID_ARG, "eps is %g, expected finite and >= 0", (double)eps);
     if (rows == 0 || d == 0) return NRV_OK; /* y is empty */
-    nrv_kernel_get(NRV_OP_LAYERNORM)
-        .layernorm(x->data, rows, d, gamma->data, beta ? beta->data : NULL, eps, y->data);
+    layernorm_job j = {x->data, gamma->data, beta ? beta->data : NULL, y->data, d, eps};
+    nrv_plan_for_rows(a->pool, rows, d, layernorm_range, &j);
     return NRV_OK;
 }
 

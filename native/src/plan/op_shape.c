@@ -1068,6 +1068,42 @@ static int cast_fast(int32_t from, int32_t to, const void *x, void *y, int64_t n
  *  fattr (optional, 2): [zd, sd], a U8 or I8 x dequantized into an F32 y in the same pass:
  *    y = ((float)x − zd)·sd, the float steps of Cast, Sub and Mul (DequantizeLinear of an
  *    activation; the compiler's fuse_dequantize). */
+typedef struct cast_job {
+    const nrv_tview *x, *y;
+    int dequantize; /* codes to f32: ((float)x - zd)·sd */
+    float zd, sd;
+} cast_job;
+
+/* Elements [i0, i1) (each on its own: any range gives the same values). */
+static void cast_range(void *ctx, int64_t i0, int64_t i1) {
+    const cast_job *j = ctx;
+    const nrv_tview *x = j->x, *y = j->y;
+    const size_t ex = nrv_dtype_size((nrv_dtype)x->dtype), ey = nrv_dtype_size((nrv_dtype)y->dtype);
+    const void *xs = (const char *)x->data + (size_t)i0 * ex;
+    void *ys = (char *)y->data + (size_t)i0 * ey;
+    const int64_t n = i1 - i0;
+    if (j->dequantize) {
+        nrv_dequantize_codes(xs, x->dtype, n, j->zd, j->sd, ys);
+        return;
+    }
+    if (cast_fast(x->dtype, y->dtype, xs, ys, n)) return;
+    if (is_float_dtype(x->dtype)) {
+        double b[CAST_CHUNK];
+        for (int64_t off = 0; off < n; off += CAST_CHUNK) {
+            const int c = (int)(n - off < CAST_CHUNK ? n - off : CAST_CHUNK);
+            load_f64(xs, x->dtype, off, c, b);
+            store_from_f64(ys, y->dtype, off, c, b);
+        }
+    } else {
+        int64_t b[CAST_CHUNK];
+        for (int64_t off = 0; off < n; off += CAST_CHUNK) {
+            const int c = (int)(n - off < CAST_CHUNK ? n - off : CAST_CHUNK);
+            load_i64(xs, x->dtype, off, c, b);
+            store_from_i64(ys, y->dtype, off, c, b);
+        }
+    }
+}
+
 static nrv_status op_cast(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, -1, -1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
@@ -1082,30 +1118,12 @@ static nrv_status op_cast(const nrv_op_args *a) {
                            nrv_dtype_str(x->dtype), nrv_dtype_str(y->dtype));
     const int64_t n = x->numel;
     if (n == 0) return NRV_OK;
-    if (a->n_fattr == 2) {
-        nrv_dequantize_codes(x->data, x->dtype, n, a->fattr[0], a->fattr[1], y->data);
-        return NRV_OK;
-    }
     if (x->dtype == y->dtype) {
         if (y->data != x->data) memmove(y->data, x->data, (size_t)n * nrv_dtype_size((nrv_dtype)x->dtype));
         return NRV_OK;
     }
-    if (cast_fast(x->dtype, y->dtype, x->data, y->data, n)) return NRV_OK;
-    if (is_float_dtype(x->dtype)) {
-        double b[CAST_CHUNK];
-        for (int64_t off = 0; off < n; off += CAST_CHUNK) {
-            const int c = (int)(n - off < CAST_CHUNK ? n - off : CAST_CHUNK);
-            load_f64(x->data, x->dtype, off, c, b);
-            store_from_f64(y->data, y->dtype, off, c, b);
-        }
-    } else {
-        int64_t b[CAST_CHUNK];
-        for (int64_t off = 0; off < n; off += CAST_CHUNK) {
-            const int c = (int)(n - off < CAST_CHUNK ? n - off : CAST_CHUNK);
-            load_i64(x->data, x->dtype, off, c, b);
-            store_from_i64(y->data, y->dtype, off, c, b);
-        }
-    }
+    cast_job j = {x, y, a->n_fattr == 2, a->n_fattr == 2 ? a->fattr[0] : 0.0f, a->n_fattr == 2 ? a->fattr[1] : 0.0f};
+    nrv_plan_for_rows(a->pool, n, 1, cast_range, &j);
     return NRV_OK;
 }
 

@@ -87,6 +87,18 @@ void nrv_plan_linear(nrv_threadpool *pool, const float *x, int64_t rows, int64_t
 void nrv_plan_linear_w8(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const int8_t *q, const float *s,
                         const float *z, int64_t st, const float *b, int64_t n, float *y);
 
+/* Elements per piece below which an op that moves bytes (elementwise, row-wise) is not
+ * shared out: handing a piece to a worker costs microseconds. */
+#define NRV_PLAN_PIECE_MIN_ELEMS ((int64_t)1 << 16)
+
+/* fn(ctx, r0, r1) over rows [0, rows) of row_elems elements each, in ranges of whole rows
+ * shared out on the pool's threads (nrv_plan_pieces, pieces of at least
+ * NRV_PLAN_PIECE_MIN_ELEMS elements), or once over all rows on the calling thread when they
+ * are fewer. For ops whose rows are computed independently (softmax, layernorm, casts,
+ * quantization: rows of one element), so the thread count changes no result. */
+typedef void (*nrv_rows_fn)(void *ctx, int64_t r0, int64_t r1);
+void nrv_plan_for_rows(nrv_threadpool *pool, int64_t rows, int64_t row_elems, nrv_rows_fn fn, void *ctx);
+
 /* How many pieces to share a data-parallel op out in: 1 without a pool or below min_work
  * (work and min_work in the op's own unit: MACs, elements), else two per thread (some
  * balance) but at most `units`, the separable parts (planes, rows, channels). */
@@ -221,9 +233,10 @@ nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int
 void nrv_dequantize_codes(const void *x, int dtype, int64_t n, float zd, float sd, float *y);
 
 /* x [outer, C, inner] int32 sums into y's bytes through the requant kernel, one call per
- * (outer, channel) plane of inner values (ops requantize and conv_integer). */
-void nrv_requant_planes(const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C, int64_t inner,
-                        uint8_t *y);
+ * (outer, channel) plane of inner values, or per row of C when inner is 1 (ops requantize
+ * and conv_integer), on the pool's threads (nrv_plan_for_rows). */
+void nrv_requant_planes(nrv_threadpool *pool, const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C,
+                        int64_t inner, uint8_t *y);
 
 /* The per-output parameters of an int8 weight with n outputs (linear_w8, linear_w8a8,
  * conv_w8a8): s f32 [n] or [1]; z f32 shaped like s, optional (NULL); bias f32 [n],

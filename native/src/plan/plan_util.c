@@ -142,22 +142,39 @@ void nrv_dequantize_codes(const void *x, int dtype, int64_t n, float zd, float s
         for (int64_t i = 0; i < n; i++) y[i] = ((float)((const int8_t *)x)[i] - zd) * sd;
 }
 
-void nrv_requant_planes(const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C, int64_t inner,
-                        uint8_t *y) {
+typedef struct requant_job {
+    const nrv_requant_out *rq;
+    const int32_t *x;
+    int64_t C, inner;
+    uint8_t *y;
+} requant_job;
+
+/* Planes [p0, p1) of `inner` values (plane p: channel p % C), or with inner == 1, rows
+ * [p0, p1) of C channels. */
+static void requant_range(void *ctx, int64_t p0, int64_t p1) {
+    const requant_job *j = ctx;
+    const nrv_requant_out *rq = j->rq;
+    const int64_t C = j->C, inner = j->inner;
     if (inner == 1) { /* the channel axis last (a QLinearMatMul's columns): one call per row, not per
                          value (4.4 ns a value: Pipecat's smart-turn, 2.7 ms a [400, 1536] product) */
         const nrv_requant_channels_fn channels = nrv_kernel_get_implicit(NRV_OP_REQUANT).requant_channels;
-        for (int64_t o = 0; o < outer; o++)
-            channels(x + o * C, C, rq->bias, rq->scale, rq->scale_stride, rq->lo, rq->hi, rq->z, y + o * C);
+        for (int64_t o = p0; o < p1; o++)
+            channels(j->x + o * C, C, rq->bias, rq->scale, rq->scale_stride, rq->lo, rq->hi, rq->z, j->y + o * C);
         return;
     }
     const nrv_requant_fn requant = nrv_kernel_get(NRV_OP_REQUANT).requant;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t c = 0; c < C; c++) {
-            const int64_t at = (o * C + c) * inner;
-            requant(x + at, inner, rq->bias ? rq->bias[c] : 0, rq->scale[c * rq->scale_stride], rq->lo, rq->hi, rq->z,
-                    y + at);
-        }
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t c = p % C;
+        requant(j->x + p * inner, inner, rq->bias ? rq->bias[c] : 0, rq->scale[c * rq->scale_stride], rq->lo, rq->hi,
+                rq->z, j->y + p * inner);
+    }
+}
+
+void nrv_requant_planes(nrv_threadpool *pool, const nrv_requant_out *rq, const int32_t *x, int64_t outer, int64_t C,
+                        int64_t inner, uint8_t *y) {
+    requant_job j = {rq, x, C, inner, y};
+    if (inner == 1) nrv_plan_for_rows(pool, outer, C, requant_range, &j);
+    else nrv_plan_for_rows(pool, outer * C, inner, requant_range, &j);
 }
 
 nrv_status nrv_op_check_w8_params(const nrv_op_args *a, const nrv_tview *s, const nrv_tview *z, const nrv_tview *bias,
@@ -393,4 +410,27 @@ nrv_status nrv_op_conv_operands(const nrv_op_args *a, int64_t sr, int w_rank, co
         return nrv_op_fail(a, NRV_ERR_SHAPE, "ranks x %d, w %d, y %d; expected %d, %d, %d for %lld spatial axes",
                            (int)(*x)->rank, (int)(*w)->rank, (int)(*y)->rank, rank, w_rank, rank, (long long)sr);
     return NRV_OK;
+}
+
+typedef struct rows_job {
+    nrv_rows_fn fn;
+    void *ctx;
+    int64_t rows, pieces;
+} rows_job;
+
+static void rows_task(void *ctx, int64_t t) {
+    const rows_job *j = ctx;
+    const int64_t r0 = t * j->rows / j->pieces, r1 = (t + 1) * j->rows / j->pieces;
+    if (r1 > r0) j->fn(j->ctx, r0, r1);
+}
+
+void nrv_plan_for_rows(nrv_threadpool *pool, int64_t rows, int64_t row_elems, nrv_rows_fn fn, void *ctx) {
+    const int64_t n = rows * row_elems, units = n / NRV_PLAN_PIECE_MIN_ELEMS;
+    const int64_t pieces = nrv_plan_pieces(pool, n, 2 * NRV_PLAN_PIECE_MIN_ELEMS, rows < units ? rows : units);
+    if (pieces <= 1) {
+        if (rows > 0) fn(ctx, 0, rows);
+        return;
+    }
+    rows_job j = {fn, ctx, rows, pieces};
+    nrv_parallel_for(pool, pieces, rows_task, &j);
 }
