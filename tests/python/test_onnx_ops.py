@@ -2085,6 +2085,9 @@ def _row_wise_case(rng, case):
         node = h.make_node("LogSoftmax" if case == "log_softmax" else "Softmax", ["x"], ["y"], axis=axis)
         op = "log_softmax" if case == "log_softmax" else "softmax"
         return model([node], [("x", F32, shape)], [("y", F32)]), {"x": x}, op
+    if case.startswith("transpose"):  # a blocked transpose, or rows copied whole
+        node = h.make_node("Transpose", ["x"], ["y"], perm=[2, 0, 1] if case == "transpose" else [1, 0, 2])
+        return model([node], [("x", F32, shape)], [("y", F32)]), {"x": x}, "transpose"
     if case == "layernorm":
         consts = {"g": rng.uniform(0.5, 1.5, shape[-1]).astype(F32), "b": rng.standard_normal(shape[-1]).astype(F32)}
         node = h.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)
@@ -2110,11 +2113,11 @@ def _row_wise_case(rng, case):
 
 
 @pytest.mark.parametrize("case", ["softmax", "softmax_axis1", "log_softmax", "layernorm", "cast", "dequantize",
-                                  "fake_quant", "requantize"])
+                                  "fake_quant", "requantize", "transpose", "transpose_rows"])
 def test_row_wise_ops_split_over_threads_give_the_same_bits(tmp_path, rng, case):
-    """Softmax, LayerNormalization, casts, quantization and the requantization of integer sums
-    share their rows (or elements) out over the session's threads: onnxruntime's result, and
-    the same bits at 1, 2 and 3 threads."""
+    """Softmax, LayerNormalization, casts, quantization, the requantization of integer sums and
+    transposes share their rows (or elements) out over the session's threads: onnxruntime's
+    result, and the same bits at 1, 2 and 3 threads."""
     m, feeds, op = _row_wise_case(rng, case)
     one = nerve_session(tmp_path, m, threads=1)
     assert op in op_types(one)

@@ -240,12 +240,33 @@ static void run_transpose_blocked(const nd_loop *L, int q, char *y, const char *
     } while (loop_next(&O, O.n, &p));
 }
 
+/* The loop L restricted to [r0, r1) of its outermost axis: the blocked transpose along axis q
+ * of the source (q >= 0), else row copies. Each element is a copy, so any range does the same. */
+typedef struct transpose_job {
+    const nd_loop *L;
+    int q;
+    char *y;
+    const char *x;
+    size_t esz;
+} transpose_job;
+
+static void transpose_range(void *ctx, int64_t r0, int64_t r1) {
+    const transpose_job *j = ctx;
+    nd_loop S = *j->L;
+    S.cnt[0] = r1 - r0;
+    char *y = j->y + r0 * S.st[0][0] * (int64_t)j->esz;
+    const char *x = j->x + r0 * S.st[1][0] * (int64_t)j->esz;
+    if (j->q >= 0) run_transpose_blocked(&S, j->q, y, x, j->esz);
+    else run_copy_loop(&S, y, x, 0, j->esz);
+}
+
 /* transpose: y = x with axes permuted, y.dims[i] = x.dims[perm[i]].
  *  in[0] x (any dtype, rank r); out[0] y, same dtype, rank r.
  *  iattr: perm[r], a permutation of 0..r-1 (n_iattr == r; rank 0 takes none).
  *  fattr, dattr: none (ignored). Not in place.
  *  Axes that stay contiguous together are merged first; when x's innermost axis stays the
- *  innermost, rows are memcpy'd; otherwise a 32 x 32 blocked transpose. */
+ *  innermost, rows are memcpy'd; otherwise a 32 x 32 blocked transpose. Ranges of the
+ *  outermost merged axis go to the session's threads (nrv_plan_for_rows). */
 static nrv_status op_transpose(const nrv_op_args *a) {
     const nrv_tview *x;
     nrv_tview *y;
@@ -283,14 +304,11 @@ static nrv_status op_transpose(const nrv_op_args *a) {
     }
     loop_simplify(&L);
     const int inner = L.n - 1;
-    if (L.st[1][inner] != 1) {
-        for (int q = 0; q < inner; q++)
-            if (L.st[1][q] == 1) {
-                run_transpose_blocked(&L, q, y->data, x->data, esz);
-                return NRV_OK;
-            }
-    }
-    run_copy_loop(&L, y->data, x->data, 0, esz);
+    transpose_job j = {&L, -1, y->data, x->data, esz};
+    if (L.st[1][inner] != 1)
+        for (int q = 0; q < inner && j.q < 0; q++)
+            if (L.st[1][q] == 1) j.q = q;
+    nrv_plan_for_rows(a->pool, L.cnt[0], y->numel / L.cnt[0], transpose_range, &j);
     return NRV_OK;
 }
 
