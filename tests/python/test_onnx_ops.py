@@ -2085,6 +2085,17 @@ def _row_wise_case(rng, case):
         node = h.make_node("LogSoftmax" if case == "log_softmax" else "Softmax", ["x"], ["y"], axis=axis)
         op = "log_softmax" if case == "log_softmax" else "softmax"
         return model([node], [("x", F32, shape)], [("y", F32)]), {"x": x}, op
+    if case.startswith("concat"):  # channels of one image (ranges of lines), or rows' tails (ranges of rows)
+        axis = 1 if case == "concat" else -1
+        parts = [x[:, :100], x[:, 100:101], x[:, 101:]] if axis == 1 else [x[..., :150], x[..., 150:]]
+        feeds = {f"x{i}": np.ascontiguousarray(p) for i, p in enumerate(parts)}
+        node = h.make_node("Concat", list(feeds), ["y"], axis=axis)
+        return model([node], [(k, F32, v.shape) for k, v in feeds.items()], [("y", F32)]), feeds, "concat"
+    if case == "slice":  # every row and every second column, from the back
+        consts = {"st": np.array([-1, -2], np.int64), "en": np.array([-300, -500], np.int64),
+                  "ax": np.array([1, 2], np.int64), "sp": np.array([-1, -2], np.int64)}
+        node = h.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])
+        return model([node], [("x", F32, shape)], [("y", F32)], consts), {"x": x}, "slice"
     if case.startswith("transpose"):  # a blocked transpose, or rows copied whole
         node = h.make_node("Transpose", ["x"], ["y"], perm=[2, 0, 1] if case == "transpose" else [1, 0, 2])
         return model([node], [("x", F32, shape)], [("y", F32)]), {"x": x}, "transpose"
@@ -2113,11 +2124,12 @@ def _row_wise_case(rng, case):
 
 
 @pytest.mark.parametrize("case", ["softmax", "softmax_axis1", "log_softmax", "layernorm", "cast", "dequantize",
-                                  "fake_quant", "requantize", "transpose", "transpose_rows"])
+                                  "fake_quant", "requantize", "transpose", "transpose_rows", "concat",
+                                  "concat_last", "slice"])
 def test_row_wise_ops_split_over_threads_give_the_same_bits(tmp_path, rng, case):
-    """Softmax, LayerNormalization, casts, quantization, the requantization of integer sums and
-    transposes share their rows (or elements) out over the session's threads: onnxruntime's
-    result, and the same bits at 1, 2 and 3 threads."""
+    """Softmax, LayerNormalization, casts, quantization, the requantization of integer sums,
+    transposes, concats and slices share their rows (or elements) out over the session's
+    threads: onnxruntime's result, and the same bits at 1, 2 and 3 threads."""
     m, feeds, op = _row_wise_case(rng, case)
     one = nerve_session(tmp_path, m, threads=1)
     assert op in op_types(one)

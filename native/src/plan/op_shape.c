@@ -240,24 +240,32 @@ static void run_transpose_blocked(const nd_loop *L, int q, char *y, const char *
     } while (loop_next(&O, O.n, &p));
 }
 
-/* The loop L restricted to [r0, r1) of its outermost axis: the blocked transpose along axis q
- * of the source (q >= 0), else row copies. Each element is a copy, so any range does the same. */
-typedef struct transpose_job {
+/* The loop L (y, then x at element offset 0 of x) restricted to [r0, r1) of its outermost
+ * axis, on the session's threads (nrv_plan_for_rows over that axis): the blocked transpose
+ * along the source's axis q (q >= 0), else row copies. Each element is a copy, so any range
+ * does the same. For transpose and slice. */
+typedef struct copy_loop_job {
     const nd_loop *L;
     int q;
     char *y;
     const char *x;
     size_t esz;
-} transpose_job;
+} copy_loop_job;
 
-static void transpose_range(void *ctx, int64_t r0, int64_t r1) {
-    const transpose_job *j = ctx;
+static void copy_loop_range(void *ctx, int64_t r0, int64_t r1) {
+    const copy_loop_job *j = ctx;
     nd_loop S = *j->L;
     S.cnt[0] = r1 - r0;
     char *y = j->y + r0 * S.st[0][0] * (int64_t)j->esz;
     const char *x = j->x + r0 * S.st[1][0] * (int64_t)j->esz;
     if (j->q >= 0) run_transpose_blocked(&S, j->q, y, x, j->esz);
     else run_copy_loop(&S, y, x, 0, j->esz);
+}
+
+static void copy_loop_parallel(nrv_threadpool *pool, const nd_loop *L, int q, char *y, const char *x, size_t esz,
+                               int64_t numel) {
+    copy_loop_job j = {L, q, y, x, esz};
+    nrv_plan_for_rows(pool, L->cnt[0], numel / L->cnt[0], copy_loop_range, &j);
 }
 
 /* transpose: y = x with axes permuted, y.dims[i] = x.dims[perm[i]].
@@ -304,11 +312,11 @@ static nrv_status op_transpose(const nrv_op_args *a) {
     }
     loop_simplify(&L);
     const int inner = L.n - 1;
-    transpose_job j = {&L, -1, y->data, x->data, esz};
+    int blocked = -1; /* the source's contiguous axis, when it is not the innermost */
     if (L.st[1][inner] != 1)
-        for (int q = 0; q < inner && j.q < 0; q++)
-            if (L.st[1][q] == 1) j.q = q;
-    nrv_plan_for_rows(a->pool, L.cnt[0], y->numel / L.cnt[0], transpose_range, &j);
+        for (int q = 0; q < inner && blocked < 0; q++)
+            if (L.st[1][q] == 1) blocked = q;
+    copy_loop_parallel(a->pool, &L, blocked, y->data, x->data, esz, y->numel);
     return NRV_OK;
 }
 
@@ -352,6 +360,42 @@ static void copy_chunks(char *dst, size_t dst_stride, const char *src, size_t sr
 #undef COPY_CHUNKS
 }
 
+/* Ranges of concat's y for the threads: of its outer indices (each input's chunk of every
+ * outer index copied as before), or with one outer index, of its lines along the axis (the
+ * inputs' runs that overlap the range). */
+typedef struct concat_job {
+    const nrv_op_args *a;
+    int ax;
+    int by_outer;
+    size_t line; /* bytes of one index along the axis */
+} concat_job;
+
+static void concat_range(void *ctx, int64_t r0, int64_t r1) {
+    const concat_job *j = ctx;
+    const nrv_op_args *a = j->a;
+    char *y = a->out[0]->data;
+    if (j->by_outer) {
+        const size_t row = (size_t)a->out[0]->dims[j->ax] * j->line; /* y's bytes per outer index */
+        size_t off = 0;
+        for (int i = 0; i < a->n_in; i++) { /* input by input: the chunk length is fixed per input */
+            const size_t len = (size_t)a->in[i]->dims[j->ax] * j->line;
+            if (len)
+                copy_chunks(y + (size_t)r0 * row + off, row, (const char *)a->in[i]->data + (size_t)r0 * len, len, len,
+                            r1 - r0);
+            off += len;
+        }
+        return;
+    }
+    int64_t start = 0; /* input i's first line in y */
+    for (int i = 0; i < a->n_in && start < r1; i++) {
+        const int64_t d = a->in[i]->dims[j->ax], lo = start > r0 ? start : r0, hi = start + d < r1 ? start + d : r1;
+        if (hi > lo)
+            memmove(y + (size_t)lo * j->line, (const char *)a->in[i]->data + (size_t)(lo - start) * j->line,
+                    (size_t)(hi - lo) * j->line);
+        start += d;
+    }
+}
+
 /* concat: y = x0, x1, ... joined along axis.
  *  in[0..n) x_i (n >= 1; any dtype, all y's dtype and rank, dims equal to y's except on axis);
  *  out[0] y: y.dims[axis] = sum of x_i.dims[axis].
@@ -373,16 +417,10 @@ static nrv_status op_concat(const nrv_op_args *a) {
         return OPFAIL(a, NRV_ERR_SHAPE, "inputs add up to %s%lld along axis %d, y has %lld",
                       sum > y->dims[ax] ? "more than " : "", (long long)sum, (int)ax, (long long)y->dims[ax]);
     if (y->numel == 0) return NRV_OK;
-    const size_t esz = nrv_dtype_size((nrv_dtype)y->dtype);
-    const int64_t outer = nrv_dims_product(y->dims, 0, ax);
-    const size_t inner = (size_t)nrv_dims_product(y->dims, ax + 1, y->rank) * esz;
-    const size_t row = (size_t)y->dims[ax] * inner; /* y's bytes per outer index */
-    size_t off = 0;
-    for (int i = 0; i < a->n_in; i++) { /* input by input: the chunk length is fixed per input */
-        const size_t len = (size_t)a->in[i]->dims[ax] * inner;
-        if (len) copy_chunks((char *)y->data + off, row, a->in[i]->data, len, len, outer);
-        off += len;
-    }
+    const int64_t outer = nrv_dims_product(y->dims, 0, ax), inner = nrv_dims_product(y->dims, ax + 1, y->rank);
+    concat_job j = {a, ax, outer > 1, (size_t)inner * nrv_dtype_size((nrv_dtype)y->dtype)};
+    if (j.by_outer) nrv_plan_for_rows(a->pool, outer, y->numel / outer, concat_range, &j);
+    else nrv_plan_for_rows(a->pool, y->dims[ax], inner, concat_range, &j);
     return NRV_OK;
 }
 
@@ -467,7 +505,7 @@ static nrv_status op_slice(const nrv_op_args *a) {
         L.st[1][d] = y->dims[d] > 1 ? steps[d] * xs[d] : 0; /* |step| < dim here: no overflow */
     }
     loop_simplify(&L);
-    run_copy_loop(&L, y->data, x->data, base, esz);
+    copy_loop_parallel(a->pool, &L, -1, y->data, (const char *)x->data + base * (int64_t)esz, esz, y->numel);
     return NRV_OK;
 }
 
