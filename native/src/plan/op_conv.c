@@ -715,7 +715,8 @@ static void conv_group_rows(const conv_geom *g, const float *xg, const float *wg
         const int64_t panels = (g->mg + NRV_PANEL_COLS - 1) / NRV_PANEL_COLS;
         const int64_t per = CONV_OUT_BLOCK / (NRV_PANEL_COLS * CONV_ROWS_MAX_P); /* panels a tile holds (2) */
         const int64_t pieces = (panels + per - 1) / per;
-        const int64_t par = nrv_plan_pieces(pool, g->mg * g->kdim * g->p, 1 << 16, panels);
+        int64_t par, one;
+        nrv_plan_grid(pool, g->mg * g->kdim * g->p, 1 << 16, panels, 1, &par, &one); /* whole panels, evenly */
         conv_rows_panels_job j = {g, rows, wp, bg, yg, panels, par > pieces ? par : pieces};
         nrv_parallel_for(pool, j.pieces, conv_rows_panels_task, &j);
         return;
