@@ -623,7 +623,7 @@ static nrv_status run_fake_quant(const nrv_op_args *a) {
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "an integer y takes no dequantizing zero point or scale");
     }
     const nrv_quant_params qp = {p[1], p[2], p[3], p[4], (int32_t)lo, (int32_t)hi, to_int};
-    fake_quant_job j = {x, y, &qp, codes_in, a->fattr[0], a->fattr[1]};
+    fake_quant_job j = {x, y, &qp, codes_in, codes_in ? a->fattr[0] : 0.0f, codes_in ? a->fattr[1] : 0.0f};
     nrv_plan_for_rows(a->pool, x->numel, 1, fake_quant_range, &j);
     return NRV_OK;
 }
