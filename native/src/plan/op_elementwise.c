@@ -138,13 +138,6 @@ static nrv_status unary_u8(const nrv_op_args *a, int64_t code, const uint8_t *x,
     return NRV_OK;
 }
 
-/* Pieces for n elements in `rows` separable rows (<= 1: one row, cut anywhere), each at
- * least NRV_PLAN_PIECE_MIN_ELEMS elements. */
-static int64_t elementwise_pieces(nrv_threadpool *pool, int64_t n, int64_t rows) {
-    const int64_t units = n / NRV_PLAN_PIECE_MIN_ELEMS;
-    return nrv_plan_pieces(pool, n, 2 * NRV_PLAN_PIECE_MIN_ELEMS, rows > 1 && rows < units ? rows : units);
-}
-
 /* Float unary ops shared out in ranges of elements (the code checked by the caller). */
 typedef struct unary_job {
     const nrv_op_args *a;
@@ -312,25 +305,24 @@ static void bcast_rows(const bcast *bc, const void *a, const void *b, void *z, s
     }
 }
 
-/* Shared out: outer rows in ranges, or with one outer row, the innermost axis in ranges. */
+/* Shared out (nrv_plan_for_rows): outer rows in ranges, or with one outer row, the innermost
+ * axis in ranges. */
 typedef struct bcast_job {
     const bcast *bc;
     const void *a, *b;
     void *z;
     size_t ea, ez;
     inner_fn inner;
-    int64_t outer, pieces;
+    int64_t outer;
 } bcast_job;
 
-static void bcast_task(void *ctx, int64_t t) {
+static void bcast_range(void *ctx, int64_t i0, int64_t i1) {
     const bcast_job *j = ctx;
     if (j->outer > 1) {
-        bcast_rows(j->bc, j->a, j->b, j->z, j->ea, j->ez, j->inner, t * j->outer / j->pieces,
-                   (t + 1) * j->outer / j->pieces);
+        bcast_rows(j->bc, j->a, j->b, j->z, j->ea, j->ez, j->inner, i0, i1);
         return;
     }
     const int last = j->bc->rank - 1;
-    const int64_t n = j->bc->dims[last], i0 = t * n / j->pieces, i1 = (t + 1) * n / j->pieces;
     j->inner((const char *)j->a + (size_t)(i0 * j->bc->sa[last]) * j->ea, j->bc->sa[last],
              (const char *)j->b + (size_t)(i0 * j->bc->sb[last]) * j->ea, j->bc->sb[last],
              (char *)j->z + (size_t)i0 * j->ez, i1 - i0);
@@ -340,8 +332,9 @@ static void bcast_run(const bcast *bc, const void *a, const void *b, void *z, si
                       int64_t numel, nrv_threadpool *pool) {
     int64_t outer = 1;
     for (int i = 0; i < bc->rank - 1; i++) outer *= bc->dims[i];
-    bcast_job j = {bc, a, b, z, ea, ez, inner, outer, elementwise_pieces(pool, numel, outer)};
-    nrv_parallel_for(pool, j.pieces, bcast_task, &j);
+    bcast_job j = {bc, a, b, z, ea, ez, inner, outer};
+    if (outer > 1) nrv_plan_for_rows(pool, outer, numel / outer, bcast_range, &j);
+    else nrv_plan_for_rows(pool, numel, 1, bcast_range, &j);
 }
 
 /* Min / Max with a NaN in giving a NaN out, written as two selects (the second on x alone:
