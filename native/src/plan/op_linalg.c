@@ -474,12 +474,18 @@ void nrv_plan_grid(const nrv_threadpool *pool, int64_t work, int64_t min_work, i
         }
 }
 
+/* Pieces of a [rows, k] x [k, n] product's outputs for the pool's threads (linear and
+ * linear_w8), 0 when it stays on the calling thread. */
+static int64_t linear_output_pieces(nrv_threadpool *pool, int64_t rows, int64_t k, int64_t n) {
+    const int threads = nrv_threadpool_size(pool);
+    return threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS
+               ? nrv_plan_output_pieces(threads, rows, n, LINEAR_TILE_FLOATS)
+               : 0;
+}
+
 void nrv_plan_linear(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const float *w, const float *b,
                      int64_t n, float *y) {
-    const int threads = nrv_threadpool_size(pool);
-    const int64_t pieces = threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS
-                               ? nrv_plan_output_pieces(threads, rows, n, LINEAR_TILE_FLOATS)
-                               : 0;
+    const int64_t pieces = linear_output_pieces(pool, rows, k, n);
     if (pieces) {
         linear_job j = {x, w, b, y, rows, k, n, pieces};
         nrv_parallel_for(pool, pieces, linear_task, &j);
@@ -557,10 +563,7 @@ static void linear_w8_task(void *ctx, int64_t t) {
 
 void nrv_plan_linear_w8(nrv_threadpool *pool, const float *x, int64_t rows, int64_t k, const int8_t *q, const float *s,
                         const float *z, int64_t st, const float *b, int64_t n, float *y) {
-    const int threads = nrv_threadpool_size(pool);
-    const int64_t pieces = threads > 1 && rows * k * n >= LINEAR_PARALLEL_MIN_MACS
-                               ? nrv_plan_output_pieces(threads, rows, n, LINEAR_TILE_FLOATS)
-                               : 0;
+    const int64_t pieces = linear_output_pieces(pool, rows, k, n);
     if (pieces) {
         linear_w8_job j = {x, s, z, b, q, y, rows, k, n, st, pieces};
         nrv_parallel_for(pool, pieces, linear_w8_task, &j);
