@@ -478,12 +478,6 @@ static nrv_status op_argmin(const nrv_op_args *a) { return arg_common(a, 0); }
 
 /* ------------------------------------------------------------------ softmax / log_softmax */
 
-/* softmax / log_softmax (ONNX opset >= 13): over the single axis,
- *  y = exp(x - max) / sum(exp(x - max)), log_softmax y = (x - max) - log(sum(exp(x - max))).
- *  in[0] x F32 (rank >= 1); out[0] y F32, x's dims. In place ok.
- *  iattr: [axis] (0 <= axis < rank; negative counts from the end). fattr, dattr: none.
- *  The last axis uses the dispatch table's softmax kernel (log_softmax: a scalar loop with
- *  the sum in double); another axis is done in blocks of BLOCK columns across it. */
 typedef struct softmax_job {
     const float *x;
     float *y;
@@ -560,6 +554,13 @@ static void softmax_range(void *ctx, int64_t o0, int64_t o1) {
     }
 }
 
+/* softmax / log_softmax (ONNX opset >= 13): over the single axis,
+ *  y = exp(x - max) / sum(exp(x - max)), log_softmax y = (x - max) - log(sum(exp(x - max))).
+ *  in[0] x F32 (rank >= 1); out[0] y F32, x's dims. In place ok.
+ *  iattr: [axis] (0 <= axis < rank; negative counts from the end). fattr, dattr: none.
+ *  The last axis uses the dispatch table's softmax kernel (log_softmax: a scalar loop with
+ *  the sum in double); another axis is done in blocks of BLOCK columns across it. Ranges of
+ *  the outer rows go to the session's threads (softmax_range). */
 static nrv_status softmax_common(const nrv_op_args *a, int log_form) {
     NRV_TRY(nrv_op_expect(a, 1, 1, 1, 1, -1));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
