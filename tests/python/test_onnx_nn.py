@@ -242,6 +242,29 @@ def test_batchnorm_folds_into_conv(tmp_path, rng, with_bias, sr):
     assert "bn0" in ops[0]["name"]
 
 
+@pytest.mark.parametrize("x_shape,m,strides,group", [
+    (["N", 6, 9, 11], 8, [2, 3], 1),     # symbolic batch, strides 2 x 3
+    ([1, 8, 13, 7], 12, [3, 1], 2),      # two groups, stride along one axis
+    ([1, 5, 17], 7, [2], 1),             # 1-D
+    ([1, 3, 1, 9], 5, [1, 2], 1),        # one row
+])
+def test_strided_pointwise_conv_multiplies_the_picked_inputs(tmp_path, rng, x_shape, m, strides, group):
+    """A 1x1 conv with strides (ResNet's downsampling shortcut) compiles to a slice of every
+    stride-th input and a pointwise conv (no stride phases of the whole input), with its
+    residual Add and Relu still fused."""
+    sr = len(x_shape) - 2
+    c = x_shape[1]
+    out_sp = [-(-d // st) for d, st in zip(x_shape[2:], strides)]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=strides, group=group),
+             helper.make_node("Add", ["c", "s"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    model = _model(nodes, [("x", x_shape), ("s", [x_shape[0], m] + out_sp)], ["y"],
+                   inits=[("w", _rand(rng, m, c // group, *[1] * sr)), ("b", _rand(rng, m))])
+    batches = (2, 1) if x_shape[0] == "N" else (1,)
+    feeds = [{"x": _rand(rng, n, *x_shape[1:]), "s": _rand(rng, n, m, *out_sp)} for n in batches]
+    sess = check(tmp_path, model, feeds, dims={"N": 2} if x_shape[0] == "N" else None)
+    assert [o["type"] for o in sess.ops()] in (["slice", "conv"], ["slice", "conv_packed"])
+
+
 def test_batchnorm_after_conv_with_another_reader_is_not_folded(tmp_path, rng):
     """The conv's output is also a graph output and read by a second node: BN must not change it."""
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
