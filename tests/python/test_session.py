@@ -294,11 +294,12 @@ def test_cli_example_feeds_default_sizes_and_peer_failures(mlp, tmp_path):
         bench_model(str(tmp_path / "r.onnx"), {"x": np.zeros(6, np.float32)}, {"n": 6}, "onnxruntime", seconds=0.1)
 
 
-def test_bench_beside_a_peer_says_when_the_two_pools_share_too_few_cores(tmp_path, monkeypatch):
-    """With --vs and more threads than half the cores, both engines' spinning pools take each
-    other's cores (measured: nerve 1.5x slower beside onnxruntime than alone at 2 threads on 2
-    cores): the result says so, and the report prints it; at 1 thread, or with cores to spare,
-    it says nothing."""
+def test_bench_beside_a_peer_takes_turns_when_the_two_pools_share_too_few_cores(tmp_path, monkeypatch):
+    """With --vs and more threads than half the cores, both engines' spinning pools would take
+    each other's cores (measured: nerve 1.5x slower beside onnxruntime than alone at 2 threads
+    on 2 cores): each engine's block of runs then starts after a pause (its pool woken by a
+    few runs first), and the result and report say so; at 1 thread, or with cores to spare,
+    the blocks follow each other directly and nothing is said."""
     from nerve import modeltools
 
     g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "r", [h.make_tensor_value_info("x", T.FLOAT, [64])],
@@ -307,16 +308,22 @@ def test_bench_beside_a_peer_says_when_the_two_pools_share_too_few_cores(tmp_pat
     m.ir_version = 8
     onnx.save(m, tmp_path / "relu.onnx")
     feeds = {"x": np.ones(64, np.float32)}
+    pauses = []
+    real_sleep = modeltools.time.sleep
+    monkeypatch.setattr(modeltools.time, "sleep", lambda s: (pauses.append(s), real_sleep(s)))
     monkeypatch.setattr(modeltools.os, "cpu_count", lambda: 2)
     shared = modeltools.bench_model(str(tmp_path / "relu.onnx"), feeds, {}, "onnxruntime", threads=2, seconds=0.05,
-                                    repeat=1)
-    assert "2 threads on 2 cores" in shared["caveat"]
-    assert "caveat  both engines run 2 threads" in modeltools.format_bench(shared)
+                                    repeat=3)
+    assert "2 threads on 2 cores" in shared["timing"]
+    assert "timing  in turns: both engines run 2 threads" in modeltools.format_bench(shared)
+    assert pauses == [modeltools.TURN_PAUSE_S] * 6  # one before each engine's block, 3 rounds
+    assert shared["nerve"]["runs"] >= 15 and shared["onnxruntime"]["runs"] >= 15
     for threads, cores in ((1, 2), (2, 4)):
+        pauses.clear()
         monkeypatch.setattr(modeltools.os, "cpu_count", lambda: cores)
         r = modeltools.bench_model(str(tmp_path / "relu.onnx"), feeds, {}, "onnxruntime", threads=threads,
                                    seconds=0.05, repeat=1)
-        assert "caveat" not in r and "caveat" not in modeltools.format_bench(r)
+        assert "timing" not in r and "timing" not in modeltools.format_bench(r) and not pauses
 
 
 def test_bert_encoder_parity_and_fusion(tmp_path):
