@@ -820,6 +820,8 @@ static void conv_gemm_split(conv_gemm_job *j, nrv_threadpool *pool, int split_ro
     if ((few_positions || wide) && j->mg >= 12 * 2) {
         j->split = CONV_SPLIT_CHANNELS;
         j->pieces = nrv_plan_pieces(pool, work, 1 << 16, j->mg / 12);
+        /* one piece per thread: each piece packs all of the block's B (x) for itself */
+        if (j->pieces > nrv_threadpool_size(pool)) j->pieces = nrv_threadpool_size(pool);
     } else {
         j->pieces = nrv_plan_pieces(pool, work, 1 << 16, units);
     }
