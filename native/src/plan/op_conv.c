@@ -820,8 +820,8 @@ static void conv_gemm_split(conv_gemm_job *j, nrv_threadpool *pool, int split_ro
     j->split = split_rows ? CONV_SPLIT_ROWS : CONV_SPLIT_PANELS;
     if ((few_positions || wide) && j->mg >= 12 * 2) {
         j->split = CONV_SPLIT_CHANNELS;
-        j->pieces = nrv_plan_pieces(pool, work, 1 << 16, j->mg / 12);
-        if (j->pieces > nrv_threadpool_size(pool)) j->pieces = nrv_threadpool_size(pool);
+        const int64_t threads = nrv_threadpool_size(pool), ranges = j->mg / 12;
+        j->pieces = nrv_plan_pieces(pool, work, 1 << 16, ranges < threads ? ranges : threads);
     } else {
         j->pieces = nrv_plan_pieces(pool, work, 1 << 16, units);
     }
