@@ -116,6 +116,20 @@ def test_if_branches_that_disagree_are_a_model_error(tmp_path):
         session(save(m, tmp_path / "m.onnx"))
 
 
+def test_if_choosing_a_sequence_at_run_time_is_a_model_error(tmp_path):
+    """A sequence exists at import only; an If whose condition the data decides cannot pick
+    one (ONNX's test_if_seq: this was an AttributeError from inside the compiler)."""
+    then_g = h.make_graph([h.make_node("SequenceConstruct", ["x"], ["s"])], "then", [],
+                          [h.make_tensor_sequence_value_info("s", T.FLOAT, None)])
+    else_g = h.make_graph([h.make_node("SequenceConstruct", ["x", "x"], ["s2"])], "else", [],
+                          [h.make_tensor_sequence_value_info("s2", T.FLOAT, None)])
+    m = make([h.make_node("If", ["c"], ["seq"], then_branch=then_g, else_branch=else_g, name="pick_seq"),
+              h.make_node("ConcatFromSequence", ["seq"], ["y"], axis=0)],
+             [("x", T.FLOAT, (2, 3)), ("c", T.BOOL, ())], [("y", T.FLOAT)])
+    with pytest.raises(nerve.ModelError, match=r"pick_seq.*then branch's output 0 is a sequence"):
+        session(save(m, tmp_path / "m.onnx"))
+
+
 def test_a_tensor_of_rank_above_eight_is_a_model_error(tmp_path):
     """The runtime holds rank <= 8 (NRV_MAX_RANK): a model that needs more is refused at
     compile time, naming the tensor (before, the loader refused the plan: "bad dtype 0, rank 10")."""

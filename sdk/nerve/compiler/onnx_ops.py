@@ -1761,11 +1761,11 @@ def _if(ctx: NodeCtx, ins):
     else_label, end_label = b.label(ctx.name + ".else"), b.label(ctx.name + ".end")
     b.ops.append(Op("if", [b.materialize(cond)], [], iattr=[else_label], name=ctx.name))
     # (outputs materialised inside their own branch: the then-branch's writes are placed later)
-    then_out = [b.materialize(v) for v in _inline_branch(ctx, then_g)]
+    then_out = _branch_tensors(ctx, _inline_branch(ctx, then_g), "then")
     then_end = len(b.ops)  # the then-branch's writes of the results go here, once the shapes are known
     b.ops.append(Op("jump", [], [], iattr=[end_label], name=ctx.name))
     b.place(else_label)
-    else_out = [b.materialize(v) for v in _inline_branch(ctx, else_g)]
+    else_out = _branch_tensors(ctx, _inline_branch(ctx, else_g), "else")
     results, then_writes = [], []
     for i, (tv, ev) in enumerate(zip(then_out, else_out)):
         if tv.dtype != ev.dtype or tv.rank != ev.rank:
@@ -1781,6 +1781,17 @@ def _if(ctx: NodeCtx, ins):
     b.ops[then_end:then_end] = then_writes
     b.place(end_label)
     return results
+
+
+def _branch_tensors(ctx: NodeCtx, outs, branch: str) -> List[Value]:
+    """A branch's outputs as runtime tensors. A sequence has no tensor of its own (it exists at
+    import only, onnx_import.SequenceValue), so an If that picks one at run time fails clearly."""
+    for i, v in enumerate(outs):
+        if not isinstance(v, Value):
+            raise ctx.fail(f"the {branch} branch's output {i} is a sequence; an If whose condition is known only at "
+                           "run time must give tensors (a condition known when the model is compiled may give a "
+                           "sequence)")
+    return [ctx.b.materialize(v) for v in outs]
 
 
 def _branch_write(ctx: NodeCtx, v: Value, target: Value) -> List[Op]:
