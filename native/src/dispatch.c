@@ -45,6 +45,7 @@ static const char *const op_names[NRV_OP_COUNT] = {
     [NRV_OP_REQUANT] = "requant",
     [NRV_OP_MAXPOOL] = "maxpool",
     [NRV_OP_LINEAR_ATTENTION] = "linear_attention",
+    [NRV_OP_DEPTHWISE_Q8] = "depthwise_q8",
 };
 
 typedef struct op_slot {

@@ -5,8 +5,8 @@ them): "embedding", "embedding_f16", "embedding_q8", "layernorm", "linear", "lay
 "gemm" (with its implicit-GEMM and weight-panel entry points), "gelu", "gelu_tanh", "relu",
 "sigmoid", "tanh", "softmax", "linear_w8", "linear_w8a8", "linear_w4a32", "linear_w4a8",
 "linear_f16", "depthwise", "hard_swish", "silu", "depthwise_channels", "depthwise_rows",
-"matmul_integer", "quantize", "requant", "maxpool", "linear_attention". Every op has the reference "ref" as its last
-variant.
+"matmul_integer", "quantize", "requant", "maxpool", "linear_attention", "depthwise_q8". Every op has the
+reference "ref" as its last variant.
 
 :func:`force` and :func:`disable` change process-wide settings and must not race with kernel
 calls on other threads: use them at start-up, in tests and in benchmarks. Both can be used

@@ -1222,6 +1222,74 @@ static void test_requant(void) {
         }
 }
 
+/* ------------------------------------------------------------------ depthwise_q8 */
+
+/* One channel of a depthwise QLinearConv through the dispatch table against the exact sums
+ * in int64 here, requantized by nrv_requant_ref: u8 and s8 planes, kernels 1x1 to 5x5 and
+ * 1x7 / 7x1, strides 1-3, dilations 1-2, pads on either side (and none), planes narrower
+ * than a vector and wider than a tile's row of vectors; canary after y. */
+static void test_depthwise_q8(void) {
+    static const int64_t shapes[][12] = {
+        /* h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr */
+        {7, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       {13, 13, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+        {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},       {5, 97, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {12, 113, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1},    {9, 40, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},
+        {11, 31, 5, 5, 2, 2, 1, 1, 2, 2, 2, 2},     {8, 17, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
+        {6, 23, 1, 7, 1, 1, 1, 1, 0, 3, 0, 3},      {23, 6, 7, 1, 1, 1, 1, 1, 3, 0, 3, 0},
+        {10, 29, 3, 3, 3, 3, 1, 1, 1, 0, 0, 2},     {4, 3000, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {3, 2049, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},    {2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+    };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int x_signed = 0; x_signed < 2; x_signed++) {
+            const int64_t *d = shapes[si];
+            const int64_t h = d[0], w = d[1], kh = d[2], kw = d[3], sh = d[4], sw = d[5], dh = d[6], dw = d[7];
+            const int64_t pt = d[8], pl = d[9], pb = d[10], pr = d[11];
+            const int64_t oh = (h + pt + pb - (kh - 1) * dh - 1) / sh + 1, ow = (w + pl + pr - (kw - 1) * dw - 1) / sw + 1;
+            const nrv_dwq8_plane g = {h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, x_signed};
+            const int is_s8 = (int)(si % 2); /* the output's type */
+            const int32_t xz = x_signed ? (int32_t)(si % 7) - 3 : 100 + (int32_t)si, z = is_s8 ? 3 : 120;
+            const int32_t bias = (int32_t)(si * 977 % 5000) - 2500;
+            /* sums of ~sqrt(taps)·150² in magnitude land mostly inside the range (some saturate) */
+            const float scale = 60.0f / (sqrtf((float)(kh * kw)) * 22500.0f) * (float)(1 + si % 3), lo = (float)((is_s8 ? -128 : 0) - z),
+                        hi = (float)((is_s8 ? 127 : 255) - z);
+            uint8_t *x = xalloc((size_t)(h * w));
+            for (int64_t i = 0; i < h * w; i++) x[i] = (uint8_t)nrv_test_u64();
+            float wt[49];
+            for (int64_t t = 0; t < kh * kw; t++) wt[t] = (float)((int)(nrv_test_u64() % 511u) - 255);
+            if (si == 3) wt[0] = 255.0f, x[0] = x_signed ? 0x80 : 0; /* the extremes once */
+            int32_t *sums = xalloc((size_t)(oh * ow) * sizeof(int32_t));
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++) {
+                    int64_t acc = 0;
+                    for (int64_t ky = 0; ky < kh; ky++)
+                        for (int64_t kx = 0; kx < kw; kx++) {
+                            const int64_t iy = oy * sh + ky * dh - pt, ix = ox * sw + kx * dw - pl;
+                            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                            const int64_t v = x_signed ? (int64_t)(int8_t)x[iy * w + ix] : (int64_t)x[iy * w + ix];
+                            acc += (v - xz) * (int64_t)wt[ky * kw + kx];
+                        }
+                    sums[oy * ow + ox] = (int32_t)acc;
+                }
+            uint8_t *want = xalloc((size_t)(oh * ow) + 16), *y = xalloc((size_t)(oh * ow) + 16);
+            memset(y, 0xa5, (size_t)(oh * ow) + 16);
+            nrv_requant_ref(sums, oh * ow, bias, scale, lo, hi, z, want);
+            nrv_kernel_get(NRV_OP_DEPTHWISE_Q8).depthwise_q8(&g, x, xz, wt, bias, scale, lo, hi, z, y);
+            int64_t at = 0;
+            while (at < oh * ow && y[at] == want[at]) at++;
+            int guards = 1;
+            for (int64_t i = oh * ow; i < oh * ow + 16; i++) guards &= y[i] == 0xa5;
+            record(at < oh * ow || !guards ? INFINITY : 0.0,
+                   "%lldx%lld k%lldx%lld s%lld d%lld x_s8=%d y_s8=%d at %lld: %u, want %u%s", (long long)h,
+                   (long long)w, (long long)kh, (long long)kw, (long long)sw, (long long)dw, x_signed, is_s8,
+                   (long long)(at < oh * ow ? at : 0), (unsigned)y[at < oh * ow ? at : 0],
+                   (unsigned)want[at < oh * ow ? at : 0], guards ? "" : " canary overwritten");
+            free(x);
+            free(sums);
+            free(want);
+            free(y);
+        }
+}
+
 /* ------------------------------------------------------------------ maxpool */
 
 /* Max pooling through the dispatch table against nrv_maxpool_ref: float32 planes with NaN,
@@ -1625,6 +1693,7 @@ static int run_op_cases(const char *op) {
     else if (!strcmp(op, "hard_swish")) test_activation_of((nrv_activation)-1, NRV_OP_HARD_SWISH, nrv_hard_swish_ref);
     else if (!strcmp(op, "silu")) test_activation_of((nrv_activation)-1, NRV_OP_SILU, nrv_silu_ref);
     else if (!strcmp(op, "linear_attention")) test_linear_attention();
+    else if (!strcmp(op, "depthwise_q8")) test_depthwise_q8();
     else return 0;
     return 1;
 }

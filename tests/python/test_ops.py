@@ -34,6 +34,8 @@ COVERED_OPS = {
     "maxpool",  # every variant: test_max_pool_every_variant below (through sessions), natively test_kernels.c
     "linear_attention",  # every variant: test_onnx_ops_stream.py::test_linear_attention_every_variant_matches_onnxruntime,
                          # natively test_kernels.c
+    "depthwise_q8",  # every variant: test_qoperator_models.py::test_qlinear_depthwise_conv_on_wide_rows_is_onnxruntime,
+                     # natively test_kernels.c
 }
 
 

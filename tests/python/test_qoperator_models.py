@@ -358,6 +358,36 @@ def test_qlinear_depthwise_conv_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, w
                              threads=(1, 2))
 
 
+@pytest.mark.parametrize("variant", variant_params("depthwise_q8"))
+@pytest.mark.parametrize("xdt,wdt,case", [(np.uint8, np.int8, "3x3_s1"), (np.int8, np.int8, "3x3_s2"),
+                                          (np.uint8, np.uint8, "5x5_dil"), (np.int8, np.int8, "1d"),
+                                          (np.uint8, np.int8, "wide_ring")])
+def test_qlinear_depthwise_conv_on_wide_rows_is_onnxruntime(tmp_path, rng, variant, xdt, wdt, case):
+    """A depthwise QLinearConv whose output rows are at least 48 wide runs as one op,
+    depthwise_integer (codes in, codes out, the exact sums requantized in registers), under
+    every variant of its kernel: onnxruntime's output byte for byte, u8 and s8 codes on both
+    sides, per-channel weight zero points, strides, dilation, asymmetric pads, 1-D, and a row
+    too wide for a whole plane on the kernel's stack (its ring of rows)."""
+    xi, wi = np.iinfo(xdt), np.iinfo(wdt)
+    shapes = {"3x3_s1": ((1, 6, 7, 61), (3, 3), dict(pads=[1, 1, 1, 1])),
+              "3x3_s2": ((2, 5, 9, 131), (3, 3), dict(pads=[1, 0, 1, 2], strides=[2, 2])),
+              "5x5_dil": ((1, 4, 12, 70), (5, 5), dict(pads=[2, 4, 2, 4], strides=[2, 1], dilations=[1, 2])),
+              "1d": ((1, 5, 150), (7,), dict(pads=[3, 3], strides=[2])),
+              "wide_ring": ((1, 3, 5, 3001), (3, 3), dict(pads=[1, 1, 1, 1]))}
+    xs, ks, attrs = shapes[case]
+    c = xs[1]
+    x = rng.integers(xi.min, xi.max + 1, xs).astype(xdt)
+    w = rng.integers(wi.min, wi.max + 1, (c, 1) + ks).astype(wdt)
+    inits = {"xs": np.array(0.019, np.float32), "xz": np.array(rng.integers(xi.min, xi.max + 1), xdt), "W": w,
+             "ws": (rng.random(c) * 0.02 + 0.002).astype(np.float32),
+             "wz": rng.integers(-3, 4, c).astype(wdt) if wdt == np.int8 else rng.integers(120, 136, c).astype(wdt),
+             "ys": np.array(0.21, np.float32), "yz": np.array(rng.integers(xi.min, xi.max + 1), xdt),
+             "B": rng.integers(-3000, 3000, c).astype(np.int32)}
+    node = h.make_node("QLinearConv", ["x", "xs", "xz", "W", "ws", "wz", "ys", "yz", "B"], ["y"], group=c, **attrs)
+    with forced("depthwise_q8", variant):
+        _one_node_is_onnxruntime(tmp_path, node, x, inits, lambda kinds: kinds == ["depthwise_integer"], threads=(1, 2))
+
+
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_qdq_cnn_runs_its_products_in_integers(tmp_path, rng, per_channel):
     """A QDQ model (quantize_static's default format): each DequantizeLinear → Conv/MatMul →

@@ -163,6 +163,26 @@ typedef void (*nrv_requant_fn)(const int32_t *x, int64_t n, int32_t bias, float 
 typedef void (*nrv_requant_channels_fn)(const int32_t *x, int64_t n, const int32_t *bias, const float *scale,
                                         int64_t scale_stride, float lo, float hi, int32_t z, uint8_t *y);
 
+/* depthwise_q8: one channel plane of a depthwise QLinearConv in onnxruntime's integer
+ * arithmetic, bytes in and bytes out (plan op depthwise_integer; steps in
+ * kernels/depthwise_q8_impl.h):
+ *   sum[oy, ox] = Σ_{ky, kx} (x[iy, ix] − xz)·w[ky·kw + kx],  iy = oy·sh + ky·dh − pt,
+ *                 ix = ox·sw + kx·dw − pl (a tap outside the plane reads xz: adds 0)
+ *   y[oy, ox]   = requant's steps on sum with bias, scale, lo, hi, z (nrv_requant_fn)
+ * x: the h x w plane, u8 (or s8 when x_signed); w: the kh·kw taps less the weight's zero
+ * point, as floats (integers, |w| <= 255); y: the oh x ow plane. The sums are computed in
+ * fp32, where they are exact integers (taps·255² < 2^24 within the limits below), so every
+ * variant gives the reference's bytes. Limits (the plan op checks them): the kernel reaches
+ * (k − 1)·d + 1 <= NRV_DWQ8_MAX_REACH rows and columns, strides <= NRV_DWQ8_MAX_STRIDE. */
+#define NRV_DWQ8_MAX_REACH 16
+#define NRV_DWQ8_MAX_STRIDE 4
+typedef struct nrv_dwq8_plane {
+    int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    int x_signed;
+} nrv_dwq8_plane;
+typedef void (*nrv_depthwise_q8_fn)(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const float *w,
+                                    int32_t bias, float scale, float lo, float hi, int32_t z, uint8_t *y);
+
 /* linear_w4a32 / linear_w4a8: y[r, o] (row stride ldy) = Σ_g scale[o, g]·D[r, o, g] + b[o]
  * for a W4 weight (nerve.h nrv_w4_weight, either layout; checked), where
  *  - w4a32: D = Σ_{k in g} x[r, k]·(q[o, k] - zero[o, g]) in fp32;
@@ -457,6 +477,7 @@ typedef enum nrv_op {
     NRV_OP_REQUANT,
     NRV_OP_MAXPOOL,
     NRV_OP_LINEAR_ATTENTION,
+    NRV_OP_DEPTHWISE_Q8,
     NRV_OP_COUNT
 } nrv_op;
 
@@ -484,6 +505,7 @@ typedef union nrv_kernel_fn {
     nrv_depthwise_channels_fn depthwise_channels;
     nrv_maxpool_fn maxpool;
     nrv_linear_attention_fn linear_attention;
+    nrv_depthwise_q8_fn depthwise_q8;
 } nrv_kernel_fn;
 
 /* One compiled-in implementation of an op. `group` is the ISA family that
@@ -528,7 +550,12 @@ void nrv_linear_w8a8_vnni(const float *x, int64_t rows, int64_t in, const int8_t
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
 void nrv_linear_w8a8_avx2(const float *x, int64_t rows, int64_t in, const int8_t *packed, int64_t out,
                           const float *s, const float *z, int64_t sz_stride, const float *b, float *y);
-/* requant (native/src/x86/requant_avx2.c / requant_avx512.c: kernels/requant_impl.h) */
+/* requant and depthwise_q8 (native/src/x86/requant_avx2.c / requant_avx512.c, depthwise_q8_avx2.c /
+ * depthwise_q8_avx512.c: kernels/requant_impl.h, kernels/depthwise_q8_impl.h) */
+void nrv_depthwise_q8_avx2(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const float *w, int32_t bias,
+                           float scale, float lo, float hi, int32_t z, uint8_t *y);
+void nrv_depthwise_q8_avx512(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const float *w, int32_t bias,
+                             float scale, float lo, float hi, int32_t z, uint8_t *y);
 void nrv_requant_avx2(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
                       uint8_t *y);
 void nrv_requant_avx512(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
@@ -656,6 +683,8 @@ void nrv_depthwise_channels_ref(const nrv_dw_geom *g, int64_t c, const float *x,
 void nrv_linear_f16_ref(const float *x, int64_t rows, int64_t in, const uint16_t *w, const float *b, int64_t out,
                         float *y, int64_t ldy);
 void nrv_quantize_ref(const float *x, int64_t n, const nrv_quant_params *p, void *y);
+void nrv_depthwise_q8_ref(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const float *w, int32_t bias,
+                          float scale, float lo, float hi, int32_t z, uint8_t *y);
 void nrv_requant_ref(const int32_t *x, int64_t n, int32_t bias, float scale, float lo, float hi, int32_t z,
                      uint8_t *y);
 void nrv_requant_channels_ref(const int32_t *x, int64_t n, const int32_t *bias, const float *scale,

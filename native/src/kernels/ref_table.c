@@ -38,5 +38,6 @@ const nrv_kernel_variant nrv_variants_ref[] = {
     REF(NRV_OP_SILU, unary, nrv_silu_ref),
     REF(NRV_OP_MAXPOOL, maxpool, nrv_maxpool_ref),
     REF(NRV_OP_LINEAR_ATTENTION, linear_attention, nrv_linear_attention_ref),
+    REF(NRV_OP_DEPTHWISE_Q8, depthwise_q8, nrv_depthwise_q8_ref),
     {.name = NULL},
 };

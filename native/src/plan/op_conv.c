@@ -1,6 +1,6 @@
 /* op_conv.c — plan ops of the conv family (see plan_ops.h for the contract):
- *   conv, conv_packed (+ pack_panels), conv_w8a8, conv_integer, rdft, pool, global_pool, channel_affine,
- *   instancenorm, pad.
+ *   conv, conv_packed (+ pack_panels), conv_w8a8, conv_integer, depthwise_integer, rdft, pool,
+ *   global_pool, channel_affine, instancenorm, pad.
  *
  * Spatial ops accept one or two spatial axes. A 1-D problem is run as a 2-D one whose
  * height is 1 (kernel 1, stride 1, dilation 1, no padding along it), so every loop below
@@ -2378,6 +2378,99 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
     return NRV_OK;
 }
 
+/* ---- depthwise_integer: a depthwise QLinearConv (group = C = M, one output per channel) in
+ * onnxruntime's integer arithmetic, bytes in and bytes out, one pass per channel plane (the
+ * dispatch kernel depthwise_q8: the exact sum of (x − x_zp)·w over the taps, requantized as
+ * op requantize does it, so the same bytes as conv_integer's route and onnxruntime's).
+ *   in[0] x u8/i8 [N, C, H, W]
+ *   in[1] w f32 [C, kh·kw]: the taps less the weight's zero point (integers, |w| <= 255)
+ *   in[2] x_zp, x's dtype, one value, optional (absent: 0)
+ *   in[3] bias i32 [C], optional; in[4] scale f32 [C] or [1], finite and > 0; in[5] y_zp,
+ *         y's dtype, one value, optional (op requantize's parameters)
+ *   out[0] y u8/i8 [N, C, OH, OW], OH = (H + pt + pb − dh·(kh − 1) − 1) / sh + 1, OW likewise
+ *   iattr (10): [kh, kw, sh, sw, dh, dw, pt, pl, pb, pr]; the kernel's reach (k − 1)·d + 1 at
+ *   most NRV_DWQ8_MAX_REACH, strides at most NRV_DWQ8_MAX_STRIDE.
+ * Planes are shared out among the threads; each plane is computed alone, so the thread
+ * count changes no byte. */
+typedef struct depthwise_integer_job {
+    nrv_dwq8_plane g;
+    const uint8_t *x;
+    const float *w;
+    int32_t xz;
+    const nrv_requant_out *rq;
+    uint8_t *y;
+    int64_t C;
+} depthwise_integer_job;
+
+static void depthwise_integer_planes(void *ctx, int64_t p0, int64_t p1) {
+    const depthwise_integer_job *j = ctx;
+    const nrv_depthwise_q8_fn kernel = nrv_kernel_get(NRV_OP_DEPTHWISE_Q8).depthwise_q8;
+    const int64_t taps = j->g.kh * j->g.kw, in_plane = j->g.h * j->g.w, out_plane = j->g.oh * j->g.ow;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t c = p % j->C;
+        kernel(&j->g, j->x + p * in_plane, j->xz, j->w + c * taps, j->rq->bias ? j->rq->bias[c] : 0,
+               j->rq->scale[c * j->rq->scale_stride], j->rq->lo, j->rq->hi, j->rq->z, j->y + p * out_plane);
+    }
+}
+
+static nrv_status depthwise_integer_run(const nrv_op_args *a) {
+    NRV_TRY(nrv_op_expect(a, 5, 6, 1, 10, 0));
+    NRV_TRY(nrv_op_check_in(a, 0, "x"));
+    NRV_TRY(nrv_op_check_in(a, 1, "w"));
+    const nrv_tview *x = a->in[0], *w = a->in[1], *xzv = a->in[2];
+    nrv_tview *y = a->out[0];
+    NRV_TRY(nrv_op_check_view(a, y, "y"));
+    const int64_t *ia = a->iattr;
+    static const char *const names[] = {"kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h",
+                                        "dilation_w", "pad_top", "pad_left", "pad_bottom", "pad_right"};
+    for (int i = 0; i < 10; i++) NRV_TRY(check_attr(a, names[i], 0, ia[i], i < 6 ? 1 : 0));
+    const int64_t kh = ia[0], kw = ia[1];
+    if ((kh - 1) * ia[4] + 1 > NRV_DWQ8_MAX_REACH || (kw - 1) * ia[5] + 1 > NRV_DWQ8_MAX_REACH ||
+        ia[2] > NRV_DWQ8_MAX_STRIDE || ia[3] > NRV_DWQ8_MAX_STRIDE)
+        return nrv_op_fail(a, NRV_ERR_UNSUPPORTED, "kernel %lldx%lld, dilations %lldx%lld, strides %lldx%lld: the "
+                           "kernel reaches at most %d rows and columns, strides at most %d", (long long)kh,
+                           (long long)kw, (long long)ia[4], (long long)ia[5], (long long)ia[2], (long long)ia[3],
+                           NRV_DWQ8_MAX_REACH, NRV_DWQ8_MAX_STRIDE);
+    if (x->dtype != NRV_U8 && x->dtype != NRV_I8)
+        return nrv_op_fail(a, NRV_ERR_DTYPE, "x is %s, expected u8 or i8", nrv_dtype_str(x->dtype));
+    NRV_TRY(nrv_op_expect_dtype(a, w, "w", NRV_F32));
+    if (x->rank != 4 || y->rank != 4)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "x and y must be [N, C, H, W] (ranks %d and %d)", (int)x->rank,
+                           (int)y->rank);
+    const int64_t C = x->dims[1], taps = kh * kw;
+    if (w->rank != 2 || w->dims[0] != C || w->dims[1] != taps)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "w must be [%lld, %lld] (the taps of each channel)", (long long)C,
+                           (long long)taps);
+    const float *wd = w->data;
+    for (int64_t i = 0; i < w->numel; i++) /* the sums are exact only on such taps */
+        if (!(wd[i] >= -255.0f && wd[i] <= 255.0f) || wd[i] != (float)(int32_t)wd[i])
+            return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "w[%lld] is %g: an integer in [-255, 255] expected",
+                               (long long)i, (double)wd[i]);
+    if (xzv) {
+        NRV_TRY(nrv_op_check_in(a, 2, "x_zero_point"));
+        NRV_TRY(nrv_op_expect_dtype(a, xzv, "x_zero_point", x->dtype));
+        if (xzv->numel != 1)
+            return nrv_op_fail(a, NRV_ERR_SHAPE, "x_zero_point has %lld values, expected 1 (per tensor)",
+                               (long long)xzv->numel);
+    }
+    nrv_requant_out rq;
+    NRV_TRY(nrv_op_requant_out(a, 3, 4, 5, y, C, &rq));
+    const int64_t OH = conv_out_extent(x->dims[2], kh, ia[2], ia[4], ia[6], ia[8]);
+    const int64_t OW = conv_out_extent(x->dims[3], kw, ia[3], ia[5], ia[7], ia[9]);
+    if (y->dims[0] != x->dims[0] || y->dims[1] != C || y->dims[2] != OH || y->dims[3] != OW)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "y is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+                           (long long)y->dims[0], (long long)y->dims[1], (long long)y->dims[2], (long long)y->dims[3],
+                           (long long)x->dims[0], (long long)C, (long long)OH, (long long)OW);
+    if (y->numel == 0) return NRV_OK;
+    const int x_signed = x->dtype == NRV_I8;
+    const int32_t xz = !xzv ? 0 : x_signed ? (int32_t) * (const int8_t *)xzv->data : (int32_t) * (const uint8_t *)xzv->data;
+    depthwise_integer_job j = {{x->dims[2], x->dims[3], OH, OW, kh, kw, ia[2], ia[3], ia[4], ia[5], ia[6], ia[7],
+                                x_signed},
+                               x->data, wd, xz, &rq, y->data, C};
+    nrv_plan_for_rows(a->pool, x->dims[0] * C, OH * OW * taps / 4, depthwise_integer_planes, &j);
+    return NRV_OK;
+}
+
 /* ---- rdft: a windowed real DFT of strided frames — what a 1-D conv computes when its
  * weight is a DFT basis (the compiler's select_rdft proves that and swaps this in; the FFT
  * and its table are in kernels/fft.c).
@@ -2443,6 +2536,7 @@ const nrv_op_def nrv_plan_ops_conv[] = {
     {"pack_panels", pack_panels_run, NULL},
     {"conv_w8a8", conv_w8a8_run, "linear_w8a8"},
     {"conv_integer", conv_integer_run, "matmul_integer"},
+    {"depthwise_integer", depthwise_integer_run, "depthwise_q8"},
     {"rdft", rdft_run, NULL},
     {"pool", pool_run, NULL},
     {"global_pool", global_pool_run, NULL},

@@ -105,6 +105,9 @@ const nrv_kernel_variant nrv_variants_x86[] = {
      .fn.requant = nrv_requant_avx512, .implicit.requant_channels = nrv_requant_channels_avx512},
     {.op = NRV_OP_REQUANT, .name = "avx2", .group = "avx2", .requires = X86_AVX2_FEATURES,
      .fn.requant = nrv_requant_avx2, .implicit.requant_channels = nrv_requant_channels_avx2},
+    /* depthwise_q8: the reference's vector code at 16 and 8 lanes (kernels/depthwise_q8_impl.h) */
+    AVX512(NRV_OP_DEPTHWISE_Q8, depthwise_q8, nrv_depthwise_q8_avx512),
+    AVX2(NRV_OP_DEPTHWISE_Q8, depthwise_q8, nrv_depthwise_q8_avx2),
     /* linear_w4a32 / linear_w4a8 */
     AVX512(NRV_OP_LINEAR_W4A32, linear_w4, nrv_linear_w4a32_avx512),
     {.op = NRV_OP_LINEAR_W4A8, .name = "avx512_vnni", .group = "avx512", .requires = X86_VNNI_FEATURES,

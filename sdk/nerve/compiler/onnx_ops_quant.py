@@ -759,8 +759,9 @@ def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scal
     """QLinearConv in onnxruntime's integer arithmetic: the exact int32 conv requantized with
     scale[m] = x_scale·w_scale[m] / y_scale in fp32 (as onnxruntime computes it), the bias
     added in int32. Group 1: op conv_integer with the requantization inside (its bytes are op
-    requantize's; a pointwise conv's sums never reach memory as int32); a grouped one
-    (depthwise): the fp32 conv on the exact integers while that is exact, then op requantize.
+    requantize's; a pointwise conv's sums never reach memory as int32); depthwise (one output
+    per channel): op depthwise_integer, bytes in and out; another grouped one: the fp32 conv
+    on the exact integers while that is exact, then op requantize.
     None when a scale is not a finite positive constant or the sums could leave fp32's exact
     range: the float route then."""
     if (y_zp is not None and y_zp.const is None) or x.dtype not in (np.int8, np.uint8) or \
@@ -772,12 +773,68 @@ def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scal
     fused = _conv_integer_exact(ctx, x, w, x_zp, w_zp, requant=(bias, scale, y_zp))
     if fused is not None:
         return fused
-    # grouped (depthwise): the fp32 conv on the exact integers is exact while each output's
+    depthwise = _depthwise_integer(ctx, x, w, x_zp, w_zp, (bias, scale, y_zp))
+    if depthwise is not None:
+        return depthwise
+    # other grouped convs: the fp32 conv on the exact integers is exact while each output's
     # taps x 255² stay below 2^24 (at most 258 taps), and its depthwise kernels are fast
     if int(np.prod(w.const.shape[1:])) * 255 * 255 >= 1 << 24:  # W and w_zp: constants (checked)
         return None
     acc = _conv_on_exact_integers(ctx, x, w, x_zp, w_zp, ctx.b.fresh(ctx.name + ".acc"))
     return _requantize(ctx, acc, bias, scale, y_zp, 1)
+
+
+DWQ8_MAX_REACH, DWQ8_MAX_STRIDE = 16, 4  # kernels.h NRV_DWQ8_MAX_REACH / NRV_DWQ8_MAX_STRIDE
+# Output rows at least this wide take op depthwise_integer. Measured in an int8 MobileNetV2
+# (one thread, AVX-512, bench/RESULTS.md): 32 ch at 112x112 407 -> 220 us, 96 ch 112 -> 56
+# stride 2 707 -> 419, 144 ch at 56x56 488 -> 287; at 28x28 even, and at 14x14 and 7x7 the
+# four passes of the fp32 route stayed 1.6-2.5x faster (its depthwise kernels vectorise
+# across channels on narrow planes, this op along a row).
+DWQ8_MIN_OUT_WIDTH = 48
+
+
+def _depthwise_integer(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value], w_zp: Optional[Value],
+                       requant: tuple) -> Optional[Value]:
+    """A depthwise QLinearConv (group = channels = outputs, 1-D or 2-D) as op
+    ``depthwise_integer``: x's codes in, y's out in one pass, the taps W − w_zp as exact float
+    integers [M, kh·kw], the requantization (bias, scale, y_zp) op requantize's. None when the
+    conv is not depthwise, w_zp is not a constant, the kernel reaches further than the op
+    takes or the output rows are narrower than DWQ8_MIN_OUT_WIDTH (the fp32 route then)."""
+    from .onnx_ops import _auto_pads, conv_out_dim
+
+    sr = x.rank - 2
+    m, group = int(w.const.shape[0]), int(ctx.attr("group", 1))
+    if sr not in (1, 2) or w.rank != x.rank or group != m or int(w.const.shape[1]) != 1 or \
+            not (S.is_static(x.shape[1]) and int(x.shape[1]) == m):
+        return None
+    if w_zp is not None and (w_zp.const is None or w_zp.dtype != w.dtype):
+        return None
+    if x_zp is not None and x_zp.dtype != x.dtype:
+        raise ctx.fail(f"x_zero_point of {x_zp.dtype} does not match X of {x.dtype}")
+    kernel = [int(d) for d in w.const.shape[2:]]
+    strides, dil = list(ctx.attr("strides", [1] * sr)), list(ctx.attr("dilations", [1] * sr))
+    if any((k - 1) * d + 1 > DWQ8_MAX_REACH for k, d in zip(kernel, dil)) or max(strides) > DWQ8_MAX_STRIDE:
+        return None
+    if ctx.attr("kernel_shape") is not None and list(ctx.attr("kernel_shape")) != kernel:
+        raise ctx.fail("kernel_shape does not match the weights")
+    z = np.zeros(m, np.int64) if w_zp is None else w_zp.const.astype(np.int64).reshape(-1)
+    if z.size not in (1, m):
+        raise ctx.fail(f"w_zero_point of shape {list(w_zp.shape)} is neither per tensor nor per channel ({m})")
+    taps = w.const.reshape(m, -1).astype(np.int64) - np.broadcast_to(z, (m,))[:, None]
+    pb, pe = _auto_pads(ctx, x.shape[2:], kernel, strides, dil)
+    out_sp = [conv_out_dim(ctx, d, k, s_, dl, b_, e_) for d, k, s_, dl, b_, e_ in
+              zip(x.shape[2:], kernel, strides, dil, pb, pe)]
+    if not (S.is_static(out_sp[-1]) and int(out_sp[-1]) >= DWQ8_MIN_OUT_WIDTH):
+        return None
+    if sr == 1:  # [N, C, W] as [N, C, 1, W]
+        x = ctx.b.alias(x, [x.shape[0], x.shape[1], 1, x.shape[2]], ctx.b.fresh(ctx.name))
+        kernel, strides, dil, pb, pe, out_sp = [1] + kernel, [1] + strides, [1] + dil, [0] + pb, [0] + pe, [1] + out_sp
+    wv = ctx.b.const(taps.astype(F32), ctx.b.fresh(ctx.name + ".taps"))
+    params, out_dt = _requant_params(ctx, *requant)
+    shape = [x.shape[0], m] + out_sp
+    y = ctx.b.emit("depthwise_integer", [x, wv, x_zp] + params, [spec(ctx.b.fresh(ctx.name), out_dt, shape)],
+                   iattr=kernel + strides + dil + [pb[0], pb[1], pe[0], pe[1]], name=ctx.name)[0]
+    return ctx.b.alias(y, [shape[0], m] + (out_sp[1:] if sr == 1 else out_sp), ctx.out_name())
 
 
 def _requant_scale(x_scale: Value, w_scale: Value, y_scale: Value, n: int) -> Optional[np.ndarray]:

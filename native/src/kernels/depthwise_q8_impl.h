@@ -1,0 +1,307 @@
+/* depthwise_q8_impl.h — the body of the depthwise_q8 kernel (kernels.h nrv_depthwise_q8_fn),
+ * written once with GCC vector extensions over RQ_LANES lanes and instantiated per ISA: 4 lanes
+ * in kernels/depthwise_q8.c (the reference: SSE2 / NEON), 8 in x86/depthwise_q8_avx2.c, 16 in
+ * x86/depthwise_q8_avx512.c. Define RQ_LANES and DWQ8_NAME before including.
+ *
+ * The plane is walked in tiles of output columns (a whole row unless it is thousands wide).
+ * Each input row a tile reads is converted once into floats x − xz, zero-padded and split into
+ * its stride phases (phase r holds the padded columns sw·i + r), in a ring of rows on the
+ * stack, so every tap of a row of outputs is one vector load at consecutive addresses. Four
+ * vectors of outputs are summed at once (four independent FMA chains), requantized in
+ * registers (requant_lanes.h) and stored as bytes. The sums are exact integers in fp32, so
+ * neither the order of the taps nor the lane count changes a bit: every width gives the
+ * reference's bytes. (Before this kernel a depthwise QLinearConv took four passes: codes to
+ * floats, the fp32 depthwise conv, floats to int32, requantize.) */
+#include <string.h>
+
+#include "kernels.h"
+
+#include "requant_lanes.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define DWQ8_L RQ_LANES
+#define DWQ8_BLOCK 4             /* vectors of outputs summed at once */
+#define DWQ8_RING_FLOATS 8192    /* 32 KiB of converted rows (or a whole plane) */
+#define DWQ8_STAGE_BYTES 4096    /* a whole plane's outputs, pwq per row */
+#define DWQ8_NO_ROW INT64_MIN    /* a ring slot holding no row */
+
+typedef uint8_t dwq8_u8v __attribute__((vector_size(RQ_LANES)));
+
+/* a·b + c: one FMA where the ISA has it (the file is built without contraction); the same
+ * value as the product and the sum, which are exact integers here */
+#if RQ_LANES == 16 && defined(__AVX512F__)
+#define DWQ8_FMA(a, b, c) ((RQ_F)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#elif RQ_LANES == 8 && defined(__FMA__)
+#define DWQ8_FMA(a, b, c) ((RQ_F)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#else
+#define DWQ8_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+static inline RQ_F dwq8_load(const float *p) {
+    RQ_F v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void dwq8_store(float *p, RQ_F v) { memcpy(p, &v, sizeof v); }
+
+/* L codes at p as floats less xz (u8 or s8 codes: the integer values, exact). The widening
+ * is the ISA's own instruction where there is one: GCC 12 lowers __builtin_convertvector
+ * from bytes to int32 lane by lane (extracts and inserts: 40% of the kernel's time). */
+static inline RQ_F dwq8_codes(const uint8_t *p, int x_signed, RQ_I xz) {
+    RQ_I v;
+#if RQ_LANES == 16 && defined(__AVX512F__)
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    v = (RQ_I)(x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+#elif RQ_LANES == 8 && defined(__AVX2__)
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    v = (RQ_I)(x_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+#else
+    for (int i = 0; i < RQ_LANES; i++) v[i] = x_signed ? (int32_t)(int8_t)p[i] : (int32_t)p[i];
+#endif
+    return __builtin_convertvector(v - xz, RQ_F);
+}
+
+static inline float dwq8_code(const uint8_t *p, int x_signed, int32_t xz) {
+    return (float)((x_signed ? (int32_t)(int8_t)*p : (int32_t)*p) - xz);
+}
+
+/* a / d for a >= 0 and a stride d (1..NRV_DWQ8_MAX_STRIDE): a shift for 1, 2 and 4, as a
+ * division cost more than converting a short row (7 and 14 wide planes) */
+static inline int64_t dwq8_div(int64_t a, int64_t d) { return d == 1 ? a : d == 2 ? a >> 1 : d == 4 ? a >> 2 : a / d; }
+
+/* Padded columns [c0, c0 + span) of input row xr into dst: phase r (padded column
+ * c0 + sw·i + r at index i) at dst + r·phase_len, each phase's first `count` values written
+ * (zeros where the padded column is outside the plane; count >= ceil(span / sw)). readable:
+ * the bytes that may be read from the row's first code on (a short stride-1 row then takes
+ * one vector, which writes up to L values from its first: the caller has room for them). */
+static void dwq8_convert_row(const nrv_dwq8_plane *g, const uint8_t *xr, int32_t xz, int64_t c0, int64_t span,
+                             int64_t phase_len, int64_t count, int64_t readable, float *dst) {
+    const int64_t sw = g->sw;
+    /* the plane's columns within the tile, as positions j = padded column − c0 */
+    int64_t j0 = g->pl - c0, j1 = g->pl + g->w - c0;
+    j0 = j0 < 0 ? 0 : j0;
+    j1 = j1 > span ? span : j1;
+    if (j1 < j0) j1 = j0;
+    const uint8_t *src = xr + (c0 - g->pl); /* src[j]: the code at position j */
+    const RQ_I xzv = rq_splat_i(xz);
+    int64_t j = j0;
+    if (sw == 1 && j1 - j0 >= DWQ8_L) {
+        for (; j + DWQ8_L <= j1; j += DWQ8_L) dwq8_store(dst + j, dwq8_codes(src + j, g->x_signed, xzv));
+        if (j < j1) /* the last vector ends at j1, rewriting a few values with themselves */
+            dwq8_store(dst + j1 - DWQ8_L, dwq8_codes(src + j1 - DWQ8_L, g->x_signed, xzv));
+        j = j1;
+    } else if (sw == 1 && j1 > j0 && readable >= DWQ8_L) {
+        /* a row shorter than a vector, with a vector's bytes readable from its start: one
+         * load; the values past j1 are the caller's to overwrite (zeros below, or the next
+         * row's values) */
+        dwq8_store(dst + j0, dwq8_codes(src + j0, g->x_signed, xzv));
+        j = j1;
+    } else if (sw == 2 && j1 - j0 >= 2 * DWQ8_L + 1) {
+        /* two vectors of codes, split into the even and odd columns */
+#if RQ_LANES == 4
+        const RQ_I even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
+#elif RQ_LANES == 8
+        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
+#elif RQ_LANES == 16
+        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+                   odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+#else
+#error "depthwise_q8_impl.h: RQ_LANES must be 4, 8 or 16"
+#endif
+        if (j & 1) { /* start on an even position: its pair then splits at (j / 2) */
+            dst[phase_len + j / 2] = dwq8_code(src + j, g->x_signed, xz);
+            j++;
+        }
+        for (int64_t last = (j1 - 2 * DWQ8_L) & ~(int64_t)1;; j += 2 * DWQ8_L) {
+            if (j > last) j = last; /* the last pair ends at or just before j1: rewrites values with themselves */
+            const RQ_F a = dwq8_codes(src + j, g->x_signed, xzv), b = dwq8_codes(src + j + DWQ8_L, g->x_signed, xzv);
+            dwq8_store(dst + j / 2, __builtin_shuffle(a, b, even));
+            dwq8_store(dst + phase_len + j / 2, __builtin_shuffle(a, b, odd));
+            if (j == last) break;
+        }
+        j += 2 * DWQ8_L; /* at most one code left (j1 odd past the last pair) */
+    }
+    /* the rest a code at a time, walking the phases without a division per code */
+    for (int64_t i = dwq8_div(j, sw), r = j - i * sw; j < j1; j++) {
+        dst[r * phase_len + i] = dwq8_code(src + j, g->x_signed, xz);
+        if (++r == sw) r = 0, i++;
+    }
+    for (int64_t r = 0; r < sw; r++) { /* zeros before and after the plane's values (a few) */
+        float *ph = dst + r * phase_len;
+        const int64_t lo = j0 > r ? dwq8_div(j0 - r + sw - 1, sw) : 0, hi = j1 > r ? dwq8_div(j1 - r + sw - 1, sw) : 0;
+        for (int64_t i = 0; i < lo; i++) ph[i] = 0.0f;
+        int64_t i = hi;
+        for (; i + DWQ8_L <= count; i += DWQ8_L) dwq8_store(ph + i, rq_splat_f(0.0f));
+        for (; i < count; i++) ph[i] = 0.0f;
+    }
+}
+
+/* The sums of nb (1..DWQ8_BLOCK, a constant at each call) vectors of outputs starting at
+ * output column `at` of the tile: every tap of every kernel row inside the plane (rows[ky]
+ * NULL: outside, adds 0). */
+static inline __attribute__((always_inline)) void dwq8_sums(const int nb, const nrv_dwq8_plane *g,
+                                                            const float *const *rows, const int64_t *tap_at,
+                                                            const float *w, int64_t at, RQ_F *acc) {
+    RQ_F a0 = rq_splat_f(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t ky = 0; ky < g->kh; ky++) {
+        if (!rows[ky]) continue;
+        const float *base = rows[ky] + at, *wk = w + ky * g->kw;
+        for (int64_t kx = 0; kx < g->kw; kx++) {
+            const float *p = base + tap_at[kx];
+            const RQ_F wv = rq_splat_f(wk[kx]);
+            a0 = DWQ8_FMA(wv, dwq8_load(p), a0);
+            if (nb > 1) a1 = DWQ8_FMA(wv, dwq8_load(p + DWQ8_L), a1);
+            if (nb > 2) a2 = DWQ8_FMA(wv, dwq8_load(p + 2 * DWQ8_L), a2);
+            if (nb > 3) a3 = DWQ8_FMA(wv, dwq8_load(p + 3 * DWQ8_L), a3);
+        }
+    }
+    acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+}
+
+/* A plane small enough to convert whole (most of a mobile CNN's): x − xz, zero-padded, as
+ * its sh·sw stride phases (phase (ry, rx) holds the padded rows sh·i + ry and columns
+ * sw·j + rx, phq x pwq values, planes `stride` floats apart), then the outputs as one run of
+ * oh·pwq positions (pwq − ow of each row's are thrown away), four vectors at a time with
+ * every tap one load: rows of 7 or 14 outputs no longer take a vector (and a chain of FMAs)
+ * each. Returns 0, doing nothing, when the plane does not fit the buffers. */
+static int dwq8_whole_plane(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const float *w, RQ_U bias_v,
+                            RQ_F scale_v, RQ_F lo_v, RQ_F hi_v, RQ_I z_v, uint8_t *y, float *buf, uint8_t *stage) {
+    const int64_t sh = g->sh, sw = g->sw, taps = g->kh * g->kw;
+    const int64_t phq = g->oh + (g->kh - 1) * g->dh / sh, pwq = g->ow + (g->kw - 1) * g->dw / sw;
+    const int64_t n = g->oh * pwq, vecs = (n + DWQ8_L - 1) / DWQ8_L;
+    /* a load reaches (kw − 1)·dw / sw + L − 1 floats past a phase's phq·pwq values: zeros */
+    const int64_t stride = (phq * pwq + (g->kw - 1) * g->dw / sw + DWQ8_L + DWQ8_L - 1) / DWQ8_L * DWQ8_L;
+    if (sh * sw * stride > DWQ8_RING_FLOATS || vecs * DWQ8_L > DWQ8_STAGE_BYTES) return 0;
+    for (int64_t ry = 0; ry < sh; ry++)
+        for (int64_t i = 0; i < phq; i++) {
+            float *dst = buf + ry * sw * stride + i * pwq;
+            const int64_t iy = sh * i + ry - g->pt;
+            if (iy >= 0 && iy < g->h) /* a vector from a row lands on the next row's values, or the zeroed tail */
+                dwq8_convert_row(g, x + iy * g->w, xz, 0, sw * pwq, stride, pwq, (g->h - iy) * g->w, dst);
+            else
+                for (int64_t rx = 0; rx < sw; rx++) memset(dst + rx * stride, 0, (size_t)pwq * sizeof(float));
+        }
+    for (int64_t ph = 0; ph < sh * sw; ph++)
+        memset(buf + ph * stride + phq * pwq, 0, (size_t)(stride - phq * pwq) * sizeof(float));
+    int64_t at[NRV_DWQ8_MAX_REACH * NRV_DWQ8_MAX_REACH]; /* tap t's first value in buf */
+    for (int64_t ky = 0; ky < g->kh; ky++)
+        for (int64_t kx = 0; kx < g->kw; kx++) {
+            const int64_t oy = ky * g->dh, ox = kx * g->dw, qy = dwq8_div(oy, sh), qx = dwq8_div(ox, sw);
+            at[ky * g->kw + kx] = ((oy - qy * sh) * sw + ox - qx * sw) * stride + qy * pwq + qx;
+        }
+    for (int64_t v0 = 0; v0 < vecs; v0 += DWQ8_BLOCK) {
+        const float *base = buf + v0 * DWQ8_L;
+        RQ_F a0 = rq_splat_f(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        if (vecs - v0 >= DWQ8_BLOCK)
+            for (int64_t t = 0; t < taps; t++) {
+                const float *p = base + at[t];
+                const RQ_F wv = rq_splat_f(w[t]);
+                a0 = DWQ8_FMA(wv, dwq8_load(p), a0);
+                a1 = DWQ8_FMA(wv, dwq8_load(p + DWQ8_L), a1);
+                a2 = DWQ8_FMA(wv, dwq8_load(p + 2 * DWQ8_L), a2);
+                a3 = DWQ8_FMA(wv, dwq8_load(p + 3 * DWQ8_L), a3);
+            }
+        else /* the last one to three vectors (the loads stay inside the zeroed tail) */
+            for (int64_t t = 0; t < taps; t++) {
+                const float *p = base + at[t];
+                const RQ_F wv = rq_splat_f(w[t]);
+                a0 = DWQ8_FMA(wv, dwq8_load(p), a0);
+                a1 = DWQ8_FMA(wv, dwq8_load(p + DWQ8_L), a1);
+                a2 = DWQ8_FMA(wv, dwq8_load(p + 2 * DWQ8_L), a2);
+            }
+        const RQ_F acc[DWQ8_BLOCK] = {a0, a1, a2, a3};
+        for (int64_t b = 0; b < DWQ8_BLOCK && v0 + b < vecs; b++) {
+            const RQ_I q = rq_requant_v(__builtin_convertvector(acc[b], RQ_I), bias_v, scale_v, lo_v, hi_v, z_v);
+            const dwq8_u8v bytes = __builtin_convertvector(q, dwq8_u8v); /* s8: two's complement */
+            memcpy(stage + (v0 + b) * DWQ8_L, &bytes, sizeof bytes);
+        }
+    }
+    for (int64_t oy = 0; oy < g->oh; oy++) memcpy(y + oy * g->ow, stage + oy * pwq, (size_t)g->ow);
+    return 1;
+}
+
+void DWQ8_NAME(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const float *w, int32_t bias, float scale,
+               float lo, float hi, int32_t z, uint8_t *y) {
+    if (g->oh <= 0 || g->ow <= 0) return;
+    _Alignas(64) float ring[DWQ8_RING_FLOATS];
+    const RQ_U bias_v = (RQ_U)rq_splat_i(bias);
+    const RQ_F scale_v = rq_splat_f(scale), lo_v = rq_splat_f(lo), hi_v = rq_splat_f(hi);
+    const RQ_I z_v = rq_splat_i(z);
+    {
+        _Alignas(64) uint8_t stage[DWQ8_STAGE_BYTES];
+        if (dwq8_whole_plane(g, x, xz, w, bias_v, scale_v, lo_v, hi_v, z_v, y, ring, stage)) return;
+    }
+    /* wider planes: a ring of converted rows, a row of outputs at a time */
+    int64_t slot_row[NRV_DWQ8_MAX_REACH];
+    const int64_t sw = g->sw, slots = (g->kh - 1) * g->dh + 1, reach_w = (g->kw - 1) * g->dw;
+    /* a phase holds the tile's vectors of outputs plus the taps' reach past them */
+    const int64_t phase_max = DWQ8_RING_FLOATS / (slots * sw) / DWQ8_L * DWQ8_L;
+    int64_t tile = (phase_max - reach_w / sw - 1) / DWQ8_L * DWQ8_L;
+    if (tile > g->ow) tile = g->ow;
+    for (int64_t ox0 = 0; ox0 < g->ow; ox0 += tile) {
+        const int64_t tw = g->ow - ox0 < tile ? g->ow - ox0 : tile;
+        const int64_t vecs = (tw + DWQ8_L - 1) / DWQ8_L, c0 = sw * ox0;
+        const int64_t span = sw * (tw - 1) + reach_w + 1;
+        const int64_t phase_len = (vecs * DWQ8_L + reach_w / sw + 1 + DWQ8_L - 1) / DWQ8_L * DWQ8_L;
+        const int64_t row_floats = sw * phase_len;
+        int64_t tap_at[NRV_DWQ8_MAX_REACH]; /* tap kx's first value in a ring row */
+        for (int64_t kx = 0; kx < g->kw; kx++) tap_at[kx] = (kx * g->dw % sw) * phase_len + kx * g->dw / sw;
+        for (int64_t s = 0; s < slots; s++) slot_row[s] = DWQ8_NO_ROW;
+        /* input row iy lives in ring slot iy mod slots; first_slot follows the first kernel
+         * row's slot from one output row to the next (no division per row) */
+        int64_t first_slot = ((-g->pt) % slots + slots) % slots;
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            const float *rows[NRV_DWQ8_MAX_REACH]; /* per kernel row: its ring row, NULL past the plane */
+            for (int64_t ky = 0, slot = first_slot; ky < g->kh; ky++) {
+                const int64_t iy = oy * g->sh + ky * g->dh - g->pt;
+                rows[ky] = NULL;
+                if (iy >= 0 && iy < g->h) {
+                    float *dst = ring + slot * row_floats;
+                    if (slot_row[slot] != iy) {
+                        dwq8_convert_row(g, x + iy * g->w, xz, c0, span, phase_len, phase_len, 0, dst);
+                        slot_row[slot] = iy;
+                    }
+                    rows[ky] = dst;
+                }
+                slot += g->dh;
+                if (slot >= slots) slot -= slots;
+            }
+            first_slot += g->sh % slots;
+            if (first_slot >= slots) first_slot -= slots;
+            uint8_t *yr = y + oy * g->ow + ox0;
+            for (int64_t v0 = 0; v0 < vecs; v0 += DWQ8_BLOCK) {
+                const int64_t nb = vecs - v0 < DWQ8_BLOCK ? vecs - v0 : DWQ8_BLOCK;
+                RQ_F acc[DWQ8_BLOCK];
+                switch (nb) { /* the count of vectors a constant in each copy: the sums stay in registers */
+                case 4: dwq8_sums(4, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
+                case 3: dwq8_sums(3, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
+                case 2: dwq8_sums(2, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
+                default: dwq8_sums(1, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
+                }
+                for (int64_t b = 0; b < nb; b++) {
+                    const RQ_I q = rq_requant_v(__builtin_convertvector(acc[b], RQ_I), bias_v, scale_v, lo_v, hi_v, z_v);
+                    const dwq8_u8v bytes = __builtin_convertvector(q, dwq8_u8v); /* s8: two's complement */
+                    const int64_t at = (v0 + b) * DWQ8_L;
+                    if (tw - at >= DWQ8_L) memcpy(yr + at, &bytes, sizeof bytes);
+                    else memcpy(yr + at, &bytes, (size_t)(tw - at));
+                }
+            }
+        }
+    }
+}
+
+#undef DWQ8_L
+#undef DWQ8_FMA
+#undef DWQ8_BLOCK
+#undef DWQ8_RING_FLOATS
+#undef DWQ8_STAGE_BYTES
+#undef DWQ8_NO_ROW
+#undef RQ_F
+#undef RQ_I
+#undef RQ_U
+#undef RQ_CAT
+#undef RQ_CAT2
