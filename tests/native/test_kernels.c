@@ -1226,8 +1226,9 @@ static void test_requant(void) {
 
 /* One channel of a depthwise QLinearConv through the dispatch table against the exact sums
  * in int64 here, requantized by nrv_requant_ref: u8 and s8 planes, kernels 1x1 to 5x5 and
- * 1x7 / 7x1, strides 1-3, dilations 1-2, pads on either side (and none), planes narrower
- * than a vector and wider than a tile's row of vectors; canary after y. */
+ * 1x7 / 7x1, strides 1-3 (unequal too), dilations 1-2, pads on either side (and none); planes
+ * the kernel converts whole (narrower than a vector, or several vectors wide) and planes too
+ * big for that (its ring of rows), rows wider than a tile; canary after y. */
 static void test_depthwise_q8(void) {
     static const int64_t shapes[][12] = {
         /* h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr */
@@ -1238,19 +1239,23 @@ static void test_depthwise_q8(void) {
         {6, 23, 1, 7, 1, 1, 1, 1, 0, 3, 0, 3},      {23, 6, 7, 1, 1, 1, 1, 1, 3, 0, 3, 0},
         {10, 29, 3, 3, 3, 3, 1, 1, 1, 0, 0, 2},     {4, 3000, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
         {3, 2049, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},    {2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {9, 20, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1},      {9, 20, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1},
+        {16, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     {28, 28, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1},
     };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int x_signed = 0; x_signed < 2; x_signed++) {
             const int64_t *d = shapes[si];
             const int64_t h = d[0], w = d[1], kh = d[2], kw = d[3], sh = d[4], sw = d[5], dh = d[6], dw = d[7];
             const int64_t pt = d[8], pl = d[9], pb = d[10], pr = d[11];
-            const int64_t oh = (h + pt + pb - (kh - 1) * dh - 1) / sh + 1, ow = (w + pl + pr - (kw - 1) * dw - 1) / sw + 1;
+            const int64_t oh = (h + pt + pb - (kh - 1) * dh - 1) / sh + 1;
+            const int64_t ow = (w + pl + pr - (kw - 1) * dw - 1) / sw + 1;
             const nrv_dwq8_plane g = {h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, x_signed};
             const int is_s8 = (int)(si % 2); /* the output's type */
             const int32_t xz = x_signed ? (int32_t)(si % 7) - 3 : 100 + (int32_t)si, z = is_s8 ? 3 : 120;
             const int32_t bias = (int32_t)(si * 977 % 5000) - 2500;
             /* sums of ~sqrt(taps)·150² in magnitude land mostly inside the range (some saturate) */
-            const float scale = 60.0f / (sqrtf((float)(kh * kw)) * 22500.0f) * (float)(1 + si % 3), lo = (float)((is_s8 ? -128 : 0) - z),
+            const float scale = 60.0f / (sqrtf((float)(kh * kw)) * 22500.0f) * (float)(1 + si % 3);
+            const float lo = (float)((is_s8 ? -128 : 0) - z),
                         hi = (float)((is_s8 ? 127 : 255) - z);
             uint8_t *x = xalloc((size_t)(h * w));
             for (int64_t i = 0; i < h * w; i++) x[i] = (uint8_t)nrv_test_u64();

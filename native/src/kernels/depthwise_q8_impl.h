@@ -40,6 +40,12 @@ typedef uint8_t dwq8_u8v __attribute__((vector_size(RQ_LANES)));
 #define DWQ8_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
+static inline RQ_I dwq8_lane_index(void) {
+    RQ_I v;
+    for (int i = 0; i < RQ_LANES; i++) v[i] = i;
+    return v;
+}
+
 static inline RQ_F dwq8_load(const float *p) {
     RQ_F v;
     memcpy(&v, p, sizeof v);
@@ -67,6 +73,20 @@ static inline RQ_F dwq8_codes(const uint8_t *p, int x_signed, RQ_I xz) {
 
 static inline float dwq8_code(const uint8_t *p, int x_signed, int32_t xz) {
     return (float)((x_signed ? (int32_t)(int8_t)*p : (int32_t)*p) - xz);
+}
+
+/* The codes at p less xz, `left` of them (lanes from `left` on zero): one vector load when
+ * `readable` bytes from p allow it, else a code at a time (the end of a plane). */
+static inline RQ_F dwq8_codes_upto(const uint8_t *p, int64_t left, int64_t readable, int x_signed, RQ_I xzv,
+                                   RQ_I lane) {
+    if (left <= 0) return rq_splat_f(0.0f);
+    if (readable >= DWQ8_L) {
+        const RQ_I keep = lane < rq_splat_i((int32_t)(left < DWQ8_L ? left : DWQ8_L));
+        return (RQ_F)((RQ_I)dwq8_codes(p, x_signed, xzv) & keep);
+    }
+    RQ_F v = rq_splat_f(0.0f);
+    for (int k = 0; k < DWQ8_L && k < left; k++) v[k] = dwq8_code(p + k, x_signed, xzv[0]);
+    return v;
 }
 
 /* a / d for a >= 0 and a stride d (1..NRV_DWQ8_MAX_STRIDE): a shift for 1, 2 and 4, as a
@@ -176,17 +196,68 @@ static int dwq8_whole_plane(const nrv_dwq8_plane *g, const uint8_t *x, int32_t x
     /* a load reaches (kw − 1)·dw / sw + L − 1 floats past a phase's phq·pwq values: zeros */
     const int64_t stride = (phq * pwq + (g->kw - 1) * g->dw / sw + DWQ8_L + DWQ8_L - 1) / DWQ8_L * DWQ8_L;
     if (sh * sw * stride > DWQ8_RING_FLOATS || vecs * DWQ8_L > DWQ8_STAGE_BYTES) return 0;
-    for (int64_t ry = 0; ry < sh; ry++)
-        for (int64_t i = 0; i < phq; i++) {
-            float *dst = buf + ry * sw * stride + i * pwq;
-            const int64_t iy = sh * i + ry - g->pt;
-            if (iy >= 0 && iy < g->h) /* a vector from a row lands on the next row's values, or the zeroed tail */
-                dwq8_convert_row(g, x + iy * g->w, xz, 0, sw * pwq, stride, pwq, (g->h - iy) * g->w, dst);
-            else
-                for (int64_t rx = 0; rx < sw; rx++) memset(dst + rx * stride, 0, (size_t)pwq * sizeof(float));
-        }
-    for (int64_t ph = 0; ph < sh * sw; ph++)
-        memset(buf + ph * stride + phq * pwq, 0, (size_t)(stride - phq * pwq) * sizeof(float));
+    if (sw == 1) {
+        /* all zeros, then each row's codes a vector at a time, the lanes past the row zero:
+         * rows go in order, so what a vector writes past its row (zeros) lands on padding or
+         * on a later row's place, rewritten after (rows of 7 or 14 codes: one vector each) */
+        for (int64_t i = 0; i < sh * stride; i += DWQ8_L) dwq8_store(buf + i, rq_splat_f(0.0f));
+        const RQ_I xzv = rq_splat_i(xz), lane = dwq8_lane_index();
+        for (int64_t ry = 0; ry < sh; ry++)
+            for (int64_t i = 0; i < phq; i++) {
+                const int64_t iy = sh * i + ry - g->pt;
+                if (iy < 0 || iy >= g->h) continue;
+                const uint8_t *src = x + iy * g->w;
+                float *dst = buf + ry * stride + i * pwq + g->pl;
+                for (int64_t c = 0; c < g->w; c += DWQ8_L)
+                    dwq8_store(dst + c, dwq8_codes_upto(src + c, g->w - c, (g->h - iy) * g->w - c, g->x_signed, xzv,
+                                                        lane));
+            }
+    } else if (sw == 2) {
+        /* each row's codes two vectors at a time (lanes past the row zero), split in
+         * registers into the even and odd input columns, which are padded columns
+         * 2m + pl and 2m + 1 + pl: stored at their phases' places, as above (a split
+         * through a line on the stack stalled each load on the stores before it) */
+        for (int64_t i = 0; i < sh * 2 * stride; i += DWQ8_L) dwq8_store(buf + i, rq_splat_f(0.0f));
+        const RQ_I xzv = rq_splat_i(xz), lane = dwq8_lane_index();
+#if RQ_LANES == 4
+        const RQ_I even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
+#elif RQ_LANES == 8
+        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
+#else
+        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+                   odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+#endif
+        const int64_t even_phase = g->pl & 1, even_at = g->pl >> 1, odd_at = (g->pl + 1) >> 1;
+        for (int64_t ry = 0; ry < sh; ry++)
+            for (int64_t i = 0; i < phq; i++) {
+                const int64_t iy = sh * i + ry - g->pt;
+                if (iy < 0 || iy >= g->h) continue;
+                const uint8_t *src = x + iy * g->w;
+                float *row0 = buf + ry * 2 * stride + i * pwq;
+                float *even_row = row0 + even_phase * stride + even_at;
+                float *odd_row = row0 + (1 - even_phase) * stride + odd_at;
+                const int64_t readable = (g->h - iy) * g->w;
+                for (int64_t c = 0; c < g->w; c += 2 * DWQ8_L) {
+                    const RQ_F a = dwq8_codes_upto(src + c, g->w - c, readable - c, g->x_signed, xzv, lane);
+                    const RQ_F b = dwq8_codes_upto(src + c + DWQ8_L, g->w - c - DWQ8_L, readable - c - DWQ8_L,
+                                                   g->x_signed, xzv, lane);
+                    dwq8_store(even_row + c / 2, __builtin_shuffle(a, b, even));
+                    dwq8_store(odd_row + c / 2, __builtin_shuffle(a, b, odd));
+                }
+            }
+    } else {
+        for (int64_t ry = 0; ry < sh; ry++)
+            for (int64_t i = 0; i < phq; i++) {
+                float *dst = buf + ry * sw * stride + i * pwq;
+                const int64_t iy = sh * i + ry - g->pt;
+                if (iy >= 0 && iy < g->h)
+                    dwq8_convert_row(g, x + iy * g->w, xz, 0, sw * pwq, stride, pwq, 0, dst);
+                else
+                    for (int64_t rx = 0; rx < sw; rx++) memset(dst + rx * stride, 0, (size_t)pwq * sizeof(float));
+            }
+        for (int64_t ph = 0; ph < sh * sw; ph++)
+            memset(buf + ph * stride + phq * pwq, 0, (size_t)(stride - phq * pwq) * sizeof(float));
+    }
     int64_t at[NRV_DWQ8_MAX_REACH * NRV_DWQ8_MAX_REACH]; /* tap t's first value in buf */
     for (int64_t ky = 0; ky < g->kh; ky++)
         for (int64_t kx = 0; kx < g->kw; kx++) {
@@ -283,7 +354,8 @@ void DWQ8_NAME(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const floa
                 default: dwq8_sums(1, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
                 }
                 for (int64_t b = 0; b < nb; b++) {
-                    const RQ_I q = rq_requant_v(__builtin_convertvector(acc[b], RQ_I), bias_v, scale_v, lo_v, hi_v, z_v);
+                    const RQ_I q =
+                        rq_requant_v(__builtin_convertvector(acc[b], RQ_I), bias_v, scale_v, lo_v, hi_v, z_v);
                     const dwq8_u8v bytes = __builtin_convertvector(q, dwq8_u8v); /* s8: two's complement */
                     const int64_t at = (v0 + b) * DWQ8_L;
                     if (tw - at >= DWQ8_L) memcpy(yr + at, &bytes, sizeof bytes);

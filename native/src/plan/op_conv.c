@@ -2463,7 +2463,9 @@ static nrv_status depthwise_integer_run(const nrv_op_args *a) {
                            (long long)x->dims[0], (long long)C, (long long)OH, (long long)OW);
     if (y->numel == 0) return NRV_OK;
     const int x_signed = x->dtype == NRV_I8;
-    const int32_t xz = !xzv ? 0 : x_signed ? (int32_t) * (const int8_t *)xzv->data : (int32_t) * (const uint8_t *)xzv->data;
+    const int32_t xz = !xzv      ? 0
+                       : x_signed ? (int32_t) * (const int8_t *)xzv->data
+                                  : (int32_t) * (const uint8_t *)xzv->data;
     depthwise_integer_job j = {{x->dims[2], x->dims[3], OH, OW, kh, kw, ia[2], ia[3], ia[4], ia[5], ia[6], ia[7],
                                 x_signed},
                                x->data, wd, xz, &rq, y->data, C};
