@@ -1,4 +1,5 @@
-/* test_plan_integer.c — the exact integer plan ops (matmul_integer, conv_integer, requantize)
+/* test_plan_integer.c — the exact integer plan ops (matmul_integer, conv_integer, requantize,
+ * depthwise_integer)
  * against references written here, under every
  * variant of the dispatch ops they use, on 1 to 4 threads (integer sums are exact: every
  * thread count must give the same bits), and their error paths: a wrong dtype, a truncated
@@ -22,7 +23,7 @@
 #define GUARD 16
 #define SENTINEL 12345.5f
 
-static const char *const kOps[] = {"matmul_integer", "requant"};
+static const char *const kOps[] = {"matmul_integer", "requant", "depthwise_q8"};
 #include "nrv_plan_test.h"
 
 #define I32_SENTINEL 0x5a5a5a5a
@@ -308,10 +309,104 @@ static void test_errors(void) {
         expect_int_fail("conv_integer requantized without its scratch", "conv_integer", good, 6, &cyu8, cia, 12,
                         NRV_ERR_INVALID_ARG);
     }
+    { /* depthwise_integer: a weight that is not an integer, a reach past the kernel's, a wrong
+       * output extent, float codes, a weight of another shape */
+        const int64_t dxd[4] = {1, C, 4, 5}, dyd[4] = {1, C, 4, 5}, dyd_bad[4] = {1, C, 3, 5}, wd[2] = {C, 9};
+        const int64_t wd_bad[2] = {C, 8}, dia[10] = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+        const int64_t far[10] = {3, 3, 1, 1, 8, 1, 8, 1, 8, 1}; /* reach (3 - 1)·8 + 1 = 17 rows */
+        float dw[18] = {0}, dw_half[18] = {0};
+        dw_half[4] = 0.5f;
+        float scale1 = 0.5f;
+        uint8_t dx[40] = {0};
+        nrv_tview dxv = mkview(dx, NRV_U8, 4, dxd), dwv = mkview(dw, NRV_F32, 2, wd);
+        nrv_tview dhv = mkview(dw_half, NRV_F32, 2, wd);
+        nrv_tview dwbad = mkview(dw, NRV_F32, 2, wd_bad), s1 = mkview(&scale1, NRV_F32, 1, &one_);
+        nrv_tview dy = mkview(NULL, NRV_U8, 4, dyd), dy_bad = mkview(NULL, NRV_U8, 4, dyd_bad);
+        nrv_tview fx = mkview(f, NRV_F32, 4, dxd);
+        const nrv_tview *good[5] = {&dxv, &dwv, NULL, NULL, &s1}, *half[5] = {&dxv, &dhv, NULL, NULL, &s1};
+        const nrv_tview *flt[5] = {&fx, &dwv, NULL, NULL, &s1}, *wbad[5] = {&dxv, &dwbad, NULL, NULL, &s1};
+        expect_int_fail("depthwise_integer weight 0.5", "depthwise_integer", half, 5, &dy, dia, 10,
+                        NRV_ERR_INVALID_ARG);
+        expect_int_fail("depthwise_integer reach 17", "depthwise_integer", good, 5, &dy, far, 10, NRV_ERR_UNSUPPORTED);
+        expect_int_fail("depthwise_integer wrong output extent", "depthwise_integer", good, 5, &dy_bad, dia, 10,
+                        NRV_ERR_SHAPE);
+        expect_int_fail("depthwise_integer float x", "depthwise_integer", flt, 5, &dy, dia, 10, NRV_ERR_DTYPE);
+        expect_int_fail("depthwise_integer 8 taps for 3x3", "depthwise_integer", wbad, 5, &dy, dia, 10, NRV_ERR_SHAPE);
+    }
     free(a);
     free(q);
     free(packed);
     free(cpacked);
+}
+
+/* ------------------------------------------------------------------ depthwise_integer */
+
+/* One output byte of depthwise_integer as written here: the exact sum, then requantize's
+ * arithmetic (test_requantize's reference). */
+static uint8_t dw_ref(const uint8_t *x, int is_s8, int64_t H, int64_t W, const float *w, const int64_t *ia, int32_t xz,
+                      int32_t bias, float scale, int32_t z, int64_t oy, int64_t ox) {
+    int64_t acc = 0;
+    for (int64_t ky = 0; ky < ia[0]; ky++)
+        for (int64_t kx = 0; kx < ia[1]; kx++) {
+            const int64_t iy = oy * ia[2] + ky * ia[4] - ia[6], ix = ox * ia[3] + kx * ia[5] - ia[7];
+            if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                acc += (xval(x, is_s8, iy * W + ix) - xz) * (int64_t)w[ky * ia[1] + kx];
+        }
+    float v = (float)(int32_t)((uint32_t)(int32_t)acc + (uint32_t)bias) * scale;
+    const float lo = (float)((is_s8 ? -128 : 0) - z), hi = (float)((is_s8 ? 127 : 255) - z);
+    v = v < lo ? lo : v > hi ? hi : v;
+    return (uint8_t)((int32_t)nearbyintf(v) + z);
+}
+
+/* depthwise_integer on B images of C planes H x W (x and y of one type, u8 or s8) against
+ * dw_ref, on 1 to 4 threads (each plane alone: the same bytes); ia: its 10 attributes. */
+static void depthwise_case(int64_t B, int64_t C, int64_t H, int64_t W, const int64_t *ia, int is_s8,
+                           nrv_threadpool *const *pools) {
+    const int64_t OH = (H + ia[6] + ia[8] - (ia[0] - 1) * ia[4] - 1) / ia[2] + 1;
+    const int64_t OW = (W + ia[7] + ia[9] - (ia[1] - 1) * ia[5] - 1) / ia[3] + 1;
+    const int64_t taps = ia[0] * ia[1], xd[4] = {B, C, H, W}, wd[2] = {C, taps}, yd[4] = {B, C, OH, OW}, one = 1;
+    const int64_t n = B * C * OH * OW;
+    uint8_t *x = rnd_bytes(B * C * H * W), *y = xcalloc((size_t)(n + GUARD)), *first = xcalloc((size_t)n);
+    float *w = xcalloc((size_t)(C * taps) * sizeof(float));
+    int32_t *bias = xcalloc((size_t)C * sizeof(int32_t));
+    float *scale = xcalloc((size_t)C * sizeof(float));
+    for (int64_t i = 0; i < C * taps; i++) w[i] = (float)((int)(nrv_test_u64() % 511u) - 255);
+    for (int64_t c = 0; c < C; c++) {
+        bias[c] = (int32_t)(nrv_test_u64() % 20001u) - 10000;
+        scale[c] = 40.0f / (sqrtf((float)taps) * 22500.0f) * (float)(1 + c % 3);
+    }
+    const uint8_t xz_byte = is_s8 ? (uint8_t)(int8_t)-7 : 131, z_byte = is_s8 ? (uint8_t)(int8_t)5 : 97;
+    const int32_t xz = is_s8 ? -7 : 131, z = is_s8 ? 5 : 97;
+    const nrv_dtype dt = is_s8 ? NRV_I8 : NRV_U8;
+    nrv_tview xv = mkview(x, dt, 4, xd), wv = mkview(w, NRV_F32, 2, wd), xzv = mkview((void *)&xz_byte, dt, 1, &one);
+    nrv_tview bv = mkview(bias, NRV_I32, 1, &C), sv = mkview(scale, NRV_F32, 1, &C);
+    nrv_tview zv = mkview((void *)&z_byte, dt, 1, &one);
+    nrv_tview yv = mkview(y, dt, 4, yd);
+    const nrv_tview *in[6] = {&xv, &wv, &xzv, &bv, &sv, &zv};
+    for (int t = 0; t < 4; t++) {
+        memset(y, 0xa5, (size_t)(n + GUARD));
+        NRV_EXPECT_STATUS(nrv_plan_run_op("depthwise_integer", in, 6, &yv, ia, 10, NULL, 0, NULL, 0, pools[t]), NRV_OK);
+        int64_t bad = 0;
+        for (int64_t i = n; i < n + GUARD; i++) bad += y[i] != 0xa5;
+        for (int64_t b = 0; b < B && t == 0; b++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t oy = 0; oy < OH; oy++)
+                    for (int64_t ox = 0; ox < OW; ox++)
+                        bad += y[((b * C + c) * OH + oy) * OW + ox] != dw_ref(x + (b * C + c) * H * W, is_s8, H, W,
+                                                                              w + c * taps, ia, xz, bias[c], scale[c],
+                                                                              z, oy, ox);
+        NRV_EXPECT(bad == 0, "depthwise_integer %lldx%lld k%lldx%lld s%lld s8=%d (%s, %d threads): %lld bytes wrong",
+                   (long long)H, (long long)W, (long long)ia[0], (long long)ia[1], (long long)ia[2], is_s8, round_desc,
+                   t + 1, (long long)bad);
+        if (t == 0) memcpy(first, y, (size_t)n);
+        else NRV_EXPECT(memcmp(first, y, (size_t)n) == 0, "depthwise_integer: %d threads differ", t + 1);
+    }
+    free(x);
+    free(y);
+    free(first);
+    free(w);
+    free(bias);
+    free(scale);
 }
 
 /* requantize: a reference of its arithmetic on awkward values (ties, saturation both ways,
@@ -445,6 +540,13 @@ int main(void) {
         conv_case(2, 3, 6, 7, 13, ia, 1, 1, pools);
         memcpy(ia, wide, sizeof ia), ia[0] = 4, ia[1] = 6;
         conv_case(1, 6, 1, 150, 4, ia, 0, 1, pools);
+        /* depthwise_integer: [kh, kw, sh, sw, dh, dw, pt, pl, pb, pr] */
+        const int64_t dw3[10] = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, dw3s2[10] = {3, 3, 2, 2, 1, 1, 1, 0, 1, 1};
+        const int64_t dw5d[10] = {5, 3, 1, 2, 2, 1, 4, 1, 4, 2};
+        depthwise_case(2, 5, 14, 14, dw3, 0, pools);
+        depthwise_case(1, 3, 29, 57, dw3s2, 1, pools);
+        depthwise_case(1, 4, 11, 300, dw5d, 0, pools);
+        depthwise_case(1, 2, 120, 130, dw3, 1, pools); /* too big for a whole plane: the ring of rows */
         test_requantize();
         test_requantize_last_axis();
     }

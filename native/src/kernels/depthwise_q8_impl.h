@@ -3,12 +3,13 @@
  * in kernels/depthwise_q8.c (the reference: SSE2 / NEON), 8 in x86/depthwise_q8_avx2.c, 16 in
  * x86/depthwise_q8_avx512.c. Define RQ_LANES and DWQ8_NAME before including.
  *
- * The plane is walked in tiles of output columns (a whole row unless it is thousands wide).
- * Each input row a tile reads is converted once into floats x − xz, zero-padded and split into
- * its stride phases (phase r holds the padded columns sw·i + r), in a ring of rows on the
- * stack, so every tap of a row of outputs is one vector load at consecutive addresses. Four
- * vectors of outputs are summed at once (four independent FMA chains), requantized in
- * registers (requant_lanes.h) and stored as bytes. The sums are exact integers in fp32, so
+ * The input is converted into floats x − xz, zero-padded and split into its stride phases
+ * (phase r holds the padded columns sw·i + r), so that every tap of a run of outputs is one
+ * vector load at consecutive addresses: a plane that fits 32 KiB of stack whole
+ * (dwq8_whole_plane: every plane of a mobile CNN but the widest), else a ring of rows in
+ * tiles of output columns, a row of outputs at a time. Four vectors of outputs are summed at
+ * once (four independent FMA chains), requantized in registers (requant_lanes.h) and stored
+ * as bytes. The sums are exact integers in fp32, so
  * neither the order of the taps nor the lane count changes a bit: every width gives the
  * reference's bytes. (Before this kernel a depthwise QLinearConv took four passes: codes to
  * floats, the fp32 depthwise conv, floats to int32, requantize.) */
@@ -46,6 +47,11 @@ static inline RQ_I dwq8_lane_index(void) {
     return v;
 }
 
+/* A vector of exact sums requantized (requant's steps) to bytes (s8: two's complement). */
+static inline dwq8_u8v dwq8_bytes(RQ_F sums, RQ_U bias, RQ_F scale, RQ_F lo, RQ_F hi, RQ_I z) {
+    return __builtin_convertvector(rq_requant_v(__builtin_convertvector(sums, RQ_I), bias, scale, lo, hi, z), dwq8_u8v);
+}
+
 static inline RQ_F dwq8_load(const float *p) {
     RQ_F v;
     memcpy(&v, p, sizeof v);
@@ -71,6 +77,27 @@ static inline RQ_F dwq8_codes(const uint8_t *p, int x_signed, RQ_I xz) {
     return __builtin_convertvector(v - xz, RQ_F);
 }
 
+/* The even and the odd lanes of the 2L values a, b (a stride-2 row's two column phases). */
+#if RQ_LANES == 4
+#define DWQ8_EVEN {0, 2, 4, 6}
+#elif RQ_LANES == 8
+#define DWQ8_EVEN {0, 2, 4, 6, 8, 10, 12, 14}
+#elif RQ_LANES == 16
+#define DWQ8_EVEN {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}
+#else
+#error "depthwise_q8_impl.h: RQ_LANES must be 4, 8 or 16"
+#endif
+static inline RQ_F dwq8_even(RQ_F a, RQ_F b) {
+    const RQ_I even = DWQ8_EVEN;
+    return __builtin_shuffle(a, b, even);
+}
+
+static inline RQ_F dwq8_odd(RQ_F a, RQ_F b) {
+    const RQ_I even = DWQ8_EVEN;
+    return __builtin_shuffle(a, b, even + 1);
+}
+#undef DWQ8_EVEN
+
 static inline float dwq8_code(const uint8_t *p, int x_signed, int32_t xz) {
     return (float)((x_signed ? (int32_t)(int8_t)*p : (int32_t)*p) - xz);
 }
@@ -95,11 +122,9 @@ static inline int64_t dwq8_div(int64_t a, int64_t d) { return d == 1 ? a : d == 
 
 /* Padded columns [c0, c0 + span) of input row xr into dst: phase r (padded column
  * c0 + sw·i + r at index i) at dst + r·phase_len, each phase's first `count` values written
- * (zeros where the padded column is outside the plane; count >= ceil(span / sw)). readable:
- * the bytes that may be read from the row's first code on (a short stride-1 row then takes
- * one vector, which writes up to L values from its first: the caller has room for them). */
+ * (zeros where the padded column is outside the plane; count >= ceil(span / sw)). */
 static void dwq8_convert_row(const nrv_dwq8_plane *g, const uint8_t *xr, int32_t xz, int64_t c0, int64_t span,
-                             int64_t phase_len, int64_t count, int64_t readable, float *dst) {
+                             int64_t phase_len, int64_t count, float *dst) {
     const int64_t sw = g->sw;
     /* the plane's columns within the tile, as positions j = padded column − c0 */
     int64_t j0 = g->pl - c0, j1 = g->pl + g->w - c0;
@@ -114,24 +139,8 @@ static void dwq8_convert_row(const nrv_dwq8_plane *g, const uint8_t *xr, int32_t
         if (j < j1) /* the last vector ends at j1, rewriting a few values with themselves */
             dwq8_store(dst + j1 - DWQ8_L, dwq8_codes(src + j1 - DWQ8_L, g->x_signed, xzv));
         j = j1;
-    } else if (sw == 1 && j1 > j0 && readable >= DWQ8_L) {
-        /* a row shorter than a vector, with a vector's bytes readable from its start: one
-         * load; the values past j1 are the caller's to overwrite (zeros below, or the next
-         * row's values) */
-        dwq8_store(dst + j0, dwq8_codes(src + j0, g->x_signed, xzv));
-        j = j1;
     } else if (sw == 2 && j1 - j0 >= 2 * DWQ8_L + 1) {
         /* two vectors of codes, split into the even and odd columns */
-#if RQ_LANES == 4
-        const RQ_I even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
-#elif RQ_LANES == 8
-        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
-#elif RQ_LANES == 16
-        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
-                   odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-#else
-#error "depthwise_q8_impl.h: RQ_LANES must be 4, 8 or 16"
-#endif
         if (j & 1) { /* start on an even position: its pair then splits at (j / 2) */
             dst[phase_len + j / 2] = dwq8_code(src + j, g->x_signed, xz);
             j++;
@@ -139,8 +148,8 @@ static void dwq8_convert_row(const nrv_dwq8_plane *g, const uint8_t *xr, int32_t
         for (int64_t last = (j1 - 2 * DWQ8_L) & ~(int64_t)1;; j += 2 * DWQ8_L) {
             if (j > last) j = last; /* the last pair ends at or just before j1: rewrites values with themselves */
             const RQ_F a = dwq8_codes(src + j, g->x_signed, xzv), b = dwq8_codes(src + j + DWQ8_L, g->x_signed, xzv);
-            dwq8_store(dst + j / 2, __builtin_shuffle(a, b, even));
-            dwq8_store(dst + phase_len + j / 2, __builtin_shuffle(a, b, odd));
+            dwq8_store(dst + j / 2, dwq8_even(a, b));
+            dwq8_store(dst + phase_len + j / 2, dwq8_odd(a, b));
             if (j == last) break;
         }
         j += 2 * DWQ8_L; /* at most one code left (j1 odd past the last pair) */
@@ -219,14 +228,6 @@ static int dwq8_whole_plane(const nrv_dwq8_plane *g, const uint8_t *x, int32_t x
          * through a line on the stack stalled each load on the stores before it) */
         for (int64_t i = 0; i < sh * 2 * stride; i += DWQ8_L) dwq8_store(buf + i, rq_splat_f(0.0f));
         const RQ_I xzv = rq_splat_i(xz), lane = dwq8_lane_index();
-#if RQ_LANES == 4
-        const RQ_I even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
-#elif RQ_LANES == 8
-        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
-#else
-        const RQ_I even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
-                   odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-#endif
         const int64_t even_phase = g->pl & 1, even_at = g->pl >> 1, odd_at = (g->pl + 1) >> 1;
         for (int64_t ry = 0; ry < sh; ry++)
             for (int64_t i = 0; i < phq; i++) {
@@ -241,8 +242,8 @@ static int dwq8_whole_plane(const nrv_dwq8_plane *g, const uint8_t *x, int32_t x
                     const RQ_F a = dwq8_codes_upto(src + c, g->w - c, readable - c, g->x_signed, xzv, lane);
                     const RQ_F b = dwq8_codes_upto(src + c + DWQ8_L, g->w - c - DWQ8_L, readable - c - DWQ8_L,
                                                    g->x_signed, xzv, lane);
-                    dwq8_store(even_row + c / 2, __builtin_shuffle(a, b, even));
-                    dwq8_store(odd_row + c / 2, __builtin_shuffle(a, b, odd));
+                    dwq8_store(even_row + c / 2, dwq8_even(a, b));
+                    dwq8_store(odd_row + c / 2, dwq8_odd(a, b));
                 }
             }
     } else {
@@ -251,7 +252,7 @@ static int dwq8_whole_plane(const nrv_dwq8_plane *g, const uint8_t *x, int32_t x
                 float *dst = buf + ry * sw * stride + i * pwq;
                 const int64_t iy = sh * i + ry - g->pt;
                 if (iy >= 0 && iy < g->h)
-                    dwq8_convert_row(g, x + iy * g->w, xz, 0, sw * pwq, stride, pwq, 0, dst);
+                    dwq8_convert_row(g, x + iy * g->w, xz, 0, sw * pwq, stride, pwq, dst);
                 else
                     for (int64_t rx = 0; rx < sw; rx++) memset(dst + rx * stride, 0, (size_t)pwq * sizeof(float));
             }
@@ -286,8 +287,7 @@ static int dwq8_whole_plane(const nrv_dwq8_plane *g, const uint8_t *x, int32_t x
             }
         const RQ_F acc[DWQ8_BLOCK] = {a0, a1, a2, a3};
         for (int64_t b = 0; b < DWQ8_BLOCK && v0 + b < vecs; b++) {
-            const RQ_I q = rq_requant_v(__builtin_convertvector(acc[b], RQ_I), bias_v, scale_v, lo_v, hi_v, z_v);
-            const dwq8_u8v bytes = __builtin_convertvector(q, dwq8_u8v); /* s8: two's complement */
+            const dwq8_u8v bytes = dwq8_bytes(acc[b], bias_v, scale_v, lo_v, hi_v, z_v);
             memcpy(stage + (v0 + b) * DWQ8_L, &bytes, sizeof bytes);
         }
     }
@@ -333,7 +333,7 @@ void DWQ8_NAME(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const floa
                 if (iy >= 0 && iy < g->h) {
                     float *dst = ring + slot * row_floats;
                     if (slot_row[slot] != iy) {
-                        dwq8_convert_row(g, x + iy * g->w, xz, c0, span, phase_len, phase_len, 0, dst);
+                        dwq8_convert_row(g, x + iy * g->w, xz, c0, span, phase_len, phase_len, dst);
                         slot_row[slot] = iy;
                     }
                     rows[ky] = dst;
@@ -354,9 +354,7 @@ void DWQ8_NAME(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const floa
                 default: dwq8_sums(1, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
                 }
                 for (int64_t b = 0; b < nb; b++) {
-                    const RQ_I q =
-                        rq_requant_v(__builtin_convertvector(acc[b], RQ_I), bias_v, scale_v, lo_v, hi_v, z_v);
-                    const dwq8_u8v bytes = __builtin_convertvector(q, dwq8_u8v); /* s8: two's complement */
+                    const dwq8_u8v bytes = dwq8_bytes(acc[b], bias_v, scale_v, lo_v, hi_v, z_v);
                     const int64_t at = (v0 + b) * DWQ8_L;
                     if (tw - at >= DWQ8_L) memcpy(yr + at, &bytes, sizeof bytes);
                     else memcpy(yr + at, &bytes, (size_t)(tw - at));
