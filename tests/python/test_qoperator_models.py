@@ -331,7 +331,7 @@ def test_qlinear_matmul_is_onnxruntime_bit_for_bit(tmp_path, rng, adt, bdt, per_
 @pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
 @pytest.mark.parametrize("case", ["3x3_s1", "3x3_s2", "5x5_s2_dil", "1d"])
 def test_qlinear_depthwise_conv_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, wdt, case):
-    """A depthwise QLinearConv (group = channels) with output rows under 14 wide runs as the
+    """A depthwise QLinearConv (group = channels) with output rows under 28 wide runs as the
     fp32 depthwise conv on the exact integers (exact: 9-49 taps of |x·w| <= 255² stay below
     2^24) cast to int32, then requantize: onnxruntime's output byte for byte, per-channel
     scales and a bias, strides, dilation, asymmetric pads, 1-D."""
@@ -361,14 +361,14 @@ def test_qlinear_depthwise_conv_is_onnxruntime_bit_for_bit(tmp_path, rng, xdt, w
 @pytest.mark.parametrize("variant", variant_params("depthwise_q8"))
 @pytest.mark.parametrize("xdt,wdt,case", [(np.uint8, np.int8, "3x3_s1"), (np.int8, np.int8, "3x3_s2"),
                                           (np.uint8, np.uint8, "5x5_dil"), (np.int8, np.int8, "1d"),
-                                          (np.uint8, np.int8, "wide_ring"), (np.int8, np.int8, "14_s1"),
-                                          (np.uint8, np.int8, "28_s2")])
+                                          (np.uint8, np.int8, "wide_ring"), (np.int8, np.int8, "28_s1"),
+                                          (np.uint8, np.int8, "56_s2")])
 def test_qlinear_depthwise_conv_on_wide_rows_is_onnxruntime(tmp_path, rng, variant, xdt, wdt, case):
-    """A depthwise QLinearConv whose output rows are at least 14 wide runs as one op,
+    """A depthwise QLinearConv whose output rows are at least 28 wide runs as one op,
     depthwise_integer (codes in, codes out, the exact sums requantized in registers), under
     every variant of its kernel: onnxruntime's output byte for byte, u8 and s8 codes on both
     sides, per-channel weight zero points, strides, dilation, asymmetric pads, 1-D, planes the
-    kernel converts whole (14 wide at stride 1 and 2) and a row too wide for that (its ring of
+    kernel converts whole (28 wide at stride 1 and 2) and a row too wide for that (its ring of
     rows)."""
     xi, wi = np.iinfo(xdt), np.iinfo(wdt)
     shapes = {"3x3_s1": ((1, 6, 7, 61), (3, 3), dict(pads=[1, 1, 1, 1])),
@@ -376,8 +376,8 @@ def test_qlinear_depthwise_conv_on_wide_rows_is_onnxruntime(tmp_path, rng, varia
               "5x5_dil": ((1, 4, 12, 70), (5, 5), dict(pads=[2, 4, 2, 4], strides=[2, 1], dilations=[1, 2])),
               "1d": ((1, 5, 150), (7,), dict(pads=[3, 3], strides=[2])),
               "wide_ring": ((1, 3, 5, 3001), (3, 3), dict(pads=[1, 1, 1, 1])),
-              "14_s1": ((1, 9, 14, 14), (3, 3), dict(pads=[1, 1, 1, 1])),
-              "28_s2": ((2, 6, 28, 28), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]))}
+              "28_s1": ((1, 9, 28, 28), (3, 3), dict(pads=[1, 1, 1, 1])),
+              "56_s2": ((2, 6, 56, 56), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]))}
     xs, ks, attrs = shapes[case]
     c = xs[1]
     x = rng.integers(xi.min, xi.max + 1, xs).astype(xdt)

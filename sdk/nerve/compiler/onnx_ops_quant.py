@@ -787,11 +787,11 @@ def _qlinear_conv_exact(ctx: NodeCtx, x, x_scale, x_zp, w, w_scale, w_zp, y_scal
 DWQ8_MAX_REACH, DWQ8_MAX_STRIDE = 16, 4  # kernels.h NRV_DWQ8_MAX_REACH / NRV_DWQ8_MAX_STRIDE
 # Output rows at least this wide take op depthwise_integer. In an int8 MobileNetV2 (one thread,
 # AVX-512; op time in the session's profile against the four passes of the fp32 route, µs):
-# 32 ch at 112x112 407 -> 240, 96 ch 112 -> 56 stride 2 707 -> 426, 144 ch at 56x56 488 -> 265,
-# 144 ch 56 -> 28 stride 2 218 -> 141, 192 ch at 28x28 145 -> 110; 14 wide within 10% either
-# way (and a quarter of the fp32 route's intermediate bytes); 7 wide 67 -> 110, where the fp32
-# depthwise kernels vectorise across channels and this op along a plane's rows.
-DWQ8_MIN_OUT_WIDTH = 14
+# 32 ch at 112x112 332 -> 205, 96 ch 112 -> 56 stride 2 581 -> 375, 144 ch at 56x56 400 -> 235,
+# 144 ch 56 -> 28 stride 2 169 -> 120, 192 ch at 28x28 120 -> 97; but 14 wide 56-95 -> 64-111
+# and 7 wide 54 -> 110, where the fp32 depthwise kernels vectorise across channels and this
+# op along a plane's rows.
+DWQ8_MIN_OUT_WIDTH = 28
 
 
 def _depthwise_integer(ctx: NodeCtx, x: Value, w: Value, x_zp: Optional[Value], w_zp: Optional[Value],
