@@ -169,24 +169,18 @@ static void dwq8_convert_row(const nrv_dwq8_plane *g, const uint8_t *xr, int32_t
     }
 }
 
-/* The sums of nb (1..DWQ8_BLOCK, a constant at each call) vectors of outputs starting at
- * output column `at` of the tile: every tap of every kernel row inside the plane (rows[ky]
- * NULL: outside, adds 0). */
-static inline __attribute__((always_inline)) void dwq8_sums(const int nb, const nrv_dwq8_plane *g,
-                                                            const float *const *rows, const int64_t *tap_at,
-                                                            const float *w, int64_t at, RQ_F *acc) {
+/* The sums of nb (1..DWQ8_BLOCK, a constant at each call) vectors of outputs from base: tap
+ * t's values (weight w[t]) at base + at[t], for the taps inside the plane. */
+static inline __attribute__((always_inline)) void dwq8_tap_sums(const int nb, const float *base, const int64_t *at,
+                                                                const float *w, int64_t taps, RQ_F *acc) {
     RQ_F a0 = rq_splat_f(0.0f), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t ky = 0; ky < g->kh; ky++) {
-        if (!rows[ky]) continue;
-        const float *base = rows[ky] + at, *wk = w + ky * g->kw;
-        for (int64_t kx = 0; kx < g->kw; kx++) {
-            const float *p = base + tap_at[kx];
-            const RQ_F wv = rq_splat_f(wk[kx]);
-            a0 = DWQ8_FMA(wv, dwq8_load(p), a0);
-            if (nb > 1) a1 = DWQ8_FMA(wv, dwq8_load(p + DWQ8_L), a1);
-            if (nb > 2) a2 = DWQ8_FMA(wv, dwq8_load(p + 2 * DWQ8_L), a2);
-            if (nb > 3) a3 = DWQ8_FMA(wv, dwq8_load(p + 3 * DWQ8_L), a3);
-        }
+    for (int64_t t = 0; t < taps; t++) {
+        const float *p = base + at[t];
+        const RQ_F wv = rq_splat_f(w[t]);
+        a0 = DWQ8_FMA(wv, dwq8_load(p), a0);
+        if (nb > 1) a1 = DWQ8_FMA(wv, dwq8_load(p + DWQ8_L), a1);
+        if (nb > 2) a2 = DWQ8_FMA(wv, dwq8_load(p + 2 * DWQ8_L), a2);
+        if (nb > 3) a3 = DWQ8_FMA(wv, dwq8_load(p + 3 * DWQ8_L), a3);
     }
     acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
 }
@@ -266,26 +260,10 @@ static int dwq8_whole_plane(const nrv_dwq8_plane *g, const uint8_t *x, int32_t x
             at[ky * g->kw + kx] = ((oy - qy * sh) * sw + ox - qx * sw) * stride + qy * pwq + qx;
         }
     for (int64_t v0 = 0; v0 < vecs; v0 += DWQ8_BLOCK) {
-        const float *base = buf + v0 * DWQ8_L;
-        RQ_F a0 = rq_splat_f(0.0f), a1 = a0, a2 = a0, a3 = a0;
-        if (vecs - v0 >= DWQ8_BLOCK)
-            for (int64_t t = 0; t < taps; t++) {
-                const float *p = base + at[t];
-                const RQ_F wv = rq_splat_f(w[t]);
-                a0 = DWQ8_FMA(wv, dwq8_load(p), a0);
-                a1 = DWQ8_FMA(wv, dwq8_load(p + DWQ8_L), a1);
-                a2 = DWQ8_FMA(wv, dwq8_load(p + 2 * DWQ8_L), a2);
-                a3 = DWQ8_FMA(wv, dwq8_load(p + 3 * DWQ8_L), a3);
-            }
+        RQ_F acc[DWQ8_BLOCK];
+        if (vecs - v0 >= DWQ8_BLOCK) dwq8_tap_sums(4, buf + v0 * DWQ8_L, at, w, taps, acc);
         else /* the last one to three vectors (the loads stay inside the zeroed tail) */
-            for (int64_t t = 0; t < taps; t++) {
-                const float *p = base + at[t];
-                const RQ_F wv = rq_splat_f(w[t]);
-                a0 = DWQ8_FMA(wv, dwq8_load(p), a0);
-                a1 = DWQ8_FMA(wv, dwq8_load(p + DWQ8_L), a1);
-                a2 = DWQ8_FMA(wv, dwq8_load(p + 2 * DWQ8_L), a2);
-            }
-        const RQ_F acc[DWQ8_BLOCK] = {a0, a1, a2, a3};
+            dwq8_tap_sums(3, buf + v0 * DWQ8_L, at, w, taps, acc);
         for (int64_t b = 0; b < DWQ8_BLOCK && v0 + b < vecs; b++) {
             const dwq8_u8v bytes = dwq8_bytes(acc[b], bias_v, scale_v, lo_v, hi_v, z_v);
             memcpy(stage + (v0 + b) * DWQ8_L, &bytes, sizeof bytes);
@@ -319,24 +297,26 @@ void DWQ8_NAME(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const floa
         const int64_t span = sw * (tw - 1) + reach_w + 1;
         const int64_t phase_len = (vecs * DWQ8_L + reach_w / sw + 1 + DWQ8_L - 1) / DWQ8_L * DWQ8_L;
         const int64_t row_floats = sw * phase_len;
-        int64_t tap_at[NRV_DWQ8_MAX_REACH]; /* tap kx's first value in a ring row */
-        for (int64_t kx = 0; kx < g->kw; kx++) tap_at[kx] = (kx * g->dw % sw) * phase_len + kx * g->dw / sw;
+        int64_t col_at[NRV_DWQ8_MAX_REACH]; /* tap column kx's first value in a ring row */
+        for (int64_t kx = 0; kx < g->kw; kx++) col_at[kx] = (kx * g->dw % sw) * phase_len + kx * g->dw / sw;
+        int64_t tap_at[NRV_DWQ8_MAX_REACH * NRV_DWQ8_MAX_REACH];
+        float tap_w[NRV_DWQ8_MAX_REACH * NRV_DWQ8_MAX_REACH];
         for (int64_t s = 0; s < slots; s++) slot_row[s] = DWQ8_NO_ROW;
         /* input row iy lives in ring slot iy mod slots; first_slot follows the first kernel
          * row's slot from one output row to the next (no division per row) */
         int64_t first_slot = ((-g->pt) % slots + slots) % slots;
         for (int64_t oy = 0; oy < g->oh; oy++) {
-            const float *rows[NRV_DWQ8_MAX_REACH]; /* per kernel row: its ring row, NULL past the plane */
+            int64_t taps = 0; /* this row's taps inside the plane: where their values start in the ring */
             for (int64_t ky = 0, slot = first_slot; ky < g->kh; ky++) {
                 const int64_t iy = oy * g->sh + ky * g->dh - g->pt;
-                rows[ky] = NULL;
                 if (iy >= 0 && iy < g->h) {
-                    float *dst = ring + slot * row_floats;
                     if (slot_row[slot] != iy) {
-                        dwq8_convert_row(g, x + iy * g->w, xz, c0, span, phase_len, phase_len, dst);
+                        float *row = ring + slot * row_floats;
+                        dwq8_convert_row(g, x + iy * g->w, xz, c0, span, phase_len, phase_len, row);
                         slot_row[slot] = iy;
                     }
-                    rows[ky] = dst;
+                    for (int64_t kx = 0; kx < g->kw; kx++, taps++)
+                        tap_at[taps] = slot * row_floats + col_at[kx], tap_w[taps] = w[ky * g->kw + kx];
                 }
                 slot += g->dh;
                 if (slot >= slots) slot -= slots;
@@ -347,11 +327,12 @@ void DWQ8_NAME(const nrv_dwq8_plane *g, const uint8_t *x, int32_t xz, const floa
             for (int64_t v0 = 0; v0 < vecs; v0 += DWQ8_BLOCK) {
                 const int64_t nb = vecs - v0 < DWQ8_BLOCK ? vecs - v0 : DWQ8_BLOCK;
                 RQ_F acc[DWQ8_BLOCK];
+                const float *base = ring + v0 * DWQ8_L;
                 switch (nb) { /* the count of vectors a constant in each copy: the sums stay in registers */
-                case 4: dwq8_sums(4, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
-                case 3: dwq8_sums(3, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
-                case 2: dwq8_sums(2, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
-                default: dwq8_sums(1, g, rows, tap_at, w, v0 * DWQ8_L, acc); break;
+                case 4: dwq8_tap_sums(4, base, tap_at, tap_w, taps, acc); break;
+                case 3: dwq8_tap_sums(3, base, tap_at, tap_w, taps, acc); break;
+                case 2: dwq8_tap_sums(2, base, tap_at, tap_w, taps, acc); break;
+                default: dwq8_tap_sums(1, base, tap_at, tap_w, taps, acc); break;
                 }
                 for (int64_t b = 0; b < nb; b++) {
                     const dwq8_u8v bytes = dwq8_bytes(acc[b], bias_v, scale_v, lo_v, hi_v, z_v);
