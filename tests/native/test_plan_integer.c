@@ -540,6 +540,12 @@ int main(void) {
         conv_case(2, 3, 6, 7, 13, ia, 1, 1, pools);
         memcpy(ia, wide, sizeof ia), ia[0] = 4, ia[1] = 6;
         conv_case(1, 6, 1, 150, 4, ia, 0, 1, pools);
+        /* small windows (K <= 4·M), requantized: the planes route on the window's planes (a
+         * stem's 3 channels x 3x3 at stride 2, and stride 3) */
+        memcpy(ia, c3, sizeof ia), ia[0] = 16, ia[1] = 3, ia[4] = 2, ia[5] = 2;
+        conv_case(2, 3, 23, 37, 16, ia, 1, 1, pools);
+        memcpy(ia, c3, sizeof ia), ia[0] = 8, ia[1] = 2, ia[4] = 3, ia[5] = 3, ia[9] = 0;
+        conv_case(1, 2, 17, 40, 8, ia, 0, 0, pools);
         /* depthwise_integer: [kh, kw, sh, sw, dh, dw, pt, pl, pb, pr] */
         const int64_t dw3[10] = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, dw3s2[10] = {3, 3, 2, 2, 1, 1, 1, 0, 1, 1};
         const int64_t dw5d[10] = {5, 3, 1, 2, 2, 1, 4, 1, 4, 2};

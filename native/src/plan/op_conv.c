@@ -2316,6 +2316,51 @@ static void conv_integer_planes_task(void *ctx, int64_t t) {
     }
 }
 
+/* A conv's window as planes (im2col with the positions last): plane t = (i·kw + k)·C + c of
+ * image n holds x[n, c, oh·sh + i·dh − pt, ow·sw + k·dw − pl] at oh·OW + ow, the zero point's
+ * byte where that is padding, so matmul_integer_planes reads the planes in place as a pointwise
+ * conv's channels (the weight's K order is the same (i, k, c)). */
+typedef struct conv_integer_windows_job {
+    const uint8_t *x;
+    uint8_t *planes;
+    int64_t C, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW;
+    uint8_t pad;
+} conv_integer_windows_job;
+
+static void conv_integer_windows(void *ctx, int64_t p0, int64_t p1) {
+    const conv_integer_windows_job *j = ctx;
+    const int64_t K = j->C * j->kh * j->kw;
+    for (int64_t p = p0; p < p1; p++) { /* p = n·K + t */
+        const int64_t n = p / K, t = p % K, c = t % j->C, i = t / j->C / j->kw, k = t / j->C % j->kw;
+        const uint8_t *xc = j->x + (n * j->C + c) * j->H * j->W;
+        uint8_t *dst = j->planes + p * j->OH * j->OW;
+        /* output columns [lo, hi) read inside x */
+        const int64_t off = k * j->dw - j->pl;
+        int64_t lo = off < 0 ? (-off + j->sw - 1) / j->sw : 0;
+        int64_t hi = j->W - off > 0 ? (j->W - off + j->sw - 1) / j->sw : 0;
+        lo = lo > j->OW ? j->OW : lo;
+        hi = hi > j->OW ? j->OW : hi < lo ? lo : hi;
+        for (int64_t oh = 0; oh < j->OH; oh++, dst += j->OW) {
+            const int64_t ih = oh * j->sh + i * j->dh - j->pt;
+            if (ih < 0 || ih >= j->H) {
+                memset(dst, j->pad, (size_t)j->OW);
+                continue;
+            }
+            memset(dst, j->pad, (size_t)lo);
+            if (hi > lo) {
+                const uint8_t *in = xc + ih * j->W + off + lo * j->sw; /* output column lo's input */
+                uint8_t *out = dst + lo;
+                if (j->sw == 1) memcpy(out, in, (size_t)(hi - lo));
+                else if (j->sw == 2) /* vectorises (SSE2 pand + packuswb, NEON ld2) */
+                    for (int64_t q = 0; q < hi - lo; q++) out[q] = in[2 * q];
+                else
+                    for (int64_t q = 0; q < hi - lo; q++) out[q] = in[q * j->sw];
+            }
+            memset(dst + hi, j->pad, (size_t)(j->OW - hi));
+        }
+    }
+}
+
 static nrv_status conv_integer_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 2, 7, 1, 12, 0));
     const int64_t *ia = a->iattr;
@@ -2356,12 +2401,26 @@ static nrv_status conv_integer_run(const nrv_op_args *a) {
     const nrv_matmul_integer_planes_fn planes = nrv_kernel_get_implicit(NRV_OP_MATMUL_INTEGER).matmul_integer_planes;
     const int pointwise = kh == 1 && kw == 1 && ia[4] == 1 && ia[5] == 1 && ia[8] == 0 && ia[9] == 0 &&
                           ia[10] == 0 && ia[11] == 0;
-    if (planes && pointwise && C <= NRV_MI_PLANES_MAX_K) {
-        const int64_t P = H * W, bpi = (P + CONV_INT_PLANES_BLOCK - 1) / CONV_INT_PLANES_BLOCK;
-        conv_integer_planes_job j = {planes, x->data, pk->data, zqv ? zqv->data : NULL, requantized ? &rq : NULL,
-                                     y->data, C, M, P, bpi, 1, x->dims[0] * bpi, (int32_t)(uint8_t)(pad ^ flip),
+    /* a small window (the stem: 3 channels x 3x3) becomes planes too: its kh·kw·C shifted
+     * planes written into the scratch, which the requantized op holds for its int32 sums
+     * (4·M bytes a position: room for K <= 4·M bytes of window) */
+    const int64_t K = C * kh * kw, Pout = OH * OW;
+    const int windows = planes && !pointwise && requantized && K <= 4 * M && K <= NRV_MI_PLANES_MAX_K &&
+                        (uint64_t)a->scratch_bytes >= (uint64_t)(x->dims[0] * K * Pout);
+    if (planes && ((pointwise && C <= NRV_MI_PLANES_MAX_K) || windows)) {
+        const uint8_t *src = x->data;
+        if (windows) {
+            conv_integer_windows_job w = {x->data, a->scratch, C, H, W, kh, kw, ia[4], ia[5], ia[6], ia[7], ia[8],
+                                          ia[9], OH, OW, pad};
+            nrv_plan_for_rows(a->pool, x->dims[0] * K, Pout, conv_integer_windows, &w);
+            src = a->scratch;
+        }
+        const int64_t P = windows ? Pout : H * W, in = windows ? K : C;
+        const int64_t bpi = (P + CONV_INT_PLANES_BLOCK - 1) / CONV_INT_PLANES_BLOCK;
+        conv_integer_planes_job j = {planes, src, pk->data, zqv ? zqv->data : NULL, requantized ? &rq : NULL,
+                                     y->data, in, M, P, bpi, 1, x->dims[0] * bpi, (int32_t)(uint8_t)(pad ^ flip),
                                      flip};
-        j.pieces = nrv_plan_pieces(a->pool, x->dims[0] * P * M * C, 1 << 17, j.blocks);
+        j.pieces = nrv_plan_pieces(a->pool, x->dims[0] * P * M * in, 1 << 17, j.blocks);
         nrv_parallel_for(j.pieces > 1 ? a->pool : NULL, j.pieces, conv_integer_planes_task, &j);
         return NRV_OK;
     }
