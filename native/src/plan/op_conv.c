@@ -2157,7 +2157,8 @@ static nrv_status conv_w8a8_run(const nrv_op_args *a) {
  *   (QLinearConv: onnxruntime's MlasRequantizeOutput arithmetic, the requant kernel's)
  *   out[0] y i32 [N, M, OH, OW] (conv extents), or u8/i8 when requantized
  *   scratch: when requantized, 4·numel(y) bytes (the int32 sums of the staged route; the
- *   planes route requantizes in registers and leaves it unused)
+ *   planes route requantizes in registers and uses it only for a small window's planes,
+ *   conv_integer_windows)
  *   iattr [M, C, kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, pad_bottom, pad_right]
  *   The windows are staged on the stack: NRV_ERR_UNSUPPORTED when one output position's
  *   window (kh rows x kw columns x C) or M sums do not fit CONV_INT_STAGE bytes. */
