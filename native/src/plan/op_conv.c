@@ -2477,7 +2477,7 @@ static nrv_status depthwise_integer_run(const nrv_op_args *a) {
     NRV_TRY(nrv_op_expect(a, 5, 6, 1, 10, 0));
     NRV_TRY(nrv_op_check_in(a, 0, "x"));
     NRV_TRY(nrv_op_check_in(a, 1, "w"));
-    const nrv_tview *x = a->in[0], *w = a->in[1], *xzv = a->in[2];
+    const nrv_tview *x = a->in[0], *w = a->in[1];
     nrv_tview *y = a->out[0];
     NRV_TRY(nrv_op_check_view(a, y, "y"));
     const int64_t *ia = a->iattr;
@@ -2506,13 +2506,8 @@ static nrv_status depthwise_integer_run(const nrv_op_args *a) {
         if (!(wd[i] >= -255.0f && wd[i] <= 255.0f) || wd[i] != (float)(int32_t)wd[i])
             return nrv_op_fail(a, NRV_ERR_INVALID_ARG, "w[%lld] is %g: an integer in [-255, 255] expected",
                                (long long)i, (double)wd[i]);
-    if (xzv) {
-        NRV_TRY(nrv_op_check_in(a, 2, "x_zero_point"));
-        NRV_TRY(nrv_op_expect_dtype(a, xzv, "x_zero_point", x->dtype));
-        if (xzv->numel != 1)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "x_zero_point has %lld values, expected 1 (per tensor)",
-                               (long long)xzv->numel);
-    }
+    int32_t xz;
+    NRV_TRY(nrv_op_code_zero_point(a, 2, "x_zero_point", (nrv_dtype)x->dtype, &xz));
     nrv_requant_out rq;
     NRV_TRY(nrv_op_requant_out(a, 3, 4, 5, y, C, &rq));
     const int64_t OH = conv_out_extent(x->dims[2], kh, ia[2], ia[4], ia[6], ia[8]);
@@ -2522,12 +2517,8 @@ static nrv_status depthwise_integer_run(const nrv_op_args *a) {
                            (long long)y->dims[0], (long long)y->dims[1], (long long)y->dims[2], (long long)y->dims[3],
                            (long long)x->dims[0], (long long)C, (long long)OH, (long long)OW);
     if (y->numel == 0) return NRV_OK;
-    const int x_signed = x->dtype == NRV_I8;
-    const int32_t xz = !xzv      ? 0
-                       : x_signed ? (int32_t) * (const int8_t *)xzv->data
-                                  : (int32_t) * (const uint8_t *)xzv->data;
     depthwise_integer_job j = {{x->dims[2], x->dims[3], OH, OW, kh, kw, ia[2], ia[3], ia[4], ia[5], ia[6], ia[7],
-                                x_signed},
+                                x->dtype == NRV_I8},
                                x->data, wd, xz, &rq, y->data, C};
     nrv_plan_for_rows(a->pool, x->dims[0] * C, OH * OW * taps / 4, depthwise_integer_planes, &j);
     return NRV_OK;

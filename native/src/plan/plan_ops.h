@@ -220,6 +220,11 @@ typedef struct nrv_int_operands {
 nrv_status nrv_op_int_operands(const nrv_op_args *a, int max_in, int n_iattr, int64_t n, int64_t packed_bytes,
                                nrv_int_operands *o);
 
+/* The zero point of u8/i8 codes at in[i] (absent: 0), checked to be one value of `dtype`
+ * (errors name it `what`), into *z (ops requantize, conv_integer's requantization,
+ * depthwise_integer). */
+nrv_status nrv_op_code_zero_point(const nrv_op_args *a, int i, const char *what, nrv_dtype dtype, int32_t *z);
+
 /* Requantization parameters for C channels into the byte output y (ops requantize and
  * conv_integer): in[i_bias] bias i32 [C] (optional), in[i_scale] scale f32 [C] or [1] (each
  * finite and > 0), in[i_zp] zero point of y's dtype, one value (optional: 0); y u8 or i8.

@@ -94,11 +94,22 @@ nrv_status nrv_op_int_operands(const nrv_op_args *a, int max_in, int n_iattr, in
     return NRV_OK;
 }
 
+nrv_status nrv_op_code_zero_point(const nrv_op_args *a, int i, const char *what, nrv_dtype dtype, int32_t *z) {
+    *z = 0;
+    const nrv_tview *zp = a->n_in > i ? a->in[i] : NULL;
+    if (!zp) return NRV_OK;
+    NRV_TRY(nrv_op_check_in(a, i, what));
+    NRV_TRY(nrv_op_expect_dtype(a, zp, what, dtype));
+    if (zp->numel != 1)
+        return nrv_op_fail(a, NRV_ERR_SHAPE, "%s has %lld values, expected 1 (per tensor)", what, (long long)zp->numel);
+    *z = dtype == NRV_I8 ? (int32_t) * (const int8_t *)zp->data : (int32_t) * (const uint8_t *)zp->data;
+    return NRV_OK;
+}
+
 nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int i_zp, const nrv_tview *y, int64_t C,
                               nrv_requant_out *rq) {
     NRV_TRY(nrv_op_check_in(a, i_scale, "scale"));
     const nrv_tview *bias = a->n_in > i_bias ? a->in[i_bias] : NULL, *sc = a->in[i_scale];
-    const nrv_tview *zp = a->n_in > i_zp ? a->in[i_zp] : NULL;
     NRV_TRY(nrv_op_expect_dtype(a, sc, "scale", NRV_F32));
     if (y->dtype != NRV_U8 && y->dtype != NRV_I8)
         return nrv_op_fail(a, NRV_ERR_DTYPE, "y is %s, expected u8 or i8", nrv_dtype_str(y->dtype));
@@ -118,14 +129,8 @@ nrv_status nrv_op_requant_out(const nrv_op_args *a, int i_bias, int i_scale, int
                                (long long)C);
     }
     const int is_s8 = y->dtype == NRV_I8;
-    int32_t z = 0;
-    if (zp) {
-        NRV_TRY(nrv_op_check_in(a, i_zp, "zero point"));
-        NRV_TRY(nrv_op_expect_dtype(a, zp, "zero point", y->dtype));
-        if (zp->numel != 1)
-            return nrv_op_fail(a, NRV_ERR_SHAPE, "zero point has %lld values, expected 1", (long long)zp->numel);
-        z = is_s8 ? (int32_t) * (const int8_t *)zp->data : (int32_t) * (const uint8_t *)zp->data;
-    }
+    int32_t z;
+    NRV_TRY(nrv_op_code_zero_point(a, i_zp, "zero point", (nrv_dtype)y->dtype, &z));
     rq->bias = bias ? bias->data : NULL;
     rq->scale = s;
     rq->scale_stride = sc->numel == 1 ? 0 : 1;
